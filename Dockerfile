@@ -1,0 +1,24 @@
+# syntax=docker/dockerfile:1
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY scheduler scheduler
+COPY handlers handlers
+COPY api api
+COPY seed seed
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --system --create-home --uid 10001 tickd
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+COPY config /etc/tickd
+USER tickd
+WORKDIR /home/tickd
+ENV TICKD_METRICS_HOST=0.0.0.0 TICKD_LOG_FORMAT=json PYTHONUNBUFFERED=1
+EXPOSE 9464
+HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
+  CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2); sys.exit(0)"
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["tickd"]
+CMD ["--config", "/etc/tickd/production.toml", "run"]

@@ -1,0 +1,39 @@
+# The two commands: `make run` and `make test`. Both create the virtual environment if needed.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint typecheck unit install bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The daemon on the embedded defaults (SQLite, in-process lock, events in the log, mail in
+## var/outbox), with demo jobs. Ctrl-C stops it cleanly.
+run: install
+	$(BIN)/tickd --config config/tickd.toml run
+
+## Lint, type-check and the whole test suite.
+test: lint typecheck unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python -m bench.engine_throughput
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""HTTP interfaces of tickd (aiohttp)."""

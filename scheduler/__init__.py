@@ -1,0 +1,1 @@
+"""tickd's engine: model, schedules, dispatcher, workers, ports and backends, metrics, config."""

@@ -1,0 +1,65 @@
+"""`tickd`: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from scheduler.config import ConfigError, Settings, load_settings
+from scheduler.daemon import load_registry, run_daemon, stop_on_signals
+from scheduler.logs import configure_logging
+from scheduler.registry import RegistryError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"tickd: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(level=settings.log_level, json_lines=settings.log_format == "json")
+    if args.command == "handlers":
+        return _list_handlers()
+    return _run(settings)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tickd", description="A job-scheduling daemon.")
+    parser.add_argument("--config", help="a TOML settings file (TICKD_* variables override it)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="run the daemon until SIGTERM or Ctrl-C")
+    commands.add_parser("handlers", help="list the registered handlers and where they come from")
+    return parser
+
+
+def _run(settings: Settings) -> int:
+    try:
+        registry = load_registry()
+    except RegistryError as exc:
+        print(f"tickd: {exc}", file=sys.stderr)
+        return 2
+
+    async def daemon() -> None:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        await run_daemon(settings, stop, registry)
+
+    asyncio.run(daemon())
+    return 0
+
+
+def _list_handlers() -> int:
+    try:
+        registry = load_registry()
+    except RegistryError as exc:
+        print(f"tickd: {exc}", file=sys.stderr)
+        return 2
+    for registered in registry:
+        print(f"{registered.name}\t{registered.origin}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Model objects to and from plain documents: the shape every store keeps and every event carries.
+
+Documents hold str, int, float, bool, None, lists, dicts and timezone-aware datetimes; a JSON
+encoder or a BSON one takes it from there.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.model import (
+    CronSchedule,
+    Execution,
+    ExecutionError,
+    ExecutionSummary,
+    IntervalSchedule,
+    Job,
+    Lease,
+    Misfire,
+    MisfirePolicy,
+    OnceSchedule,
+    Priority,
+    Schedule,
+    Status,
+    ValidationError,
+)
+
+Doc = dict[str, Any]
+
+
+def schedule_to_doc(schedule: Schedule) -> Doc:
+    if isinstance(schedule, CronSchedule):
+        return {"kind": "cron", "expr": schedule.expr, "timezone": schedule.timezone}
+    if isinstance(schedule, IntervalSchedule):
+        return {"kind": "interval", "every_seconds": schedule.every_seconds}
+    return {"kind": "once", "at": schedule.at}
+
+
+def schedule_from_doc(doc: Doc) -> Schedule:
+    kind = doc.get("kind")
+    try:
+        if kind == "cron":
+            return CronSchedule(expr=str(doc["expr"]), timezone=str(doc.get("timezone", "UTC")))
+        if kind == "interval":
+            return IntervalSchedule(every_seconds=float(doc["every_seconds"]))
+        if kind == "once":
+            return OnceSchedule(at=as_datetime(doc["at"], "schedule.at"))
+    except KeyError as exc:
+        raise ValidationError(f"schedule.{exc.args[0]}", "is required") from None
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError("schedule", str(exc)) from None
+    raise ValidationError("schedule.kind", f"must be cron, interval or once, not {kind!r}")
+
+
+def as_datetime(value: Any, field: str) -> datetime:
+    """A datetime from a document or a config file; naive ones are taken as UTC (BSON's way)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(field, f"not an ISO 8601 time: {value!r}") from None
+    if not isinstance(value, datetime):
+        raise ValidationError(field, f"expected a time, got {type(value).__name__}")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _maybe_datetime(value: Any, field: str) -> datetime | None:
+    return None if value is None else as_datetime(value, field)
+
+
+def job_to_doc(job: Job) -> Doc:
+    return {
+        "_id": job.id,
+        "name": job.name,
+        "handler": job.handler,
+        "params": job.params,
+        "schedule": schedule_to_doc(job.schedule),
+        "enabled": job.enabled,
+        "next_run_at": job.next_run_at,
+        "timeout_seconds": job.timeout_seconds,
+        "max_retries": job.max_retries,
+        "priority": int(job.priority),
+        "misfire": {"policy": str(job.misfire.policy), "grace_seconds": job.misfire.grace_seconds},
+        "jitter_seconds": job.jitter_seconds,
+        "lease": _lease_to_doc(job.lease),
+        "fence": job.fence,
+        "revision": job.revision,
+        "consecutive_failures": job.consecutive_failures,
+        "paused_reason": job.paused_reason,
+        "last_execution": summary_to_doc(job.last_execution),
+        "system": job.system,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+    }
+
+
+def job_from_doc(doc: Doc) -> Job:
+    misfire = doc.get("misfire") or {}
+    return Job(
+        id=str(doc["_id"]),
+        name=doc["name"],
+        handler=doc["handler"],
+        params=dict(doc.get("params") or {}),
+        schedule=schedule_from_doc(doc["schedule"]),
+        enabled=bool(doc.get("enabled", True)),
+        next_run_at=_maybe_datetime(doc.get("next_run_at"), "next_run_at"),
+        timeout_seconds=float(doc.get("timeout_seconds", 60.0)),
+        max_retries=int(doc.get("max_retries", 0)),
+        priority=Priority.parse(doc.get("priority", Priority.NORMAL)),
+        misfire=Misfire(
+            policy=MisfirePolicy(misfire.get("policy", MisfirePolicy.COALESCE)),
+            grace_seconds=float(misfire.get("grace_seconds", 60.0)),
+        ),
+        jitter_seconds=float(doc.get("jitter_seconds", 0.0)),
+        lease=_lease_from_doc(doc.get("lease")),
+        fence=int(doc.get("fence", 0)),
+        revision=int(doc.get("revision", 1)),
+        consecutive_failures=int(doc.get("consecutive_failures", 0)),
+        paused_reason=doc.get("paused_reason"),
+        last_execution=summary_from_doc(doc.get("last_execution")),
+        system=bool(doc.get("system", False)),
+        created_at=as_datetime(doc["created_at"], "created_at"),
+        updated_at=as_datetime(doc["updated_at"], "updated_at"),
+    )
+
+
+def _lease_to_doc(lease: Lease | None) -> Doc | None:
+    if lease is None:
+        return None
+    return {"owner": lease.owner, "token": lease.token, "until": lease.until}
+
+
+def _lease_from_doc(doc: Doc | None) -> Lease | None:
+    if not doc:
+        return None
+    return Lease(
+        owner=doc["owner"], token=int(doc["token"]), until=as_datetime(doc["until"], "lease.until")
+    )
+
+
+def summary_to_doc(summary: ExecutionSummary | None) -> Doc | None:
+    if summary is None:
+        return None
+    return {
+        "execution_id": summary.execution_id,
+        "status": str(summary.status),
+        "finished_at": summary.finished_at,
+        "error": summary.error,
+    }
+
+
+def summary_from_doc(doc: Doc | None) -> ExecutionSummary | None:
+    if not doc:
+        return None
+    return ExecutionSummary(
+        execution_id=doc["execution_id"],
+        status=Status(doc["status"]),
+        finished_at=as_datetime(doc["finished_at"], "last_execution.finished_at"),
+        error=doc.get("error"),
+    )
+
+
+def execution_to_doc(execution: Execution) -> Doc:
+    error = execution.error
+    return {
+        "_id": execution.id,
+        "job_id": execution.job_id,
+        "job_name": execution.job_name,
+        "handler": execution.handler,
+        "scheduled_at": execution.scheduled_at,
+        "started_at": execution.started_at,
+        "finished_at": execution.finished_at,
+        "duration_ms": execution.duration_ms,
+        "status": str(execution.status),
+        "attempts": execution.attempts,
+        "error": None if error is None else {"type": error.type, "message": error.message},
+        "result": execution.result,
+        "owner": execution.owner,
+        "token": execution.token,
+    }
+
+
+def execution_from_doc(doc: Doc) -> Execution:
+    error = doc.get("error")
+    return Execution(
+        id=str(doc["_id"]),
+        job_id=doc["job_id"],
+        job_name=doc["job_name"],
+        handler=doc["handler"],
+        scheduled_at=as_datetime(doc["scheduled_at"], "scheduled_at"),
+        started_at=_maybe_datetime(doc.get("started_at"), "started_at"),
+        finished_at=_maybe_datetime(doc.get("finished_at"), "finished_at"),
+        duration_ms=doc.get("duration_ms"),
+        status=Status(doc["status"]),
+        attempts=int(doc.get("attempts", 0)),
+        error=None if not error else ExecutionError(type=error["type"], message=error["message"]),
+        result=doc.get("result"),
+        owner=doc.get("owner"),
+        token=doc.get("token"),
+    )
+
+
+def to_json_ready(value: Any) -> Any:
+    """Datetimes as ISO 8601 strings, recursively: for JSON columns, events and API bodies."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, dict):
+        return {k: to_json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_ready(v) for v in value]
+    return value

@@ -1,0 +1,182 @@
+"""Settings: one frozen, validated object, from a TOML file and `TICKD_*` environment variables.
+
+Precedence: defaults < the file (`--config`) < the environment. A bad value stops startup with a
+message naming the setting; nothing past the loader sees an untyped dict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+from urllib.parse import urlsplit
+
+ENV_PREFIX = "TICKD_"
+
+
+class ConfigError(ValueError):
+    def __init__(self, setting: str, reason: str) -> None:
+        super().__init__(f"configuration: {setting}: {reason}")
+        self.setting = setting
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    # Names this daemon in leases, executions and events; unique per running process.
+    instance_id: str = field(default_factory=default_instance_id)
+    store_url: str = "sqlite:///var/tickd.db"
+    lock_url: str = "memory://"
+    events_url: str = "log://"
+    mail_url: str = "outbox:///var/outbox"
+    # The dispatcher wakes this often, and earlier when a job falls due sooner.
+    tick_seconds: float = 1.0
+    batch_size: int = 100
+    workers: int = 30
+    # Tasks waiting for a worker; 0 means twice the number of workers.
+    queue_size: int = 0
+    # A lease outlives the job's timeout by this much before another instance may reap it.
+    lease_margin_seconds: float = 30.0
+    # The lock outlives the job's timeout by this much (the seed's five seconds).
+    lock_margin_seconds: float = 5.0
+    # On SIGTERM, running executions get this long to finish before they are cancelled.
+    shutdown_grace_seconds: float = 30.0
+    # Pause a job after this many consecutive failed executions; 0 turns the breaker off.
+    circuit_breaker_failures: int = 0
+    # No job may ask for a longer timeout than this.
+    max_timeout_seconds: float = 86400.0
+    # Most runs of one handler at once, by handler name (overrides the handler's own limit).
+    handler_concurrency: Mapping[str, int] = field(default_factory=dict)
+    # Prometheus metrics on their own port; 0 turns the listener off.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9464
+    log_format: str = "text"
+    log_level: str = "INFO"
+    # Seed demo jobs at boot (what `make run` does).
+    seed_demo: bool = False
+    # On shutdown, pending events get this long to be delivered.
+    events_flush_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("tick_seconds", "lease_margin_seconds", "max_timeout_seconds"):
+            _positive(name, getattr(self, name))
+        for name in ("batch_size", "workers"):
+            _positive(name, getattr(self, name))
+        for name in ("queue_size", "circuit_breaker_failures", "shutdown_grace_seconds"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, "must not be negative")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metrics_port", "must be a port number (0 to 65535)")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError("log_format", "must be text or json")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError("log_level", "must be DEBUG, INFO, WARNING or ERROR")
+        for name in ("store_url", "lock_url", "events_url", "mail_url"):
+            if not urlsplit(getattr(self, name)).scheme:
+                raise ConfigError(name, "must be a URL with a scheme, e.g. sqlite:///var/tickd.db")
+        for handler, limit in self.handler_concurrency.items():
+            if not isinstance(limit, int) or limit < 1:
+                raise ConfigError(f"handler_concurrency.{handler}", "must be a whole number >= 1")
+
+    @property
+    def effective_queue_size(self) -> int:
+        return self.queue_size or 2 * self.workers
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(name, "must be greater than 0")
+
+
+def load_settings(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(_read_file(Path(path)))
+    values.update(_read_environment(os.environ if environ is None else environ))
+    return _build(values)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("--config", f"no such file: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None
+    # Settings may sit at the top level or in a [tickd] table.
+    table = data.get("tickd", data)
+    unknown = set(table) - _field_names()
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], f"unknown setting in {path}")
+    return dict(table)
+
+
+def _read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    hints = get_type_hints(Settings)
+    values: dict[str, Any] = {}
+    for name in _field_names():
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            values[name] = _parse_env(name, raw, hints[name])
+    return values
+
+
+def _parse_env(name: str, raw: str, hint: Any) -> Any:
+    setting = ENV_PREFIX + name.upper()
+    try:
+        if hint is bool:
+            if raw.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError("expected true or false")
+            return raw.lower() in ("1", "true", "yes", "on")
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if hint == Mapping[str, int]:
+            pairs = (item.split("=", 1) for item in raw.split(",") if item.strip())
+            return {key.strip(): int(value) for key, value in pairs}
+    except ValueError as exc:
+        raise ConfigError(setting, f"cannot read {raw!r}: {exc}") from None
+    return raw
+
+
+def _build(values: dict[str, Any]) -> Settings:
+    hints = get_type_hints(Settings)
+    for name, value in values.items():
+        _check_type(name, value, hints[name])
+    return Settings(**values)
+
+
+def _check_type(name: str, value: Any, hint: Any) -> None:
+    expected: tuple[type, ...]
+    if hint is float:
+        expected = (int, float)
+    elif hint == Mapping[str, int]:
+        expected = (dict,)
+    else:
+        expected = (hint,)
+    if isinstance(value, bool) and bool not in expected:
+        expected = ()  # TOML true is not a number
+    if not isinstance(value, expected):
+        raise ConfigError(name, f"expected {_type_name(hint)}, got {value!r}")
+
+
+def _type_name(hint: Any) -> str:
+    return {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}.get(
+        hint, "a table of handler = limit"
+    )
+
+
+def _field_names() -> set[str]:
+    return {f.name for f in dataclasses.fields(Settings)}

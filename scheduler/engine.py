@@ -1,0 +1,380 @@
+"""The dispatcher and its worker pool.
+
+A tick: reap expired leases -> fetch due jobs, most urgent first, no more than the pool can take
+-> lock them (one batch) -> claim them (one compare-and-set batch) -> record their executions as
+running (one batch) -> submit them to the workers through a bounded queue, which blocks when full
+(backpressure: the dispatcher falls behind the clock instead of piling up work). A full batch
+means more is due, so the next tick starts at once; otherwise the dispatcher sleeps until the
+next job falls due or the tick interval passes, whichever is sooner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scheduler.backoff import backoff_delay
+from scheduler.config import Settings
+from scheduler.lock import lock_key
+from scheduler.logs import log_event
+from scheduler.metrics import Metrics
+from scheduler.model import Execution, ExecutionError, Job, Status, new_id
+from scheduler.planning import Plan, plan_run
+from scheduler.ports import Claim, LockUnavailable, Ports, StoreError
+from scheduler.registry import HandlerRegistry
+from scheduler.runner import Outcome, Runner, Task, publish
+
+log = logging.getLogger("tickd.engine")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tick:
+    fetched: int  # due jobs read
+    claimed: int  # of those, locked and claimed by this instance: now queued, running or skipped
+    full: bool  # the fetch hit its limit: more may be due, so look again at once
+
+
+class WorkerPool:
+    """A fixed number of workers fed by a bounded queue."""
+
+    def __init__(self, runner: Runner, *, workers: int, queue_size: int, metrics: Metrics) -> None:
+        self._runner = runner
+        self._metrics = metrics
+        self._queue: asyncio.Queue[Task] = asyncio.Queue(queue_size)
+        self._size = workers
+        self._workers: list[asyncio.Task[None]] = []
+        self.busy = 0
+        self.slot_freed = asyncio.Event()
+        self.inflight: Counter[str] = Counter()  # by handler: queued or running
+
+    def start(self) -> None:
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"worker-{i}") for i in range(self._size)
+        ]
+
+    def free_slots(self) -> int:
+        idle = self._size - self.busy
+        return max(0, idle + self._queue.maxsize - self._queue.qsize())
+
+    async def submit(self, task: Task) -> None:
+        self.inflight[task.job.handler] += 1
+        await self._queue.put(task)  # blocks while the queue is full
+
+    async def join(self) -> None:
+        await self._queue.join()
+
+    def take_queued(self) -> list[Task]:
+        """Empty the queue of tasks no worker has started (for shutdown)."""
+        tasks = []
+        while not self._queue.empty():
+            tasks.append(self._queue.get_nowait())
+            self._queue.task_done()
+            self._done(tasks[-1])
+        return tasks
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Let running tasks finish within the grace period, then cancel the rest."""
+        running = [w for w in self._workers if not w.done()]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
+        for worker in running:
+            worker.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    async def _work(self) -> None:
+        while True:
+            task = await self._queue.get()
+            self.busy += 1
+            self._metrics.busy_workers.set(self.busy)
+            try:
+                await self._runner.run(task)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug of ours must not take a worker down with it
+                log.exception("worker.task_crashed")
+            finally:
+                self.busy -= 1
+                self._metrics.busy_workers.set(self.busy)
+                self._queue.task_done()
+                self._done(task)
+
+    def _done(self, task: Task) -> None:
+        self.inflight[task.job.handler] -= 1
+        self.slot_freed.set()
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        ports: Ports,
+        registry: HandlerRegistry,
+        metrics: Metrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ports = ports
+        self.registry = registry
+        self.metrics = metrics or Metrics()
+        self.rng = rng or random.Random()
+        self.runner = Runner(
+            settings=settings, ports=ports, registry=registry, metrics=self.metrics, rng=self.rng
+        )
+        self.pool = WorkerPool(
+            self.runner,
+            workers=settings.workers,
+            queue_size=settings.effective_queue_size,
+            metrics=self.metrics,
+        )
+        self.wake = asyncio.Event()  # set to make the dispatcher look again at once
+        self.healthy = True
+        self.last_error: str | None = None
+        self._started = False
+
+    def start(self) -> None:
+        if not self._started:
+            self.pool.start()
+            self._started = True
+
+    # -- one tick -------------------------------------------------------------------------------
+
+    async def tick(self) -> Tick:
+        """One dispatcher pass."""
+        now = self.ports.clock.now()
+        await self._reap(now)
+        limit = min(self.settings.batch_size, self.pool.free_slots())
+        if limit == 0:
+            return Tick(fetched=0, claimed=0, full=True)
+        jobs = await self.ports.store.due_jobs(now, limit, exclude_handlers=self._saturated())
+        self.metrics.due_backlog.set(await self.ports.store.count_due(now))
+        claimed = await self._dispatch(self._within_handler_limits(jobs), now) if jobs else 0
+        return Tick(fetched=len(jobs), claimed=claimed, full=len(jobs) == limit)
+
+    async def _reap(self, now: datetime) -> None:
+        for execution in await self.ports.store.reap_expired_leases(now):
+            self.metrics.leases_reaped.inc()
+            log_event(
+                log,
+                "lease.reaped",
+                level=logging.WARNING,
+                job=execution.job_name,
+                execution=execution.id,
+                owner=execution.owner,
+            )
+            publish(self.ports, self.metrics, self.settings.instance_id, execution)
+
+    async def _dispatch(self, jobs: list[Job], now: datetime) -> int:
+        token = new_id()
+        locked = await self._lock(jobs, token)
+        claimed = await self._claim(locked, now)
+        lost = [job for job in locked if job.id not in {c.id for c in claimed}]
+        if lost:
+            await self.ports.lock.release_many([lock_key(j.id) for j in lost], token)
+        self.metrics.batch_size.observe(len(claimed))
+        tasks = await self._record(claimed, now, token)
+        for task in tasks:
+            await self.pool.submit(task)
+        return len(claimed)
+
+    async def _lock(self, jobs: list[Job], token: str) -> list[Job]:
+        margin = self.settings.lock_margin_seconds
+        ttls = {lock_key(job.id): job.timeout_seconds + margin for job in jobs}
+        held = await self.ports.lock.acquire_many(ttls, token)
+        self.metrics.lock_contention.inc(len(jobs) - len(held))
+        return [job for job in jobs if lock_key(job.id) in held]
+
+    async def _claim(self, jobs: list[Job], now: datetime) -> list[Job]:
+        margin = self.settings.lease_margin_seconds
+        claims = [
+            Claim(
+                job_id=job.id,
+                revision=job.revision,
+                next_run_at=job.next_run_at or now,
+                owner=self.settings.instance_id,
+                until=now + timedelta(seconds=job.timeout_seconds + margin),
+            )
+            for job in jobs
+        ]
+        won = await self.ports.store.claim_jobs(claims, now)
+        self.metrics.claims_lost.inc(len(jobs) - len(won))
+        return won
+
+    async def _record(self, jobs: list[Job], now: datetime, token: str) -> list[Task]:
+        """Write the batch's executions (running ones and misfire skips) in one insert."""
+        tasks: list[Task] = []
+        skipped: list[Execution] = []
+        only_skips: list[tuple[Job, Plan, Execution]] = []
+        for job in jobs:
+            plan = plan_run(job, now)
+            skipped += self._skipped_executions(job, plan, now)
+            if plan.run_at is None:
+                only_skips.append((job, plan, skipped.pop()))
+                continue
+            execution = self._execution(job, plan.run_at, Status.RUNNING, now)
+            tasks.append(
+                Task(job=job, execution=execution, plan=plan, lock_token=token, claimed_at=now)
+            )
+        await self.ports.store.insert_executions([t.execution for t in tasks] + skipped)
+        for execution in [t.execution for t in tasks] + skipped:
+            publish(self.ports, self.metrics, self.settings.instance_id, execution)
+        for job, plan, last_skip in only_skips:
+            await self._finish_skipped(job, plan, last_skip, token)
+        return tasks
+
+    def _skipped_executions(self, job: Job, plan: Plan, now: datetime) -> list[Execution]:
+        if not plan.skipped:
+            return []
+        self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(len(plan.skipped))
+        message = f"missed by more than the grace period ({job.misfire.grace_seconds:g} s)"
+        if plan.skipped_truncated:
+            message += "; more occurrences were missed than are recorded"
+        error = ExecutionError(type="Misfire", message=message)
+        return [
+            self._execution(job, at, Status.SKIPPED, now, error=error, finished=now)
+            for at in plan.skipped
+        ]
+
+    async def _finish_skipped(self, job: Job, plan: Plan, execution: Execution, token: str) -> None:
+        """A job all of whose due occurrences were skipped: no run, just advance it."""
+        task = Task(
+            job=job,
+            execution=execution,
+            plan=plan,
+            lock_token=token,
+            claimed_at=execution.started_at or self.ports.clock.now(),
+        )
+        outcome = Outcome(status=Status.SKIPPED, error=execution.error)
+        await self.runner.finish(task, outcome, self.ports.clock.now())
+
+    def _execution(
+        self,
+        job: Job,
+        scheduled_at: datetime,
+        status: Status,
+        now: datetime,
+        *,
+        error: ExecutionError | None = None,
+        finished: datetime | None = None,
+    ) -> Execution:
+        assert job.lease is not None
+        return Execution(
+            job_id=job.id,
+            job_name=job.name,
+            handler=job.handler,
+            scheduled_at=scheduled_at,
+            status=status,
+            started_at=now,
+            finished_at=finished,
+            duration_ms=0.0 if finished else None,
+            error=error,
+            owner=self.settings.instance_id,
+            token=job.lease.token,
+        )
+
+    # -- per-handler concurrency ----------------------------------------------------------------
+
+    def _limit(self, handler: str) -> int | None:
+        if handler in self.settings.handler_concurrency:
+            return self.settings.handler_concurrency[handler]
+        registered = self.registry.get(handler)
+        return registered.handler.max_concurrency if registered else None
+
+    def _saturated(self) -> list[str]:
+        return [
+            handler
+            for handler, count in self.pool.inflight.items()
+            if (limit := self._limit(handler)) is not None and count >= limit
+        ]
+
+    def _within_handler_limits(self, jobs: Sequence[Job]) -> list[Job]:
+        taken: Counter[str] = Counter()
+        kept = []
+        for job in jobs:
+            limit = self._limit(job.handler)
+            if limit is None or self.pool.inflight[job.handler] + taken[job.handler] < limit:
+                taken[job.handler] += 1
+                kept.append(job)
+        return kept
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def drain(self, *, max_ticks: int = 10_000) -> None:
+        """Run until nothing is due and nothing is running, then return (tests, one-shot runs)."""
+        self.start()
+        for _ in range(max_ticks):
+            await self.pool.join()  # what runs now may free a handler's limit for the next tick
+            if (await self.tick()).claimed == 0:
+                return
+        raise RuntimeError(f"still busy after {max_ticks} ticks")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until `stop` is set, then shut down gracefully."""
+        self.start()
+        failures = 0
+        while not stop.is_set():
+            try:
+                tick = await self.tick()
+                failures = self._recovered(failures)
+                if not tick.full or self.pool.free_slots() == 0:
+                    await self._sleep(await self._until_next_due(), stop)
+            except (StoreError, LockUnavailable, OSError) as exc:
+                failures += 1
+                await self._sleep(self._backing_off(exc, failures), stop)
+        await self.shutdown()
+
+    def _recovered(self, failures: int) -> int:
+        if failures:
+            log_event(log, "dispatcher.recovered", after_failures=failures)
+        self.healthy, self.last_error = True, None
+        return 0
+
+    def _backing_off(self, exc: Exception, failures: int) -> float:
+        delay = backoff_delay(failures, base=self.settings.tick_seconds, cap=30.0)
+        self.healthy, self.last_error = False, f"{type(exc).__name__}: {exc}"
+        self.metrics.store_errors.labels("tick").inc()
+        log_event(
+            log,
+            "dispatcher.backing_off",
+            level=logging.ERROR,
+            error=self.last_error,
+            retry_in_seconds=delay,
+        )
+        return delay
+
+    async def _until_next_due(self) -> float:
+        tick = self.settings.tick_seconds
+        if self.pool.free_slots() == 0:
+            return tick
+        next_due = await self.ports.store.next_due_at()
+        if next_due is None:
+            return tick
+        seconds = (next_due - self.ports.clock.now()).total_seconds()
+        # Due already but not taken (held elsewhere, or its handler at its limit): wait a tick.
+        return tick if seconds <= 0 else min(tick, seconds)
+
+    async def _sleep(self, seconds: float, stop: asyncio.Event) -> None:
+        self.wake.clear()
+        self.pool.slot_freed.clear()
+        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, self.wake, self.pool.slot_freed)]
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+
+    async def shutdown(self) -> None:
+        """Stop taking work; let running executions finish within the grace period; cancel and
+        record the rest as abandoned, giving their occurrences back so they run after a restart."""
+        for task in self.pool.take_queued():
+            abandoned = Outcome(
+                status=Status.ABANDONED,
+                error=ExecutionError(type="Shutdown", message="not started"),
+            )
+            await self.runner.finish(task, abandoned, self.ports.clock.now())
+        await self.pool.stop(self.settings.shutdown_grace_seconds)
+        await self.runner.close()

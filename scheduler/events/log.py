@@ -1,0 +1,34 @@
+"""Events as log lines (`log://`), or nowhere at all (`none://`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from scheduler.ports import CloudEvent
+
+log = logging.getLogger("tickd.events")
+
+
+class LogPublisher:
+    """`log://` logs each event at INFO; `log://?level=debug` keeps them out of a normal log."""
+
+    def __init__(self, level: int = logging.INFO) -> None:
+        self.level = level
+
+    def publish(self, event: CloudEvent) -> None:
+        if log.isEnabledFor(self.level):
+            log.log(
+                self.level, "event %s", json.dumps(event, separators=(",", ":"), sort_keys=True)
+            )
+
+    async def close(self, timeout_seconds: float) -> None:
+        return None
+
+
+class NullPublisher:
+    def publish(self, event: CloudEvent) -> None:
+        return None
+
+    async def close(self, timeout_seconds: float) -> None:
+        return None

@@ -1,0 +1,93 @@
+"""What a handler plug-in sees of tickd: the only module of `scheduler` a handler should import.
+
+A handler is a callable taking a HandlerContext and returning a small dict (the execution's
+result) or None. Async handlers run on the event loop and must await now and then so that their
+deadline can cancel them; plain functions run in a thread of their own.
+
+    from scheduler.handler_api import HandlerContext, handler
+
+    @handler(params_schema={"type": "object", "properties": {"url": {"type": "string"}}})
+    async def ping(ctx: HandlerContext) -> dict[str, object]:
+        ...
+
+and, in the plug-in's pyproject.toml:
+
+    [project.entry-points."tickd.handlers"]
+    ping = "my_package.module:ping"
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from scheduler.clock import Clock
+from scheduler.ports import Mailer, Store
+
+Result = dict[str, Any] | None
+HandlerFunc = Callable[["HandlerContext"], Awaitable[Result]] | Callable[["HandlerContext"], Result]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandlerContext:
+    job_id: str
+    job_name: str
+    params: Mapping[str, Any]
+    # The occurrence this run is for (not when it started: that is later by the fire lag).
+    scheduled_at: datetime
+    # 1 for the first attempt; retries of the same occurrence count on.
+    attempt: int
+    # The run is cancelled at this instant; sync handlers should check `remaining_seconds()`.
+    deadline: datetime
+    # Stable across the attempts of one occurrence: use it to make side effects happen once.
+    idempotency_key: str
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    clock: Clock
+    store: Store
+    mailer: Mailer
+
+    def remaining_seconds(self) -> float:
+        return max(0.0, (self.deadline - self.clock.now()).total_seconds())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handler:
+    """A handler function and what tickd should know about it."""
+
+    func: HandlerFunc
+    # JSON Schema of the job's params, checked when a job is created or changed.
+    params_schema: Mapping[str, Any] | None = None
+    # Param names whose values are never shown (besides anything named like a secret).
+    secret_params: frozenset[str] = field(default_factory=frozenset)
+    # At most this many runs of this handler at once across the pool (None: no limit).
+    max_concurrency: int | None = None
+    # A standing job seeded at every boot under the handler's name, if absent, e.g.
+    # {"schedule": {"kind": "interval", "every_seconds": 86400}, "timeout_seconds": 600}.
+    system_job: Mapping[str, Any] | None = None
+
+    def __call__(self, ctx: HandlerContext) -> Awaitable[Result] | Result:
+        return self.func(ctx)
+
+
+def handler(
+    *,
+    params_schema: Mapping[str, Any] | None = None,
+    secret_params: frozenset[str] | set[str] = frozenset(),
+    max_concurrency: int | None = None,
+    system_job: Mapping[str, Any] | None = None,
+) -> Callable[[HandlerFunc], Handler]:
+    """Declare a handler's params schema, secret params, concurrency limit and system job."""
+
+    def wrap(func: HandlerFunc) -> Handler:
+        return Handler(
+            func=func,
+            params_schema=params_schema,
+            secret_params=frozenset(secret_params),
+            max_concurrency=max_concurrency,
+            system_job=system_job,
+        )
+
+    return wrap

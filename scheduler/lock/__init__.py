@@ -1,0 +1,20 @@
+"""The lock port: one runner per job across instances. Backends: `memory://`, `redis://...`."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from scheduler.ports import Lock
+
+
+def open_lock(url: str) -> Lock:
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        from scheduler.lock.memory import MemoryLock
+
+        return MemoryLock()
+    raise ValueError(f"lock_url: unsupported scheme {scheme!r} (expected memory://)")
+
+
+def lock_key(job_id: str) -> str:
+    return f"job:{job_id}"

@@ -1,0 +1,17 @@
+"""The mail port. Backends: `outbox:///path` (embedded), `smtp://` and `smtps://`."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from scheduler.ports import Mailer
+from scheduler.urls import local_path
+
+
+def open_mailer(url: str) -> Mailer:
+    parts = urlsplit(url)
+    if parts.scheme == "outbox":
+        from scheduler.mail.outbox import OutboxMailer
+
+        return OutboxMailer(local_path(url) or "var/outbox")
+    raise ValueError(f"mail_url: unsupported scheme {parts.scheme!r} (expected outbox://)")

@@ -1,0 +1,214 @@
+"""The data model shared by every part of tickd: jobs, their schedules and their executions.
+
+Objects are frozen and validated at construction, so a Job or an Execution that exists is a valid
+one; changes go through ``dataclasses.replace``. All datetimes are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+
+class Priority(enum.IntEnum):
+    """Lower value runs first: the due query orders by priority, then by next_run_at."""
+
+    CRITICAL = 0
+    HIGH = 1
+    NORMAL = 2
+    LOW = 3
+
+    @classmethod
+    def parse(cls, value: str | int | Priority) -> Priority:
+        if isinstance(value, Priority):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        try:
+            return cls[value.upper()]
+        except KeyError:
+            names = ", ".join(p.name.lower() for p in cls)
+            raise ValueError(f"unknown priority {value!r} (expected one of {names})") from None
+
+
+class Status(enum.StrEnum):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    ABANDONED = "abandoned"
+    SKIPPED = "skipped"
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (Status.FAILED, Status.TIMEOUT)
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What to do with occurrences that were missed by more than the grace period."""
+
+    COALESCE = "coalesce"  # run once for all of them, then carry on from now
+    RUN_ALL = "run_all"  # run every missed occurrence, one after the other
+    SKIP = "skip"  # run none of them; each leaves a `skipped` execution
+
+
+class ValidationError(ValueError):
+    """Bad input: names the field at fault so that a user can fix it."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+_last_id_time = 0
+
+
+def new_id() -> str:
+    """32 hex digits that sort by creation time (nanoseconds, then 64 random bits), as MongoDB's
+    ObjectIds do: listings of executions of one instant still come in the order they were made."""
+    global _last_id_time
+    _last_id_time = max(time.time_ns(), _last_id_time + 1)
+    return f"{_last_id_time:016x}{secrets.token_hex(8)}"
+
+
+def require_utc(name: str, value: datetime | None) -> None:
+    if value is not None and value.utcoffset() is None:
+        raise ValidationError(name, "must be timezone-aware")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CronSchedule:
+    """Six fields, seconds first; five fields mean seconds = 0. `H` picks a stable value per job."""
+
+    expr: str
+    timezone: str = "UTC"
+    kind: Literal["cron"] = "cron"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IntervalSchedule:
+    every_seconds: float
+    kind: Literal["interval"] = "interval"
+
+    def __post_init__(self) -> None:
+        if not self.every_seconds > 0:
+            raise ValidationError("schedule.every_seconds", "must be greater than 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OnceSchedule:
+    at: datetime
+    kind: Literal["once"] = "once"
+
+    def __post_init__(self) -> None:
+        require_utc("schedule.at", self.at)
+
+
+Schedule = CronSchedule | IntervalSchedule | OnceSchedule
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Misfire:
+    policy: MisfirePolicy = MisfirePolicy.COALESCE
+    # An occurrence this late or less is simply run late, whatever the policy.
+    grace_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.grace_seconds < 0:
+            raise ValidationError("misfire.grace_seconds", "must not be negative")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lease:
+    """Held by the instance running a job; `token` fences every write of that run."""
+
+    owner: str
+    token: int
+    until: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionSummary:
+    execution_id: str
+    status: Status
+    finished_at: datetime
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    id: str = field(default_factory=new_id)
+    name: str
+    handler: str
+    schedule: Schedule
+    params: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    next_run_at: datetime | None = None
+    timeout_seconds: float = 60.0
+    max_retries: int = 0
+    priority: Priority = Priority.NORMAL
+    misfire: Misfire = field(default_factory=Misfire)
+    # Bounded random delay added to each fire time, to flatten bursts at :00.
+    jitter_seconds: float = 0.0
+    lease: Lease | None = None
+    # Highest fencing token handed out for this job; a claim takes fence + 1.
+    fence: int = 0
+    # Bumped by every change of the definition; a claim only succeeds on the revision it read.
+    revision: int = 1
+    consecutive_failures: int = 0
+    paused_reason: str | None = None
+    last_execution: ExecutionSummary | None = None
+    system: bool = False
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise ValidationError("name", "must not be empty")
+        if not self.handler:
+            raise ValidationError("handler", "must not be empty")
+        if not self.timeout_seconds > 0:
+            raise ValidationError("timeout_seconds", "must be greater than 0")
+        if self.max_retries < 0:
+            raise ValidationError("max_retries", "must not be negative")
+        if self.jitter_seconds < 0:
+            raise ValidationError("jitter_seconds", "must not be negative")
+        require_utc("next_run_at", self.next_run_at)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionError:
+    type: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Execution:
+    id: str = field(default_factory=new_id)
+    job_id: str
+    job_name: str
+    handler: str
+    scheduled_at: datetime
+    status: Status
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: float | None = None
+    attempts: int = 0
+    error: ExecutionError | None = None
+    result: dict[str, Any] | None = None
+    owner: str | None = None
+    token: int | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across the attempts (and retries) of one occurrence of one job."""
+        return f"{self.job_id}:{self.scheduled_at.isoformat()}"

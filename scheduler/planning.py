@@ -1,0 +1,109 @@
+"""What to run for a due job, and where its schedule goes next: pure functions of the job and now.
+
+Misfire: an occurrence later than the job's grace period was missed (the daemon was down or
+behind). The policy says what becomes of the missed ones:
+
+* coalesce (default): one run stands for all of them; the schedule carries on from now;
+* run_all: every missed occurrence runs, one after the other, oldest first;
+* skip: none of them runs; each leaves a `skipped` execution (the first MAX_SKIPPED_RECORDS; beyond
+  that a counter); an occurrence still within grace runs.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from scheduler.model import (
+    CronSchedule,
+    ExecutionSummary,
+    IntervalSchedule,
+    Job,
+    MisfirePolicy,
+    OnceSchedule,
+    Status,
+)
+from scheduler.ports import Advance
+from scheduler.schedules import jittered, next_fire, occurrences
+
+MAX_SKIPPED_RECORDS = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    # The occurrence to run now, or None when every due occurrence is skipped.
+    run_at: datetime | None
+    skipped: list[datetime] = field(default_factory=list)
+    # True when more occurrences were skipped than are listed in `skipped`.
+    skipped_truncated: bool = False
+    # The next fire time is computed from here once this run is over.
+    advance_from: datetime
+
+
+def plan_run(job: Job, now: datetime) -> Plan:
+    due = job.next_run_at
+    assert due is not None, "a due job has a next_run_at"
+    grace = timedelta(seconds=job.misfire.grace_seconds)
+    if now - due <= grace or job.misfire.policy is MisfirePolicy.RUN_ALL:
+        return Plan(run_at=due, advance_from=due)
+    if job.misfire.policy is MisfirePolicy.COALESCE:
+        return Plan(run_at=due, advance_from=now)
+    return _skip_missed(job, due, now, grace)
+
+
+def _skip_missed(job: Job, due: datetime, now: datetime, grace: timedelta) -> Plan:
+    missed = occurrences(job.schedule, due, now, job_name=job.name, limit=MAX_SKIPPED_RECORDS + 1)
+    truncated = len(missed) > MAX_SKIPPED_RECORDS
+    missed = missed[:MAX_SKIPPED_RECORDS]
+    late = [t for t in missed if now - t > grace]
+    in_time = [t for t in missed if now - t <= grace]
+    if in_time and not truncated:
+        return Plan(run_at=in_time[0], skipped=late, advance_from=in_time[0])
+    return Plan(run_at=None, skipped=late, skipped_truncated=truncated, advance_from=now)
+
+
+def next_run_after(
+    job: Job, plan: Plan, finished_at: datetime, rng: random.Random
+) -> datetime | None:
+    """Cron: the next fire time after the occurrence; interval: finished + every; once: none."""
+    schedule = job.schedule
+    if isinstance(schedule, OnceSchedule):
+        return None
+    if isinstance(schedule, IntervalSchedule):
+        base = finished_at + timedelta(seconds=schedule.every_seconds)
+        return jittered(base, job.jitter_seconds, rng)
+    assert isinstance(schedule, CronSchedule)
+    # advance_from may carry this occurrence's jitter; jitter shorter than the period (the API
+    # checks) cannot move the next fire time past its successor.
+    fire = next_fire(schedule, plan.advance_from, job_name=job.name)
+    return None if fire is None else jittered(fire, job.jitter_seconds, rng)
+
+
+def advance_after(
+    job: Job,
+    plan: Plan,
+    summary: ExecutionSummary,
+    *,
+    breaker_threshold: int,
+    rng: random.Random,
+) -> Advance:
+    """The job's state once a run (or a skip) is over, with the circuit breaker applied."""
+    next_run_at = next_run_after(job, plan, summary.finished_at, rng)
+    failures = job.consecutive_failures + 1 if summary.status.is_failure else 0
+    if summary.status is Status.SKIPPED:
+        failures = job.consecutive_failures
+    tripped = breaker_threshold > 0 and failures >= breaker_threshold
+    paused_reason = (
+        f"circuit breaker: paused after {failures} consecutive failed executions"
+        f" (last error: {summary.error or summary.status})"
+        if tripped
+        else None
+    )
+    return Advance(
+        next_run_at=next_run_at,
+        enabled=next_run_at is not None and not tripped,
+        consecutive_failures=failures,
+        paused_reason=paused_reason,
+        last_execution=summary,
+    )

@@ -1,0 +1,194 @@
+"""The ports of tickd: every contract between the engine and a backend, documented once, here.
+
+Each port has an embedded backend (fresh checkout, no services) and a production one; a URL in the
+configuration picks it (see the ``open_*`` factory in each port's package). Methods take batches
+where the caller has a batch: one round trip per batch, never one per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import EmailMessage
+from typing import Any, Protocol
+
+from scheduler.clock import Clock
+from scheduler.model import Execution, ExecutionSummary, Job, Status
+
+
+class StoreError(Exception):
+    """A store failure; `transient` ones (connection lost, primary stepped down) are retried."""
+
+    transient = True
+
+
+class DuplicateJobName(StoreError):
+    transient = False
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"a job named {name!r} exists already")
+        self.name = name
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim:
+    """Lease a job to `owner` until `until`, only if it is still as the due query read it.
+
+    The store hands out the fencing token (the job's fence + 1), so two claims can never share one.
+    """
+
+    job_id: str
+    revision: int
+    next_run_at: datetime
+    owner: str
+    until: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Advance:
+    """The job's new state after a run; applied only while the run's lease token still holds."""
+
+    next_run_at: datetime | None
+    enabled: bool
+    consecutive_failures: int
+    paused_reason: str | None
+    last_execution: ExecutionSummary
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionQuery:
+    job_id: str | None = None
+    status: Status | None = None
+    handler: str | None = None
+    limit: int = 100
+
+
+class Store(Protocol):
+    """Jobs and their executions."""
+
+    async def open(self) -> None:
+        """Connect and create the schema and the indexes the due and history queries need."""
+
+    async def close(self) -> None:
+        """Close what this store opened (never a client it was handed)."""
+
+    async def ping(self) -> None:
+        """Raise StoreError unless the store answers."""
+
+    async def insert_job(self, job: Job) -> None:
+        """Add a job; DuplicateJobName if its name is taken."""
+
+    async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
+        """Add the jobs whose names are not taken yet, leave the others as they are (seeding).
+
+        Returns the jobs that were added."""
+
+    async def get_job(self, job_id: str) -> Job | None: ...
+
+    async def get_job_by_name(self, name: str) -> Job | None: ...
+
+    async def list_jobs(self, *, limit: int = 100) -> list[Job]:
+        """Jobs ordered by name."""
+
+    async def delete_job(self, job_id: str) -> bool: ...
+
+    async def due_jobs(
+        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+    ) -> list[Job]:
+        """Enabled jobs with next_run_at <= now and no lease, most urgent first.
+
+        Most urgent: priority, then next_run_at. A job whose lease is held (live or expired) is
+        not due: an expired lease is first reaped by `reap_expired_leases`."""
+
+    async def count_due(self, now: datetime) -> int:
+        """How many jobs `due_jobs` could return now, without a limit (the backlog)."""
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest next_run_at of an enabled job with no lease, so the dispatcher can sleep
+        until exactly then rather than poll."""
+
+    async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
+        """Compare-and-set a batch: each job takes its claim's lease and fencing token only if its
+        revision and next_run_at are still those the claim read and it has no lease.
+
+        Returns the jobs won, as they are after the claim. Losers are left untouched."""
+
+    async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
+        """Move a held lease's expiry; False if the token no longer holds it (fenced off)."""
+
+    async def insert_executions(self, executions: Sequence[Execution]) -> None: ...
+
+    async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:
+        """Write the execution's final state; then, if the job's lease token is still the
+        execution's, apply `advance` (None leaves the schedule as it is, so the occurrence runs
+        again) and clear the lease. Returns False when the run had been fenced off."""
+
+    async def reap_expired_leases(self, now: datetime) -> list[Execution]:
+        """Clear every lease whose expiry has passed and mark the execution it guarded
+        `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions."""
+
+    async def get_execution(self, execution_id: str) -> Execution | None: ...
+
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        """Newest first (by scheduled_at, then id)."""
+
+
+class Lock(Protocol):
+    """Mutual exclusion per job across instances: SET key token NX PX ttl, released by token."""
+
+    async def acquire_many(self, ttls: Mapping[str, float], token: str) -> set[str]:
+        """Try every key at once, each with its own time to live in seconds; returns the keys now
+        held with `token`. Raises LockUnavailable when the lock service cannot be reached."""
+
+    async def extend(self, key: str, token: str, ttl_seconds: float) -> bool:
+        """Push back the expiry of a key still held with `token`."""
+
+    async def release_many(self, keys: Sequence[str], token: str) -> None:
+        """Release the keys still held with `token`; others are left alone."""
+
+    async def ping(self) -> None:
+        """Raise LockUnavailable unless the lock service answers."""
+
+    async def close(self) -> None: ...
+
+
+class LockUnavailable(Exception):
+    """The lock service cannot be reached: no run may start (fail closed)."""
+
+
+CloudEvent = dict[str, Any]
+
+
+class EventPublisher(Protocol):
+    """Execution events, CloudEvents 1.0 structured JSON, keyed by job id."""
+
+    def publish(self, event: CloudEvent) -> None:
+        """Hand an event over without blocking; never raises (an outage is counted, not fatal)."""
+
+    async def close(self, timeout_seconds: float) -> None:
+        """Deliver what is pending within the deadline, then let go."""
+
+
+class Mailer(Protocol):
+    async def send(self, message: EmailMessage) -> None:
+        """Deliver one message; raises MailError (with `transient`) when it could not."""
+
+    async def close(self) -> None: ...
+
+
+class MailError(Exception):
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ports:
+    """The backends one engine runs on, opened and closed together by the daemon."""
+
+    store: Store
+    lock: Lock
+    events: EventPublisher
+    mailer: Mailer
+    clock: Clock

@@ -1,0 +1,358 @@
+"""The life of one claimed run, on a worker: run the handler under its deadline with retries,
+finalise the execution, advance the schedule (fenced), release the lock, tell the world.
+
+Lock, claim and record happen before, in batches, in the dispatcher (scheduler/engine.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import random
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduler.backoff import backoff_delay
+from scheduler.config import Settings
+from scheduler.events import execution_event
+from scheduler.handler_api import Handler, HandlerContext, Result
+from scheduler.lock import lock_key
+from scheduler.logs import FIELDS, log_event
+from scheduler.metrics import Metrics
+from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
+from scheduler.planning import Plan, advance_after
+from scheduler.ports import Advance, Ports, StoreError
+from scheduler.registry import HandlerRegistry
+from scheduler.secrets import mask, scrub_text
+
+log = logging.getLogger("tickd.runner")
+
+# After cancelling a handler at its deadline, how long to wait for it to let go.
+CANCEL_GRACE_SECONDS = 1.0
+MAX_RESULT_BYTES = 16 * 1024
+MAX_ERROR_CHARS = 2000
+# A store write that ends a run is retried this many times before the lease is left to expire.
+FINISH_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    job: Job  # as claimed: carries the lease and its fencing token
+    execution: Execution  # recorded as running
+    plan: Plan
+    lock_token: str
+    claimed_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    status: Status
+    attempts: int = 0
+    result: dict[str, Any] | None = None
+    error: ExecutionError | None = None
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        ports: Ports,
+        registry: HandlerRegistry,
+        metrics: Metrics,
+        rng: random.Random,
+    ) -> None:
+        self.settings = settings
+        self.ports = ports
+        self.registry = registry
+        self.metrics = metrics
+        self.rng = rng
+        # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
+        self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
+        # Handlers that outlived their cancellation: kept referenced until they end.
+        self._stuck: set[asyncio.Future[Any]] = set()
+
+    async def run(self, task: Task) -> None:
+        if not await self._still_ours(task):
+            return
+        started = self.ports.clock.now()
+        try:
+            outcome = await self._run_handler(task, started)
+        except asyncio.CancelledError:
+            # Shutdown past its grace period: record the run as abandoned and give the
+            # occurrence back (no advance), so it runs again after the restart.
+            abandoned = Outcome(status=Status.ABANDONED, error=_error("Shutdown", "cancelled"))
+            await asyncio.shield(self.finish(task, abandoned, started))
+            raise
+        await self.finish(task, outcome, started)
+
+    async def close(self) -> None:
+        for future in self._stuck:
+            future.cancel()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    # -- before the handler ---------------------------------------------------------------------
+
+    async def _still_ours(self, task: Task) -> bool:
+        """A task that waited in the queue renews its lease and lock, so that its whole timeout
+        is covered; if another instance took the job over meanwhile, it does not run."""
+        now = self.ports.clock.now()
+        if now - task.claimed_at < timedelta(seconds=1):
+            return True
+        lease = task.job.lease
+        assert lease is not None
+        timeout = task.job.timeout_seconds
+        until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
+        renewed = await self.ports.store.renew_lease(task.job.id, lease.token, until)
+        if renewed:
+            ttl = timeout + self.settings.lock_margin_seconds
+            await self.ports.lock.extend(lock_key(task.job.id), task.lock_token, ttl)
+            return True
+        self.metrics.fenced.inc()
+        log_event(log, "run.fenced_before_start", level=logging.WARNING, job=task.job.name)
+        return False
+
+    # -- the handler, its deadline and its retries ----------------------------------------------
+
+    async def _run_handler(self, task: Task, started: datetime) -> Outcome:
+        registered = self.registry.get(task.job.handler)
+        if registered is None:
+            log_event(
+                log,
+                "run.unknown_handler",
+                level=logging.WARNING,
+                job=task.job.name,
+                handler=task.job.handler,
+            )
+            message = f"no handler named {task.job.handler!r} is registered"
+            return Outcome(status=Status.SKIPPED, error=_error("UnknownHandler", message))
+        lag = (started - task.execution.scheduled_at).total_seconds()
+        self.metrics.fire_lag.labels(task.job.handler).observe(max(0.0, lag))
+        deadline = started + timedelta(seconds=task.job.timeout_seconds)
+        return await self._attempts(task, registered.handler, deadline)
+
+    async def _attempts(self, task: Task, handler: Handler, deadline: datetime) -> Outcome:
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome = await self._attempt(handler, self._context(task, attempt, deadline))
+            outcome = replace(outcome, attempts=attempt)
+            if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
+                return outcome
+            delay = backoff_delay(attempt)
+            if self.ports.clock.now() + timedelta(seconds=delay) >= deadline:
+                return outcome  # no time left for another attempt inside the deadline
+            self.metrics.retries.labels(task.job.handler).inc()
+            log_event(
+                log,
+                "run.retry",
+                job=task.job.name,
+                attempt=attempt,
+                delay_seconds=delay,
+                error=outcome.error.message if outcome.error else None,
+            )
+            await self.ports.clock.sleep(delay)
+
+    async def _attempt(self, handler: Handler, ctx: HandlerContext) -> Outcome:
+        remaining = ctx.remaining_seconds()
+        if remaining <= 0:
+            return Outcome(status=Status.TIMEOUT, error=_error("Timeout", "deadline reached"))
+        future = self._start(handler, ctx)
+        try:
+            done, _ = await asyncio.wait({future}, timeout=remaining)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        if not done:
+            await self._cancel(future, ctx)
+            message = f"still running at its deadline ({ctx.deadline.isoformat()})"
+            return Outcome(status=Status.TIMEOUT, error=_error("Timeout", message))
+        return _outcome_of(future)
+
+    def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
+        if inspect.iscoroutinefunction(handler.func) or _is_async_callable(handler.func):
+            return asyncio.ensure_future(_call_async(handler, ctx))
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
+
+    async def _cancel(self, future: asyncio.Future[Result], ctx: HandlerContext) -> None:
+        future.cancel()
+        await asyncio.wait({future}, timeout=CANCEL_GRACE_SECONDS)
+        if future.done():
+            return
+        # It ignores cancellation (or is a thread, which cannot be cancelled): let it go, keep
+        # a reference until it ends, and free the worker.
+        self._stuck.add(future)
+        future.add_done_callback(self._forget_stuck)
+        self.metrics.stuck_handlers.labels(ctx.job_name).inc()
+        log_event(log, "run.handler_ignores_deadline", level=logging.ERROR, job=ctx.job_name)
+
+    def _forget_stuck(self, future: asyncio.Future[Any]) -> None:
+        self._stuck.discard(future)
+        if not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not complain about it later
+
+    def _context(self, task: Task, attempt: int, deadline: datetime) -> HandlerContext:
+        job = task.job
+        fields = {"job": job.name, "execution": task.execution.id, "attempt": attempt}
+        return HandlerContext(
+            job_id=job.id,
+            job_name=job.name,
+            params=job.params,
+            scheduled_at=task.execution.scheduled_at,
+            attempt=attempt,
+            deadline=deadline,
+            idempotency_key=task.execution.idempotency_key,
+            logger=logging.LoggerAdapter(
+                logging.getLogger(f"tickd.handler.{job.handler}"), {FIELDS: fields}
+            ),
+            clock=self.ports.clock,
+            store=self.ports.store,
+            mailer=self.ports.mailer,
+        )
+
+    # -- after the handler ----------------------------------------------------------------------
+
+    async def finish(self, task: Task, outcome: Outcome, started: datetime) -> None:
+        finished = self.ports.clock.now()
+        execution = replace(
+            task.execution,
+            status=outcome.status,
+            finished_at=finished,
+            duration_ms=round((finished - started).total_seconds() * 1000, 3),
+            attempts=outcome.attempts,
+            error=outcome.error,
+            result=outcome.result,
+        )
+        advance = self._advance(task, execution)
+        applied = await self._write_finish(execution, advance)
+        await self._release_lock(task)
+        self._report(task, execution, applied)
+        if applied and advance is not None and advance.paused_reason:
+            self.metrics.breaker_trips.labels(task.job.handler).inc()
+            log_event(
+                log,
+                "job.paused",
+                level=logging.WARNING,
+                job=task.job.name,
+                reason=advance.paused_reason,
+            )
+
+    def _advance(self, task: Task, execution: Execution) -> Advance | None:
+        if execution.status is Status.ABANDONED:
+            return None
+        assert execution.finished_at is not None
+        summary = ExecutionSummary(
+            execution_id=execution.id,
+            status=execution.status,
+            finished_at=execution.finished_at,
+            error=execution.error.message if execution.error else None,
+        )
+        return advance_after(
+            task.job,
+            task.plan,
+            summary,
+            breaker_threshold=self.settings.circuit_breaker_failures,
+            rng=self.rng,
+        )
+
+    async def _write_finish(self, execution: Execution, advance: Advance | None) -> bool:
+        """Retries transient store errors; if the store stays away, the lease expires and the
+        occurrence is reaped and run again: delayed, never lost."""
+        for attempt in range(1, FINISH_ATTEMPTS + 1):
+            try:
+                return await self.ports.store.finish_execution(execution, advance)
+            except StoreError as exc:
+                self.metrics.store_errors.labels("finish_execution").inc()
+                if not exc.transient or attempt == FINISH_ATTEMPTS:
+                    log_event(
+                        log,
+                        "run.finish_not_recorded",
+                        level=logging.ERROR,
+                        job=execution.job_name,
+                        execution=execution.id,
+                        error=str(exc),
+                    )
+                    return False
+                await asyncio.sleep(backoff_delay(attempt, base=0.2, cap=5.0))
+        return False
+
+    async def _release_lock(self, task: Task) -> None:
+        try:
+            await self.ports.lock.release_many([lock_key(task.job.id)], task.lock_token)
+        except Exception as exc:  # the lock expires by itself; never fail a finished run on it
+            log_event(
+                log, "lock.release_failed", level=logging.WARNING, job=task.job.name, error=str(exc)
+            )
+
+    def _report(self, task: Task, execution: Execution, applied: bool) -> None:
+        handler = task.job.handler
+        if not applied:
+            self.metrics.fenced.inc()
+            log_event(
+                log, "run.fenced", level=logging.WARNING, job=task.job.name, execution=execution.id
+            )
+        self.metrics.executions.labels(handler, str(execution.status)).inc()
+        if execution.duration_ms is not None:
+            self.metrics.duration.labels(handler).observe(execution.duration_ms / 1000)
+        publish(self.ports, self.metrics, self.settings.instance_id, execution)
+        log_event(
+            log,
+            "run.finished",
+            job=task.job.name,
+            execution=execution.id,
+            status=str(execution.status),
+            attempts=execution.attempts,
+            duration_ms=execution.duration_ms,
+            error=execution.error.message if execution.error else None,
+        )
+
+
+def publish(ports: Ports, metrics: Metrics, source: str, execution: Execution) -> None:
+    """Hand an execution event to the publisher; an outage is counted, never raised."""
+    try:
+        ports.events.publish(execution_event(execution, source=source, time=ports.clock.now()))
+    except Exception:
+        metrics.events_failed.inc()
+        log.exception("event.publish_failed")
+
+
+async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
+    value = handler(ctx)
+    assert isinstance(value, Awaitable)
+    return await value
+
+
+def _is_async_callable(func: object) -> bool:
+    return inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004
+
+
+def _outcome_of(future: asyncio.Future[Result]) -> Outcome:
+    if future.cancelled():
+        return Outcome(status=Status.FAILED, error=_error("Cancelled", "the handler was cancelled"))
+    exc = future.exception()
+    if exc is not None:
+        return Outcome(status=Status.FAILED, error=_error(type(exc).__name__, str(exc)))
+    return _checked_result(future.result())
+
+
+def _checked_result(value: object) -> Outcome:
+    if value is not None and not isinstance(value, dict):
+        message = f"a handler returns a dict or None, not {type(value).__name__}"
+        return Outcome(status=Status.FAILED, error=_error("BadResult", message))
+    if value is None:
+        return Outcome(status=Status.SUCCESS)
+    safe: dict[str, Any] = json.loads(json.dumps(mask(value), default=str))
+    size = len(json.dumps(safe))
+    if size > MAX_RESULT_BYTES:
+        safe = {"truncated": True, "size_bytes": size}
+    return Outcome(status=Status.SUCCESS, result=safe)
+
+
+def _error(kind: str, message: str) -> ExecutionError:
+    return ExecutionError(type=kind, message=scrub_text(message)[:MAX_ERROR_CHARS])

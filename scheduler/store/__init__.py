@@ -1,0 +1,17 @@
+"""The store port: jobs and executions. Backends: `sqlite:///path` (embedded), `mongodb://...`."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from scheduler.ports import Store
+
+
+def open_store(url: str) -> Store:
+    """The store backend for a URL (not yet opened: call `await store.open()`)."""
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        from scheduler.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    raise ValueError(f"store_url: unsupported scheme {scheme!r} (expected sqlite://)")

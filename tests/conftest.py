@@ -1,0 +1,147 @@
+"""Shared fixtures: a fake clock, stores over every backend, and an engine wired for drain mode."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.clock import FakeClock
+from scheduler.config import Settings
+from scheduler.engine import Engine
+from scheduler.handler_api import Handler, HandlerFunc
+from scheduler.lock.memory import MemoryLock
+from scheduler.mail.outbox import OutboxMailer
+from scheduler.metrics import Metrics
+from scheduler.model import IntervalSchedule, Job, Schedule
+from scheduler.ports import CloudEvent, Ports, Store
+from scheduler.registry import HandlerRegistry
+from scheduler.store import open_store
+
+T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+REQUIRE_SERVICES = os.environ.get("TICKD_REQUIRE_SERVICES") == "1"
+
+
+def service_missing(reason: str) -> None:
+    """Skip on a laptop without the service; fail in CI, where every service must be up."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"TICKD_REQUIRE_SERVICES=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+STORE_BACKENDS = ["sqlite"]
+
+
+async def _open_sqlite(tmp_path: Path) -> Store:
+    store = open_store(f"sqlite:///{tmp_path}/tickd.db")
+    await store.open()
+    return store
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    opened = await _open_sqlite(tmp_path)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+class RecordingPublisher:
+    """Keeps the events it is handed, for assertions on what the engine publishes."""
+
+    def __init__(self) -> None:
+        self.events: list[CloudEvent] = []
+
+    def publish(self, event: CloudEvent) -> None:
+        self.events.append(event)
+
+    def types(self, job_id: str | None = None) -> list[str]:
+        return [e["type"] for e in self.events if job_id is None or e["subject"] == job_id]
+
+    async def close(self, timeout_seconds: float) -> None:
+        return None
+
+
+@dataclass
+class Harness:
+    """An engine on a store, a lock bound to the fake clock, and a recording publisher."""
+
+    engine: Engine
+    clock: FakeClock
+    store: Store
+    events: RecordingPublisher
+    registry: HandlerRegistry
+    settings: Settings
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def add(self, job: Job) -> Job:
+        await self.store.insert_job(job)
+        return job
+
+
+EngineFactory = Callable[..., Harness]
+
+
+@pytest.fixture
+async def make_engine(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> AsyncIterator[EngineFactory]:
+    built: list[Engine] = []
+
+    def build(
+        handlers: dict[str, Handler | HandlerFunc] | None = None,
+        *,
+        lock: MemoryLock | None = None,
+        instance_id: str = "test-instance",
+        **overrides: Any,
+    ) -> Harness:
+        registry = HandlerRegistry()
+        for name, func in (handlers or {}).items():
+            registry.register(name, func)
+        overrides.setdefault("shutdown_grace_seconds", 0.5)
+        settings = Settings(instance_id=instance_id, metrics_port=0, **overrides)
+        events = RecordingPublisher()
+        ports = Ports(
+            store=store,
+            lock=lock or MemoryLock(monotonic=lambda: clock.now().timestamp()),
+            events=events,
+            mailer=OutboxMailer(tmp_path / "outbox"),
+            clock=clock,
+        )
+        engine = Engine(settings=settings, ports=ports, registry=registry, metrics=Metrics())
+        built.append(engine)
+        return Harness(engine, clock, store, events, registry, settings)
+
+    yield build
+    for engine in built:
+        await engine.shutdown()
+
+
+def make_job(
+    name: str = "job",
+    handler: str = "noop",
+    *,
+    schedule: Schedule | None = None,
+    next_run_at: datetime | None = T0,
+    **fields: Any,
+) -> Job:
+    return Job(
+        name=name,
+        handler=handler,
+        schedule=schedule or IntervalSchedule(every_seconds=60),
+        next_run_at=next_run_at,
+        created_at=T0,
+        updated_at=T0,
+        **fields,
+    )

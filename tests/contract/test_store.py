@@ -1,0 +1,284 @@
+"""The store contract, run against every store backend (see STORE_BACKENDS in conftest)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from scheduler.model import (
+    CronSchedule,
+    Execution,
+    ExecutionError,
+    ExecutionSummary,
+    Job,
+    Misfire,
+    MisfirePolicy,
+    OnceSchedule,
+    Priority,
+    Status,
+)
+from scheduler.ports import Advance, Claim, DuplicateJobName, ExecutionQuery, Store
+from tests.conftest import T0, make_job
+
+OWNER = "instance-a"
+
+
+def claim_of(job: Job, *, owner: str = OWNER, until: datetime | None = None) -> Claim:
+    assert job.next_run_at is not None
+    return Claim(
+        job_id=job.id,
+        revision=job.revision,
+        next_run_at=job.next_run_at,
+        owner=owner,
+        until=until or T0 + timedelta(minutes=5),
+    )
+
+
+def running(job: Job, token: int) -> Execution:
+    assert job.next_run_at is not None
+    return Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        scheduled_at=job.next_run_at,
+        status=Status.RUNNING,
+        started_at=T0,
+        owner=OWNER,
+        token=token,
+    )
+
+
+def advance_to(when: datetime | None, execution: Execution) -> Advance:
+    return Advance(
+        next_run_at=when,
+        enabled=when is not None,
+        consecutive_failures=0,
+        paused_reason=None,
+        last_execution=ExecutionSummary(
+            execution_id=execution.id, status=Status.SUCCESS, finished_at=T0
+        ),
+    )
+
+
+async def claimed(store: Store, job: Job) -> Job:
+    [won] = await store.claim_jobs([claim_of(job)], T0)
+    return won
+
+
+async def test_a_job_round_trips_exactly(store: Store) -> None:
+    job = make_job(
+        "round-trip",
+        schedule=CronSchedule(expr="*/10 * * * * *", timezone="Europe/Berlin"),
+        next_run_at=T0 + timedelta(microseconds=123_457),
+        params={"url": "https://example.com", "nested": {"n": [1, 2.5, None, True]}},
+        timeout_seconds=12.5,
+        max_retries=3,
+        priority=Priority.HIGH,
+        misfire=Misfire(policy=MisfirePolicy.SKIP, grace_seconds=5),
+        jitter_seconds=2,
+        system=True,
+    )
+    await store.insert_job(job)
+    assert await store.get_job(job.id) == job
+    assert await store.get_job_by_name("round-trip") == job
+    assert await store.get_job("missing") is None
+
+
+async def test_a_once_schedule_round_trips(store: Store) -> None:
+    job = make_job("once", schedule=OnceSchedule(at=T0 + timedelta(hours=1)))
+    await store.insert_job(job)
+    assert await store.get_job(job.id) == job
+
+
+async def test_names_are_unique(store: Store) -> None:
+    await store.insert_job(make_job("same"))
+    with pytest.raises(DuplicateJobName, match="same"):
+        await store.insert_job(make_job("same"))
+    assert len(await store.list_jobs()) == 1
+
+
+async def test_insert_missing_jobs_adds_by_name_and_never_overwrites(store: Store) -> None:
+    original = make_job("seeded", timeout_seconds=10)
+    assert await store.insert_missing_jobs([original]) == [original]
+    changed_by_ops = make_job("seeded", timeout_seconds=99)
+    newcomer = make_job("new")
+    assert await store.insert_missing_jobs([changed_by_ops, newcomer]) == [newcomer]
+    stored = await store.get_job_by_name("seeded")
+    assert stored is not None and stored.timeout_seconds == 10
+    assert [j.name for j in await store.list_jobs()] == ["new", "seeded"]
+
+
+async def test_due_jobs_are_enabled_due_free_and_most_urgent_first(store: Store) -> None:
+    jobs = [
+        make_job("low-early", priority=Priority.LOW, next_run_at=T0 - timedelta(minutes=9)),
+        make_job("normal-late", next_run_at=T0 - timedelta(minutes=1)),
+        make_job("normal-early", next_run_at=T0 - timedelta(minutes=2)),
+        make_job("critical", priority=Priority.CRITICAL, next_run_at=T0),
+        make_job("future", next_run_at=T0 + timedelta(seconds=1)),
+        make_job("disabled", enabled=False, next_run_at=T0 - timedelta(hours=1)),
+        make_job("never", next_run_at=None),
+    ]
+    for job in jobs:
+        await store.insert_job(job)
+    leased = make_job("leased", next_run_at=T0 - timedelta(hours=1))
+    await store.insert_job(leased)
+    await claimed(store, leased)
+
+    due = await store.due_jobs(T0, 10)
+    assert [j.name for j in due] == ["critical", "normal-early", "normal-late", "low-early"]
+    assert [j.name for j in await store.due_jobs(T0, 2)] == ["critical", "normal-early"]
+    assert await store.count_due(T0) == 4
+    assert await store.next_due_at() == T0 - timedelta(minutes=9)
+
+
+async def test_due_jobs_can_leave_out_saturated_handlers(store: Store) -> None:
+    await store.insert_job(make_job("a", handler="busy"))
+    await store.insert_job(make_job("b", handler="free"))
+    due = await store.due_jobs(T0, 10, exclude_handlers=["busy"])
+    assert [j.name for j in due] == ["b"]
+
+
+async def test_claim_hands_out_a_fresh_fencing_token(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    assert won.lease is not None
+    assert (won.lease.owner, won.lease.token, won.fence) == (OWNER, 1, 1)
+    assert await store.due_jobs(T0, 10) == []
+
+
+async def test_only_one_of_two_claims_on_the_same_read_wins(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    first = await store.claim_jobs([claim_of(job, owner="a")], T0)
+    second = await store.claim_jobs([claim_of(job, owner="b")], T0)
+    assert [j.id for j in first] == [job.id]
+    assert second == []
+
+
+async def test_a_claim_on_a_stale_read_loses(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    stale_revision = replace(job, revision=job.revision - 1)
+    moved = replace(job, next_run_at=T0 - timedelta(seconds=1))
+    assert await store.claim_jobs([claim_of(stale_revision), claim_of(moved)], T0) == []
+    assert (await store.get_job(job.id)).lease is None  # type: ignore[union-attr]
+
+
+async def test_a_batch_claim_returns_only_the_winners(store: Store) -> None:
+    jobs = [make_job(f"j{i}") for i in range(5)]
+    for job in jobs:
+        await store.insert_job(job)
+    await store.claim_jobs([claim_of(jobs[1], owner="other")], T0)
+    won = await store.claim_jobs([claim_of(j) for j in jobs], T0)
+    assert sorted(j.name for j in won) == ["j0", "j2", "j3", "j4"]
+
+
+async def test_finish_applies_the_advance_and_frees_the_job(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    execution = running(won, won.lease.token)  # type: ignore[union-attr]
+    await store.insert_executions([execution])
+    done = replace(execution, status=Status.SUCCESS, finished_at=T0, duration_ms=5.0, attempts=1)
+    assert await store.finish_execution(done, advance_to(T0 + timedelta(minutes=1), done))
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None
+    assert after.next_run_at == T0 + timedelta(minutes=1)
+    assert after.last_execution is not None and after.last_execution.execution_id == done.id
+    assert await store.get_execution(done.id) == done
+
+
+async def test_finish_with_a_stale_token_changes_nothing_but_its_execution(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    token = won.lease.token  # type: ignore[union-attr]
+    execution = running(won, token)
+    await store.insert_executions([execution])
+    await store.reap_expired_leases(T0 + timedelta(hours=1))  # our lease expires...
+    retaken = await claimed(store, won)  # ...and someone else claims the job
+    late = replace(execution, status=Status.SUCCESS, finished_at=T0)
+    assert not await store.finish_execution(late, advance_to(T0 + timedelta(days=1), late))
+    job_now = await store.get_job(job.id)
+    assert job_now is not None and job_now.lease == retaken.lease
+    assert job_now.next_run_at == job.next_run_at
+    assert (await store.get_execution(execution.id)).status is Status.SUCCESS  # type: ignore[union-attr]
+
+
+async def test_finish_without_advance_gives_the_occurrence_back(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    execution = running(won, won.lease.token)  # type: ignore[union-attr]
+    await store.insert_executions([execution])
+    abandoned = replace(execution, status=Status.ABANDONED, finished_at=T0)
+    assert await store.finish_execution(abandoned, None)
+    assert [j.id for j in await store.due_jobs(T0, 10)] == [job.id]
+
+
+async def test_renew_lease_needs_the_current_token(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    later = T0 + timedelta(hours=2)
+    assert not await store.renew_lease(job.id, 999, later)
+    assert await store.renew_lease(job.id, won.lease.token, later)  # type: ignore[union-attr]
+    assert (await store.get_job(job.id)).lease.until == later  # type: ignore[union-attr]
+
+
+async def test_reap_marks_the_guarded_execution_abandoned_and_frees_the_job(store: Store) -> None:
+    expiring, live = make_job("expiring"), make_job("live")
+    for job in (expiring, live):
+        await store.insert_job(job)
+    [won_expiring] = await store.claim_jobs(
+        [claim_of(expiring, until=T0 + timedelta(seconds=5))], T0
+    )
+    [won_live] = await store.claim_jobs([claim_of(live, until=T0 + timedelta(hours=1))], T0)
+    runs = [running(won_expiring, 1), running(won_live, 1)]
+    await store.insert_executions(runs)
+
+    reaped = await store.reap_expired_leases(T0 + timedelta(seconds=6))
+
+    assert [(e.id, e.status) for e in reaped] == [(runs[0].id, Status.ABANDONED)]
+    assert reaped[0].error is not None and reaped[0].error.type == "LeaseExpired"
+    assert [j.name for j in await store.due_jobs(T0 + timedelta(seconds=6), 10)] == ["expiring"]
+    assert (await store.get_job(live.id)).lease is not None  # type: ignore[union-attr]
+    assert await store.reap_expired_leases(T0 + timedelta(seconds=6)) == []
+
+
+async def test_executions_list_newest_first_with_filters(store: Store) -> None:
+    def execution(minute: int, status: Status, job_id: str = "j1") -> Execution:
+        return Execution(
+            job_id=job_id,
+            job_name=job_id,
+            handler="noop",
+            scheduled_at=T0 + timedelta(minutes=minute),
+            status=status,
+            error=ExecutionError(type="E", message="m") if status is Status.FAILED else None,
+            result={"n": minute},
+        )
+
+    runs = [
+        execution(1, Status.SUCCESS),
+        execution(2, Status.FAILED),
+        execution(3, Status.SUCCESS),
+        execution(4, Status.SUCCESS, job_id="j2"),
+    ]
+    await store.insert_executions(runs)
+    newest_first = await store.list_executions(ExecutionQuery())
+    assert [e.scheduled_at.minute for e in newest_first] == [4, 3, 2, 1]
+    of_j1 = await store.list_executions(ExecutionQuery(job_id="j1", limit=2))
+    assert [e.scheduled_at.minute for e in of_j1] == [3, 2]
+    failed = await store.list_executions(ExecutionQuery(status=Status.FAILED))
+    assert failed == [runs[1]]
+
+
+async def test_delete_job(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    assert await store.delete_job(job.id)
+    assert not await store.delete_job(job.id)
+    assert await store.get_job(job.id) is None

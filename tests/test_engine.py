@@ -1,0 +1,557 @@
+"""The engine end to end on the embedded store, with a fake clock and drain mode."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.lock import lock_key
+from scheduler.model import (
+    CronSchedule,
+    Execution,
+    Misfire,
+    MisfirePolicy,
+    OnceSchedule,
+    Priority,
+    Status,
+)
+from scheduler.ports import ExecutionQuery, Store
+from tests.conftest import T0, EngineFactory, make_job
+
+# Bounds every wait on a real event in these tests.
+WAIT = 5.0
+
+
+async def executions(store: Store, job_id: str | None = None) -> list[Execution]:
+    return list(reversed(await store.list_executions(ExecutionQuery(job_id=job_id, limit=1000))))
+
+
+async def noop(ctx: HandlerContext) -> Result:
+    return {"attempt": ctx.attempt}
+
+
+async def test_a_due_job_runs_once_and_advances(make_engine: EngineFactory) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(make_job(schedule=CronSchedule(expr="0 * * * * *"), next_run_at=T0))
+
+    await h.engine.drain()
+
+    [run] = await executions(h.store)
+    assert (run.status, run.attempts, run.result) == (Status.SUCCESS, 1, {"attempt": 1})
+    assert run.scheduled_at == T0 and run.owner == "test-instance" and run.token == 1
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert stored.next_run_at == T0 + timedelta(minutes=1)
+    assert h.events.types(job.id) == ["job.execution.started", "job.execution.success"]
+
+    await h.engine.drain()  # nothing is due until the clock moves
+    assert len(await executions(h.store)) == 1
+    h.clock.advance(60)
+    await h.engine.drain()
+    assert [e.scheduled_at for e in await executions(h.store)] == [T0, T0 + timedelta(minutes=1)]
+
+
+async def test_the_handler_gets_its_context(make_engine: EngineFactory) -> None:
+    seen: list[HandlerContext] = []
+
+    async def capture(ctx: HandlerContext) -> Result:
+        seen.append(ctx)
+        return None
+
+    h = make_engine({"capture": capture})
+    job = await h.add(make_job("ctx", "capture", params={"k": "v"}, timeout_seconds=30))
+    await h.engine.drain()
+    [ctx] = seen
+    assert (ctx.job_id, ctx.job_name, ctx.params, ctx.attempt) == (job.id, "ctx", {"k": "v"}, 1)
+    assert ctx.scheduled_at == T0
+    assert ctx.deadline == T0 + timedelta(seconds=30)
+    assert ctx.idempotency_key == f"{job.id}:{T0.isoformat()}"
+
+
+async def test_errors_are_retried_with_backoff_inside_the_deadline(
+    make_engine: EngineFactory,
+) -> None:
+    attempts: list[tuple[int, float, str]] = []
+
+    async def flaky(ctx: HandlerContext) -> Result:
+        attempts.append((ctx.attempt, (ctx.clock.now() - T0).total_seconds(), ctx.idempotency_key))
+        if ctx.attempt < 4:
+            raise ConnectionError("upstream down")
+        return {"ok": True}
+
+    h = make_engine({"flaky": flaky})
+    job = await h.add(make_job("flaky", "flaky", max_retries=5, timeout_seconds=60))
+    await h.engine.drain()
+
+    [run] = await executions(h.store)
+    assert (run.status, run.attempts) == (Status.SUCCESS, 4)
+    # Waits of 1, 2 and 4 seconds between the attempts, on the (fake) clock.
+    assert [a[1] for a in attempts] == [0, 1, 3, 7]
+    assert len({a[2] for a in attempts}) == 1, "one idempotency key for every attempt"
+    assert h.engine.metrics.retries.labels("flaky")._value.get() == 3
+    assert job.id
+
+
+async def test_retries_stop_at_max_retries_with_the_last_error(make_engine: EngineFactory) -> None:
+    async def broken(ctx: HandlerContext) -> Result:
+        raise ValueError(f"bad input on attempt {ctx.attempt}")
+
+    h = make_engine({"broken": broken})
+    await h.add(make_job("broken", "broken", max_retries=2))
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    assert (run.status, run.attempts) == (Status.FAILED, 3)
+    assert run.error is not None
+    assert (run.error.type, run.error.message) == ("ValueError", "bad input on attempt 3")
+
+
+async def test_retries_never_outlast_the_deadline(make_engine: EngineFactory) -> None:
+    async def broken(ctx: HandlerContext) -> Result:
+        raise ValueError("nope")
+
+    h = make_engine({"broken": broken})
+    await h.add(make_job("broken", "broken", max_retries=10, timeout_seconds=10))
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    # 0 s, +1, +2, +4 = 7 s; the next wait (8 s) would end past the 10 s deadline.
+    assert (run.status, run.attempts) == (Status.FAILED, 4)
+
+
+async def test_a_handler_past_its_deadline_is_cancelled_and_times_out(
+    make_engine: EngineFactory,
+) -> None:
+    cancelled = asyncio.Event()
+
+    async def hang(ctx: HandlerContext) -> Result:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return None
+
+    h = make_engine({"hang": hang, "noop": noop})
+    await h.add(make_job("hang", "hang", timeout_seconds=0.05, max_retries=3))
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    assert (run.status, run.attempts) == (Status.TIMEOUT, 1), "a timeout is not retried"
+    assert run.error is not None and run.error.type == "Timeout"
+    assert cancelled.is_set()
+
+
+async def test_a_blocking_sync_handler_runs_in_a_thread_and_cannot_stall_the_loop(
+    make_engine: EngineFactory,
+) -> None:
+    release = threading.Event()
+    threads: list[str] = []
+
+    def blocking(ctx: HandlerContext) -> Result:
+        threads.append(threading.current_thread().name)
+        release.wait(WAIT)  # blocks its thread, never the event loop
+        return None
+
+    h = make_engine({"blocking": blocking, "noop": noop}, workers=2)
+    await h.add(make_job("blocking", "blocking", timeout_seconds=0.1))
+    quick = await h.add(make_job("quick", "noop"))
+    started = time.monotonic()
+    await h.engine.drain()
+    release.set()
+    assert time.monotonic() - started < WAIT, "the loop went on while the thread blocked"
+    by_name = {e.job_name: e.status for e in await executions(h.store)}
+    assert by_name == {"blocking": Status.TIMEOUT, "quick": Status.SUCCESS}
+    assert threads and threads[0].startswith("tickd-handler")
+    assert quick.id
+
+
+async def test_a_handler_that_ignores_cancellation_does_not_keep_its_worker(
+    make_engine: EngineFactory,
+) -> None:
+    finish = asyncio.Event()
+
+    async def stubborn(ctx: HandlerContext) -> Result:
+        while not finish.is_set():
+            try:
+                await asyncio.wait_for(finish.wait(), WAIT)
+            except asyncio.CancelledError:
+                continue  # swallows the cancellation: a badly written handler
+        return None
+
+    h = make_engine({"stubborn": stubborn, "noop": noop}, workers=1)
+    await h.add(make_job("stubborn", "stubborn", timeout_seconds=0.05))
+    await h.add(make_job("after", "noop", next_run_at=T0 + timedelta(seconds=1)))
+    await h.engine.drain()
+    h.clock.advance(1)
+    await h.engine.drain()  # the single worker is free again
+    finish.set()
+    by_name = {e.job_name: e.status for e in await executions(h.store)}
+    assert by_name == {"stubborn": Status.TIMEOUT, "after": Status.SUCCESS}
+    assert h.engine.metrics.stuck_handlers.labels("stubborn")._value.get() == 1
+
+
+async def test_a_result_that_is_not_a_dict_fails_the_run(make_engine: EngineFactory) -> None:
+    async def wrong(ctx: HandlerContext) -> Result:
+        return "done"  # type: ignore[return-value]
+
+    h = make_engine({"wrong": wrong})
+    await h.add(make_job("wrong", "wrong"))
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    assert run.status is Status.FAILED
+    assert run.error is not None and run.error.type == "BadResult"
+
+
+async def test_secrets_in_results_and_errors_are_masked(make_engine: EngineFactory) -> None:
+    async def leaky(ctx: HandlerContext) -> Result:
+        if ctx.params.get("fail"):
+            raise RuntimeError("cannot reach redis://tickd:hunter2@cache:6379/0")
+        return {"api_key": "sk-live-123", "status": 200}
+
+    h = make_engine({"leaky": leaky})
+    await h.add(make_job("ok", "leaky"))
+    await h.add(make_job("fails", "leaky", params={"fail": True}))
+    await h.engine.drain()
+    runs = {e.job_name: e for e in await executions(h.store)}
+    assert runs["ok"].result == {"api_key": "***", "status": 200}
+    assert runs["fails"].error is not None
+    assert "hunter2" not in runs["fails"].error.message
+    assert "redis://tickd:***@cache" in runs["fails"].error.message
+    assert "hunter2" not in repr(h.events.events) and "sk-live" not in repr(h.events.events)
+
+
+async def test_an_unknown_handler_is_skipped_and_the_schedule_moves_on(
+    make_engine: EngineFactory,
+) -> None:
+    h = make_engine({})
+    job = await h.add(make_job("orphan", "gone-handler"))
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    assert run.status is Status.SKIPPED
+    assert run.error is not None and run.error.type == "UnknownHandler"
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.next_run_at == T0 + timedelta(seconds=60)
+    assert stored.enabled
+
+
+async def test_a_once_job_runs_once_then_is_disabled(make_engine: EngineFactory) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(make_job("once", schedule=OnceSchedule(at=T0), next_run_at=T0))
+    await h.engine.drain()
+    h.clock.advance(3600)
+    await h.engine.drain()
+    assert [e.status for e in await executions(h.store)] == [Status.SUCCESS]
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and (stored.enabled, stored.next_run_at) == (False, None)
+
+
+async def test_most_urgent_first_when_the_batch_is_smaller_than_the_backlog(
+    make_engine: EngineFactory,
+) -> None:
+    order: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        order.append(ctx.job_name)
+        return None
+
+    h = make_engine({"record": record}, batch_size=1, workers=1, queue_size=1)
+    await h.add(
+        make_job("low", "record", priority=Priority.LOW, next_run_at=T0 - timedelta(hours=1))
+    )
+    await h.add(make_job("normal", "record", next_run_at=T0 - timedelta(minutes=1)))
+    await h.add(make_job("critical", "record", priority=Priority.CRITICAL, next_run_at=T0))
+    await h.engine.drain()
+    assert order == ["critical", "normal", "low"]
+
+
+async def test_running_jobs_are_not_fetched_again_so_they_cannot_starve_others(
+    make_engine: EngineFactory,
+) -> None:
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def long(ctx: HandlerContext) -> Result:
+        await release.wait()
+        return None
+
+    async def short(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    h = make_engine({"long": long, "short": short}, workers=101, batch_size=100)
+    for i in range(100):
+        await h.add(
+            make_job(
+                f"long-{i:03}", "long", timeout_seconds=3600, next_run_at=T0 - timedelta(seconds=10)
+            )
+        )
+    await h.add(make_job("the-101st", "short", next_run_at=T0))
+    h.engine.start()
+
+    assert (await h.engine.tick()).claimed == 100  # a full batch of the long ones, all running
+    next_tick = await h.engine.tick()
+    assert (next_tick.fetched, next_tick.claimed) == (1, 1)  # it sees only the 101st
+    await asyncio.wait_for(_until(lambda: ran == ["the-101st"]), WAIT)
+    assert (await h.engine.tick()).fetched == 0
+    assert h.engine.pool.busy == 100
+    release.set()
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    statuses = [e.status for e in await executions(h.store)]
+    assert statuses.count(Status.SUCCESS) == 101
+
+
+async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs_again(
+    make_engine: EngineFactory,
+) -> None:
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed", lease_margin_seconds=30)
+    job = await crashed.add(make_job("work", "work", timeout_seconds=60))
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1
+    # From here on the crashed instance writes nothing: its handler hangs as a dead process
+    # would, until the end of the test.
+
+    survivor = make_engine({"work": noop}, instance_id="survivor")
+    await survivor.engine.drain()
+    assert [e.status for e in await executions(survivor.store)] == [Status.RUNNING]
+
+    survivor.clock.advance(60 + 30 + 1)  # past timeout + lease margin
+    await survivor.engine.drain()
+
+    first, second = await executions(survivor.store, job.id)
+    assert (first.status, first.owner) == (Status.ABANDONED, "crashed")
+    assert first.error is not None and first.error.type == "LeaseExpired"
+    assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
+    assert second.token == 2, "the new run holds a newer fencing token"
+    assert survivor.engine.metrics.leases_reaped._value.get() == 1
+    assert "job.execution.abandoned" in survivor.events.types(job.id)
+
+
+async def test_a_run_fenced_off_by_a_newer_claim_does_not_advance_the_job(
+    make_engine: EngineFactory,
+) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx: HandlerContext) -> Result:
+        started.set()
+        await gate.wait()
+        return None
+
+    old = make_engine({"work": slow}, instance_id="old", lease_margin_seconds=1)
+    job = await old.add(make_job("work", "work", timeout_seconds=3600))
+    old.engine.start()
+    await old.engine.tick()
+    await asyncio.wait_for(started.wait(), WAIT)
+    old.clock.advance(3600 + 2)  # the old lease is past its expiry (a long GC pause, say)
+    new = make_engine({"work": noop}, instance_id="new")
+    await new.engine.drain()  # reaps the expired lease and runs the occurrence
+    gate.set()
+    await asyncio.wait_for(old.engine.pool.join(), WAIT)
+
+    runs = await executions(old.store, job.id)
+    assert [(e.owner, e.status) for e in runs] == [("old", Status.SUCCESS), ("new", Status.SUCCESS)]
+    assert old.engine.metrics.fenced._value.get() == 1
+    stored = await old.store.get_job(job.id)
+    assert stored is not None and stored.last_execution is not None
+    assert stored.last_execution.execution_id == runs[1].id
+
+
+async def test_a_job_locked_by_another_runner_is_skipped(make_engine: EngineFactory) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(make_job())
+    lock = h.engine.ports.lock
+    assert await lock.acquire_many({lock_key(job.id): 3600}, "someone-else") == {lock_key(job.id)}
+    await h.engine.drain()
+    assert await executions(h.store) == []
+    assert h.engine.metrics.lock_contention._value.get() == 1
+    await lock.release_many([lock_key(job.id)], "someone-else")
+    await h.engine.drain()
+    assert [e.status for e in await executions(h.store)] == [Status.SUCCESS]
+
+
+async def test_a_handler_concurrency_limit_leaves_workers_for_others(
+    make_engine: EngineFactory,
+) -> None:
+    release = asyncio.Event()
+    running: set[str] = set()
+    most = 0
+
+    @handler(max_concurrency=2)
+    async def limited(ctx: HandlerContext) -> Result:
+        nonlocal most
+        running.add(ctx.job_name)
+        most = max(most, len(running))
+        await release.wait()
+        running.discard(ctx.job_name)
+        return None
+
+    h = make_engine({"limited": limited, "noop": noop}, workers=10)
+    for i in range(6):
+        await h.add(make_job(f"burst-{i}", "limited"))
+    await h.add(make_job("other", "noop", next_run_at=T0 + timedelta(microseconds=1)))
+    h.engine.start()
+    h.clock.advance(1)
+    assert (await h.engine.tick()).claimed == 3  # two of the burst, and the other job
+    assert (await h.engine.tick()).fetched == 0  # the burst's handler is at its limit
+    release.set()
+    await h.engine.drain()
+    assert most == 2
+    assert len([e for e in await executions(h.store) if e.status is Status.SUCCESS]) == 7
+
+
+async def test_the_configured_limit_overrides_the_handlers_own(make_engine: EngineFactory) -> None:
+    @handler(max_concurrency=5)
+    async def limited(ctx: HandlerContext) -> Result:
+        return None
+
+    h = make_engine({"limited": limited}, handler_concurrency={"limited": 1})
+    for i in range(3):
+        await h.add(make_job(f"j{i}", "limited"))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1
+
+
+async def test_the_circuit_breaker_pauses_a_failing_job_and_says_why(
+    make_engine: EngineFactory,
+) -> None:
+    async def broken(ctx: HandlerContext) -> Result:
+        raise RuntimeError("database is on fire")
+
+    h = make_engine({"broken": broken}, circuit_breaker_failures=3)
+    job = await h.add(make_job("broken", "broken"))
+    for _ in range(5):
+        await h.engine.drain()
+        h.clock.advance(60)
+    assert len(await executions(h.store)) == 3
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and not stored.enabled
+    assert stored.paused_reason is not None
+    assert "3 consecutive failed executions" in stored.paused_reason
+    assert "database is on fire" in stored.paused_reason
+    assert h.engine.metrics.breaker_trips.labels("broken")._value.get() == 1
+
+
+async def test_misfire_skip_leaves_a_skipped_execution_per_missed_occurrence(
+    make_engine: EngineFactory,
+) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(
+        make_job(
+            "hourly",
+            schedule=CronSchedule(expr="0 0 * * * *"),
+            next_run_at=T0 - timedelta(hours=3),
+            misfire=Misfire(policy=MisfirePolicy.SKIP, grace_seconds=60),
+        )
+    )
+    h.clock.advance(30 * 60)  # 09:30: 06:00, 07:00, 08:00 and 09:00 were all missed
+    await h.engine.drain()
+    runs = await executions(h.store, job.id)
+    assert [(e.scheduled_at.hour, e.status) for e in runs] == [
+        (h_, Status.SKIPPED) for h_ in (6, 7, 8, 9)
+    ]
+    assert all(e.error is not None and e.error.type == "Misfire" for e in runs)
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert stored.next_run_at == T0 + timedelta(hours=1)
+    assert h.events.types(job.id) == ["job.execution.skipped"] * 4
+
+
+async def test_misfire_coalesce_runs_once_for_a_long_outage(make_engine: EngineFactory) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(
+        make_job(
+            "every-minute",
+            schedule=CronSchedule(expr="0 * * * * *"),
+            next_run_at=T0 - timedelta(hours=2),
+        )
+    )
+    await h.engine.drain()
+    assert [e.status for e in await executions(h.store)] == [Status.SUCCESS]
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.next_run_at == T0 + timedelta(minutes=1)
+
+
+async def test_misfire_run_all_runs_every_missed_occurrence(make_engine: EngineFactory) -> None:
+    h = make_engine({"noop": noop})
+    await h.add(
+        make_job(
+            "catch-up",
+            schedule=CronSchedule(expr="0 */10 * * * *"),
+            next_run_at=T0 - timedelta(minutes=30),
+            misfire=Misfire(policy=MisfirePolicy.RUN_ALL),
+        )
+    )
+    await h.engine.drain()
+    minutes = [e.scheduled_at.minute for e in await executions(h.store)]
+    assert minutes == [30, 40, 50, 0]
+
+
+async def test_shutdown_lets_running_work_finish_then_cancels_and_records_the_rest(
+    make_engine: EngineFactory,
+) -> None:
+    quick_started = asyncio.Event()
+    allow_quick = asyncio.Event()
+
+    async def quick(ctx: HandlerContext) -> Result:
+        quick_started.set()
+        await allow_quick.wait()
+        return None
+
+    async def endless(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    h = make_engine({"quick": quick, "endless": endless}, shutdown_grace_seconds=0.2)
+    quick_job = await h.add(make_job("quick", "quick"))
+    endless_job = await h.add(make_job("endless", "endless", timeout_seconds=3600))
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    await asyncio.wait_for(quick_started.wait(), WAIT)
+    stop.set()
+    allow_quick.set()  # finishes within the grace period
+    await asyncio.wait_for(running, WAIT)
+
+    runs = {e.job_name: e for e in await executions(h.store)}
+    assert runs["quick"].status is Status.SUCCESS
+    assert runs["endless"].status is Status.ABANDONED
+    assert runs["endless"].error is not None and runs["endless"].error.type == "Shutdown"
+    endless_now = await h.store.get_job(endless_job.id)
+    assert endless_now is not None and endless_now.lease is None
+    assert endless_now.next_run_at == T0, "the occurrence is given back, to run after a restart"
+    quick_now = await h.store.get_job(quick_job.id)
+    assert quick_now is not None and quick_now.next_run_at == T0 + timedelta(seconds=60)
+
+
+async def test_queued_work_is_given_back_on_shutdown(make_engine: EngineFactory) -> None:
+    async def endless(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    h = make_engine({"endless": endless}, workers=1, queue_size=5, shutdown_grace_seconds=0)
+    for i in range(3):
+        await h.add(make_job(f"j{i}", "endless", timeout_seconds=3600))
+    h.engine.start()
+    await h.engine.tick()
+    await asyncio.sleep(0)  # let the single worker take the first task
+    await h.engine.shutdown()
+    statuses = [e.status for e in await executions(h.store)]
+    assert statuses == [Status.ABANDONED] * 3
+    assert await h.store.count_due(T0) == 3
+
+
+async def test_the_dispatcher_wakes_when_a_job_falls_due_not_a_tick_later(
+    make_engine: EngineFactory,
+) -> None:
+    h = make_engine({"noop": noop}, tick_seconds=30)
+    await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
+    assert await h.engine._until_next_due() == 5
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():  # noqa: ASYNC110 - a condition on plain state, polled by the caller's bound
+        await asyncio.sleep(0.001)

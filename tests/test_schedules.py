@@ -1,0 +1,178 @@
+"""Fire times: cron (six fields, five, macros, H, timezones, DST), interval, once."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
+from scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def cron(expr: str, tz: str = "UTC") -> CronSchedule:
+    return CronSchedule(expr=expr, timezone=tz)
+
+
+def fires(
+    schedule: CronSchedule, start: datetime, end: datetime, name: str = "job"
+) -> list[datetime]:
+    found: list[datetime] = []
+    current = start
+    while True:
+        nxt = next_fire(schedule, current, job_name=name)
+        assert nxt is not None and nxt > current, "fire times always move forward"
+        if nxt > end:
+            return found
+        found.append(nxt)
+        current = nxt
+
+
+def at(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+
+
+def test_six_fields_have_seconds_first() -> None:
+    s = cron("*/10 * * * * *")
+    assert next_fire(s, at(2026, 1, 1, 0, 0, 3), job_name="j") == at(2026, 1, 1, 0, 0, 10)
+    assert next_fire(s, at(2026, 1, 1, 0, 0, 10), job_name="j") == at(2026, 1, 1, 0, 0, 20)
+
+
+def test_five_fields_mean_second_zero() -> None:
+    assert six_fields("*/5 * * * *") == "0 */5 * * * *"
+    s = cron("*/5 * * * *")
+    assert next_fire(s, at(2026, 1, 1, 0, 1, 30), job_name="j") == at(2026, 1, 1, 0, 5, 0)
+
+
+def test_sub_second_start_still_fires_at_the_next_second() -> None:
+    s = cron("* * * * * *")
+    after = at(2026, 1, 1, 0, 0, 0) + timedelta(microseconds=999_999)
+    assert next_fire(s, after, job_name="j") == at(2026, 1, 1, 0, 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("macro", "expected"),
+    [
+        ("@hourly", at(2026, 1, 1, 11, 0, 0)),
+        ("@daily", at(2026, 1, 2, 0, 0, 0)),
+        ("@midnight", at(2026, 1, 2, 0, 0, 0)),
+        ("@weekly", at(2026, 1, 4, 0, 0, 0)),  # Sunday
+        ("@monthly", at(2026, 2, 1, 0, 0, 0)),
+        ("@yearly", at(2027, 1, 1, 0, 0, 0)),
+        ("@annually", at(2027, 1, 1, 0, 0, 0)),
+    ],
+)
+def test_macros(macro: str, expected: datetime) -> None:
+    assert next_fire(cron(macro), at(2026, 1, 1, 10, 30), job_name="j") == expected
+
+
+def test_timezone_is_the_wall_clock_of_the_job() -> None:
+    s = cron("0 0 9 * * *", "America/New_York")
+    # 09:00 in New York in January is 14:00 UTC.
+    assert next_fire(s, at(2026, 1, 5, 0, 0), job_name="j") == at(2026, 1, 5, 14, 0)
+
+
+def daily_runs_on(schedule: CronSchedule, day: date) -> list[datetime]:
+    start = datetime(day.year, day.month, day.day, tzinfo=BERLIN) - timedelta(days=1)
+    end = start + timedelta(days=3)
+    return [t for t in fires(schedule, start, end) if t.astimezone(BERLIN).date() == day]
+
+
+def test_dst_spring_forward_daily_job_runs_exactly_once_shifted_by_the_jump() -> None:
+    # 2026-03-29: Berlin clocks jump from 02:00 to 03:00; 02:30 does not exist.
+    runs = daily_runs_on(cron("0 30 2 * * *", "Europe/Berlin"), date(2026, 3, 29))
+    assert len(runs) == 1
+    assert runs[0] == at(2026, 3, 29, 1, 30)  # 03:30 CEST
+    assert runs[0].astimezone(BERLIN).strftime("%H:%M") == "03:30"
+
+
+def test_dst_fall_back_daily_job_runs_exactly_once_at_first_pass() -> None:
+    # 2026-10-25: Berlin clocks go back from 03:00 to 02:00; 02:30 happens twice.
+    runs = daily_runs_on(cron("0 30 2 * * *", "Europe/Berlin"), date(2026, 10, 25))
+    assert runs == [at(2026, 10, 25, 0, 30)]  # 02:30 CEST, the first pass
+
+
+def test_dst_fall_back_from_inside_the_repeated_hour_does_not_rerun() -> None:
+    # A daemon that computes the next run from 02:15 in the second pass (01:15 UTC) must not
+    # run the 02:30 job a second time that night.
+    s = cron("0 30 2 * * *", "Europe/Berlin")
+    assert next_fire(s, at(2026, 10, 25, 1, 15), job_name="j") == at(2026, 10, 26, 1, 30)
+
+
+def test_dst_fall_back_wildcard_hour_keeps_its_rhythm_through_both_passes() -> None:
+    s = cron("0 */20 * * * *", "Europe/Berlin")
+    runs = fires(s, at(2026, 10, 24, 23, 50), at(2026, 10, 25, 2, 10))
+    gaps = {b - a for a, b in pairwise(runs)}
+    assert gaps == {timedelta(minutes=20)}
+    assert len(runs) == 7  # 00:00 .. 02:00 UTC: three hours of wall clock in two local hours
+
+
+def test_dst_spring_forward_wildcard_hour_skips_the_missing_hour_without_duplicates() -> None:
+    s = cron("0 */20 * * * *", "Europe/Berlin")
+    runs = fires(s, at(2026, 3, 29, 0, 0), at(2026, 3, 29, 2, 0))
+    assert len(runs) == len(set(runs)) == 6
+    assert {b - a for a, b in pairwise(runs)} == {timedelta(minutes=20)}
+
+
+def test_hash_field_is_stable_per_job_and_spreads_jobs() -> None:
+    s = cron("H H * * * *")
+    start = at(2026, 1, 1)
+    first = next_fire(s, start, job_name="report-a")
+    assert first == next_fire(s, start, job_name="report-a")
+    seconds = {next_fire(s, start, job_name=f"job-{i}") for i in range(50)}
+    assert len(seconds) > 40, "fifty jobs on `H H * * * *` must not all fire at one instant"
+
+
+def test_hash_with_step_stays_within_each_period() -> None:
+    runs = fires(cron("H/15 * * * * *"), at(2026, 1, 1), at(2026, 1, 1, 0, 1), name="x")
+    assert len(runs) == 4
+    assert {t.second % 15 for t in runs} == {runs[0].second % 15}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field"),
+    [
+        (cron("61 * * * * *"), "schedule.expr"),
+        (cron("* * * *"), "schedule.expr"),
+        (cron("* * * * * * * *"), "schedule.expr"),
+        (cron("not a cron line at all"), "schedule.expr"),
+        (cron("* * * * *", "Mars/Olympus_Mons"), "schedule.timezone"),
+    ],
+)
+def test_invalid_cron_names_the_field(schedule: CronSchedule, field: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        validate(schedule, job_name="j")
+    assert raised.value.field == field
+
+
+def test_interval_is_after_plus_every() -> None:
+    s = IntervalSchedule(every_seconds=90)
+    assert next_fire(s, at(2026, 1, 1), job_name="j") == at(2026, 1, 1, 0, 1, 30)
+
+
+@pytest.mark.parametrize("every", [0, -5])
+def test_interval_must_be_positive(every: float) -> None:
+    with pytest.raises(ValidationError, match=r"schedule\.every_seconds"):
+        IntervalSchedule(every_seconds=every)
+
+
+def test_once_fires_at_its_time_and_then_never() -> None:
+    s = OnceSchedule(at=at(2026, 5, 1, 12))
+    assert first_fire(s, at(2026, 6, 1), job_name="j") == at(2026, 5, 1, 12)
+    assert next_fire(s, at(2026, 5, 1, 12), job_name="j") is None
+
+
+def test_once_requires_an_aware_time() -> None:
+    with pytest.raises(ValidationError, match=r"schedule\.at"):
+        OnceSchedule(at=datetime(2026, 5, 1, 12))
+
+
+def test_occurrences_are_bounded_and_ordered() -> None:
+    found = occurrences(cron("* * * * * *"), at(2026, 1, 1), at(2026, 1, 2), job_name="j", limit=5)
+    assert found == [at(2026, 1, 1) + timedelta(seconds=i) for i in range(5)]
