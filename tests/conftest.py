@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,40 +20,15 @@ from scheduler.metrics import Metrics
 from scheduler.model import IntervalSchedule, Job, Schedule
 from scheduler.ports import CloudEvent, Ports, Store
 from scheduler.registry import HandlerRegistry
-from scheduler.store import open_store
+from tests.fixtures.times import T0
 
-T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
-REQUIRE_SERVICES = os.environ.get("TICKD_REQUIRE_SERVICES") == "1"
-
-
-def service_missing(reason: str) -> None:
-    """Skip on a laptop without the service; fail in CI, where every service must be up."""
-    if REQUIRE_SERVICES:
-        pytest.fail(f"TICKD_REQUIRE_SERVICES=1 but {reason}")
-    pytest.skip(reason)
+# One module of fixtures per port, each parametrised over that port's backends.
+pytest_plugins = ["tests.fixtures.stores", "tests.fixtures.locks", "tests.fixtures.events"]
 
 
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(T0)
-
-
-STORE_BACKENDS = ["sqlite"]
-
-
-async def _open_sqlite(tmp_path: Path) -> Store:
-    store = open_store(f"sqlite:///{tmp_path}/tickd.db")
-    await store.open()
-    return store
-
-
-@pytest.fixture(params=STORE_BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await _open_sqlite(tmp_path)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 class RecordingPublisher:

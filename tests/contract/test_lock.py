@@ -1,0 +1,42 @@
+"""The lock contract, run against every lock backend (see LOCK_BACKENDS)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from scheduler.ports import Lock
+
+# Real backends expire keys on their own clock; waits for that are short and bounded.
+EXPIRY_WAIT_SECONDS = 5.0
+
+
+async def test_a_key_is_held_by_one_token_at_a_time(lock: Lock) -> None:
+    assert await lock.acquire_many({"job:a": 30, "job:b": 30}, "t1") == {"job:a", "job:b"}
+    assert await lock.acquire_many({"job:a": 30, "job:c": 30}, "t2") == {"job:c"}
+
+
+async def test_release_only_frees_keys_held_by_the_token(lock: Lock) -> None:
+    await lock.acquire_many({"job:a": 30}, "owner")
+    await lock.release_many(["job:a"], "intruder")
+    assert await lock.acquire_many({"job:a": 30}, "intruder") == set()
+    await lock.release_many(["job:a"], "owner")
+    assert await lock.acquire_many({"job:a": 30}, "next") == {"job:a"}
+
+
+async def test_extend_needs_the_token(lock: Lock) -> None:
+    await lock.acquire_many({"job:a": 30}, "owner")
+    assert await lock.extend("job:a", "owner", 60)
+    assert not await lock.extend("job:a", "intruder", 60)
+    assert not await lock.extend("job:never-held", "owner", 60)
+
+
+async def test_a_key_expires_after_its_time_to_live(lock: Lock) -> None:
+    assert await lock.acquire_many({"job:a": 0.05}, "crashed") == {"job:a"}
+    async with asyncio.timeout(EXPIRY_WAIT_SECONDS):
+        while not await lock.acquire_many({"job:a": 30}, "survivor"):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    assert not await lock.extend("job:a", "crashed", 30)
+
+
+async def test_ping_answers(lock: Lock) -> None:
+    await lock.ping()
