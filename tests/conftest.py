@@ -20,7 +20,7 @@ from scheduler.metrics import Metrics
 from scheduler.model import IntervalSchedule, Job, Schedule
 from scheduler.ports import CloudEvent, Ports, Store
 from scheduler.registry import HandlerRegistry
-from tests.fixtures.times import T0
+from tests.fixtures.times import T0 as T0
 
 # One module of fixtures per port, each parametrised over that port's backends.
 pytest_plugins = ["tests.fixtures.stores", "tests.fixtures.locks", "tests.fixtures.events"]
