@@ -19,8 +19,8 @@ from scheduler.logs import log_event
 from scheduler.mail import open_mailer
 from scheduler.ports import Ports
 from scheduler.registry import HandlerRegistry
+from scheduler.secrets import scrub_text
 from scheduler.store import open_store
-from scheduler.urls import redact_url
 from seed.demo import demo_jobs
 from seed.jobs import seed_jobs
 from seed.system import system_jobs
@@ -57,9 +57,9 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, registry: HandlerR
         log,
         "daemon.starting",
         instance=settings.instance_id,
-        store=redact_url(settings.store_url),
-        lock=redact_url(settings.lock_url),
-        events=redact_url(settings.events_url),
+        store=scrub_text(settings.store_url),
+        lock=scrub_text(settings.lock_url),
+        events=scrub_text(settings.events_url),
         handlers=[r.name for r in registry],
     )
     async with opened_ports(settings) as ports:

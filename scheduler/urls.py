@@ -1,8 +1,8 @@
-"""Backend URLs: the local path in an embedded one, and a form safe to log."""
+"""Backend URLs: the local path in an embedded one."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 
 def local_path(url: str) -> str:
@@ -13,14 +13,3 @@ def local_path(url: str) -> str:
     if parts.netloc:
         raise ValueError(f"{url!r}: expected {parts.scheme}:///path (no host)")
     return parts.path[1:] if parts.path.startswith("/") else parts.path
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced, for logs and error messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

@@ -1,0 +1,86 @@
+"""Settings: TOML file, TICKD_* environment, and errors that name the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.config import ConfigError, Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tickd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_seed_numbers() -> None:
+    settings = load_settings(environ={})
+    assert (settings.tick_seconds, settings.batch_size, settings.workers) == (1.0, 100, 30)
+    assert settings.effective_queue_size == 60
+    assert settings.store_url.startswith("sqlite://")
+    assert settings.lock_url == "memory://"
+
+
+def test_file_then_environment(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, 'workers = 8\nstore_url = "sqlite:///x.db"\n[handler_concurrency]\nsleep = 2\n'
+    )
+    settings = load_settings(path, environ={"TICKD_WORKERS": "12", "TICKD_SEED_DEMO": "true"})
+    assert settings.workers == 12, "the environment wins over the file"
+    assert settings.store_url == "sqlite:///x.db"
+    assert settings.seed_demo is True
+    assert settings.handler_concurrency == {"sleep": 2}
+    assert settings.effective_queue_size == 24
+
+
+def test_a_tickd_table_is_accepted(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "[tickd]\nbatch_size = 7\n"), environ={})
+    assert settings.batch_size == 7
+
+
+def test_handler_concurrency_from_the_environment() -> None:
+    settings = load_settings(environ={"TICKD_HANDLER_CONCURRENCY": "webhook=5, sleep=1"})
+    assert settings.handler_concurrency == {"webhook": 5, "sleep": 1}
+
+
+@pytest.mark.parametrize("name", ["tickd.toml", "production.toml"])
+def test_the_shipped_examples_load(name: str) -> None:
+    assert isinstance(load_settings(ROOT / "config" / name, environ={}), Settings)
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "setting"),
+    [
+        ("workers = 0", {}, "workers"),
+        ("tick_seconds = -1", {}, "tick_seconds"),
+        ('workers = "many"', {}, "workers"),
+        ("seed_demo = 1", {}, "seed_demo"),
+        ("batch_size = true", {}, "batch_size"),
+        ("metrics_port = 70000", {}, "metrics_port"),
+        ('log_format = "xml"', {}, "log_format"),
+        ('store_url = "tickd.db"', {}, "store_url"),
+        ("wokers = 3", {}, "wokers"),
+        ("[handler_concurrency]\nsleep = 0", {}, "handler_concurrency.sleep"),
+        ("", {"TICKD_WORKERS": "lots"}, "TICKD_WORKERS"),
+        ("", {"TICKD_SEED_DEMO": "perhaps"}, "TICKD_SEED_DEMO"),
+        ("", {"TICKD_HANDLER_CONCURRENCY": "sleep"}, "TICKD_HANDLER_CONCURRENCY"),
+    ],
+)
+def test_a_bad_value_names_the_setting(
+    tmp_path: Path, text: str, environ: dict[str, str], setting: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(write(tmp_path, text), environ=environ)
+    assert raised.value.setting == setting
+    assert setting in str(raised.value)
+
+
+def test_missing_and_broken_files_are_reported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(tmp_path / "absent.toml", environ={})
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(write(tmp_path, "workers = = 3"), environ={})

@@ -1,0 +1,121 @@
+"""The daemon as ops run it: `tickd run` in a process of its own, on the shipped config."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from scheduler.model import Status
+from scheduler.ports import ExecutionQuery
+from scheduler.store.sqlite import SQLiteStore
+
+ROOT = Path(__file__).resolve().parent.parent
+# `make run` promises executions within ten seconds; the bound here is the same promise.
+FIRST_EXECUTIONS_WITHIN = 10.0
+STOP_WITHIN = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_daemon(tmp_path: Path, port: int, *extra: str) -> asyncio.subprocess.Process:
+    env = {
+        **os.environ,
+        "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
+        "TICKD_MAIL_URL": f"outbox:///{tmp_path}/outbox",
+        "TICKD_METRICS_PORT": str(port),
+        "TICKD_SHUTDOWN_GRACE_SECONDS": "5",
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "scheduler",
+        "--config",
+        str(ROOT / "config" / "tickd.toml"),
+        *extra,
+        "run",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    port = free_port()
+    process = await start_daemon(tmp_path, port)
+    try:
+        yield process, port
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def wait_for_successes(db: Path, count: int) -> list[str]:
+    store = SQLiteStore(f"sqlite:///{db}")
+    await store.open()
+    try:
+        async with asyncio.timeout(FIRST_EXECUTIONS_WITHIN):
+            while True:
+                runs = await store.list_executions(ExecutionQuery(status=Status.SUCCESS))
+                if len(runs) >= count:
+                    return sorted({r.job_name for r in runs})
+                await asyncio.sleep(0.2)
+    finally:
+        await store.close()
+
+
+async def test_make_run_shows_executions_then_stops_cleanly_on_sigterm(
+    daemon: tuple[asyncio.subprocess.Process, int], tmp_path: Path
+) -> None:
+    process, port = daemon
+    names = await wait_for_successes(tmp_path / "tickd.db", count=2)
+    assert "demo-heartbeat" in names
+
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+        async with http.get("/healthz") as response:
+            assert response.status == 200
+        async with http.get("/readyz") as response:
+            assert response.status == 200
+            assert (await response.json())["ready"] is True
+        async with http.get("/metrics") as response:
+            text = await response.text()
+            assert 'tickd_executions_total{handler="noop",status="success"}' in text
+            assert "tickd_fire_lag_seconds_bucket" in text
+
+    process.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(STOP_WITHIN):
+        _, stderr = await process.communicate()
+    log = stderr.decode()
+    assert process.returncode == 0, log[-2000:]
+    assert "daemon.stopping signal=SIGTERM" in log
+    assert "daemon.stopped" in log
+
+
+async def test_a_bad_setting_stops_startup_naming_it() -> None:
+    env = {**os.environ, "TICKD_WORKERS": "none"}
+    bad = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "scheduler",
+        "run",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(STOP_WITHIN):
+        _, stderr = await bad.communicate()
+    assert bad.returncode == 2
+    assert "TICKD_WORKERS" in stderr.decode()
