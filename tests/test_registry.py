@@ -87,7 +87,7 @@ def test_in_code_registration_and_duplicates() -> None:
     registry.register("limited", handler(max_concurrency=3)(one))
     limited = registry.get("limited")
     assert limited is not None and limited.handler.max_concurrency == 3
-    with pytest.raises(RegistryError, match="registered by code .*test_registry.one"):
+    with pytest.raises(RegistryError, match=r"registered by code .*test_registry\.one"):
         registry.register("one", one, origin="code (elsewhere)")
     assert "one" in registry and "two" not in registry
     with pytest.raises(RegistryError, match="not callable"):

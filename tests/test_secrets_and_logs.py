@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,7 @@ def test_urls_keep_everything_but_the_password() -> None:
     assert scrub_text("rediss://:only-a-password@cache:6380") == "rediss://:***@cache:6380"
 
 
-def record(**fields: object) -> logging.LogRecord:
+def record(**fields: Any) -> logging.LogRecord:
     logger = logging.getLogger("tickd.test")
     captured: list[logging.LogRecord] = []
 
