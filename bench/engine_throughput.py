@@ -1,0 +1,154 @@
+"""No-op executions per second through the whole engine, against the store's own floor.
+
+The engine's cost per run is the store's cost per run plus its own (locking, planning, events,
+metrics, the worker pool). So the peer, measured in the same process on a store of the same kind,
+is the bare sequence of store calls one run needs without an engine around them; the ratio says
+how much of a run's time is the engine's.
+
+    python -m bench.engine_throughput [--jobs 2000] [--store-url sqlite:///...]
+
+Prints one JSON line. Measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from handlers.noop import noop
+from scheduler.clock import SystemClock
+from scheduler.config import Settings
+from scheduler.engine import Engine
+from scheduler.events.log import NullPublisher
+from scheduler.lock.memory import MemoryLock
+from scheduler.mail.outbox import OutboxMailer
+from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
+from scheduler.ports import Advance, Claim, Ports, Store
+from scheduler.registry import HandlerRegistry
+from scheduler.store import open_store
+
+
+def due_jobs(count: int, now: datetime, prefix: str) -> list[Job]:
+    return [
+        Job(
+            name=f"{prefix}-{i:06}",
+            handler="noop",
+            schedule=IntervalSchedule(every_seconds=3600),
+            next_run_at=now - timedelta(seconds=1),
+        )
+        for i in range(count)
+    ]
+
+
+async def engine_run(store: Store, count: int, workers: int) -> float:
+    now = datetime.now(UTC)
+    await store.insert_missing_jobs(due_jobs(count, now, "engine"))
+    registry = HandlerRegistry()
+    registry.register("noop", noop)
+    ports = Ports(
+        store=store,
+        lock=MemoryLock(),
+        events=NullPublisher(),
+        mailer=OutboxMailer(tempfile.mkdtemp()),
+        clock=SystemClock(),
+    )
+    engine = Engine(
+        settings=Settings(workers=workers, metrics_port=0), ports=ports, registry=registry
+    )
+    started = time.perf_counter()
+    await engine.drain()
+    elapsed = time.perf_counter() - started
+    await engine.shutdown()
+    return elapsed
+
+
+async def store_floor(store: Store, count: int, batch: int) -> float:
+    """The store calls of `count` runs, batched as the dispatcher batches them, no engine."""
+    now = datetime.now(UTC)
+    await store.insert_missing_jobs(due_jobs(count, now, "floor"))
+    started = time.perf_counter()
+    while jobs := await store.due_jobs(now, batch):
+        claims = [
+            Claim(
+                job_id=j.id,
+                revision=j.revision,
+                next_run_at=j.next_run_at or now,
+                owner="floor",
+                until=now + timedelta(minutes=1),
+            )
+            for j in jobs
+        ]
+        claimed = await store.claim_jobs(claims, now)
+        runs = [_running(j, now) for j in claimed]
+        await store.insert_executions(runs)
+        for run in runs:
+            done = replace(run, status=Status.SUCCESS, finished_at=now, duration_ms=0.0)
+            await store.finish_execution(done, _advance(done, now))
+    return time.perf_counter() - started
+
+
+def _running(job: Job, now: datetime) -> Execution:
+    assert job.lease is not None
+    return Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        scheduled_at=now,
+        status=Status.RUNNING,
+        started_at=now,
+        owner="floor",
+        token=job.lease.token,
+    )
+
+
+def _advance(execution: Execution, now: datetime) -> Advance:
+    return Advance(
+        next_run_at=now + timedelta(hours=1),
+        enabled=True,
+        consecutive_failures=0,
+        paused_reason=None,
+        last_execution=ExecutionSummary(
+            execution_id=execution.id, status=Status.SUCCESS, finished_at=now
+        ),
+    )
+
+
+async def fresh_store(url: str | None) -> Store:
+    store = open_store(url or f"sqlite:///{tempfile.mkdtemp()}/bench.db")
+    await store.open()
+    return store
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=30)
+    parser.add_argument("--store-url")
+    args = parser.parse_args()
+
+    engine_store = await fresh_store(args.store_url)
+    engine_seconds = await engine_run(engine_store, args.jobs, args.workers)
+    await engine_store.close()
+    floor_store = await fresh_store(args.store_url)
+    floor_seconds = await store_floor(floor_store, args.jobs, 100)
+    await floor_store.close()
+
+    print(
+        json.dumps(
+            {
+                "jobs": args.jobs,
+                "engine_executions_per_second": round(args.jobs / engine_seconds),
+                "store_floor_executions_per_second": round(args.jobs / floor_seconds),
+                "engine_time_over_store_floor": round(engine_seconds / floor_seconds, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
