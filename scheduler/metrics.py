@@ -58,6 +58,16 @@ class Metrics:
         self.events_failed = Counter(
             "tickd_events_failed", "Events that could not be handed to the publisher", registry=r
         )
+        self.events_delivered = Counter(
+            "tickd_events_delivered", "Events the broker acknowledged", registry=r
+        )
+        self.events_dropped = Counter(
+            "tickd_events_dropped",
+            "Events given up on: queue_full (local bound reached), delivery_failed (never "
+            "acknowledged in time, or still pending at shutdown), closed (published after close)",
+            ["reason"],
+            registry=r,
+        )
         self.store_errors = Counter(
             "tickd_store_errors", "Store operations that failed", ["operation"], registry=r
         )

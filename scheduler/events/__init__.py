@@ -5,17 +5,22 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from scheduler.codec import execution_to_doc, to_json_ready
 from scheduler.model import Execution, Status
 from scheduler.ports import CloudEvent, EventPublisher
 
+if TYPE_CHECKING:
+    from scheduler.metrics import Metrics
+
 DEFAULT_TOPIC = "tickd.executions"
 
 
-def open_publisher(url: str) -> EventPublisher:
+def open_publisher(url: str, *, metrics: Metrics | None = None) -> EventPublisher:
+    """The event backend for a URL. `metrics` receives the deliveries and drops of the backends
+    that count them (Kafka); pass the engine's, so that /metrics shows them."""
     parts = urlsplit(url)
     scheme = parts.scheme
     if scheme == "log":
@@ -29,7 +34,13 @@ def open_publisher(url: str) -> EventPublisher:
         from scheduler.events.log import NullPublisher
 
         return NullPublisher()
-    raise ValueError(f"events_url: unsupported scheme {scheme!r} (expected log:// or none://)")
+    if scheme == "kafka":
+        from scheduler.events.kafka import KafkaPublisher
+
+        return KafkaPublisher.from_url(url, metrics=metrics)
+    raise ValueError(
+        f"events_url: unsupported scheme {scheme!r} (expected log://, none:// or kafka://)"
+    )
 
 
 def event_type(status: Status) -> str:

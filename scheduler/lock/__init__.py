@@ -8,12 +8,19 @@ from scheduler.ports import Lock
 
 
 def open_lock(url: str) -> Lock:
+    """The lock backend for a URL; `redis://` and `rediss://` (TLS) take redis-py's URL form."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         from scheduler.lock.memory import MemoryLock
 
         return MemoryLock()
-    raise ValueError(f"lock_url: unsupported scheme {scheme!r} (expected memory://)")
+    if scheme in ("redis", "rediss"):
+        from scheduler.lock.redis import RedisLock
+
+        return RedisLock.from_url(url)
+    raise ValueError(
+        f"lock_url: unsupported scheme {scheme!r} (expected memory://, redis:// or rediss://)"
+    )
 
 
 def lock_key(job_id: str) -> str:

@@ -35,6 +35,7 @@ async def test_events_arrive_in_order_as_cloudevents(publisher: PublisherUnderTe
 
     assert [e["type"] for e in received] == ["job.execution.started", "job.execution.failed"]
     assert [e["subject"] for e in received] == ["job-1", "job-2"]
+    assert publisher.keys == ["job-1", "job-2"], "keyed by job id"
     first = received[0]
     assert first["specversion"] == "1.0"
     assert first["source"] == "tickd/instance-a"
