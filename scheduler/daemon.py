@@ -17,6 +17,7 @@ from scheduler.events import open_publisher
 from scheduler.lock import open_lock
 from scheduler.logs import log_event
 from scheduler.mail import open_mailer
+from scheduler.metrics import Metrics
 from scheduler.ports import Ports
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import scrub_text
@@ -29,7 +30,9 @@ log = logging.getLogger("tickd.daemon")
 
 
 @contextlib.asynccontextmanager
-async def opened_ports(settings: Settings, clock: Clock | None = None) -> AsyncIterator[Ports]:
+async def opened_ports(
+    settings: Settings, metrics: Metrics, clock: Clock | None = None
+) -> AsyncIterator[Ports]:
     """Open every backend the settings name; close them all, in reverse, on the way out."""
     async with contextlib.AsyncExitStack() as stack:
         store = open_store(settings.store_url)
@@ -37,7 +40,7 @@ async def opened_ports(settings: Settings, clock: Clock | None = None) -> AsyncI
         stack.push_async_callback(store.close)
         lock = open_lock(settings.lock_url)
         stack.push_async_callback(lock.close)
-        events = open_publisher(settings.events_url)
+        events = open_publisher(settings.events_url, metrics=metrics)
         stack.push_async_callback(events.close, settings.events_flush_seconds)
         mailer = open_mailer(settings.mail_url)
         stack.push_async_callback(mailer.close)
@@ -62,8 +65,9 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, registry: HandlerR
         events=scrub_text(settings.events_url),
         handlers=[r.name for r in registry],
     )
-    async with opened_ports(settings) as ports:
-        engine = Engine(settings=settings, ports=ports, registry=registry)
+    metrics = Metrics()
+    async with opened_ports(settings, metrics) as ports:
+        engine = Engine(settings=settings, ports=ports, registry=registry, metrics=metrics)
         now = ports.clock.now()
         await seed_jobs(ports.store, system_jobs(registry, now))
         if settings.seed_demo:
