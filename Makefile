@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit install bench clean
+.PHONY: run test lint typecheck unit install services services-stop bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,15 @@ install: $(STAMP)
 run: install
 	$(BIN)/tickd --config config/tickd.toml run
 
-## Lint, type-check and the whole test suite.
-test: lint typecheck unit
+## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka.
+test: services lint typecheck unit
+
+## FerretDB (MongoDB protocol), Redis and Kafka on loopback, installed and started if missing.
+services:
+	scripts/services.sh start
+
+services-stop:
+	scripts/services.sh stop
 
 lint: install
 	$(BIN)/ruff check .

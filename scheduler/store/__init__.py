@@ -14,4 +14,10 @@ def open_store(url: str) -> Store:
         from scheduler.store.sqlite import SQLiteStore
 
         return SQLiteStore(url)
-    raise ValueError(f"store_url: unsupported scheme {scheme!r} (expected sqlite://)")
+    if scheme in ("mongodb", "mongodb+srv"):
+        from scheduler.store.mongodb import MongoStore
+
+        return MongoStore(url)
+    raise ValueError(
+        f"store_url: unsupported scheme {scheme!r} (expected sqlite://, mongodb:// or mongodb+srv://)"
+    )
