@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test lint typecheck unit install services services-stop bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The example plug-in, installed as a product team's would be: tickd must find it by name.
+	$(BIN)/python -m pip install --quiet -e examples/tickd-example-plugin
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -38,6 +40,7 @@ typecheck: install
 
 unit: install
 	$(BIN)/pytest
+	cd examples/tickd-example-plugin && ../../$(BIN)/pytest
 
 bench: install
 	$(BIN)/python -m bench.engine_throughput

@@ -64,6 +64,10 @@ class Settings:
     seed_demo: bool = False
     # On shutdown, pending events get this long to be delivered.
     events_flush_seconds: float = 5.0
+    # Handlers' HTTP (ctx.http) reaches public addresses on these ports only...
+    http_allowed_ports: tuple[int, ...] = (80, 443)
+    # ...and, on any port, these internal addresses or networks (CIDR), e.g. ["10.1.2.0/24"].
+    http_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tick_seconds", "lease_margin_seconds", "max_timeout_seconds"):
@@ -82,6 +86,9 @@ class Settings:
         for name in ("store_url", "lock_url", "events_url", "mail_url"):
             if not urlsplit(getattr(self, name)).scheme:
                 raise ConfigError(name, "must be a URL with a scheme, e.g. sqlite:///var/tickd.db")
+        for port in self.http_allowed_ports:
+            if not isinstance(port, int) or not 0 < port <= 65535:
+                raise ConfigError("http_allowed_ports", f"{port!r} is not a port number")
         for handler, limit in self.handler_concurrency.items():
             if not isinstance(limit, int) or limit < 1:
                 raise ConfigError(f"handler_concurrency.{handler}", "must be a whole number >= 1")
@@ -146,6 +153,10 @@ def _parse_env(name: str, raw: str, hint: Any) -> Any:
         if hint == Mapping[str, int]:
             pairs = (item.split("=", 1) for item in raw.split(",") if item.strip())
             return {key.strip(): int(value) for key, value in pairs}
+        if hint == tuple[int, ...]:
+            return tuple(int(item) for item in raw.split(",") if item.strip())
+        if hint == tuple[str, ...]:
+            return tuple(item.strip() for item in raw.split(",") if item.strip())
     except ValueError as exc:
         raise ConfigError(setting, f"cannot read {raw!r}: {exc}") from None
     return raw
@@ -155,6 +166,8 @@ def _build(values: dict[str, Any]) -> Settings:
     hints = get_type_hints(Settings)
     for name, value in values.items():
         _check_type(name, value, hints[name])
+        if hints[name] in (tuple[int, ...], tuple[str, ...]):
+            values[name] = tuple(value)
     return Settings(**values)
 
 
@@ -164,6 +177,13 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
         expected = (int, float)
     elif hint == Mapping[str, int]:
         expected = (dict,)
+    elif hint in (tuple[int, ...], tuple[str, ...]):
+        expected = (list, tuple)
+        item_type = hint.__args__[0]
+        if isinstance(value, list | tuple) and not all(
+            isinstance(item, item_type) and not isinstance(item, bool) for item in value
+        ):
+            raise ConfigError(name, f"expected a list of {_type_name(item_type)}s, got {value!r}")
     else:
         expected = (hint,)
     if isinstance(value, bool) and bool not in expected:

@@ -24,8 +24,28 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aiohttp
+
 from scheduler.clock import Clock
+from scheduler.http import AddressNotAllowed, failure_reason, read_prefix
 from scheduler.ports import Mailer, Store
+from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
+
+# What handlers may use besides the context: the HTTP guard's error and helpers, and masking.
+__all__ = [
+    "MASK",
+    "AddressNotAllowed",
+    "Handler",
+    "HandlerContext",
+    "HandlerFunc",
+    "Result",
+    "failure_reason",
+    "handler",
+    "is_secret_name",
+    "mask",
+    "read_prefix",
+    "scrub_text",
+]
 
 Result = dict[str, Any] | None
 HandlerFunc = Callable[["HandlerContext"], Awaitable[Result]] | Callable[["HandlerContext"], Result]
@@ -48,6 +68,8 @@ class HandlerContext:
     clock: Clock
     store: Store
     mailer: Mailer
+    # One session for every handler, SSRF-safe: see scheduler/http.py. Do not close it.
+    http: aiohttp.ClientSession
 
     def remaining_seconds(self) -> float:
         return max(0.0, (self.deadline - self.clock.now()).total_seconds())

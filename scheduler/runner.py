@@ -17,10 +17,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import aiohttp
+
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.events import execution_event
 from scheduler.handler_api import Handler, HandlerContext, Result
+from scheduler.http import safe_client_session
 from scheduler.lock import lock_key
 from scheduler.logs import FIELDS, log_event
 from scheduler.metrics import Metrics
@@ -76,6 +79,8 @@ class Runner:
         self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
         # Handlers that outlived their cancellation: kept referenced until they end.
         self._stuck: set[asyncio.Future[Any]] = set()
+        # One SSRF-safe HTTP session for all handlers, opened on first use (inside the loop).
+        self._http: aiohttp.ClientSession | None = None
 
     async def run(self, task: Task) -> None:
         if not await self._still_ours(task):
@@ -95,6 +100,16 @@ class Runner:
         for future in self._stuck:
             future.cancel()
         self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def _http_session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = safe_client_session(
+                allow=self.settings.http_allow, ports=self.settings.http_allowed_ports
+            )
+        return self._http
 
     # -- before the handler ---------------------------------------------------------------------
 
@@ -214,6 +229,7 @@ class Runner:
             clock=self.ports.clock,
             store=self.ports.store,
             mailer=self.ports.mailer,
+            http=self._http_session(),
         )
 
     # -- after the handler ----------------------------------------------------------------------
