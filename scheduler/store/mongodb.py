@@ -1,0 +1,560 @@
+"""The production store: MongoDB through pymongo's asyncio client (`mongodb://host/database`).
+
+Documents are the codec's (scheduler/codec.py): `_id` strings, times as BSON dates, collections
+`jobs` and `executions`. The database is the URL's path (default `tickd`); a store built on a
+client it was handed uses that client's default database and never closes it.
+
+Time precision. BSON dates keep milliseconds, the model keeps microseconds. So every time field
+is written twice from one value in one statement: as a BSON date under its codec name (for people,
+tools and the product) and as integer microseconds since the epoch under `<name>_us`. Queries,
+sorts and compare-and-set use the `_us` fields and reads rebuild times from them: a round trip is
+exact, and a claim compares exactly the next_run_at it read, not a value rounded to the millisecond.
+
+Compare-and-set without transactions. Each statement is atomic on its document, which is all a
+claim needs: the filter holds everything the claim read (revision, next_run_at, no lease, enabled)
+plus the job's fence, and the update sets fence and lease.token to fence + 1. The store does not
+know the fence from the Claim, so on MongoDB a batch claim is three round trips whatever its size:
+one find reads the fences, one update command carries an UpdateOne per claim, one find reads the
+winners back (the documents that now carry the lease token this claim computed). Every other
+fenced write filters on `lease.token`: once a lease is reaped, its run can no longer touch the job.
+
+FerretDB 1.x (the development and test server) has no transactions, no pipeline updates and no
+partial indexes, hence the client-side fence + 1 and plain compound indexes. Its SQLite backend
+also holds one SQLite connection per statement of an update command until the command ends, and a
+database wedges for good once about a hundred are held at once; so when the server says it is
+FerretDB, bulk updates go out in commands of at most FERRETDB_STATEMENTS_PER_UPDATE statements.
+And it drops the connection when asked again for several existing indexes, so open() creates only
+the missing ones.
+
+Errors. Every pymongo error becomes a StoreError: transient (retry later) for lost connections,
+timeouts, no primary, and errors labelled retryable; not transient otherwise. Timeouts are short
+by default (URL options win) so a dead server fails a tick in seconds instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Concatenate, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+import pymongo
+from bson.codec_options import CodecOptions
+from bson.errors import BSONError
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, UpdateMany, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.cursor import AsyncCursor
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
+
+from scheduler.codec import (
+    Doc,
+    execution_from_doc,
+    execution_to_doc,
+    job_from_doc,
+    job_to_doc,
+    summary_to_doc,
+)
+from scheduler.model import Execution, Job, Status
+from scheduler.ports import Advance, Claim, DuplicateJobName, ExecutionQuery, StoreError
+
+DEFAULT_DATABASE = "tickd"
+# A dead server fails an operation after about two seconds, a hung one within seconds; the URL can
+# override each (?serverSelectionTimeoutMS=...). Not timeoutMS: pymongo then spends all of that
+# budget waiting for a server, whatever serverSelectionTimeoutMS says.
+DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
+    "serverSelectionTimeoutMS": 2_000,
+    "connectTimeoutMS": 2_000,
+    "socketTimeoutMS": 5_000,
+    "appname": "tickd",
+}
+# Building an index over a large existing collection may take longer than one operation may.
+INDEX_BUILD_SECONDS = 300
+FERRETDB_STATEMENTS_PER_UPDATE = 25
+DUPLICATE_KEY = 11000
+TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
+CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+JOB_TIMES = (
+    "next_run_at",
+    "created_at",
+    "updated_at",
+    "lease.until",
+    "last_execution.finished_at",
+    "schedule.at",
+)
+EXECUTION_TIMES = ("scheduled_at", "started_at", "finished_at")
+ADVANCE_TIMES = ("next_run_at", "last_execution.finished_at")
+
+# Free to run: enabled and not leased (a lease, live or expired, is reaped before a rerun).
+FREE: Doc = {"enabled": True, "lease": None}
+URGENCY = [("priority", ASCENDING), ("next_run_at_us", ASCENDING)]
+NEWEST_FIRST = [("scheduled_at_us", DESCENDING), ("_id", DESCENDING)]
+LEASE_EXPIRED = {"type": "LeaseExpired", "message": "the lease expired before the run ended"}
+
+JOB_INDEXES = [
+    IndexModel([("name", ASCENDING)], name="jobs_name", unique=True),
+    # Equality on the free state, then the due query's sort order, then its range.
+    IndexModel([("enabled", ASCENDING), ("lease", ASCENDING), *URGENCY], name="jobs_due"),
+    IndexModel(
+        [("enabled", ASCENDING), ("lease", ASCENDING), ("next_run_at_us", ASCENDING)],
+        name="jobs_next",
+    ),
+    IndexModel([("lease.until_us", ASCENDING)], name="jobs_lease_expiry"),
+]
+EXECUTION_INDEXES = [
+    IndexModel([("job_id", ASCENDING), *NEWEST_FIRST], name="executions_by_job"),
+    IndexModel(NEWEST_FIRST, name="executions_by_time"),
+    IndexModel(
+        [("status", ASCENDING), ("scheduled_at_us", DESCENDING)], name="executions_by_status"
+    ),
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Client = AsyncMongoClient[Doc]
+Collection = AsyncCollection[Doc]
+Update = UpdateOne | UpdateMany
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def is_transient(exc: PyMongoError) -> bool:
+    """Worth retrying: the connection, the primary or the clock failed, not the request."""
+    return (
+        isinstance(exc, ConnectionFailure)  # AutoReconnect, NetworkTimeout, NotPrimaryError, ...
+        or exc.timeout
+        or any(exc.has_error_label(label) for label in TRANSIENT_LABELS)
+    )
+
+
+@contextmanager
+def store_errors(operation: str) -> Iterator[None]:
+    """Callers (the engine) know StoreError only; keep the pymongo error as its cause."""
+    try:
+        yield
+    except PyMongoError as exc:
+        error = StoreError(f"mongodb {operation}: {exc}")
+        error.transient = is_transient(exc)
+        raise error from exc
+    except BSONError as exc:  # a document MongoDB cannot hold: retrying will not help
+        error = StoreError(f"mongodb {operation}: {exc}")
+        error.transient = False
+        raise error from exc
+
+
+def translating_errors(
+    method: Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, T]]:
+    @functools.wraps(method)
+    async def translated(store: MongoStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with store_errors(method.__name__):
+            return await method(store, *args, **kwargs)
+
+    return translated
+
+
+def duplicate_job_error(job: Job, exc: DuplicateKeyError) -> StoreError:
+    """MongoDB names the index at fault; FerretDB does not, and then it is the name's."""
+    key_pattern = (exc.details or {}).get("keyPattern") or {}
+    if key_pattern and "name" not in key_pattern:
+        error = StoreError(f"a job with id {job.id!r} exists already")
+        error.transient = False
+        return error
+    return DuplicateJobName(job.name)
+
+
+# -- times --------------------------------------------------------------------------------------
+
+
+def exact_micros(when: datetime) -> int:
+    return (when - EPOCH) // timedelta(microseconds=1)
+
+
+def micros(when: datetime | None) -> int | None:
+    return None if when is None else exact_micros(when)
+
+
+def from_micros(value: int) -> datetime:
+    return EPOCH + timedelta(microseconds=value)
+
+
+def _parent_of(doc: Doc, path: str) -> tuple[Doc | None, str]:
+    """The sub-document holding the last field of a dotted path (None where the path breaks)."""
+    *parents, field = path.split(".")
+    parent: Any = doc
+    for key in parents:
+        parent = parent.get(key)
+        if not isinstance(parent, dict):
+            return None, field
+    return parent, field
+
+
+def with_exact_times(doc: Doc, paths: Iterable[str]) -> Doc:
+    """Add `<field>_us` (integer microseconds, or None) beside each time field present."""
+    for path in paths:
+        parent, field = _parent_of(doc, path)
+        if parent is not None and field in parent:
+            parent[f"{field}_us"] = micros(parent[field])
+    return doc
+
+
+def without_exact_times(doc: Doc, paths: Iterable[str]) -> Doc:
+    """Rebuild each time field from its `_us` twin and drop the twin."""
+    for path in paths:
+        parent, field = _parent_of(doc, path)
+        if parent is None:
+            continue
+        exact = parent.pop(f"{field}_us", None)
+        if exact is not None:
+            parent[field] = from_micros(exact)
+    return doc
+
+
+# -- documents ----------------------------------------------------------------------------------
+
+
+def job_document(job: Job) -> Doc:
+    return with_exact_times(job_to_doc(job), JOB_TIMES)
+
+
+def job_from_document(doc: Doc) -> Job:
+    return job_from_doc(without_exact_times(doc, JOB_TIMES))
+
+
+def execution_document(execution: Execution) -> Doc:
+    return with_exact_times(execution_to_doc(execution), EXECUTION_TIMES)
+
+
+def execution_from_document(doc: Doc) -> Execution:
+    return execution_from_doc(without_exact_times(doc, EXECUTION_TIMES))
+
+
+def due_filter(now: datetime, exclude_handlers: Sequence[str] = ()) -> Doc:
+    due: Doc = {**FREE, "next_run_at_us": {"$lte": exact_micros(now)}}
+    if exclude_handlers:
+        due["handler"] = {"$nin": list(exclude_handlers)}
+    return due
+
+
+def claim_update(claim: Claim, token: int) -> UpdateOne:
+    """Lease the job with `token` only if it is still as read, fence included (token - 1)."""
+    lease = {"owner": claim.owner, "token": token, "until": claim.until}
+    return UpdateOne(
+        {
+            "_id": claim.job_id,
+            "revision": claim.revision,
+            "next_run_at_us": exact_micros(claim.next_run_at),
+            "fence": token - 1,
+            **FREE,
+        },
+        {"$set": {"fence": token, "lease": with_exact_times(lease, ["until"])}},
+    )
+
+
+def release_update(advance: Advance | None) -> Doc:
+    """Clear the lease; with an advance, also move the job on to its next run."""
+    changes: Doc = {"lease": None}
+    if advance is not None:
+        changes |= with_exact_times(
+            {
+                "next_run_at": advance.next_run_at,
+                "enabled": advance.enabled,
+                "consecutive_failures": advance.consecutive_failures,
+                "paused_reason": advance.paused_reason,
+                "last_execution": summary_to_doc(advance.last_execution),
+            },
+            ADVANCE_TIMES,
+        )
+    return {"$set": changes}
+
+
+def abandon_running(job_id: str, token: int, now: datetime) -> UpdateMany:
+    """Mark `abandoned` the run the expired lease guarded, unless it has finished meanwhile."""
+    abandoned = {"status": Status.ABANDONED.value, "finished_at": now, "error": LEASE_EXPIRED}
+    return UpdateMany(
+        {"job_id": job_id, "token": token, "status": Status.RUNNING.value},
+        {"$set": with_exact_times(abandoned, ["finished_at"])},
+    )
+
+
+def release_lease(job_id: str, token: int) -> UpdateOne:
+    return UpdateOne({"_id": job_id, "lease.token": token}, {"$set": {"lease": None}})
+
+
+def executions_filter(query: ExecutionQuery) -> Doc:
+    wanted = {"job_id": query.job_id, "status": query.status, "handler": query.handler}
+    return {field: str(value) for field, value in wanted.items() if value is not None}
+
+
+def chunks(items: Sequence[T], size: int | None) -> Iterator[Sequence[T]]:
+    """Slices of at most `size` (None: all in one), never an empty one (bulk_write refuses it)."""
+    step = size or max(len(items), 1)
+    for start in range(0, len(items), step):
+        yield items[start : start + step]
+
+
+def in_one_batch(cursor: AsyncCursor[Doc], size: int) -> AsyncCursor[Doc]:
+    """At most `size` documents, all in the first reply: one round trip, no getMore."""
+    return cursor.limit(size).batch_size(size)
+
+
+def client_options(url: str) -> dict[str, Any]:
+    """Our default timeouts, except those the URL sets itself."""
+    given = {key.lower() for key, _ in parse_qsl(urlsplit(url).query)}
+    return {k: v for k, v in DEFAULT_CLIENT_OPTIONS.items() if k.lower() not in given}
+
+
+async def create_missing_indexes(collection: Collection, indexes: Sequence[IndexModel]) -> None:
+    """Only those not there yet: FerretDB 1.24 drops the connection when one createIndexes asks
+    again for several indexes that all exist (a restart on an existing database)."""
+    existing = {index["name"] async for index in await collection.list_indexes()}
+    missing = [index for index in indexes if index.document["name"] not in existing]
+    if missing:
+        await collection.create_indexes(missing)
+
+
+async def insert_ignoring_duplicates(collection: Collection, docs: Sequence[Doc]) -> set[int]:
+    """Insert in one command; returns the positions refused as duplicates (names taken, or a
+    replay of a batch that reached the server before the connection broke)."""
+    try:
+        await collection.insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if exc.details.get("writeConcernErrors") or any(e["code"] != DUPLICATE_KEY for e in errors):
+            raise
+        return {e["index"] for e in errors}
+    return set()
+
+
+class MongoStore:
+    """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands."""
+
+    def __init__(self, target: str | Client, *, database: str | None = None) -> None:
+        """`target` is a URL (the store opens and closes its own client) or a client to use and
+        leave open; `database` overrides the one the URL or the client names."""
+        self._url = target if isinstance(target, str) else None
+        self._client = None if isinstance(target, str) else target
+        self._database_name = database
+        self._db: AsyncDatabase[Doc] | None = None
+        self._statements_per_update: int | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def database(self) -> AsyncDatabase[Doc]:
+        if self._db is None:
+            raise StoreError("the store is not open")
+        return self._db
+
+    @property
+    def jobs(self) -> Collection:
+        return self.database["jobs"]
+
+    @property
+    def executions(self) -> Collection:
+        return self.database["executions"]
+
+    def _connect(self) -> Client:
+        if self._client is None:
+            assert self._url is not None
+            self._client = AsyncMongoClient(self._url, **client_options(self._url))
+        return self._client
+
+    @translating_errors
+    async def open(self) -> None:
+        client = self._connect()
+        try:
+            await self._prepare(client)
+        except BaseException:  # the caller only closes a store that opened
+            await self.close()
+            raise
+
+    async def _prepare(self, client: Client) -> None:
+        name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
+        self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
+        self._statements_per_update = await self._update_size_limit(client)
+        with pymongo.timeout(INDEX_BUILD_SECONDS):
+            await create_missing_indexes(self.jobs, JOB_INDEXES)
+            await create_missing_indexes(self.executions, EXECUTION_INDEXES)
+
+    @staticmethod
+    async def _update_size_limit(client: Client) -> int | None:
+        """None (MongoDB splits commands itself) unless the server is FerretDB: see the top."""
+        info = await client.admin.command("buildInfo")
+        return FERRETDB_STATEMENTS_PER_UPDATE if "ferretdbVersion" in info else None
+
+    async def close(self) -> None:
+        self._db = None
+        if self._url is not None and self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    @translating_errors
+    async def ping(self) -> None:
+        await self.database.command("ping")
+
+    async def _update_each(self, collection: Collection, updates: Sequence[Update]) -> None:
+        for batch in chunks(updates, self._statements_per_update):
+            await collection.bulk_write(batch, ordered=False)
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    @translating_errors
+    async def insert_job(self, job: Job) -> None:
+        try:
+            await self.jobs.insert_one(job_document(job))
+        except DuplicateKeyError as exc:
+            raise duplicate_job_error(job, exc) from None
+
+    @translating_errors
+    async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
+        if not jobs:
+            return []
+        taken = await insert_ignoring_duplicates(self.jobs, [job_document(job) for job in jobs])
+        return [job for i, job in enumerate(jobs) if i not in taken]
+
+    @translating_errors
+    async def get_job(self, job_id: str) -> Job | None:
+        doc = await self.jobs.find_one({"_id": job_id})
+        return None if doc is None else job_from_document(doc)
+
+    @translating_errors
+    async def get_job_by_name(self, name: str) -> Job | None:
+        doc = await self.jobs.find_one({"name": name})
+        return None if doc is None else job_from_document(doc)
+
+    @translating_errors
+    async def list_jobs(self, *, limit: int = 100) -> list[Job]:
+        return await self._find_jobs({}, sort=[("name", ASCENDING)], limit=limit)
+
+    async def _find_jobs(self, query: Doc, *, sort: list[tuple[str, int]], limit: int) -> list[Job]:
+        if limit <= 0:  # pymongo reads a limit of 0 as "no limit"
+            return []
+        cursor = in_one_batch(self.jobs.find(query).sort(sort), limit)
+        return [job_from_document(doc) async for doc in cursor]
+
+    @translating_errors
+    async def delete_job(self, job_id: str) -> bool:
+        return (await self.jobs.delete_one({"_id": job_id})).deleted_count == 1
+
+    # -- the engine's batch operations ----------------------------------------------------------
+
+    @translating_errors
+    async def due_jobs(
+        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+    ) -> list[Job]:
+        return await self._find_jobs(due_filter(now, exclude_handlers), sort=URGENCY, limit=limit)
+
+    @translating_errors
+    async def count_due(self, now: datetime) -> int:
+        return await self.jobs.count_documents(due_filter(now))
+
+    @translating_errors
+    async def next_due_at(self) -> datetime | None:
+        doc = await self.jobs.find_one(
+            {**FREE, "next_run_at_us": {"$ne": None}},
+            {"next_run_at_us": 1},
+            sort=[("next_run_at_us", ASCENDING)],
+        )
+        return None if doc is None else from_micros(doc["next_run_at_us"])
+
+    @translating_errors
+    async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
+        if not claims:
+            return []
+        fences = await self._fences_of_free_jobs([claim.job_id for claim in claims])
+        tokens = {job_id: fence + 1 for job_id, fence in fences.items()}
+        updates = [claim_update(c, tokens[c.job_id]) for c in claims if c.job_id in tokens]
+        await self._update_each(self.jobs, updates)
+        return await self._winners(claims, tokens)
+
+    async def _fences_of_free_jobs(self, job_ids: list[str]) -> dict[str, int]:
+        """One read for the whole batch; a leased or disabled job is left out (it would lose)."""
+        cursor = self.jobs.find({"_id": {"$in": job_ids}, **FREE}, {"fence": 1})
+        return {doc["_id"]: int(doc["fence"]) async for doc in in_one_batch(cursor, len(job_ids))}
+
+    async def _winners(self, claims: Sequence[Claim], tokens: dict[str, int]) -> list[Job]:
+        """The jobs that now carry the lease token their claim computed, in the claims' order."""
+        if not tokens:
+            return []
+        cursor = in_one_batch(self.jobs.find({"_id": {"$in": list(tokens)}}), len(tokens))
+        leased = {doc["_id"]: job_from_document(doc) async for doc in cursor}
+        return [
+            job
+            for claim in claims
+            if (job := leased.pop(claim.job_id, None)) is not None
+            and job.lease is not None
+            and (job.lease.owner, job.lease.token) == (claim.owner, tokens[claim.job_id])
+        ]
+
+    @translating_errors
+    async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
+        moved = {"lease.until": until, "lease.until_us": exact_micros(until)}
+        result = await self.jobs.update_one({"_id": job_id, "lease.token": token}, {"$set": moved})
+        return result.matched_count == 1
+
+    @translating_errors
+    async def insert_executions(self, executions: Sequence[Execution]) -> None:
+        if executions:
+            await insert_ignoring_duplicates(
+                self.executions, [execution_document(e) for e in executions]
+            )
+
+    @translating_errors
+    async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:
+        """The execution first: if we stop between the two writes, the lease expires and the
+        reaper gives the occurrence back, which is late but never lost."""
+        doc = execution_document(execution)
+        await self.executions.replace_one({"_id": execution.id}, doc, upsert=True)
+        if execution.token is None:  # never held a lease, so it cannot release one
+            return False
+        fenced = {"_id": execution.job_id, "lease.token": execution.token}
+        result = await self.jobs.update_one(fenced, release_update(advance))
+        return result.matched_count == 1
+
+    @translating_errors
+    async def reap_expired_leases(self, now: datetime) -> list[Execution]:
+        """Executions first, then the leases: a crash in between leaves a lease to reap again,
+        never a `running` execution that nothing guards."""
+        expired = await self._expired_leases(now)
+        if not expired:
+            return []
+        abandon = [abandon_running(job_id, token, now) for job_id, token in expired]
+        await self._update_each(self.executions, abandon)
+        await self._update_each(self.jobs, [release_lease(job, token) for job, token in expired])
+        return await self._abandoned_at(now, expired)
+
+    async def _expired_leases(self, now: datetime) -> list[tuple[str, int]]:
+        cursor = self.jobs.find({"lease.until_us": {"$lt": exact_micros(now)}}, {"lease.token": 1})
+        return [(doc["_id"], int(doc["lease"]["token"])) async for doc in cursor]
+
+    async def _abandoned_at(self, now: datetime, leases: list[tuple[str, int]]) -> list[Execution]:
+        """Read back what this reap marked (an execution the run finished meanwhile is not)."""
+        cursor = self.executions.find(
+            {
+                "$or": [{"job_id": job_id, "token": token} for job_id, token in leases],
+                "status": Status.ABANDONED.value,
+                "error.type": LEASE_EXPIRED["type"],
+                "finished_at_us": exact_micros(now),
+            }
+        ).sort("scheduled_at_us", ASCENDING)
+        return [execution_from_document(doc) async for doc in cursor]
+
+    # -- executions -----------------------------------------------------------------------------
+
+    @translating_errors
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        doc = await self.executions.find_one({"_id": execution_id})
+        return None if doc is None else execution_from_document(doc)
+
+    @translating_errors
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        if query.limit <= 0:
+            return []
+        cursor = self.executions.find(executions_filter(query)).sort(NEWEST_FIRST)
+        return [execution_from_document(doc) async for doc in in_one_batch(cursor, query.limit)]

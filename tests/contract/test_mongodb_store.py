@@ -1,0 +1,296 @@
+"""What the MongoDB store promises beyond the store contract: round trips per batch, exact times,
+its indexes, the client it closes, and failing fast and transient when the server goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from pymongo import AsyncMongoClient, monitoring
+
+from scheduler.codec import Doc
+from scheduler.model import Job
+from scheduler.ports import Claim, StoreError
+from scheduler.store.mongodb import (
+    FERRETDB_STATEMENTS_PER_UPDATE,
+    MongoStore,
+    chunks,
+    exact_micros,
+)
+from tests.conftest import T0, make_job
+from tests.fixtures.services import MONGODB_URL
+from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
+
+# A dead or silent server must fail an operation within this (about 2 s expected), never hang it.
+FAIL_FAST_SECONDS = 4.0
+
+
+@dataclass
+class Server:
+    admin: AsyncMongoClient[Doc]
+    database: str
+
+    async def is_ferretdb(self) -> bool:
+        return "ferretdbVersion" in await self.admin.admin.command("buildInfo")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    async with fresh_mongodb_database() as (admin, name):
+        yield Server(admin, name)
+
+
+@asynccontextmanager
+async def opened(
+    target: str | AsyncMongoClient[Doc], database: str | None = None
+) -> AsyncIterator[MongoStore]:
+    store = MongoStore(target, database=database)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def store(server: Server) -> AsyncIterator[MongoStore]:
+    """Opened from a URL whose path names the server's fresh database."""
+    async with opened(mongodb_url(server.database)) as mongo:
+        yield mongo
+
+
+class CommandRecorder(monitoring.CommandListener):
+    """Every command the client sends: one per round trip."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, Mapping[str, Any]]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.commands.append((event.command_name, event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.commands]
+
+
+def claim_of(job: Job, owner: str = "instance-a") -> Claim:
+    assert job.next_run_at is not None
+    return Claim(
+        job_id=job.id,
+        revision=job.revision,
+        next_run_at=job.next_run_at,
+        owner=owner,
+        until=T0 + timedelta(minutes=5),
+    )
+
+
+async def test_a_claim_of_a_hundred_jobs_is_a_bounded_number_of_round_trips(
+    server: Server,
+) -> None:
+    recorder = CommandRecorder()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
+    try:
+        async with opened(client, database=server.database) as store:
+            jobs = [make_job(f"job-{i:03}") for i in range(100)]
+            recorder.commands.clear()
+            assert await store.insert_missing_jobs(jobs) == jobs
+            assert recorder.names == ["insert"]
+
+            recorder.commands.clear()
+            won = await store.claim_jobs([claim_of(job) for job in jobs], T0)
+
+        assert [job.id for job in won] == [job.id for job in jobs]
+        # MongoDB takes the whole batch in one update command; FerretDB in a few smaller ones.
+        per_command = FERRETDB_STATEMENTS_PER_UPDATE if await server.is_ferretdb() else len(jobs)
+        updates = math.ceil(len(jobs) / per_command)
+        assert recorder.names == ["find", *["update"] * updates, "find"]
+        sizes = [len(command["updates"]) for name, command in recorder.commands if name == "update"]
+        assert sum(sizes) == len(jobs) and max(sizes) <= per_command
+        await client.admin.command("ping")  # the store closed only what it opened
+    finally:
+        await client.close()
+
+
+async def test_on_mongodb_a_batch_claim_is_one_update_command_and_nothing_free_is_one_find(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path production takes, run here with FerretDB's smaller commands switched off (the
+    batches stay well below the size that wedges FerretDB)."""
+
+    async def as_if_mongodb(client: object) -> None:
+        return None
+
+    monkeypatch.setattr(MongoStore, "_update_size_limit", staticmethod(as_if_mongodb))
+    recorder = CommandRecorder()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
+    try:
+        async with opened(client, database=server.database) as store:
+            jobs = [make_job(f"job-{i}") for i in range(10)]
+            await store.insert_missing_jobs(jobs)
+            recorder.commands.clear()
+            assert len(await store.claim_jobs([claim_of(job) for job in jobs[:4]], T0)) == 4
+            assert recorder.names == ["find", "update", "find"]
+
+            recorder.commands.clear()
+            won = await store.claim_jobs([claim_of(job, "other") for job in jobs], T0)
+            assert sorted(job.name for job in won) == [f"job-{i}" for i in range(4, 10)]
+            assert recorder.names == ["find", "update", "find"]
+
+            recorder.commands.clear()
+            assert await store.claim_jobs([claim_of(job) for job in jobs], T0) == []
+            assert recorder.names == ["find"]  # every job leased: nothing to update
+    finally:
+        await client.close()
+
+
+def test_batches_are_split_only_where_a_size_is_set_and_never_empty() -> None:
+    assert list(chunks([1, 2, 3], None)) == [[1, 2, 3]]
+    assert list(chunks([1, 2, 3], 2)) == [[1, 2], [3]]
+    assert list(chunks([], None)) == list(chunks([], 2)) == []
+
+
+async def test_times_keep_their_microseconds_and_compare_exactly(
+    server: Server, store: MongoStore
+) -> None:
+    early = make_job("early", next_run_at=T0 + timedelta(microseconds=100))
+    late = make_job("late", next_run_at=T0 + timedelta(microseconds=900))
+    for job in (early, late):
+        await store.insert_job(job)
+
+    # All three times fall in one millisecond: BSON dates alone could not tell them apart.
+    due = await store.due_jobs(T0 + timedelta(microseconds=500), 10)
+    assert [job.name for job in due] == ["early"]
+    stale = Claim(
+        job_id=late.id,
+        revision=late.revision,
+        next_run_at=T0 + timedelta(microseconds=901),
+        owner="a",
+        until=T0 + timedelta(minutes=1),
+    )
+    assert await store.claim_jobs([stale], T0) == []
+
+    raw = await server.admin[server.database]["jobs"].find_one({"name": "late"})
+    assert raw is not None
+    assert raw["next_run_at"].replace(tzinfo=UTC) == T0  # what people and tools see
+    assert raw["next_run_at_us"] == exact_micros(T0 + timedelta(microseconds=900))
+
+
+async def test_open_creates_the_indexes_the_queries_need(server: Server) -> None:
+    async with opened(mongodb_url(server.database)):
+        pass
+    async with opened(mongodb_url(server.database)):  # a restart on an existing database
+        pass
+    db = server.admin[server.database]
+    jobs = await db["jobs"].index_information()
+    assert jobs["jobs_name"].get("unique") is True
+    assert {"jobs_due", "jobs_next", "jobs_lease_expiry"} <= set(jobs)
+    executions = await db["executions"].index_information()
+    assert {"executions_by_job", "executions_by_time", "executions_by_status"} <= set(executions)
+
+
+async def test_the_database_is_the_url_path(server: Server, store: MongoStore) -> None:
+    await store.insert_job(make_job("here"))
+    found = await server.admin[server.database]["jobs"].find_one({"name": "here"})
+    assert found is not None
+
+
+# -- failing fast -------------------------------------------------------------------------------
+
+
+class LoopbackProxy:
+    """Forwards a loopback port to `upstream`, or with none swallows everything (a hung server);
+    `stop` drops every connection at once, as a crashed server would."""
+
+    def __init__(self, upstream: tuple[str, int] | None) -> None:
+        self._upstream = upstream
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        """The proxy's address, as a URL prefix: append a database name."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"mongodb://127.0.0.1:{port}/"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.append(writer)
+        if self._upstream is None:
+            await _drain(reader)
+            return
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        self._writers.append(up_writer)
+        await asyncio.gather(
+            _copy(reader, up_writer), _copy(up_reader, writer), return_exceptions=True
+        )
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await asyncio.wait_for(asyncio.gather(*self._handlers, return_exceptions=True), 5)
+        await self._server.wait_closed()
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while chunk := await reader.read(65536):
+        writer.write(chunk)
+        await writer.drain()
+    writer.close()
+
+
+async def _drain(reader: asyncio.StreamReader) -> None:
+    while await reader.read(65536):
+        pass
+
+
+def upstream() -> tuple[str, int]:
+    parts = urlsplit(MONGODB_URL)
+    return parts.hostname or "127.0.0.1", parts.port or 27017
+
+
+async def transient_error_within(seconds: float, operation: Awaitable[object]) -> None:
+    with pytest.raises(StoreError) as caught:
+        await asyncio.wait_for(operation, seconds)
+    assert caught.value.transient
+
+
+async def test_a_server_that_goes_away_is_a_quick_transient_store_error(server: Server) -> None:
+    proxy = LoopbackProxy(upstream())
+    url = await proxy.start()
+    async with opened(url + server.database) as store:
+        job = make_job()
+        await store.insert_job(job)
+
+        await proxy.stop()
+
+        # The first call finds its connection dropped; the next one finds nobody listening.
+        await transient_error_within(FAIL_FAST_SECONDS, store.get_job(job.id))
+        await transient_error_within(FAIL_FAST_SECONDS, store.due_jobs(T0, 10))
+
+
+async def test_a_server_that_never_answers_is_a_quick_transient_store_error() -> None:
+    silent = LoopbackProxy(None)
+    store = MongoStore(await silent.start() + "tickd_unreachable")
+    try:
+        await transient_error_within(FAIL_FAST_SECONDS, store.open())
+    finally:
+        await store.close()
+        await silent.stop()
