@@ -29,7 +29,7 @@ from scheduler.logs import FIELDS, log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.planning import Plan, advance_after
-from scheduler.ports import Advance, Ports, StoreError
+from scheduler.ports import Advance, LockUnavailable, Ports, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text
 
@@ -123,11 +123,19 @@ class Runner:
         assert lease is not None
         timeout = task.job.timeout_seconds
         until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
-        renewed = await self.ports.store.renew_lease(task.job.id, lease.token, until)
-        if renewed:
-            ttl = timeout + self.settings.lock_margin_seconds
-            await self.ports.lock.extend(lock_key(task.job.id), task.lock_token, ttl)
-            return True
+        try:
+            renewed = await self.ports.store.renew_lease(task.job.id, lease.token, until)
+            if renewed:
+                ttl = timeout + self.settings.lock_margin_seconds
+                await self.ports.lock.extend(lock_key(task.job.id), task.lock_token, ttl)
+                return True
+        except (StoreError, LockUnavailable) as exc:
+            # Not started, so nothing is lost: the lease expires, the reaper marks the execution
+            # abandoned and the occurrence runs again.
+            log_event(
+                log, "run.not_started", level=logging.WARNING, job=task.job.name, error=str(exc)
+            )
+            return False
         self.metrics.fenced.inc()
         log_event(log, "run.fenced_before_start", level=logging.WARNING, job=task.job.name)
         return False

@@ -33,6 +33,8 @@ by default (URL options win) so a dead server fails a tick in seconds instead of
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,6 +75,9 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 # Building an index over a large existing collection may take longer than one operation may.
 INDEX_BUILD_SECONDS = 300
 FERRETDB_STATEMENTS_PER_UPDATE = 25
+# FerretDB on SQLite serialises writes: thirty workers writing at once time out and get
+# SQLITE_BUSY. A few operations at a time go through faster than many.
+FERRETDB_CONCURRENT_OPERATIONS = 4
 DUPLICATE_KEY = 11000
 TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
 CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
@@ -129,6 +134,7 @@ def is_transient(exc: PyMongoError) -> bool:
         isinstance(exc, ConnectionFailure)  # AutoReconnect, NetworkTimeout, NotPrimaryError, ...
         or exc.timeout
         or any(exc.has_error_label(label) for label in TRANSIENT_LABELS)
+        or "SQLITE_BUSY" in str(exc)  # FerretDB's SQLite backend, busy with another writer
     )
 
 
@@ -152,8 +158,9 @@ def translating_errors(
 ) -> Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, T]]:
     @functools.wraps(method)
     async def translated(store: MongoStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        with store_errors(method.__name__):
-            return await method(store, *args, **kwargs)
+        async with store.gate:
+            with store_errors(method.__name__):
+                return await method(store, *args, **kwargs)
 
     return translated
 
@@ -342,6 +349,8 @@ class MongoStore:
         self._database_name = database
         self._db: AsyncDatabase[Doc] | None = None
         self._statements_per_update: int | None = None
+        # Operations in flight at once: unbounded (pymongo's pool decides) but on FerretDB.
+        self.gate: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -378,6 +387,8 @@ class MongoStore:
         name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
         self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
         self._statements_per_update = await self._update_size_limit(client)
+        if self._statements_per_update is not None:
+            self.gate = asyncio.Semaphore(FERRETDB_CONCURRENT_OPERATIONS)
         with pymongo.timeout(INDEX_BUILD_SECONDS):
             await create_missing_indexes(self.jobs, JOB_INDEXES)
             await create_missing_indexes(self.executions, EXECUTION_INDEXES)
