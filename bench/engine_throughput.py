@@ -108,6 +108,7 @@ def _running(job: Job, now: datetime) -> Execution:
 
 def _advance(execution: Execution, now: datetime) -> Advance:
     return Advance(
+        revision=1,
         next_run_at=now + timedelta(hours=1),
         enabled=True,
         consecutive_failures=0,

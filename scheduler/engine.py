@@ -26,7 +26,7 @@ from scheduler.logs import log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, Job, Status, new_id
 from scheduler.planning import Plan, plan_run
-from scheduler.ports import Claim, LockUnavailable, Ports, StoreError
+from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.runner import Outcome, Runner, Task, publish
 
@@ -152,10 +152,21 @@ class Engine:
         limit = min(self.settings.batch_size, self.pool.free_slots())
         if limit == 0:
             return Tick(fetched=0, claimed=0, full=True)
-        jobs = await self.ports.store.due_jobs(now, limit, exclude_handlers=self._saturated())
+        # Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
+        requested = await self.ports.store.due_run_requests(now, limit)
+        jobs = []
+        if len(requested) < limit:
+            jobs = await self.ports.store.due_jobs(
+                now, limit - len(requested), exclude_handlers=self._saturated()
+            )
         self.metrics.due_backlog.set(await self.ports.store.count_due(now))
-        claimed = await self._dispatch(self._within_handler_limits(jobs), now) if jobs else 0
-        return Tick(fetched=len(jobs), claimed=claimed, full=len(jobs) == limit)
+        claimed = 0
+        if requested:
+            claimed += await self._dispatch_requests(requested, now)
+        if jobs:
+            claimed += await self._dispatch(self._within_handler_limits(jobs), now)
+        fetched = len(requested) + len(jobs)
+        return Tick(fetched=fetched, claimed=claimed, full=fetched == limit)
 
     async def _reap(self, now: datetime) -> None:
         for execution in await self.ports.store.reap_expired_leases(now):
@@ -173,15 +184,55 @@ class Engine:
     async def _dispatch(self, jobs: list[Job], now: datetime) -> int:
         token = new_id()
         locked = await self._lock(jobs, token)
-        claimed = await self._claim(locked, now)
-        lost = [job for job in locked if job.id not in {c.id for c in claimed}]
-        if lost:
-            await self.ports.lock.release_many([lock_key(j.id) for j in lost], token)
-        self.metrics.batch_size.observe(len(claimed))
+        claims = [self._claim_of(job, now, job.next_run_at) for job in locked]
+        claimed = await self.ports.store.claim_jobs(claims, now)
+        await self._release_lost(locked, claimed, token)
         tasks = await self._record(claimed, now, token)
+        await self._submit(tasks)
+        return len(claimed)
+
+    async def _dispatch_requests(
+        self, requested: list[tuple[RunRequest, Job]], now: datetime
+    ) -> int:
+        """Run requests go through the same lock and fenced claim as scheduled runs, so a
+        triggered run never overlaps a scheduled one; the schedule itself does not move."""
+        token = new_id()
+        allowed = {job.id for job in self._within_handler_limits([job for _, job in requested])}
+        locked = {job.id for job in await self._lock([j for _, j in requested], token)}
+        candidates = [(r, job) for r, job in requested if job.id in allowed and job.id in locked]
+        claims = [self._claim_of(job, now, None) for _, job in candidates]
+        won = await self.ports.store.claim_run_requests([r for r, _ in candidates], claims, now)
+        await self._release_lost([job for _, job in candidates], [job for _, job in won], token)
+        tasks = [self._requested_task(request, job, now, token) for request, job in won]
+        await self.ports.store.insert_executions([task.execution for task in tasks])
+        for task in tasks:
+            publish(self.ports, self.metrics, self.settings.instance_id, task.execution)
+        await self._submit(tasks)
+        return len(won)
+
+    def _requested_task(self, request: RunRequest, job: Job, now: datetime, token: str) -> Task:
+        execution = self._execution(job, request.scheduled_at, Status.RUNNING, now)
+        plan = Plan(run_at=request.scheduled_at, advance_from=now)
+        return Task(
+            job=job,
+            execution=execution,
+            plan=plan,
+            lock_token=token,
+            claimed_at=now,
+            request=request,
+        )
+
+    async def _release_lost(self, locked: list[Job], claimed: list[Job], token: str) -> None:
+        won = {job.id for job in claimed}
+        lost = {job.id for job in locked if job.id not in won}
+        self.metrics.claims_lost.inc(len(lost))
+        if lost:
+            await self.ports.lock.release_many([lock_key(job_id) for job_id in lost], token)
+
+    async def _submit(self, tasks: list[Task]) -> None:
+        self.metrics.batch_size.observe(len(tasks))
         for task in tasks:
             await self.pool.submit(task)
-        return len(claimed)
 
     async def _lock(self, jobs: list[Job], token: str) -> list[Job]:
         margin = self.settings.lock_margin_seconds
@@ -190,21 +241,15 @@ class Engine:
         self.metrics.lock_contention.inc(len(jobs) - len(held))
         return [job for job in jobs if lock_key(job.id) in held]
 
-    async def _claim(self, jobs: list[Job], now: datetime) -> list[Job]:
+    def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
         margin = self.settings.lease_margin_seconds
-        claims = [
-            Claim(
-                job_id=job.id,
-                revision=job.revision,
-                next_run_at=job.next_run_at or now,
-                owner=self.settings.instance_id,
-                until=now + timedelta(seconds=job.timeout_seconds + margin),
-            )
-            for job in jobs
-        ]
-        won = await self.ports.store.claim_jobs(claims, now)
-        self.metrics.claims_lost.inc(len(jobs) - len(won))
-        return won
+        return Claim(
+            job_id=job.id,
+            revision=job.revision,
+            next_run_at=next_run_at,
+            owner=self.settings.instance_id,
+            until=now + timedelta(seconds=job.timeout_seconds + margin),
+        )
 
     async def _record(self, jobs: list[Job], now: datetime, token: str) -> list[Task]:
         """Write the batch's executions (running ones and misfire skips) in one insert."""

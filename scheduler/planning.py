@@ -101,9 +101,23 @@ def advance_after(
         else None
     )
     return Advance(
+        revision=job.revision,
         next_run_at=next_run_at,
         enabled=next_run_at is not None and not tripped,
         consecutive_failures=failures,
         paused_reason=paused_reason,
+        last_execution=summary,
+    )
+
+
+def keep_schedule(job: Job, summary: ExecutionSummary) -> Advance:
+    """After a requested run (trigger, retry, backfill): record it, move nothing. It does not
+    count towards the circuit breaker either, which watches the schedule's own runs."""
+    return Advance(
+        revision=job.revision,
+        next_run_at=job.next_run_at,
+        enabled=job.enabled,
+        consecutive_failures=job.consecutive_failures,
+        paused_reason=job.paused_reason,
         last_execution=summary,
     )

@@ -36,19 +36,25 @@ class Claim:
     """Lease a job to `owner` until `until`, only if it is still as the due query read it.
 
     The store hands out the fencing token (the job's fence + 1), so two claims can never share one.
+    A claim for a run request (`next_run_at` None) does not care when the job is next due.
     """
 
     job_id: str
     revision: int
-    next_run_at: datetime
+    next_run_at: datetime | None
     owner: str
     until: datetime
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Advance:
-    """The job's new state after a run; applied only while the run's lease token still holds."""
+    """The job's new state after a run; applied only while the run's lease token still holds.
 
+    The schedule part (next_run_at, enabled, paused_reason) applies only if the job's revision is
+    still `revision`, the one the run claimed: a change ops made during the run (a pause, a new
+    schedule) wins over the schedule the run computed from the old definition."""
+
+    revision: int
     next_run_at: datetime | None
     enabled: bool
     consecutive_failures: int
@@ -58,10 +64,54 @@ class Advance:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutionQuery:
+    """Newest first; `before` is the (scheduled_at, id) of the last row of the previous page."""
+
     job_id: str | None = None
     status: Status | None = None
     handler: str | None = None
+    since: datetime | None = None  # scheduled_at >= since
+    until: datetime | None = None  # scheduled_at < until
+    before: tuple[datetime, str] | None = None
     limit: int = 100
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobQuery:
+    """Ordered by name; `after_name` is the name of the last job of the previous page."""
+
+    handler: str | None = None
+    enabled: bool | None = None
+    name_prefix: str | None = None
+    next_run_from: datetime | None = None  # next_run_at >= this
+    next_run_to: datetime | None = None  # next_run_at < this
+    after_name: str | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobChange:
+    """One entry of a job's history: who did what, when, and the fields it changed."""
+
+    id: str
+    job_id: str
+    job_name: str
+    at: datetime
+    actor: str
+    action: str  # create, update, pause, resume, delete, trigger, retry, backfill
+    changes: dict[str, Any]  # field -> [before, after]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRequest:
+    """An occurrence to run outside the schedule (trigger now, retry, backfill); the schedule
+    itself does not move. Taken by the dispatcher once `not_before` has passed."""
+
+    id: str
+    job_id: str
+    scheduled_at: datetime
+    reason: str  # trigger, retry, backfill
+    not_before: datetime
+    created_at: datetime
 
 
 class Store(Protocol):
@@ -76,8 +126,13 @@ class Store(Protocol):
     async def ping(self) -> None:
         """Raise StoreError unless the store answers."""
 
-    async def insert_job(self, job: Job) -> None:
-        """Add a job; DuplicateJobName if its name is taken."""
+    async def insert_job(self, job: Job, change: JobChange | None = None) -> None:
+        """Add a job, and its history entry with it; DuplicateJobName if its name is taken."""
+
+    async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
+        """Write a job's definition (not its lease, fence or run state) if its revision is still
+        `expected_revision`; the stored revision becomes expected_revision + 1. Returns the job
+        as stored, or None if it changed meanwhile or is gone. DuplicateJobName on a taken name."""
 
     async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
         """Add the jobs whose names are not taken yet, leave the others as they are (seeding).
@@ -88,10 +143,31 @@ class Store(Protocol):
 
     async def get_job_by_name(self, name: str) -> Job | None: ...
 
-    async def list_jobs(self, *, limit: int = 100) -> list[Job]:
-        """Jobs ordered by name."""
+    async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
+        """Jobs ordered by name, filtered and paged by the query."""
 
-    async def delete_job(self, job_id: str) -> bool: ...
+    async def delete_job(self, job_id: str, change: JobChange | None = None) -> bool:
+        """Remove a job (its executions and history stay); False if there was none."""
+
+    async def list_changes(
+        self, job_id: str, *, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[JobChange]:
+        """A job's history, newest first; `before` is the (at, id) of the previous page's last."""
+
+    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None: ...
+
+    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
+        """Requests whose not_before has passed, oldest first, for jobs with no lease, each with
+        its job as it is now."""
+
+    async def claim_run_requests(
+        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
+    ) -> list[tuple[RunRequest, Job]]:
+        """Claim each request's job (claims[i] goes with requests[i]) and, for each job won,
+        take its request off the queue, in one batch. Returns the pairs won."""
+
+    async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
+        """Which of these occurrences of a job already have an execution or a run request."""
 
     async def due_jobs(
         self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()

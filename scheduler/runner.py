@@ -28,8 +28,8 @@ from scheduler.lock import lock_key
 from scheduler.logs import FIELDS, log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
-from scheduler.planning import Plan, advance_after
-from scheduler.ports import Advance, LockUnavailable, Ports, StoreError
+from scheduler.planning import Plan, advance_after, keep_schedule
+from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text
 
@@ -50,6 +50,8 @@ class Task:
     plan: Plan
     lock_token: str
     claimed_at: datetime
+    # Set for a run someone asked for (trigger, retry, backfill): it leaves the schedule alone.
+    request: RunRequest | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,6 +279,8 @@ class Runner:
             finished_at=execution.finished_at,
             error=execution.error.message if execution.error else None,
         )
+        if task.request is not None:
+            return keep_schedule(task.job, summary)
         return advance_after(
             task.job,
             task.plan,

@@ -8,6 +8,7 @@ epoch, so a compare-and-set compares exactly what it read.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -26,7 +27,16 @@ from scheduler.codec import (
     to_json_ready,
 )
 from scheduler.model import Execution, ExecutionError, Job, Status
-from scheduler.ports import Advance, Claim, DuplicateJobName, ExecutionQuery, StoreError
+from scheduler.ports import (
+    Advance,
+    Claim,
+    DuplicateJobName,
+    ExecutionQuery,
+    JobChange,
+    JobQuery,
+    RunRequest,
+    StoreError,
+)
 from scheduler.urls import local_path
 
 T = TypeVar("T")
@@ -84,6 +94,28 @@ CREATE TABLE IF NOT EXISTS executions (
 CREATE INDEX IF NOT EXISTS executions_by_job ON executions (job_id, scheduled_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_by_time ON executions (scheduled_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_by_status ON executions (status, scheduled_at DESC);
+
+CREATE TABLE IF NOT EXISTS job_changes (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    job_name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    changes TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_changes_by_job ON job_changes (job_id, at DESC, id DESC);
+
+CREATE TABLE IF NOT EXISTS run_requests (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    scheduled_at INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    not_before INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_requests_due ON run_requests (not_before);
+CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
 """
 
 JOB_COLUMNS = [
@@ -127,7 +159,27 @@ EXECUTION_COLUMNS = [
     "owner",
     "token",
 ]
-JSON_COLUMNS = {"params", "schedule", "misfire", "last_execution", "error", "result"}
+CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
+REQUEST_COLUMNS = ["id", "job_id", "scheduled_at", "reason", "not_before", "created_at"]
+# What ops may change of a job; the lease, fence and run state are the engine's.
+DEFINITION_COLUMNS = [
+    "name",
+    "handler",
+    "params",
+    "schedule",
+    "enabled",
+    "next_run_at",
+    "timeout_seconds",
+    "max_retries",
+    "priority",
+    "misfire",
+    "jitter_seconds",
+    "consecutive_failures",
+    "paused_reason",
+    "system",
+    "updated_at",
+]
+JSON_COLUMNS = {"params", "schedule", "misfire", "last_execution", "error", "result", "changes"}
 TIME_COLUMNS = {
     "next_run_at",
     "lease_until",
@@ -136,6 +188,8 @@ TIME_COLUMNS = {
     "scheduled_at",
     "started_at",
     "finished_at",
+    "at",
+    "not_before",
 }
 FREE = "enabled = 1 AND lease_token IS NULL"
 
@@ -200,7 +254,7 @@ class SQLiteStore:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    async def insert_job(self, job: Job) -> None:
+    async def insert_job(self, job: Job, change: JobChange | None = None) -> None:
         row = job_row(job)
 
         def insert(db: sqlite3.Connection) -> None:
@@ -208,8 +262,30 @@ class SQLiteStore:
                 db.execute(insert_sql("jobs", JOB_COLUMNS), row)
             except sqlite3.IntegrityError:
                 raise DuplicateJobName(job.name) from None
+            _record(db, change)
 
         await self._run(insert)
+
+    async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
+        values = _to_row(_job_doc(job), DEFINITION_COLUMNS)
+        assignments = ", ".join(f"{column} = ?" for column in DEFINITION_COLUMNS)
+        sql = (
+            f"UPDATE jobs SET {assignments}, revision = revision + 1 WHERE id = ? AND revision = ?"
+        )
+
+        def replace(db: sqlite3.Connection) -> sqlite3.Row | None:
+            try:
+                updated = db.execute(sql, (*values, job.id, expected_revision)).rowcount
+            except sqlite3.IntegrityError:
+                raise DuplicateJobName(job.name) from None
+            if not updated:
+                return None
+            _record(db, change)
+            row: sqlite3.Row = db.execute("SELECT * FROM jobs WHERE id = ?", (job.id,)).fetchone()
+            return row
+
+        row = await self._run(replace)
+        return None if row is None else job_from_row(row)
 
     async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
         rows = [job_row(job) for job in jobs]
@@ -232,16 +308,98 @@ class SQLiteStore:
         row = await self._run(lambda db: db.execute(sql, args).fetchone())
         return None if row is None else job_from_row(row)
 
-    async def list_jobs(self, *, limit: int = 100) -> list[Job]:
-        return await self._jobs("SELECT * FROM jobs ORDER BY name LIMIT ?", (limit,))
+    async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
+        query = query or JobQuery()
+        where, args = _job_filters(query)
+        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        return await self._jobs(sql + " ORDER BY name LIMIT ?", (*args, query.limit))
 
     async def _jobs(self, sql: str, args: Sequence[Any]) -> list[Job]:
         rows = await self._run(lambda db: db.execute(sql, args).fetchall())
         return [job_from_row(row) for row in rows]
 
-    async def delete_job(self, job_id: str) -> bool:
-        sql = "DELETE FROM jobs WHERE id = ?"
-        return bool(await self._run(lambda db: db.execute(sql, (job_id,)).rowcount))
+    async def delete_job(self, job_id: str, change: JobChange | None = None) -> bool:
+        def delete(db: sqlite3.Connection) -> bool:
+            if not db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount:
+                return False
+            db.execute("DELETE FROM run_requests WHERE job_id = ?", (job_id,))
+            _record(db, change)
+            return True
+
+        return await self._run(delete)
+
+    async def list_changes(
+        self, job_id: str, *, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[JobChange]:
+        sql = "SELECT * FROM job_changes WHERE job_id = ?"
+        args: list[Any] = [job_id]
+        if before is not None:
+            sql += " AND (at, id) < (?, ?)"
+            args += [micros(before[0]), before[1]]
+        sql += " ORDER BY at DESC, id DESC LIMIT ?"
+        rows = await self._run(lambda db: db.execute(sql, (*args, limit)).fetchall())
+        return [JobChange(**_from_row(row, key="id")) for row in rows]
+
+    # -- run requests (trigger, retry, backfill) -------------------------------------------------
+
+    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
+        rows = [_to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
+        sql = insert_sql("run_requests", REQUEST_COLUMNS)
+        await self._run(lambda db: db.executemany(sql, rows))
+
+    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
+        sql = (
+            "SELECT r.id AS request_id FROM run_requests r JOIN jobs j ON j.id = r.job_id "
+            "WHERE r.not_before <= ? AND j.lease_token IS NULL ORDER BY r.not_before LIMIT ?"
+        )
+
+        def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
+            pairs = []
+            for (request_id,) in db.execute(sql, (micros(now), limit)).fetchall():
+                request = db.execute("SELECT * FROM run_requests WHERE id = ?", (request_id,))
+                row = request.fetchone()
+                job = db.execute("SELECT * FROM jobs WHERE id = ?", (row["job_id"],)).fetchone()
+                pairs.append((row, job))
+            return pairs
+
+        return [
+            (RunRequest(**_from_row(request, key="id")), job_from_row(job))
+            for request, job in await self._run(due)
+        ]
+
+    async def claim_run_requests(
+        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
+    ) -> list[tuple[RunRequest, Job]]:
+        update = (
+            "UPDATE jobs SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
+            "lease_token = fence + 1 WHERE id = ? AND revision = ? AND lease_token IS NULL"
+        )
+
+        def claim(db: sqlite3.Connection) -> list[tuple[RunRequest, sqlite3.Row]]:
+            won = []
+            for request, c in zip(requests, claims, strict=True):
+                if db.execute(update, (c.owner, micros(c.until), c.job_id, c.revision)).rowcount:
+                    db.execute("DELETE FROM run_requests WHERE id = ?", (request.id,))
+                    job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,)).fetchone()
+                    won.append((request, job))
+            return won
+
+        return [(request, job_from_row(row)) for request, row in await self._run(claim)]
+
+    async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
+        if not scheduled_ats:
+            return set()
+        marks = ",".join("?" * len(scheduled_ats))
+        times = [micros(t) for t in scheduled_ats]
+        sql = (
+            f"SELECT scheduled_at FROM executions WHERE job_id = ? AND scheduled_at IN ({marks}) "
+            f"UNION SELECT scheduled_at FROM run_requests WHERE job_id = ? "
+            f"AND scheduled_at IN ({marks})"
+        )
+        rows = await self._run(
+            lambda db: db.execute(sql, (job_id, *times, job_id, *times)).fetchall()
+        )
+        return {from_micros(row[0]) for row in rows if row[0] is not None}  # type: ignore[misc]
 
     # -- the engine's batch operations ----------------------------------------------------------
 
@@ -271,7 +429,7 @@ class SQLiteStore:
         update = (
             "UPDATE jobs SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
             "lease_token = fence + 1 "
-            f"WHERE id = ? AND revision = ? AND next_run_at = ? AND {FREE}"
+            f"WHERE id = ? AND revision = ? AND next_run_at IS ? AND {FREE}"
         )
         rows = [
             (c.owner, micros(c.until), c.job_id, c.revision, micros(c.next_run_at)) for c in claims
@@ -352,12 +510,7 @@ class SQLiteStore:
         return None if row is None else execution_from_row(row)
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
-        where, args = [], []
-        for column in ("job_id", "status", "handler"):
-            value = getattr(query, column)
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(str(value))
+        where, args = _execution_filters(query)
         sql = "SELECT * FROM executions"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -377,18 +530,67 @@ def release_sql(execution: Execution, advance: Advance | None) -> tuple[str, tup
     if advance is None:
         return f"UPDATE jobs SET {clear} WHERE id = ? AND lease_token = ?", fence
     summary = json.dumps(to_json_ready(summary_to_doc(advance.last_execution)))
+    # The schedule moves only if ops did not change the job during the run (see Advance).
+    unchanged = "CASE WHEN revision = ? THEN ? ELSE {0} END"
     return (
-        f"UPDATE jobs SET {clear}, next_run_at = ?, enabled = ?, consecutive_failures = ?, "
-        "paused_reason = ?, last_execution = ? WHERE id = ? AND lease_token = ?",
+        f"UPDATE jobs SET {clear}, consecutive_failures = ?, last_execution = ?, "
+        f"next_run_at = {unchanged.format('next_run_at')}, "
+        f"enabled = {unchanged.format('enabled')}, "
+        f"paused_reason = {unchanged.format('paused_reason')} "
+        "WHERE id = ? AND lease_token = ?",
         (
-            micros(advance.next_run_at),
-            int(advance.enabled),
             advance.consecutive_failures,
-            advance.paused_reason,
             summary,
+            advance.revision,
+            micros(advance.next_run_at),
+            advance.revision,
+            int(advance.enabled),
+            advance.revision,
+            advance.paused_reason,
             *fence,
         ),
     )
+
+
+def _record(db: sqlite3.Connection, change: JobChange | None) -> None:
+    if change is not None:
+        db.execute(
+            insert_sql("job_changes", CHANGE_COLUMNS),
+            _to_row(dataclasses.asdict(change), CHANGE_COLUMNS),
+        )
+
+
+def _job_filters(query: JobQuery) -> tuple[list[str], list[Any]]:
+    conditions: list[tuple[str, Any]] = [
+        ("handler = ?", query.handler),
+        ("enabled = ?", None if query.enabled is None else int(query.enabled)),
+        ("name >= ? AND name < ? || char(1114111)", query.name_prefix),
+        ("next_run_at >= ?", micros(query.next_run_from)),
+        ("next_run_at < ?", micros(query.next_run_to)),
+        ("name > ?", query.after_name),
+    ]
+    where, args = [], []
+    for condition, value in conditions:
+        if value is not None:
+            where.append(condition)
+            args += [value] * condition.count("?")
+    return where, args
+
+
+def _execution_filters(query: ExecutionQuery) -> tuple[list[str], list[Any]]:
+    conditions: list[tuple[str, Any]] = [
+        ("job_id = ?", query.job_id),
+        ("status = ?", None if query.status is None else str(query.status)),
+        ("handler = ?", query.handler),
+        ("scheduled_at >= ?", micros(query.since)),
+        ("scheduled_at < ?", micros(query.until)),
+    ]
+    where = [condition for condition, value in conditions if value is not None]
+    args = [value for _, value in conditions if value is not None]
+    if query.before is not None:
+        where.append("(scheduled_at, id) < (?, ?)")
+        args += [micros(query.before[0]), query.before[1]]
+    return where, args
 
 
 def _to_row(doc: Doc, columns: Sequence[str]) -> tuple[Any, ...]:
@@ -405,7 +607,7 @@ def _to_row(doc: Doc, columns: Sequence[str]) -> tuple[Any, ...]:
     return tuple(values)
 
 
-def _from_row(row: sqlite3.Row) -> Doc:
+def _from_row(row: sqlite3.Row, key: str = "_id") -> Doc:
     doc: Doc = {}
     for column in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
         value = row[column]
@@ -414,13 +616,18 @@ def _from_row(row: sqlite3.Row) -> Doc:
         elif column in TIME_COLUMNS:
             value = from_micros(value)
         doc[column] = value
-    doc["_id"] = doc.pop("id")
+    doc[key] = doc.pop("id")
+    return doc
+
+
+def _job_doc(job: Job) -> Doc:
+    doc = job_to_doc(job)
+    doc["id"] = doc.pop("_id")
     return doc
 
 
 def job_row(job: Job) -> tuple[Any, ...]:
-    doc = job_to_doc(job)
-    doc["id"] = doc.pop("_id")
+    doc = _job_doc(job)
     lease = doc.pop("lease") or {}
     doc.update(
         lease_owner=lease.get("owner"),

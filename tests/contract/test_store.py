@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -18,8 +19,18 @@ from scheduler.model import (
     OnceSchedule,
     Priority,
     Status,
+    new_id,
 )
-from scheduler.ports import Advance, Claim, DuplicateJobName, ExecutionQuery, Store
+from scheduler.ports import (
+    Advance,
+    Claim,
+    DuplicateJobName,
+    ExecutionQuery,
+    JobChange,
+    JobQuery,
+    RunRequest,
+    Store,
+)
 from tests.conftest import T0, make_job
 
 OWNER = "instance-a"
@@ -50,8 +61,9 @@ def running(job: Job, token: int) -> Execution:
     )
 
 
-def advance_to(when: datetime | None, execution: Execution) -> Advance:
+def advance_to(when: datetime | None, execution: Execution, revision: int = 1) -> Advance:
     return Advance(
+        revision=revision,
         next_run_at=when,
         enabled=when is not None,
         consecutive_failures=0,
@@ -282,3 +294,193 @@ async def test_delete_job(store: Store) -> None:
     assert await store.delete_job(job.id)
     assert not await store.delete_job(job.id)
     assert await store.get_job(job.id) is None
+
+
+def change_of(job: Job, action: str, at: datetime = T0, **changes: Any) -> JobChange:
+    return JobChange(
+        id=new_id(),
+        job_id=job.id,
+        job_name=job.name,
+        at=at,
+        actor="ops",
+        action=action,
+        changes={k: list(v) for k, v in changes.items()},
+    )
+
+
+async def test_jobs_list_with_filters_and_pages(store: Store) -> None:
+    jobs = [
+        make_job("billing-a", handler="webhook", next_run_at=T0),
+        make_job("billing-b", handler="noop", next_run_at=T0 + timedelta(hours=2)),
+        make_job("reports", handler="noop", enabled=False, next_run_at=T0 + timedelta(hours=1)),
+        make_job("billing-c", handler="noop", next_run_at=T0 + timedelta(hours=3)),
+    ]
+    for job in jobs:
+        await store.insert_job(job)
+
+    async def names(**filters: Any) -> list[str]:
+        return [j.name for j in await store.list_jobs(JobQuery(**filters))]
+
+    assert await names() == ["billing-a", "billing-b", "billing-c", "reports"]
+    assert await names(handler="noop") == ["billing-b", "billing-c", "reports"]
+    assert await names(enabled=False) == ["reports"]
+    assert await names(name_prefix="billing-") == ["billing-a", "billing-b", "billing-c"]
+    assert await names(
+        next_run_from=T0 + timedelta(hours=1), next_run_to=T0 + timedelta(hours=3)
+    ) == ["billing-b", "reports"]
+    assert await names(limit=2) == ["billing-a", "billing-b"]
+    assert await names(limit=2, after_name="billing-b") == ["billing-c", "reports"]
+
+
+async def test_replace_job_is_a_compare_and_set_on_the_revision(store: Store) -> None:
+    job = make_job("nightly", timeout_seconds=10)
+    await store.insert_job(job, change_of(job, "create"))
+    edited = replace(job, timeout_seconds=20, enabled=False, paused_reason="by ops")
+    stored = await store.replace_job(edited, job.revision, change_of(job, "update"))
+    assert stored is not None
+    assert (stored.timeout_seconds, stored.enabled, stored.revision) == (20, False, 2)
+    # A second writer that read revision 1 loses, and changes nothing.
+    lost = await store.replace_job(replace(job, timeout_seconds=99), 1, change_of(job, "update"))
+    assert lost is None
+    assert (await store.get_job(job.id)).timeout_seconds == 20  # type: ignore[union-attr]
+    assert [c.action for c in await store.list_changes(job.id)] == ["update", "create"]
+
+
+async def test_replace_job_keeps_the_engines_fields(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    stored = await store.replace_job(
+        replace(job, max_retries=4), job.revision, change_of(job, "update")
+    )
+    assert stored is not None
+    assert (stored.lease, stored.fence) == (won.lease, won.fence)
+
+
+async def test_replace_job_refuses_a_taken_name(store: Store) -> None:
+    first, second = make_job("first"), make_job("second")
+    await store.insert_job(first)
+    await store.insert_job(second)
+    with pytest.raises(DuplicateJobName):
+        await store.replace_job(replace(second, name="first"), 1, change_of(second, "update"))
+
+
+async def test_a_change_made_during_a_run_wins_over_its_advance(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    execution = running(won, won.lease.token)  # type: ignore[union-attr]
+    await store.insert_executions([execution])
+    paused = replace(job, enabled=False, paused_reason="maintenance")
+    assert await store.replace_job(paused, job.revision, change_of(job, "pause"))
+    done = replace(execution, status=Status.SUCCESS, finished_at=T0)
+    assert await store.finish_execution(done, advance_to(T0 + timedelta(minutes=1), done, 1))
+    after = await store.get_job(job.id)
+    assert after is not None
+    assert (after.enabled, after.paused_reason, after.next_run_at) == (False, "maintenance", T0)
+    assert after.lease is None
+    assert after.last_execution is not None and after.last_execution.execution_id == done.id
+
+
+async def test_history_is_newest_first_and_pages(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job, change_of(job, "create", T0))
+    for minute in (1, 2, 3):
+        edited = replace(job, max_retries=minute)
+        current = await store.get_job(job.id)
+        assert current is not None
+        await store.replace_job(
+            edited,
+            current.revision,
+            change_of(
+                job, "update", T0 + timedelta(minutes=minute), max_retries=(minute - 1, minute)
+            ),
+        )
+    first_page = await store.list_changes(job.id, limit=2)
+    assert [c.at.minute for c in first_page] == [3, 2]
+    assert first_page[0].changes == {"max_retries": [2, 3]}
+    last = first_page[-1]
+    second_page = await store.list_changes(job.id, limit=2, before=(last.at, last.id))
+    assert [c.action for c in second_page] == ["update", "create"]
+    assert await store.delete_job(job.id, change_of(job, "delete", T0 + timedelta(minutes=9)))
+    assert (await store.list_changes(job.id, limit=1))[0].action == "delete"
+
+
+async def test_run_requests_claim_the_job_without_moving_its_schedule(store: Store) -> None:
+    job = make_job(next_run_at=T0 + timedelta(hours=1), enabled=False)
+    await store.insert_job(job)
+    requests = [
+        RunRequest(
+            id=new_id(),
+            job_id=job.id,
+            scheduled_at=T0 - timedelta(days=d),
+            reason="backfill",
+            not_before=T0 + timedelta(seconds=d),
+            created_at=T0,
+        )
+        for d in (0, 1)
+    ]
+    await store.insert_run_requests(requests)
+    due = await store.due_run_requests(T0 + timedelta(seconds=5), 10)
+    assert [(r.id, j.id) for r, j in due] == [(r.id, job.id) for r in requests]
+    claims = [
+        Claim(
+            job_id=job.id,
+            revision=job.revision,
+            next_run_at=None,
+            owner=OWNER,
+            until=T0 + timedelta(minutes=1),
+        )
+        for _ in due
+    ]
+    won = await store.claim_run_requests([r for r, _ in due], claims, T0)
+    assert [(r.id, j.id) for r, j in won] == [(requests[0].id, job.id)], (
+        "one run of a job at a time"
+    )
+    assert won[0][1].lease is not None and won[0][1].next_run_at == job.next_run_at
+    assert await store.due_run_requests(T0 + timedelta(seconds=5), 10) == [], "leased job: wait"
+    assert await store.executions_at(job.id, [r.scheduled_at for r in requests]) == {
+        requests[1].scheduled_at
+    }
+
+
+async def test_deleting_a_job_drops_its_pending_requests(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    await store.insert_run_requests(
+        [
+            RunRequest(
+                id=new_id(),
+                job_id=job.id,
+                scheduled_at=T0,
+                reason="trigger",
+                not_before=T0,
+                created_at=T0,
+            )
+        ]
+    )
+    await store.delete_job(job.id)
+    assert await store.due_run_requests(T0, 10) == []
+
+
+async def test_executions_filter_by_time_and_page_by_cursor(store: Store) -> None:
+    runs = [
+        Execution(
+            job_id="j",
+            job_name="j",
+            handler="noop",
+            scheduled_at=T0 + timedelta(minutes=m),
+            status=Status.SUCCESS,
+        )
+        for m in range(6)
+    ]
+    await store.insert_executions(runs)
+    window = await store.list_executions(
+        ExecutionQuery(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=5))
+    )
+    assert [e.scheduled_at.minute for e in window] == [4, 3, 2, 1]
+    page = await store.list_executions(ExecutionQuery(limit=2))
+    after = await store.list_executions(
+        ExecutionQuery(limit=2, before=(page[-1].scheduled_at, page[-1].id))
+    )
+    assert [e.scheduled_at.minute for e in page + after] == [5, 4, 3, 2]
