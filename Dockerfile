@@ -15,10 +15,10 @@ RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 COPY config /etc/tickd
 USER tickd
 WORKDIR /home/tickd
-ENV TICKD_METRICS_HOST=0.0.0.0 TICKD_LOG_FORMAT=json PYTHONUNBUFFERED=1
-EXPOSE 9464
+ENV TICKD_API_HOST=0.0.0.0 TICKD_LOG_FORMAT=json PYTHONUNBUFFERED=1
+EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-  CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2); sys.exit(0)"
+  CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2); sys.exit(0)"
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["tickd"]
 CMD ["--config", "/etc/tickd/production.toml", "run"]

@@ -1,46 +1,90 @@
-"""Operations endpoints: /healthz (alive), /readyz (store and lock reachable), /metrics."""
+"""Operations endpoints: /healthz (alive), /readyz (store and lock reachable), /metrics, and the
+API's own description: /openapi.json and /docs."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scheduler.engine import Engine
+from api.models import Health, Readiness
+from api.routing import Call, Reply, Route
+from api.v1 import state
 
-ENGINE = web.AppKey("engine", Engine)
 # A readiness probe must answer quickly even when a backend hangs.
 PROBE_TIMEOUT_SECONDS = 2.0
+DOCUMENT = web.AppKey("openapi", dict)
+Probe = Callable[[], Awaitable[None]]
+PROBES = web.AppKey("probes", dict)
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+async def healthz(call: Call) -> Reply:
+    return Reply(Health(status="ok"))
 
 
-async def readyz(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
+async def readyz(call: Call) -> Reply:
     problems = {}
-    for name, probe in (("store", engine.ports.store.ping), ("lock", engine.ports.lock.ping)):
+    probes: dict[str, Probe] = call.request.app[PROBES]
+    for name, probe in probes.items():
         try:
             await asyncio.wait_for(probe(), timeout=PROBE_TIMEOUT_SECONDS)
         except Exception as exc:
             problems[name] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if not engine.healthy and engine.last_error:
-        problems["dispatcher"] = engine.last_error
-    status = 503 if problems else 200
-    return web.json_response({"ready": not problems, "problems": problems}, status=status)
+    health = state(call).dispatcher_health
+    if health is not None:
+        healthy, error = health()
+        if not healthy and error:
+            problems["dispatcher"] = error
+    return Reply(Readiness(ready=not problems, problems=problems), 503 if problems else 200)
 
 
-async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[ENGINE].metrics.registry)
+async def metrics(call: Call) -> web.Response:
+    body = generate_latest(state(call).metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def create_ops_app(engine: Engine) -> web.Application:
-    app = web.Application()
-    app[ENGINE] = engine
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    return app
+async def openapi_json(call: Call) -> web.Response:
+    return web.json_response(call.request.app[DOCUMENT])
+
+
+async def docs(call: Call) -> web.Response:
+    from api.openapi import docs_page
+
+    return web.Response(text=docs_page(call.request.app[DOCUMENT]), content_type="text/html")
+
+
+OPS_ROUTES = [
+    Route("GET", "/healthz", healthz, "The process is alive", None, Health, tag="operations"),
+    Route(
+        "GET",
+        "/readyz",
+        readyz,
+        "Store, lock and dispatcher are usable (503 with the reasons otherwise)",
+        None,
+        Readiness,
+        tag="operations",
+    ),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", None, None, tag="operations", raw=True),
+    Route(
+        "GET",
+        "/openapi.json",
+        openapi_json,
+        "This API's OpenAPI 3.1 document",
+        None,
+        None,
+        tag="operations",
+        raw=True,
+    ),
+    Route(
+        "GET",
+        "/docs",
+        docs,
+        "A page listing the operations",
+        None,
+        None,
+        tag="operations",
+        raw=True,
+    ),
+]

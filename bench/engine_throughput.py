@@ -58,7 +58,7 @@ async def engine_run(store: Store, count: int, workers: int) -> float:
         clock=SystemClock(),
     )
     engine = Engine(
-        settings=Settings(workers=workers, metrics_port=0), ports=ports, registry=registry
+        settings=Settings(workers=workers, api_port=0), ports=ports, registry=registry
     )
     started = time.perf_counter()
     await engine.drain()

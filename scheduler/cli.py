@@ -22,19 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(level=settings.log_level, json_lines=settings.log_format == "json")
     if args.command == "handlers":
         return _list_handlers()
-    return _run(settings)
+    return _run(settings, dispatcher=args.command == "run")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickd", description="A job-scheduling daemon.")
     parser.add_argument("--config", help="a TOML settings file (TICKD_* variables override it)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="run the daemon until SIGTERM or Ctrl-C")
+    commands.add_parser("run", help="run the daemon and its API until SIGTERM or Ctrl-C")
+    commands.add_parser("api", help="serve the API alone (no dispatcher) on the same store")
     commands.add_parser("handlers", help="list the registered handlers and where they come from")
     return parser
 
 
-def _run(settings: Settings) -> int:
+def _run(settings: Settings, *, dispatcher: bool) -> int:
     try:
         registry = load_registry()
     except RegistryError as exc:
@@ -44,9 +45,13 @@ def _run(settings: Settings) -> int:
     async def daemon() -> None:
         stop = asyncio.Event()
         stop_on_signals(stop)
-        await run_daemon(settings, stop, registry)
+        await run_daemon(settings, stop, registry, dispatcher=dispatcher)
 
-    asyncio.run(daemon())
+    try:
+        asyncio.run(daemon())
+    except ConfigError as exc:
+        print(f"tickd: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

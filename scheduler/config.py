@@ -29,6 +29,25 @@ def default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+SCOPES = ("read", "write", "admin")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiToken:
+    """A bearer token of the REST API. `read` sees, `write` changes jobs, `admin` also changes
+    system jobs. The token itself never appears in a repr, a log or a response."""
+
+    name: str
+    scope: str
+    token: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise ConfigError(f"api_tokens.{self.name}.scope", "must be read, write or admin")
+        if len(self.token) < 16:
+            raise ConfigError(f"api_tokens.{self.name}.token", "must be at least 16 characters")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     # Names this daemon in leases, executions and events; unique per running process.
@@ -55,9 +74,11 @@ class Settings:
     max_timeout_seconds: float = 86400.0
     # Most runs of one handler at once, by handler name (overrides the handler's own limit).
     handler_concurrency: Mapping[str, int] = field(default_factory=dict)
-    # Prometheus metrics on their own port; 0 turns the listener off.
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9464
+    # The REST API, /metrics, /healthz and /readyz; port 0 turns the listener off. Without
+    # tokens the API refuses to listen anywhere but on loopback.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    api_tokens: tuple[ApiToken, ...] = field(default=(), repr=False)
     log_format: str = "text"
     log_level: str = "INFO"
     # Seed demo jobs at boot (what `make run` does).
@@ -77,8 +98,11 @@ class Settings:
         for name in ("queue_size", "circuit_breaker_failures", "shutdown_grace_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, "must not be negative")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError("metrics_port", "must be a port number (0 to 65535)")
+        if not 0 <= self.api_port <= 65535:
+            raise ConfigError("api_port", "must be a port number (0 to 65535)")
+        names = [t.name for t in self.api_tokens]
+        if len(set(names)) != len(names):
+            raise ConfigError("api_tokens", "token names must be unique")
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format", "must be text or json")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -155,6 +179,8 @@ def _parse_env(name: str, raw: str, hint: Any) -> Any:
             return {key.strip(): int(value) for key, value in pairs}
         if hint == tuple[int, ...]:
             return tuple(int(item) for item in raw.split(",") if item.strip())
+        if hint == tuple[ApiToken, ...]:
+            return tuple(_token_from_env(item) for item in raw.split(",") if item.strip())
         if hint == tuple[str, ...]:
             return tuple(item.strip() for item in raw.split(",") if item.strip())
     except ValueError as exc:
@@ -162,9 +188,33 @@ def _parse_env(name: str, raw: str, hint: Any) -> Any:
     return raw
 
 
+def _token_from_env(item: str) -> ApiToken:
+    """`name:scope:token`; the token may itself contain colons."""
+    parts = item.strip().split(":", 2)
+    if len(parts) != 3:
+        raise ValueError("expected name:scope:token")
+    return ApiToken(name=parts[0], scope=parts[1], token=parts[2])
+
+
+def _tokens_from_file(value: Any) -> tuple[ApiToken, ...]:
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ConfigError("api_tokens", "expected [[api_tokens]] tables of name, scope, token")
+    tokens = []
+    for i, table in enumerate(value):
+        unknown = set(table) - {"name", "scope", "token"}
+        if unknown or not all(isinstance(table.get(k), str) for k in ("name", "scope", "token")):
+            raise ConfigError(f"api_tokens[{i}]", "needs name, scope and token, as strings")
+        tokens.append(ApiToken(**table))
+    return tuple(tokens)
+
+
 def _build(values: dict[str, Any]) -> Settings:
     hints = get_type_hints(Settings)
     for name, value in values.items():
+        if hints[name] == tuple[ApiToken, ...]:
+            if not isinstance(value, tuple):
+                values[name] = _tokens_from_file(value)
+            continue
         _check_type(name, value, hints[name])
         if hints[name] in (tuple[int, ...], tuple[str, ...]):
             values[name] = tuple(value)

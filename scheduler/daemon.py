@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from scheduler.clock import Clock, SystemClock
-from scheduler.config import Settings
+from scheduler.config import ConfigError, Settings
 from scheduler.engine import Engine
 from scheduler.events import open_publisher
 from scheduler.lock import open_lock
@@ -55,11 +56,17 @@ def load_registry() -> HandlerRegistry:
     return registry
 
 
-async def run_daemon(settings: Settings, stop: asyncio.Event, registry: HandlerRegistry) -> None:
+async def run_daemon(
+    settings: Settings, stop: asyncio.Event, registry: HandlerRegistry, *, dispatcher: bool = True
+) -> None:
+    """Serve the API and, unless `dispatcher` is False (`tickd api`), run the engine, until
+    `stop` is set. One process, one port: /v1, /metrics, /healthz, /readyz."""
+    check_exposure(settings)
     log_event(
         log,
         "daemon.starting",
         instance=settings.instance_id,
+        dispatcher=dispatcher,
         store=scrub_text(settings.store_url),
         lock=scrub_text(settings.lock_url),
         events=scrub_text(settings.events_url),
@@ -67,31 +74,88 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, registry: HandlerR
     )
     metrics = Metrics()
     async with opened_ports(settings, metrics) as ports:
-        engine = Engine(settings=settings, ports=ports, registry=registry, metrics=metrics)
-        now = ports.clock.now()
-        await seed_jobs(ports.store, system_jobs(registry, now))
-        if settings.seed_demo:
-            await seed_jobs(ports.store, demo_jobs(now))
-        async with serving_ops(engine, settings):
-            await engine.run(stop)
+        engine = None
+        if dispatcher:
+            engine = Engine(settings=settings, ports=ports, registry=registry, metrics=metrics)
+            await seed_at_boot(ports, registry, settings)
+        app = api_app(settings, registry, ports, metrics, engine)
+        await serve(app, settings, stop)
     log_event(log, "daemon.stopped", instance=settings.instance_id)
 
 
-@contextlib.asynccontextmanager
-async def serving_ops(engine: Engine, settings: Settings) -> AsyncIterator[None]:
-    if not settings.metrics_port:
-        yield
-        return
-    from api.ops import create_ops_app
-
-    runner = web.AppRunner(create_ops_app(engine), access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
-        log_event(
-            log, "ops.listening", url=f"http://{settings.metrics_host}:{settings.metrics_port}"
+def check_exposure(settings: Settings) -> None:
+    """Without tokens anyone who reaches the port may change jobs: loopback only, then."""
+    if settings.api_port and not settings.api_tokens and not is_loopback(settings.api_host):
+        raise ConfigError(
+            "api_host",
+            f"{settings.api_host} is reachable from elsewhere and no api_tokens are configured; "
+            "configure tokens or listen on 127.0.0.1",
         )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def seed_at_boot(ports: Ports, registry: HandlerRegistry, settings: Settings) -> None:
+    now = ports.clock.now()
+    await seed_jobs(ports.store, system_jobs(registry, now))
+    if settings.seed_demo:
+        await seed_jobs(ports.store, demo_jobs(now))
+
+
+def api_app(
+    settings: Settings,
+    registry: HandlerRegistry,
+    ports: Ports,
+    metrics: Metrics,
+    engine: Engine | None,
+) -> web.Application:
+    from api.app import create_app
+    from api.v1 import ApiState
+
+    state = ApiState(
+        store=ports.store,
+        registry=registry,
+        settings=settings,
+        clock=ports.clock,
+        metrics=metrics,
+        wake=engine.wake if engine else None,
+        dispatcher_health=(lambda: (engine.healthy, engine.last_error)) if engine else None,
+    )
+    app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
+    if engine is not None:
+        app.cleanup_ctx.append(dispatching(engine))
+    return app
+
+
+def dispatching(engine: Engine) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The dispatcher starts with the application and stops with it, gracefully."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop), name="dispatcher")
         yield
+        stop.set()
+        await task
+
+    return context
+
+
+async def serve(app: web.Application, settings: Settings, stop: asyncio.Event) -> None:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()  # starts the cleanup contexts: the dispatcher runs from here
+    try:
+        if settings.api_port:
+            await web.TCPSite(runner, settings.api_host, settings.api_port).start()
+            url = f"http://{settings.api_host}:{settings.api_port}"
+            log_event(log, "api.listening", url=url, docs=f"{url}/docs")
+        await stop.wait()
     finally:
         await runner.cleanup()
 

@@ -154,7 +154,13 @@ class Store(Protocol):
     ) -> list[JobChange]:
         """A job's history, newest first; `before` is the (at, id) of the previous page's last."""
 
+    async def record_change(self, change: JobChange) -> None:
+        """A history entry for an action that does not change the job (trigger, retry...)."""
+
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None: ...
+
+    async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
+        """Whether a run of this occurrence is queued and not yet taken."""
 
     async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
         """Requests whose not_before has passed, oldest first, for jobs with no lease, each with

@@ -84,7 +84,7 @@ async def make_engine(
         for name, func in (handlers or {}).items():
             registry.register(name, func)
         overrides.setdefault("shutdown_grace_seconds", 0.5)
-        settings = Settings(instance_id=instance_id, metrics_port=0, **overrides)
+        settings = Settings(instance_id=instance_id, api_port=0, **overrides)
         events = RecordingPublisher()
         ports = Ports(
             store=store,

@@ -60,7 +60,7 @@ def test_the_shipped_examples_load(name: str) -> None:
         ('workers = "many"', {}, "workers"),
         ("seed_demo = 1", {}, "seed_demo"),
         ("batch_size = true", {}, "batch_size"),
-        ("metrics_port = 70000", {}, "metrics_port"),
+        ("api_port = 70000", {}, "api_port"),
         ('log_format = "xml"', {}, "log_format"),
         ('store_url = "tickd.db"', {}, "store_url"),
         ("wokers = 3", {}, "wokers"),

@@ -34,7 +34,7 @@ async def start_daemon(tmp_path: Path, port: int, *extra: str) -> asyncio.subpro
         **os.environ,
         "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
         "TICKD_MAIL_URL": f"outbox:///{tmp_path}/outbox",
-        "TICKD_METRICS_PORT": str(port),
+        "TICKD_API_PORT": str(port),
         "TICKD_SHUTDOWN_GRACE_SECONDS": "5",
     }
     return await asyncio.create_subprocess_exec(

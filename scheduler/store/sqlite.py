@@ -342,6 +342,14 @@ class SQLiteStore:
 
     # -- run requests (trigger, retry, backfill) -------------------------------------------------
 
+    async def record_change(self, change: JobChange) -> None:
+        await self._run(lambda db: _record(db, change))
+
+    async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
+        sql = "SELECT 1 FROM run_requests WHERE job_id = ? AND scheduled_at = ? LIMIT 1"
+        args = (job_id, micros(scheduled_at))
+        return await self._run(lambda db: db.execute(sql, args).fetchone()) is not None
+
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
         rows = [_to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
         sql = insert_sql("run_requests", REQUEST_COLUMNS)

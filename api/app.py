@@ -1,0 +1,37 @@
+"""The HTTP application: /v1, the operations endpoints and the OpenAPI document, one route table.
+
+`create_app` takes what the API runs on; the daemon (scheduler/daemon.py) ties the application's
+startup and shutdown to the dispatcher's with aiohttp cleanup contexts.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from aiohttp import web
+
+from api.openapi import openapi_document
+from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
+from api.problems import problems_middleware
+from api.routing import TOKENS, add_routes
+from api.v1 import ROUTES, STATE, ApiState
+
+MAX_BODY_BYTES = 1024 * 1024
+ALL_ROUTES = ROUTES + OPS_ROUTES
+
+
+def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:
+    app = web.Application(middlewares=[problems_middleware], client_max_size=MAX_BODY_BYTES)
+    app[STATE] = api_state
+    app[TOKENS] = api_state.settings.api_tokens
+    app[PROBES] = probes
+    app[DOCUMENT] = openapi_document(ALL_ROUTES, version=_version())
+    add_routes(app, ALL_ROUTES)
+    return app
+
+
+def _version() -> str:
+    try:
+        return version("tickd")
+    except PackageNotFoundError:
+        return "0"

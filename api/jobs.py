@@ -1,0 +1,263 @@
+"""From a validated request to a Job: the checks that need the registry, the settings or the
+clock (handler known, params against its schema, cron that parses, timeout under the ceiling,
+jitter under the period), the first fire time, and the history entry of a change.
+
+Every check runs before anything is written; each failure names its field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+import jsonschema
+
+from api.models import (
+    CronScheduleIn,
+    IntervalScheduleIn,
+    JobCreate,
+    JobPatch,
+    MisfireIn,
+    OnceScheduleIn,
+)
+from api.problems import ApiError, field_error, from_validation
+from scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
+from scheduler.config import Settings
+from scheduler.model import (
+    CronSchedule,
+    IntervalSchedule,
+    Job,
+    Misfire,
+    Priority,
+    Schedule,
+    ValidationError,
+    new_id,
+)
+from scheduler.ports import JobChange
+from scheduler.registry import HandlerRegistry
+from scheduler.schedules import first_fire, next_fire, validate
+from scheduler.secrets import MASK, is_secret_name, mask
+
+T = TypeVar("T")
+
+# Fields whose change is recorded in the history (the engine's own fields are not).
+TRACKED = [
+    "name", "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries",
+    "priority", "misfire", "jitter_seconds", "paused_reason",
+]  # fmt: skip
+
+
+def to_schedule(schedule: CronScheduleIn | IntervalScheduleIn | OnceScheduleIn) -> Schedule:
+    try:
+        return schedule_from_doc(schedule.model_dump())
+    except ValidationError as exc:
+        raise from_validation(exc) from None
+
+
+def secret_names(registry: HandlerRegistry, handler: str) -> frozenset[str]:
+    registered = registry.get(handler)
+    return registered.handler.secret_params if registered else frozenset()
+
+
+def masked_params(job: Job, registry: HandlerRegistry) -> dict[str, Any]:
+    masked: dict[str, Any] = mask(job.params, secret_names(registry, job.handler))
+    return masked
+
+
+def keep_masked_secrets(
+    new: Mapping[str, Any], old: Mapping[str, Any], declared: frozenset[str]
+) -> dict[str, Any]:
+    """A client that read a job (secrets shown as ***) and sends it back must not overwrite the
+    secrets with ***: a masked value means "unchanged"."""
+    kept: dict[str, Any] = {}
+    for key, value in new.items():
+        previous = old.get(key)
+        if value == MASK and is_secret_name(key, declared) and key in old:
+            kept[key] = previous
+        elif isinstance(value, Mapping) and isinstance(previous, Mapping):
+            kept[key] = keep_masked_secrets(value, previous, declared)
+        else:
+            kept[key] = value
+    return kept
+
+
+class JobBuilder:
+    def __init__(self, registry: HandlerRegistry, settings: Settings) -> None:
+        self.registry = registry
+        self.settings = settings
+
+    def create(self, body: JobCreate, now: datetime) -> Job:
+        schedule = to_schedule(body.schedule)
+        self._check(body.name, body.handler, schedule, body.params, body, now, new=True)
+        return Job(
+            name=body.name,
+            handler=body.handler,
+            schedule=schedule,
+            params=body.params,
+            enabled=body.enabled,
+            next_run_at=first_fire(schedule, now, job_name=body.name),
+            timeout_seconds=body.timeout_seconds,
+            max_retries=body.max_retries,
+            priority=Priority.parse(body.priority),
+            misfire=_misfire(body.misfire),
+            jitter_seconds=body.jitter_seconds,
+            created_at=now,
+            updated_at=now,
+        )
+
+    def replace(self, job: Job, body: JobCreate, now: datetime) -> Job:
+        """PUT: the whole definition, as for a create."""
+        return self.patch(job, JobPatch.model_validate(body.model_dump()), now)
+
+    def patch(self, job: Job, body: JobPatch, now: datetime) -> Job:
+        fields = body.model_dump(exclude_unset=True)
+        schedule = to_schedule(body.schedule) if body.schedule is not None else job.schedule
+        name = body.name or job.name
+        handler = body.handler or job.handler
+        params = job.params
+        if body.params is not None:
+            params = keep_masked_secrets(
+                body.params, job.params, secret_names(self.registry, handler)
+            )
+        changed = replace(
+            job,
+            name=name,
+            handler=handler,
+            schedule=schedule,
+            params=params,
+            enabled=_given(body.enabled, job.enabled),
+            timeout_seconds=body.timeout_seconds or job.timeout_seconds,
+            max_retries=_given(body.max_retries, job.max_retries),
+            priority=Priority.parse(body.priority) if body.priority else job.priority,
+            misfire=_misfire(body.misfire) if body.misfire else job.misfire,
+            jitter_seconds=job.jitter_seconds
+            if body.jitter_seconds is None
+            else body.jitter_seconds,
+            updated_at=now,
+        )
+        self._check(name, handler, schedule, params, changed, now, new="schedule" in fields)
+        return self._rescheduled(job, changed, now)
+
+    def _rescheduled(self, before: Job, after: Job, now: datetime) -> Job:
+        """A new schedule, or a job coming back to life, fires from now on; otherwise the next
+        fire time stands."""
+        if after.schedule != before.schedule or (after.enabled and not before.enabled):
+            next_run = first_fire(after.schedule, now, job_name=after.name)
+            return replace(after, next_run_at=next_run, paused_reason=None, consecutive_failures=0)
+        if not after.enabled:
+            return after
+        return replace(after, paused_reason=None)
+
+    def check_schedule(self, schedule: Schedule, name: str) -> None:
+        try:
+            validate(schedule, job_name=name)
+        except ValidationError as exc:
+            raise from_validation(exc) from None
+
+    def _check(
+        self,
+        name: str,
+        handler: str,
+        schedule: Schedule,
+        params: Mapping[str, Any],
+        job: JobCreate | Job,
+        now: datetime,
+        *,
+        new: bool,
+    ) -> None:
+        self.check_schedule(schedule, name)
+        self._check_handler(handler, params)
+        if job.timeout_seconds > self.settings.max_timeout_seconds:
+            limit = f"{self.settings.max_timeout_seconds:g}"
+            raise field_error("timeout_seconds", f"must not exceed {limit} (max_timeout_seconds)")
+        if new and not isinstance(schedule, CronSchedule | IntervalSchedule) and schedule.at <= now:
+            raise field_error("schedule.at", "must be in the future")
+        _check_jitter(schedule, job.jitter_seconds, name, now)
+
+    def _check_handler(self, handler: str, params: Mapping[str, Any]) -> None:
+        registered = self.registry.get(handler)
+        if registered is None:
+            known = ", ".join(r.name for r in self.registry) or "none"
+            raise field_error("handler", f"no handler named {handler!r} (registered: {known})")
+        schema = registered.handler.params_schema
+        if schema is None:
+            return
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(dict(schema)).iter_errors(dict(params))
+        )
+        if error is not None:
+            path = ".".join(str(p) for p in error.absolute_path)
+            raise field_error(f"params.{path}" if path else "params", _safe_message(error))
+
+
+def _safe_message(error: jsonschema.ValidationError) -> str:
+    # The message quotes the offending value; a secret must not come back in an error.
+    if any(is_secret_name(str(p)) for p in error.absolute_path):
+        return f"fails the handler's schema ({error.validator})"
+    return str(error.message)[:300]
+
+
+def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:
+    """Jitter must stay below the period, or one occurrence's delay would swallow the next."""
+    if not jitter:
+        return
+    if isinstance(schedule, IntervalSchedule):
+        period = schedule.every_seconds
+    elif isinstance(schedule, CronSchedule):
+        first = next_fire(schedule, now, job_name=name)
+        second = next_fire(schedule, first, job_name=name) if first else None
+        period = (second - first).total_seconds() if first and second else float("inf")
+    else:
+        return
+    if jitter >= period:
+        raise field_error("jitter_seconds", f"must be below the schedule's period ({period:g} s)")
+
+
+def _given(value: T | None, current: T) -> T:
+    return current if value is None else value
+
+
+def _misfire(body: MisfireIn) -> Misfire:
+    return Misfire(policy=body.policy, grace_seconds=body.grace_seconds)
+
+
+def change_entry(
+    action: str,
+    before: Job | None,
+    after: Job | None,
+    actor: str,
+    now: datetime,
+    registry: HandlerRegistry,
+) -> JobChange:
+    """The history entry of a change: only the fields that moved, secrets masked."""
+    job = after or before
+    assert job is not None
+    old = _tracked(before, registry)
+    new = _tracked(after, registry)
+    changes = {k: [old.get(k), new.get(k)] for k in TRACKED if old.get(k) != new.get(k)}
+    return JobChange(
+        id=new_id(),
+        job_id=job.id,
+        job_name=job.name,
+        at=now,
+        actor=actor,
+        action=action,
+        changes=changes,
+    )
+
+
+def _tracked(job: Job | None, registry: HandlerRegistry) -> dict[str, Any]:
+    if job is None:
+        return {}
+    doc = to_json_ready(job_to_doc(job))
+    doc["params"] = masked_params(job, registry)
+    doc["priority"] = Priority(job.priority).name.lower()
+    return {k: doc[k] for k in TRACKED}
+
+
+def guard_system(job: Job, scope: str) -> None:
+    """Seeded system jobs (the alert scanner...) are changed with an admin token only."""
+    if job.system and scope != "admin":
+        raise ApiError(403, "Forbidden", "system jobs are changed with an admin token")

@@ -1,0 +1,268 @@
+"""The API's request and response models: they validate requests and generate /openapi.json, so
+the document cannot drift from what the server accepts.
+
+Unknown fields are refused everywhere (`extra="forbid"`): a typo in a field name is an error that
+names the field, not a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from scheduler.model import MisfirePolicy, Status
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+PriorityName = Literal["critical", "high", "normal", "low"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CronScheduleIn(Strict):
+    kind: Literal["cron"]
+    expr: str = Field(min_length=1, max_length=200, examples=["0 */5 * * * *"])
+    timezone: str = Field(default="UTC", max_length=64, examples=["Europe/Berlin"])
+
+
+class IntervalScheduleIn(Strict):
+    kind: Literal["interval"]
+    every_seconds: float = Field(gt=0, le=366 * 86400)
+
+
+class OnceScheduleIn(Strict):
+    kind: Literal["once"]
+    at: AwareDatetime
+
+
+ScheduleIn = Annotated[
+    CronScheduleIn | IntervalScheduleIn | OnceScheduleIn, Field(discriminator="kind")
+]
+
+
+class MisfireIn(Strict):
+    policy: MisfirePolicy = MisfirePolicy.COALESCE
+    grace_seconds: float = Field(default=60.0, ge=0, le=7 * 86400)
+
+
+class JobCreate(Strict):
+    name: str = Field(pattern=NAME_PATTERN, examples=["nightly-report"])
+    handler: str = Field(min_length=1, max_length=200, examples=["webhook"])
+    schedule: ScheduleIn
+    params: dict[str, Any] = Field(default_factory=dict)
+    enabled: bool = True
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=0, ge=0, le=100)
+    priority: PriorityName = "normal"
+    misfire: MisfireIn = Field(default_factory=MisfireIn)
+    jitter_seconds: float = Field(default=0.0, ge=0, le=86400)
+
+
+class JobPatch(Strict):
+    """Only the fields given change; `params` is replaced whole."""
+
+    name: str | None = Field(default=None, pattern=NAME_PATTERN)
+    handler: str | None = Field(default=None, min_length=1, max_length=200)
+    schedule: ScheduleIn | None = None
+    params: dict[str, Any] | None = None
+    enabled: bool | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0, le=100)
+    priority: PriorityName | None = None
+    misfire: MisfireIn | None = None
+    jitter_seconds: float | None = Field(default=None, ge=0, le=86400)
+
+
+class LeaseOut(BaseModel):
+    owner: str
+    token: int
+    until: datetime
+
+
+class LastExecutionOut(BaseModel):
+    execution_id: str
+    status: Status
+    finished_at: datetime
+    error: str | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    handler: str
+    schedule: CronScheduleIn | IntervalScheduleIn | OnceScheduleIn
+    params: dict[str, Any] = Field(description="Secret values are shown as ***")
+    enabled: bool
+    next_run_at: datetime | None
+    timeout_seconds: float
+    max_retries: int
+    priority: PriorityName
+    misfire: MisfireIn
+    jitter_seconds: float
+    lease: LeaseOut | None
+    revision: int = Field(description="Also the ETag; send it as If-Match to update safely")
+    consecutive_failures: int
+    paused_reason: str | None
+    last_execution: LastExecutionOut | None
+    system: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")
+
+
+class ErrorOut(BaseModel):
+    type: str
+    message: str
+
+
+class ExecutionOut(BaseModel):
+    id: str
+    job_id: str
+    job_name: str
+    handler: str
+    scheduled_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_ms: float | None
+    status: Status
+    attempts: int
+    error: ErrorOut | None
+    result: dict[str, Any] | None
+    owner: str | None
+    token: int | None
+    idempotency_key: str
+
+
+class ExecutionPage(BaseModel):
+    items: list[ExecutionOut]
+    next_cursor: str | None
+
+
+class RunRequestOut(BaseModel):
+    id: str
+    job_id: str
+    scheduled_at: datetime
+    reason: str
+    not_before: datetime
+    created_at: datetime
+
+
+class ChangeOut(BaseModel):
+    id: str
+    job_id: str
+    job_name: str
+    at: datetime
+    actor: str
+    action: str
+    changes: dict[str, Any] = Field(description="field -> [before, after]")
+
+
+class ChangePage(BaseModel):
+    items: list[ChangeOut]
+    next_cursor: str | None
+
+
+class HandlerOut(BaseModel):
+    name: str
+    origin: str
+    params_schema: dict[str, Any] | None
+    secret_params: list[str]
+    max_concurrency: int | None
+
+
+class HandlerList(BaseModel):
+    items: list[HandlerOut]
+
+
+class PreviewRequest(Strict):
+    schedule: ScheduleIn
+    name: str = Field(
+        default="preview",
+        pattern=NAME_PATTERN,
+        description="The job name `H` fields hash; the same name, the same times",
+    )
+    count: int = Field(default=10, ge=1, le=100)
+    after: AwareDatetime | None = Field(default=None, description="Default: now")
+
+
+class FireTime(BaseModel):
+    at: datetime = Field(description="UTC")
+    local: str = Field(description="Wall-clock time in the schedule's timezone, with its offset")
+    dst_transition: bool = Field(
+        description="The UTC offset differs from the previous fire time's: a DST change between"
+    )
+
+
+class PreviewOut(BaseModel):
+    times: list[FireTime]
+
+
+class BackfillRequest(Strict):
+    start: AwareDatetime
+    end: AwareDatetime
+    dry_run: bool = True
+    per_second: float = Field(default=1.0, gt=0, le=100, description="Rate limit of the runs")
+
+
+class BackfillOut(BaseModel):
+    dry_run: bool
+    occurrences: list[datetime] = Field(description="Occurrences that will run (or would)")
+    already_run: list[datetime] = Field(description="Occurrences left out: they have executions")
+    truncated: bool
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; `errors` names each field at fault."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    errors: list[dict[str, str]] = Field(default_factory=list)
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    problems: dict[str, str]
+
+
+class PageQuery(Strict):
+    limit: int = Field(default=50, ge=1, le=500)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
+class JobListQuery(PageQuery):
+    handler: str | None = Field(default=None, max_length=200)
+    enabled: bool | None = None
+    name_prefix: str | None = Field(default=None, max_length=200)
+    next_run_from: AwareDatetime | None = None
+    next_run_to: AwareDatetime | None = None
+
+
+class ExecutionListQuery(PageQuery):
+    status: Status | None = None
+    handler: str | None = Field(default=None, max_length=200)
+    job_id: str | None = Field(default=None, max_length=64)
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+
+
+class JobExecutionQuery(PageQuery):
+    status: Status | None = None
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+
+
+class CountQuery(Strict):
+    count: int = Field(default=10, ge=1, le=100)

@@ -1,0 +1,100 @@
+"""One error format everywhere: RFC 9457 problem details, naming each field at fault."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import web
+from pydantic import ValidationError as PydanticError
+
+from scheduler.logs import log_event
+from scheduler.model import ValidationError
+
+log = logging.getLogger("tickd.api")
+PROBLEM_JSON = "application/problem+json"
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str | None = None,
+        errors: Sequence[tuple[str, str]] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail or title)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.errors = [{"field": f, "reason": r} for f, r in errors]
+        self.headers = headers or {}
+
+
+def field_error(field: str, reason: str, status: int = 422) -> ApiError:
+    return ApiError(status, "Invalid request", f"{field}: {reason}", [(field, reason)])
+
+
+def from_validation(exc: ValidationError, prefix: str = "") -> ApiError:
+    return field_error(prefix + exc.field, exc.reason)
+
+
+def from_pydantic(exc: PydanticError, where: str, status: int = 422) -> ApiError:
+    """Pydantic's errors as (field, reason) pairs: `schedule.expr`, `query.limit`..."""
+    errors = []
+    for error in exc.errors(include_url=False, include_input=False):
+        path = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
+        errors.append((f"{where}{path}" if path else where.rstrip(".") or "body", error["msg"]))
+    detail = "; ".join(f"{field}: {reason}" for field, reason in errors)
+    return ApiError(status, "Invalid request", detail, errors)
+
+
+def _is_union_tag(part: object) -> bool:
+    # Discriminated unions put the tag in the location (`schedule.cron.expr`): drop it.
+    return part in ("cron", "interval", "once")
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str | None = None,
+    errors: Sequence[dict[str, str]] = (),
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body["errors"] = list(errors)
+    return web.Response(
+        status=status,
+        text=json.dumps(body),
+        content_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def problems_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return problem(exc.status, exc.title, exc.detail, exc.errors, exc.headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return problem(exc.status, exc.reason, None, (), _allowed(exc))
+    except Exception:
+        # Nothing of the failure reaches the client: it may hold internals or secrets.
+        log_event(log, "api.internal_error", level=logging.ERROR, path=request.path)
+        log.exception("api.internal_error")
+        return problem(500, "Internal Server Error", "the server could not handle the request")
+
+
+def _allowed(exc: web.HTTPException) -> dict[str, str] | None:
+    allow = exc.headers.get("Allow")
+    return {"Allow": allow} if allow else None

@@ -1,0 +1,148 @@
+"""Routes declared once, as data: the router, the checks and /openapi.json are all made from them.
+
+Each Route names its models (path, query, body, response) and the scope it needs. The wrapper
+authenticates, validates the query and the body against the models before the handler runs (so a
+bad request changes nothing), and serialises the handler's model; the OpenAPI document is built
+from the same models, so it cannot drift from what the server does.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from api.problems import ApiError, from_pydantic
+from scheduler.config import SCOPES, ApiToken
+
+Handler = Callable[["Call"], Awaitable["Reply | web.StreamResponse"]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    body: BaseModel | None
+    status: int = 200
+    headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    request: web.Request
+    actor: str  # the token's name, recorded in the job history
+    scope: str
+    query: Any
+    body: Any
+
+    def path(self, name: str) -> str:
+        return self.request.match_info[name]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    scope: str | None  # None: open to anyone (health, metrics, the document itself)
+    response: type[BaseModel] | None
+    status: int = 200
+    query: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    tag: str = "jobs"
+    raw: bool = False  # the handler returns its own web.Response (metrics, docs)
+
+
+TOKENS = web.AppKey("tokens", tuple)
+
+
+def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
+    """The token's name (the actor in the job history) and scope; 401 without a valid token,
+    403 when its scope is too low. With no tokens configured (the API then listens on loopback
+    only) every caller is `anonymous` with every right."""
+    tokens: tuple[ApiToken, ...] = request.app[TOKENS]
+    if not tokens:
+        return "anonymous", "admin"
+    if scope is None:
+        return "anonymous", "none"
+    presented = _bearer(request)
+    # Compare against every token, in constant time each, so timing tells nothing.
+    matches = [t for t in tokens if hmac.compare_digest(t.token.encode(), presented.encode())]
+    if not presented or not matches:
+        raise ApiError(
+            401,
+            "Unauthorized",
+            "a valid bearer token is required",
+            headers={"WWW-Authenticate": 'Bearer realm="tickd"'},
+        )
+    token = matches[0]
+    if SCOPES.index(token.scope) < SCOPES.index(scope):
+        raise ApiError(403, "Forbidden", f"this needs a token with the {scope} scope")
+    return token.name, token.scope
+
+
+def _bearer(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    kind, _, value = header.partition(" ")
+    return value.strip() if kind.lower() == "bearer" else ""
+
+
+def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
+    if model is None:
+        if request.query:
+            name = next(iter(request.query))
+            raise ApiError(
+                400,
+                "Invalid request",
+                f"query.{name}: unknown parameter",
+                [(f"query.{name}", "unknown parameter")],
+            )
+        return None
+    try:
+        return model.model_validate(dict(request.query))
+    except ValidationError as exc:
+        raise from_pydantic(exc, "query.", status=400) from None
+
+
+async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any:
+    if model is None:
+        return None
+    raw = await request.read()  # over client_max_size: 413, before anything is parsed
+    if not raw:
+        raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, "Invalid JSON", str(exc), [("body", "not valid JSON")]) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(exc, "") from None
+
+
+def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        actor, scope = authenticate(request, route.scope)
+        query = parse_query(request, route.query)
+        body = await parse_body(request, route.body)
+        reply = await route.handler(Call(request, actor, scope, query, body))
+        if isinstance(reply, web.StreamResponse):
+            return reply
+        if reply.body is None:
+            return web.Response(status=reply.status, headers=reply.headers)
+        text = reply.body.model_dump_json()
+        return web.Response(
+            status=reply.status, text=text, content_type="application/json", headers=reply.headers
+        )
+
+    return handle
+
+
+def add_routes(app: web.Application, routes: Sequence[Route]) -> None:
+    app[TOKENS] = app.get(TOKENS, ())
+    for route in routes:
+        app.router.add_route(route.method, route.path, wrap(route))

@@ -1,0 +1,92 @@
+"""An API on a real store (every backend), with a fake clock and an engine to drain."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from api.app import create_app
+from api.v1 import ApiState
+from handlers.sleep import sleep
+from scheduler.clock import FakeClock
+from scheduler.config import ApiToken
+from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.ports import Store
+from tests.conftest import EngineFactory, Harness
+
+READ, WRITE, ADMIN = "r" * 20, "w" * 20, "a" * 20
+TOKENS = (
+    ApiToken(name="viewer", scope="read", token=READ),
+    ApiToken(name="deployer", scope="write", token=WRITE),
+    ApiToken(name="root", scope="admin", token=ADMIN),
+)
+
+
+@handler(
+    params_schema={
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "pattern": "^https://"},
+            "api_key": {"type": "string"},
+            "attempts_to_fail": {"type": "integer", "minimum": 0},
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+    secret_params={"api_key"},
+)
+async def ping(ctx: HandlerContext) -> Result:
+    if ctx.attempt <= int(ctx.params.get("attempts_to_fail", 0)) or ctx.params.get("fail"):
+        raise RuntimeError("upstream said no")
+    return {"ok": True}
+
+
+async def boom(ctx: HandlerContext) -> Result:
+    raise RuntimeError("always fails")
+
+
+@dataclass
+class Api:
+    client: TestClient[Any, Any]
+    harness: Harness
+    clock: FakeClock
+    store: Store
+
+    def auth(self, token: str = ADMIN) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    async def call(
+        self, method: str, path: str, *, token: str | None = ADMIN, **kwargs: Any
+    ) -> tuple[int, Any, dict[str, str]]:
+        headers = dict(kwargs.pop("headers", {}))
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        async with self.client.request(method, path, headers=headers, **kwargs) as response:
+            body = await response.json() if response.content_type.endswith("json") else None
+            return response.status, body, {k.lower(): v for k, v in response.headers.items()}
+
+
+@pytest.fixture
+async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    harness = make_engine(
+        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
+    )
+    state = ApiState(
+        store=harness.store,
+        registry=harness.registry,
+        settings=harness.settings,
+        clock=harness.clock,
+        metrics=harness.engine.metrics,
+        wake=harness.engine.wake,
+    )
+    app = create_app(state, probes={"store": harness.store.ping})
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        yield Api(client, harness, harness.clock, harness.store)
+    finally:
+        await client.close()

@@ -1,0 +1,370 @@
+"""The REST API as ops use it: jobs, validation that changes nothing, concurrency, runs."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from scheduler.model import Status
+from scheduler.ports import ExecutionQuery, JobQuery
+from tests.api.conftest import ADMIN, READ, WRITE, Api
+from tests.conftest import T0
+
+CRON_JOB: dict[str, Any] = {
+    "name": "nightly-ping",
+    "handler": "ping",
+    "schedule": {"kind": "cron", "expr": "0 30 2 * * *", "timezone": "Europe/Berlin"},
+    "params": {"url": "https://example.com/health", "api_key": "sk-live-secret"},
+    "timeout_seconds": 30,
+    "max_retries": 2,
+}
+
+
+async def create(api: Api, **overrides: Any) -> dict[str, Any]:
+    status, body, _ = await api.call("POST", "/v1/jobs", json={**CRON_JOB, **overrides})
+    assert status == 201, body
+    assert isinstance(body, dict)
+    return body
+
+
+async def test_create_read_and_list_a_cron_job(api: Api) -> None:
+    status, body, headers = await api.call("POST", "/v1/jobs", json=CRON_JOB)
+    assert status == 201
+    assert headers["location"] == f"/v1/jobs/{body['id']}"
+    assert headers["etag"] == '"1"'
+    assert body["next_run_at"] == "2026-03-03T01:30:00Z"  # 02:30 in Berlin, in winter
+    assert body["params"] == {"url": "https://example.com/health", "api_key": "***"}
+    assert body["priority"] == "normal" and body["enabled"] is True
+
+    status, read, _ = await api.call("GET", f"/v1/jobs/{body['id']}", token=READ)
+    assert (status, read) == (200, body)
+    stored = await api.store.get_job(body["id"])
+    assert stored is not None and stored.params["api_key"] == "sk-live-secret"
+
+
+async def test_list_filters_and_pages_in_a_stable_order(api: Api) -> None:
+    for name in ("b-job", "a-job", "c-job", "other"):
+        await create(api, name=name)
+    await api.call("POST", f"/v1/jobs/{(await create(api, name='a-paused'))['id']}/pause")
+    status, page, _ = await api.call("GET", "/v1/jobs?name_prefix=a-&limit=1")
+    assert status == 200
+    assert [j["name"] for j in page["items"]] == ["a-job"]
+    _, rest, _ = await api.call(
+        "GET", f"/v1/jobs?name_prefix=a-&limit=1&cursor={page['next_cursor']}"
+    )
+    assert [j["name"] for j in rest["items"]] == ["a-paused"]
+    assert rest["next_cursor"] is None
+    _, enabled, _ = await api.call("GET", "/v1/jobs?enabled=false")
+    assert [j["name"] for j in enabled["items"]] == ["a-paused"]
+
+
+BAD_CREATES = [
+    ({"colour": "blue"}, 422, "colour"),
+    ({"max_retries": "three"}, 422, "max_retries"),
+    ({"schedule": {"kind": "cron", "expr": "61 * * * * *"}}, 422, "schedule.expr"),
+    (
+        {"schedule": {"kind": "cron", "expr": "* * * * *", "timezone": "Mars/Base"}},
+        422,
+        "schedule.timezone",
+    ),
+    ({"schedule": {"kind": "weekly"}}, 422, "schedule"),
+    ({"handler": "no-such-handler"}, 422, "handler"),
+    ({"params": {"url": "http://insecure"}}, 422, "params.url"),
+    ({"params": {}}, 422, "params"),
+    ({"schedule": {"kind": "interval", "every_seconds": 0}}, 422, "schedule.every_seconds"),
+    ({"schedule": {"kind": "interval", "every_seconds": -5}}, 422, "schedule.every_seconds"),
+    ({"timeout_seconds": 601}, 422, "timeout_seconds"),
+    ({"schedule": {"kind": "once", "at": "2026-03-01T00:00:00Z"}}, 422, "schedule.at"),
+    ({"schedule": {"kind": "once", "at": "2026-04-01T00:00:00"}}, 422, "schedule.at"),
+    (
+        {"jitter_seconds": 90, "schedule": {"kind": "interval", "every_seconds": 60}},
+        422,
+        "jitter_seconds",
+    ),
+    ({"name": "bad name with spaces"}, 422, "name"),
+    ({"priority": "urgent"}, 422, "priority"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "status", "field"), BAD_CREATES)
+async def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_written(
+    api: Api, overrides: dict[str, Any], status: int, field: str
+) -> None:
+    got, body, headers = await api.call("POST", "/v1/jobs", json={**CRON_JOB, **overrides})
+    assert got == status, body
+    assert headers["content-type"].startswith("application/problem+json")
+    assert field in [e["field"] for e in body["errors"]], body
+    assert body["status"] == status and body["title"]
+    assert await api.store.list_jobs(JobQuery()) == []
+
+
+async def test_a_duplicate_name_is_a_conflict(api: Api) -> None:
+    await create(api)
+    status, body, _ = await api.call("POST", "/v1/jobs", json=CRON_JOB)
+    assert status == 409
+    assert body["errors"][0]["field"] == "name"
+    assert len(await api.store.list_jobs(JobQuery())) == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [(b"{not json", 400), (b"", 400), (b"[1, 2]", 422), (b"{" + b" " * (1024 * 1024) + b"}", 413)],
+)
+async def test_unreadable_bodies_change_nothing(api: Api, data: bytes, status: int) -> None:
+    got, body, _ = await api.call(
+        "POST", "/v1/jobs", data=io.BytesIO(data), headers={"Content-Type": "application/json"}
+    )
+    assert got == status, body
+    assert body["status"] == status
+    assert await api.store.list_jobs(JobQuery()) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/jobs?cursor=not-a-cursor", "query.cursor"),
+        ("/v1/jobs?cursor=eyJ4IjogMX0=", "query.cursor"),
+        ("/v1/jobs?limit=0", "query.limit"),
+        ("/v1/jobs?limit=many", "query.limit"),
+        ("/v1/jobs?colour=red", "query.colour"),
+        ("/v1/executions?status=exploded", "query.status"),
+        ("/v1/executions?since=yesterday", "query.since"),
+    ],
+)
+async def test_bad_queries_name_the_parameter(api: Api, path: str, field: str) -> None:
+    status, body, _ = await api.call("GET", path)
+    assert status == 400, body
+    assert field in [e["field"] for e in body["errors"]]
+
+
+async def test_patch_changes_only_what_is_given_and_keeps_masked_secrets(api: Api) -> None:
+    job = await create(api)
+    status, patched, headers = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 5, "params": job["params"]}
+    )
+    assert status == 200, patched
+    assert patched["max_retries"] == 5 and patched["revision"] == 2
+    assert headers["etag"] == '"2"'
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.params["api_key"] == "sk-live-secret"
+    assert stored.timeout_seconds == 30
+
+
+async def test_put_replaces_the_definition_and_reschedules(api: Api) -> None:
+    job = await create(api)
+    every_minute = {**CRON_JOB, "schedule": {"kind": "interval", "every_seconds": 60}}
+    status, replaced, _ = await api.call("PUT", f"/v1/jobs/{job['id']}", json=every_minute)
+    assert status == 200, replaced
+    assert replaced["schedule"] == {"kind": "interval", "every_seconds": 60.0}
+    assert replaced["next_run_at"] == "2026-03-02T09:01:00Z"
+
+
+async def test_a_stale_if_match_loses_and_changes_nothing(api: Api) -> None:
+    job = await create(api)
+    first, _, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4}, headers={"If-Match": '"1"'}
+    )
+    second, body, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 9}, headers={"If-Match": '"1"'}
+    )
+    assert (first, second) == (200, 412)
+    assert body["title"] == "Precondition Failed"
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.max_retries == 4
+
+
+async def test_pause_and_resume_are_recorded_in_the_history(api: Api) -> None:
+    job = await create(api)
+    status, paused, _ = await api.call("POST", f"/v1/jobs/{job['id']}/pause", token=WRITE)
+    assert status == 200 and paused["enabled"] is False
+    assert paused["paused_reason"] == "paused by deployer"
+    api.clock.advance(3600)
+    _, resumed, _ = await api.call("POST", f"/v1/jobs/{job['id']}/resume", token=WRITE)
+    assert resumed["enabled"] is True and resumed["paused_reason"] is None
+    _, history, _ = await api.call("GET", f"/v1/jobs/{job['id']}/history")
+    assert [h["action"] for h in history["items"]] == ["resume", "pause", "create"]
+    assert history["items"][1]["actor"] == "deployer"
+    assert history["items"][1]["changes"]["enabled"] == [True, False]
+    assert history["items"][2]["changes"]["params"][1]["api_key"] == "***"
+
+
+async def test_delete_keeps_the_history(api: Api) -> None:
+    job = await create(api)
+    status, _, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}")
+    assert status == 204
+    assert (await api.call("GET", f"/v1/jobs/{job['id']}"))[0] == 404
+    _, history, _ = await api.call("GET", f"/v1/jobs/{job['id']}/history")
+    assert [h["action"] for h in history["items"]] == ["delete", "create"]
+
+
+async def test_trigger_runs_now_without_moving_the_schedule(api: Api) -> None:
+    job = await create(api)
+    status, request, _ = await api.call("POST", f"/v1/jobs/{job['id']}/trigger")
+    assert status == 202 and request["reason"] == "trigger"
+    await api.harness.engine.drain()
+    runs = await api.store.list_executions(ExecutionQuery(job_id=job["id"]))
+    assert [(e.status, e.scheduled_at) for e in runs] == [(Status.SUCCESS, T0)]
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.next_run_at is not None
+    assert stored.next_run_at.isoformat() == "2026-03-03T01:30:00+00:00"
+
+
+async def test_retry_reruns_the_occurrence_with_the_same_idempotency_key(api: Api) -> None:
+    job = await create(
+        api,
+        name="flaky",
+        max_retries=0,
+        params={"url": "https://x.example", "attempts_to_fail": 1},
+        schedule={"kind": "interval", "every_seconds": 3600},
+    )
+    api.clock.advance(3600)
+    await api.harness.engine.drain()
+    _, failed, _ = await api.call("GET", f"/v1/executions?job_id={job['id']}&status=failed")
+    [dead] = failed["items"]
+    assert dead["status"] == "failed"
+
+    status, _, _ = await api.call("POST", f"/v1/executions/{dead['id']}/retry")
+    assert status == 202
+    again, body, _ = await api.call("POST", f"/v1/executions/{dead['id']}/retry")
+    assert again == 409, body
+    await api.harness.engine.drain()
+    _, runs, _ = await api.call("GET", f"/v1/jobs/{job['id']}/executions")
+    newest = runs["items"][0]
+    assert newest["status"] == "failed" or newest["status"] == "success"
+    assert newest["idempotency_key"] == dead["idempotency_key"]
+    assert newest["id"] != dead["id"]
+
+
+async def test_only_failed_executions_are_retried(api: Api) -> None:
+    job = await create(api, schedule={"kind": "interval", "every_seconds": 60})
+    api.clock.advance(60)
+    await api.harness.engine.drain()
+    _, runs, _ = await api.call("GET", f"/v1/jobs/{job['id']}/executions")
+    status, body, _ = await api.call("POST", f"/v1/executions/{runs['items'][0]['id']}/retry")
+    assert status == 409 and "success" in body["detail"]
+
+
+async def test_backfill_lists_first_then_runs_what_has_not_run(api: Api) -> None:
+    job = await create(api, name="hourly", schedule={"kind": "cron", "expr": "0 0 * * * *"})
+    window = {"start": "2026-03-02T05:00:00Z", "end": "2026-03-02T08:00:00Z"}
+    status, dry, _ = await api.call("POST", f"/v1/jobs/{job['id']}/backfill", json=window)
+    assert status == 200 and dry["dry_run"] is True
+    assert dry["occurrences"] == [
+        "2026-03-02T05:00:00Z",
+        "2026-03-02T06:00:00Z",
+        "2026-03-02T07:00:00Z",
+    ]
+    assert await api.store.due_run_requests(T0 + timedelta(hours=1), 10) == []
+
+    real = {**window, "dry_run": False, "per_second": 10}
+    status, queued, _ = await api.call("POST", f"/v1/jobs/{job['id']}/backfill", json=real)
+    assert status == 202 and len(queued["occurrences"]) == 3
+    api.clock.advance(1)
+    await api.harness.engine.drain()
+    runs = await api.store.list_executions(ExecutionQuery(job_id=job["id"]))
+    assert sorted(e.scheduled_at.hour for e in runs) == [5, 6, 7]
+
+    _, again, _ = await api.call("POST", f"/v1/jobs/{job['id']}/backfill", json=real)
+    assert again["occurrences"] == [] and len(again["already_run"]) == 3
+
+
+async def test_backfill_refuses_the_future(api: Api) -> None:
+    job = await create(api)
+    window = {"start": "2026-03-02T05:00:00Z", "end": "2026-03-09T00:00:00Z"}
+    status, body, _ = await api.call("POST", f"/v1/jobs/{job['id']}/backfill", json=window)
+    assert status == 422 and body["errors"][0]["field"] == "end"
+
+
+async def test_preview_marks_daylight_saving_transitions(api: Api) -> None:
+    request = {
+        "schedule": {"kind": "cron", "expr": "0 30 2 * * *", "timezone": "Europe/Berlin"},
+        "count": 3,
+        "after": "2026-03-28T00:00:00Z",
+    }
+    status, body, _ = await api.call("POST", "/v1/schedules/preview", json=request, token=READ)
+    assert status == 200, body
+    assert [t["local"] for t in body["times"]] == [
+        "2026-03-28T02:30:00+01:00",
+        "2026-03-29T03:30:00+02:00",
+        "2026-03-30T02:30:00+02:00",
+    ]
+    assert [t["dst_transition"] for t in body["times"]] == [False, True, False]
+    job = await create(api)
+    _, of_job, _ = await api.call("GET", f"/v1/jobs/{job['id']}/preview?count=2")
+    assert len(of_job["times"]) == 2
+
+
+async def test_handlers_are_listed_with_their_schemas(api: Api) -> None:
+    status, body, _ = await api.call("GET", "/v1/handlers", token=READ)
+    assert status == 200
+    ping = next(h for h in body["items"] if h["name"] == "ping")
+    assert ping["params_schema"]["required"] == ["url"]
+    assert ping["secret_params"] == ["api_key"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "token", "status"),
+    [
+        ("GET", "/v1/jobs", None, 401),
+        ("GET", "/v1/jobs", "x" * 20, 401),
+        ("POST", "/v1/jobs", READ, 403),
+        ("GET", "/v1/jobs", READ, 200),
+        ("GET", "/healthz", None, 200),
+        ("GET", "/openapi.json", None, 200),
+    ],
+)
+async def test_tokens_and_scopes(
+    api: Api, method: str, path: str, token: str | None, status: int
+) -> None:
+    kwargs = {"json": CRON_JOB} if method == "POST" else {}
+    got, body, headers = await api.call(method, path, token=token, **kwargs)
+    assert got == status, body
+    if status == 401:
+        assert headers["www-authenticate"].startswith("Bearer")
+    assert await api.store.list_jobs(JobQuery()) == []
+
+
+async def test_system_jobs_need_an_admin_token(api: Api) -> None:
+    job = await create(api)
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None
+    from dataclasses import replace
+
+    await api.store.delete_job(stored.id)
+    await api.store.insert_job(replace(stored, system=True))
+    status, _, _ = await api.call("POST", f"/v1/jobs/{job['id']}/pause", token=WRITE)
+    assert status == 403
+    status, _, _ = await api.call("POST", f"/v1/jobs/{job['id']}/pause", token=ADMIN)
+    assert status == 200
+
+
+async def test_unknown_ids_are_404(api: Api) -> None:
+    for method, path in [
+        ("GET", "/v1/jobs/nope"),
+        ("PATCH", "/v1/jobs/nope"),
+        ("GET", "/v1/executions/nope"),
+        ("POST", "/v1/executions/nope/retry"),
+    ]:
+        kwargs = {"json": {"max_retries": 1}} if method == "PATCH" else {}
+        status, body, _ = await api.call(method, path, **kwargs)
+        assert status == 404, (path, body)
+
+
+async def test_openapi_describes_every_route(api: Api) -> None:
+    status, doc, _ = await api.call("GET", "/openapi.json", token=None)
+    assert status == 200 and doc["openapi"] == "3.1.0"
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/executions", "/healthz"} <= set(doc["paths"])
+    create_op = doc["paths"]["/v1/jobs"]["post"]
+    ref = create_op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/JobCreate"
+    assert "additionalProperties" in doc["components"]["schemas"]["JobCreate"]
+    async with api.client.get("/docs") as response:
+        assert response.status == 200 and "/v1/jobs" in await response.text()
+
+
+async def test_readiness(api: Api) -> None:
+    status, body, _ = await api.call("GET", "/readyz", token=None)
+    assert (status, body) == (200, {"ready": True, "problems": {}})
