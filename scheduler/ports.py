@@ -98,7 +98,7 @@ class JobChange:
     at: datetime
     actor: str
     action: str  # create, update, pause, resume, delete, trigger, retry, backfill
-    changes: dict[str, Any]  # field -> [before, after]
+    changes: dict[str, Any]  # field -> {"from": before, "to": after}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -60,7 +61,16 @@ from scheduler.codec import (
     summary_to_doc,
 )
 from scheduler.model import Execution, Job, Status
-from scheduler.ports import Advance, Claim, DuplicateJobName, ExecutionQuery, StoreError
+from scheduler.ports import (
+    Advance,
+    Claim,
+    DuplicateJobName,
+    ExecutionQuery,
+    JobChange,
+    JobQuery,
+    RunRequest,
+    StoreError,
+)
 
 DEFAULT_DATABASE = "tickd"
 # A dead server fails an operation after about two seconds, a hung one within seconds; the URL can
@@ -110,6 +120,24 @@ JOB_INDEXES = [
     ),
     IndexModel([("lease.until_us", ASCENDING)], name="jobs_lease_expiry"),
 ]
+CHANGE_INDEXES = [
+    IndexModel(
+        [("job_id", ASCENDING), ("at_us", DESCENDING), ("_id", DESCENDING)], name="changes_by_job"
+    ),
+]
+REQUEST_INDEXES = [
+    IndexModel([("not_before_us", ASCENDING)], name="requests_due"),
+    IndexModel([("job_id", ASCENDING), ("scheduled_at_us", ASCENDING)], name="requests_by_job"),
+]
+CHANGE_TIMES = ("at",)
+REQUEST_TIMES = ("scheduled_at", "not_before", "created_at")
+# What ops may change of a job (replace_job); the lease, fence and run state are the engine's.
+DEFINITION_FIELDS = (
+    "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
+    "max_retries", "priority", "misfire", "jitter_seconds", "consecutive_failures",
+    "paused_reason", "system", "updated_at",
+)  # fmt: skip
+
 EXECUTION_INDEXES = [
     IndexModel([("job_id", ASCENDING), *NEWEST_FIRST], name="executions_by_job"),
     IndexModel(NEWEST_FIRST, name="executions_by_time"),
@@ -126,6 +154,12 @@ Update = UpdateOne | UpdateMany
 
 
 # -- errors -------------------------------------------------------------------------------------
+
+
+def is_duplicate_key(exc: PyMongoError) -> bool:
+    """MongoDB says 11000; FerretDB's SQLite backend says so only on inserts, and reports a
+    unique index violated by an update as an InternalError naming the constraint."""
+    return isinstance(exc, DuplicateKeyError) or "UNIQUE constraint failed" in str(exc)
 
 
 def is_transient(exc: PyMongoError) -> bool:
@@ -255,7 +289,7 @@ def claim_update(claim: Claim, token: int) -> UpdateOne:
         {
             "_id": claim.job_id,
             "revision": claim.revision,
-            "next_run_at_us": exact_micros(claim.next_run_at),
+            "next_run_at_us": micros(claim.next_run_at),
             "fence": token - 1,
             **FREE,
         },
@@ -263,20 +297,22 @@ def claim_update(claim: Claim, token: int) -> UpdateOne:
     )
 
 
-def release_update(advance: Advance | None) -> Doc:
-    """Clear the lease; with an advance, also move the job on to its next run."""
+def release_update(advance: Advance | None, *, schedule: bool = True) -> Doc:
+    """Clear the lease; with an advance, record the run and (unless `schedule` is False: the
+    job changed during the run) move the job on to its next run."""
     changes: Doc = {"lease": None}
     if advance is not None:
-        changes |= with_exact_times(
-            {
+        state: Doc = {
+            "consecutive_failures": advance.consecutive_failures,
+            "last_execution": summary_to_doc(advance.last_execution),
+        }
+        if schedule:
+            state |= {
                 "next_run_at": advance.next_run_at,
                 "enabled": advance.enabled,
-                "consecutive_failures": advance.consecutive_failures,
                 "paused_reason": advance.paused_reason,
-                "last_execution": summary_to_doc(advance.last_execution),
-            },
-            ADVANCE_TIMES,
-        )
+            }
+        changes |= with_exact_times(state, ADVANCE_TIMES)
     return {"$set": changes}
 
 
@@ -295,7 +331,78 @@ def release_lease(job_id: str, token: int) -> UpdateOne:
 
 def executions_filter(query: ExecutionQuery) -> Doc:
     wanted = {"job_id": query.job_id, "status": query.status, "handler": query.handler}
-    return {field: str(value) for field, value in wanted.items() if value is not None}
+    found: Doc = {field: str(value) for field, value in wanted.items() if value is not None}
+    window: Doc = {}
+    if query.since is not None:
+        window["$gte"] = exact_micros(query.since)
+    if query.until is not None:
+        window["$lt"] = exact_micros(query.until)
+    if window:
+        found["scheduled_at_us"] = window
+    if query.before is not None:
+        at, last_id = exact_micros(query.before[0]), query.before[1]
+        found["$or"] = [
+            {"scheduled_at_us": {"$lt": at}},
+            {"scheduled_at_us": at, "_id": {"$lt": last_id}},
+        ]
+    return found
+
+
+def jobs_filter(query: JobQuery) -> Doc:
+    found: Doc = {}
+    if query.handler is not None:
+        found["handler"] = query.handler
+    if query.enabled is not None:
+        found["enabled"] = query.enabled
+    name: Doc = {}
+    if query.name_prefix is not None:
+        name |= {"$gte": query.name_prefix, "$lt": query.name_prefix + "\U0010ffff"}
+    if query.after_name is not None:
+        name["$gt"] = query.after_name
+    if name:
+        found["name"] = name
+    window: Doc = {}
+    if query.next_run_from is not None:
+        window["$gte"] = exact_micros(query.next_run_from)
+    if query.next_run_to is not None:
+        window["$lt"] = exact_micros(query.next_run_to)
+    if window:
+        found["next_run_at_us"] = window
+    return found
+
+
+def change_document(change: JobChange) -> Doc:
+    doc = dataclasses.asdict(change)
+    doc["_id"] = doc.pop("id")
+    return with_exact_times(doc, CHANGE_TIMES)
+
+
+def change_from_document(doc: Doc) -> JobChange:
+    doc = without_exact_times(doc, CHANGE_TIMES)
+    doc["id"] = doc.pop("_id")
+    doc["at"] = doc["at"].astimezone(UTC)
+    return JobChange(**doc)
+
+
+def request_document(request: RunRequest) -> Doc:
+    doc = dataclasses.asdict(request)
+    doc["_id"] = doc.pop("id")
+    return with_exact_times(doc, REQUEST_TIMES)
+
+
+def request_from_document(doc: Doc) -> RunRequest:
+    doc = without_exact_times(doc, REQUEST_TIMES)
+    doc["id"] = doc.pop("_id")
+    return RunRequest(**doc)
+
+
+def request_claim(claim: Claim, token: int) -> UpdateOne:
+    """Like claim_update, whenever the job is due: a requested run ignores the schedule."""
+    lease = {"owner": claim.owner, "token": token, "until": claim.until}
+    return UpdateOne(
+        {"_id": claim.job_id, "revision": claim.revision, "fence": token - 1, "lease": None},
+        {"$set": {"fence": token, "lease": with_exact_times(lease, ["until"])}},
+    )
 
 
 def chunks(items: Sequence[T], size: int | None) -> Iterator[Sequence[T]]:
@@ -368,6 +475,14 @@ class MongoStore:
     def executions(self) -> Collection:
         return self.database["executions"]
 
+    @property
+    def changes(self) -> Collection:
+        return self.database["job_changes"]
+
+    @property
+    def requests(self) -> Collection:
+        return self.database["run_requests"]
+
     def _connect(self) -> Client:
         if self._client is None:
             assert self._url is not None
@@ -392,6 +507,8 @@ class MongoStore:
         with pymongo.timeout(INDEX_BUILD_SECONDS):
             await create_missing_indexes(self.jobs, JOB_INDEXES)
             await create_missing_indexes(self.executions, EXECUTION_INDEXES)
+            await create_missing_indexes(self.changes, CHANGE_INDEXES)
+            await create_missing_indexes(self.requests, REQUEST_INDEXES)
 
     @staticmethod
     async def _update_size_limit(client: Client) -> int | None:
@@ -416,11 +533,55 @@ class MongoStore:
     # -- jobs -----------------------------------------------------------------------------------
 
     @translating_errors
-    async def insert_job(self, job: Job) -> None:
+    async def insert_job(self, job: Job, change: JobChange | None = None) -> None:
         try:
             await self.jobs.insert_one(job_document(job))
         except DuplicateKeyError as exc:
             raise duplicate_job_error(job, exc) from None
+        await self._record(change)
+
+    @translating_errors
+    async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
+        doc = job_document(job)
+        fields = {k: doc[k] for k in DEFINITION_FIELDS}
+        fields.update({f"{k}_us": doc[f"{k}_us"] for k in ("next_run_at", "updated_at")})
+        try:
+            result = await self.jobs.update_one(
+                {"_id": job.id, "revision": expected_revision},
+                {"$set": fields, "$inc": {"revision": 1}},
+            )
+        except PyMongoError as exc:
+            if is_duplicate_key(exc):
+                raise DuplicateJobName(job.name) from None
+            raise
+        if result.matched_count != 1:
+            return None
+        await self._record(change)
+        stored = await self.jobs.find_one({"_id": job.id})
+        return None if stored is None else job_from_document(stored)
+
+    async def _record(self, change: JobChange | None) -> None:
+        """The history entry goes in after the change it describes (no transactions here)."""
+        if change is not None:
+            await self.changes.insert_one(change_document(change))
+
+    @translating_errors
+    async def record_change(self, change: JobChange) -> None:
+        await self._record(change)
+
+    @translating_errors
+    async def list_changes(
+        self, job_id: str, *, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[JobChange]:
+        if limit <= 0:
+            return []
+        query: Doc = {"job_id": job_id}
+        if before is not None:
+            at = exact_micros(before[0])
+            query["$or"] = [{"at_us": {"$lt": at}}, {"at_us": at, "_id": {"$lt": before[1]}}]
+        sort = [("at_us", DESCENDING), ("_id", DESCENDING)]
+        cursor = in_one_batch(self.changes.find(query).sort(sort), limit)
+        return [change_from_document(doc) async for doc in cursor]
 
     @translating_errors
     async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
@@ -440,8 +601,11 @@ class MongoStore:
         return None if doc is None else job_from_document(doc)
 
     @translating_errors
-    async def list_jobs(self, *, limit: int = 100) -> list[Job]:
-        return await self._find_jobs({}, sort=[("name", ASCENDING)], limit=limit)
+    async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
+        query = query or JobQuery()
+        return await self._find_jobs(
+            jobs_filter(query), sort=[("name", ASCENDING)], limit=query.limit
+        )
 
     async def _find_jobs(self, query: Doc, *, sort: list[tuple[str, int]], limit: int) -> list[Job]:
         if limit <= 0:  # pymongo reads a limit of 0 as "no limit"
@@ -450,8 +614,12 @@ class MongoStore:
         return [job_from_document(doc) async for doc in cursor]
 
     @translating_errors
-    async def delete_job(self, job_id: str) -> bool:
-        return (await self.jobs.delete_one({"_id": job_id})).deleted_count == 1
+    async def delete_job(self, job_id: str, change: JobChange | None = None) -> bool:
+        if (await self.jobs.delete_one({"_id": job_id})).deleted_count != 1:
+            return False
+        await self.requests.delete_many({"job_id": job_id})
+        await self._record(change)
+        return True
 
     # -- the engine's batch operations ----------------------------------------------------------
 
@@ -525,7 +693,16 @@ class MongoStore:
         if execution.token is None:  # never held a lease, so it cannot release one
             return False
         fenced = {"_id": execution.job_id, "lease.token": execution.token}
-        result = await self.jobs.update_one(fenced, release_update(advance))
+        if advance is None:
+            result = await self.jobs.update_one(fenced, release_update(None))
+            return result.matched_count == 1
+        # The schedule moves only if ops did not change the job during the run (see Advance);
+        # without pipeline updates that takes a second statement when they did.
+        unchanged = {**fenced, "revision": advance.revision}
+        result = await self.jobs.update_one(unchanged, release_update(advance))
+        if result.matched_count == 1:
+            return True
+        result = await self.jobs.update_one(fenced, release_update(advance, schedule=False))
         return result.matched_count == 1
 
     @translating_errors
@@ -569,3 +746,69 @@ class MongoStore:
             return []
         cursor = self.executions.find(executions_filter(query)).sort(NEWEST_FIRST)
         return [execution_from_document(doc) async for doc in in_one_batch(cursor, query.limit)]
+
+    @translating_errors
+    async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
+        if not scheduled_ats:
+            return set()
+        wanted = {
+            "job_id": job_id,
+            "scheduled_at_us": {"$in": [exact_micros(t) for t in scheduled_ats]},
+        }
+        found: set[datetime] = set()
+        for collection in (self.executions, self.requests):
+            cursor = collection.find(wanted, {"scheduled_at_us": 1})
+            found |= {from_micros(doc["scheduled_at_us"]) async for doc in cursor}
+        return found
+
+    # -- run requests (trigger, retry, backfill) -------------------------------------------------
+
+    @translating_errors
+    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
+        if requests:
+            await self.requests.insert_many([request_document(r) for r in requests], ordered=False)
+
+    @translating_errors
+    async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
+        wanted = {"job_id": job_id, "scheduled_at_us": exact_micros(scheduled_at)}
+        return await self.requests.find_one(wanted, {"_id": 1}) is not None
+
+    @translating_errors
+    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
+        """Two reads for the batch: the due requests, then their jobs (those not leased)."""
+        if limit <= 0:
+            return []
+        cursor = self.requests.find({"not_before_us": {"$lte": exact_micros(now)}})
+        cursor = in_one_batch(cursor.sort([("not_before_us", ASCENDING)]), limit)
+        requests = [request_from_document(doc) async for doc in cursor]
+        if not requests:
+            return []
+        job_ids = list({r.job_id for r in requests})
+        jobs_cursor = self.jobs.find({"_id": {"$in": job_ids}, "lease": None})
+        jobs = {
+            doc["_id"]: job_from_document(doc)
+            async for doc in in_one_batch(jobs_cursor, len(job_ids))
+        }
+        return [(r, jobs[r.job_id]) for r in requests if r.job_id in jobs]
+
+    @translating_errors
+    async def claim_run_requests(
+        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
+    ) -> list[tuple[RunRequest, Job]]:
+        if not claims:
+            return []
+        ids = list({c.job_id for c in claims})
+        cursor = self.jobs.find({"_id": {"$in": ids}, "lease": None}, {"fence": 1})
+        tokens = {doc["_id"]: int(doc["fence"]) + 1 async for doc in in_one_batch(cursor, len(ids))}
+        first_claims = {c.job_id: c for c in reversed(claims) if c.job_id in tokens}
+        updates = [request_claim(c, tokens[c.job_id]) for c in first_claims.values()]
+        await self._update_each(self.jobs, updates)
+        won = {job.id: job for job in await self._winners(list(first_claims.values()), tokens)}
+        pairs: list[tuple[RunRequest, Job]] = []
+        for request, claim in zip(requests, claims, strict=True):
+            job = won.pop(claim.job_id, None)
+            if job is not None:
+                pairs.append((request, job))
+        if pairs:
+            await self.requests.delete_many({"_id": {"$in": [r.id for r, _ in pairs]}})
+        return pairs

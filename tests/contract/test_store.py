@@ -304,7 +304,7 @@ def change_of(job: Job, action: str, at: datetime = T0, **changes: Any) -> JobCh
         at=at,
         actor="ops",
         action=action,
-        changes={k: list(v) for k, v in changes.items()},
+        changes={k: {"from": v[0], "to": v[1]} for k, v in changes.items()},
     )
 
 
@@ -398,7 +398,7 @@ async def test_history_is_newest_first_and_pages(store: Store) -> None:
         )
     first_page = await store.list_changes(job.id, limit=2)
     assert [c.at.minute for c in first_page] == [3, 2]
-    assert first_page[0].changes == {"max_retries": [2, 3]}
+    assert first_page[0].changes == {"max_retries": {"from": 2, "to": 3}}
     last = first_page[-1]
     second_page = await store.list_changes(job.id, limit=2, before=(last.at, last.id))
     assert [c.action for c in second_page] == ["update", "create"]
