@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import jsonschema
+from croniter.croniter import CroniterBadDateError
 
 from api.models import (
     CronScheduleIn,
@@ -41,6 +42,8 @@ from scheduler.schedules import first_fire, next_fire, validate
 from scheduler.secrets import MASK, is_secret_name, mask
 
 T = TypeVar("T")
+# Where a cron expression is first evaluated, to refuse one that never fires.
+NEVER_FIRES_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 
 # Fields whose change is recorded in the history (the engine's own fields are not).
 TRACKED = [
@@ -153,8 +156,13 @@ class JobBuilder:
     def check_schedule(self, schedule: Schedule, name: str) -> None:
         try:
             validate(schedule, job_name=name)
+            if isinstance(schedule, CronSchedule):
+                # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not.
+                next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
         except ValidationError as exc:
             raise from_validation(exc) from None
+        except CroniterBadDateError:
+            raise field_error("schedule.expr", "names no date that exists: never fires") from None
 
     def _check(
         self,
@@ -236,7 +244,9 @@ def change_entry(
     assert job is not None
     old = _tracked(before, registry)
     new = _tracked(after, registry)
-    changes = {k: [old.get(k), new.get(k)] for k in TRACKED if old.get(k) != new.get(k)}
+    changes = {
+        k: {"from": old.get(k), "to": new.get(k)} for k in TRACKED if old.get(k) != new.get(k)
+    }
     return JobChange(
         id=new_id(),
         job_id=job.id,

@@ -7,15 +7,66 @@ names the field, not a setting silently ignored.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from scheduler.model import MisfirePolicy, Status
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
 PriorityName = Literal["critical", "high", "normal", "low"]
+
+
+# Years 1970 to 8999: far enough from the ends of the calendar that a fire time, a preview or a
+# backfill window computed from the date cannot overflow.
+YEARS = "(19[7-9][0-9]|[2-8][0-9]{3})"
+DATE_TIME_PATTERN = f"^{YEARS}-"
+_RFC3339 = re.compile(
+    YEARS
+    + r"-([0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]+))?"
+    + r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def _rfc3339(value: object) -> object:
+    """What the document promises and no more: pydantic alone would also take a number or a
+    numeric string for a Unix timestamp, or a date without a time."""
+    if isinstance(value, datetime):
+        return value
+    match = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(
+            "must be an RFC 3339 date-time with an offset, in the years 1970 to 8999, "
+            "e.g. 2026-03-02T09:00:00Z"
+        )
+    year, day, time, fraction, offset = match.groups()
+    micros = f".{fraction[:6]:0<6}" if fraction else ""
+    try:
+        return datetime.fromisoformat(f"{year}-{day}T{time}{micros}{offset.upper()}")
+    except ValueError as exc:
+        raise ValueError(f"not a valid date-time: {exc}") from None
+
+
+# Every date-time a client sends.
+Rfc3339 = Annotated[
+    AwareDatetime,
+    BeforeValidator(_rfc3339),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN}),
+]
+
+
+def _integral(value: object) -> object:
+    # Bodies are read strictly (no "5" or true for a number), but 5.0 is an integer in JSON.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# The integers of a body (the bounds come first, or the document loses them).
+Retries = Annotated[int, Field(ge=0, le=100), BeforeValidator(_integral)]
+Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(_integral)]
 
 
 class Strict(BaseModel):
@@ -30,12 +81,12 @@ class CronScheduleIn(Strict):
 
 class IntervalScheduleIn(Strict):
     kind: Literal["interval"]
-    every_seconds: float = Field(gt=0, le=366 * 86400)
+    every_seconds: float = Field(ge=1, le=366 * 86400, description="At least one second")
 
 
 class OnceScheduleIn(Strict):
     kind: Literal["once"]
-    at: AwareDatetime
+    at: Rfc3339
 
 
 ScheduleIn = Annotated[
@@ -55,7 +106,7 @@ class JobCreate(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     enabled: bool = True
     timeout_seconds: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=0, ge=0, le=100)
+    max_retries: Retries = 0
     priority: PriorityName = "normal"
     misfire: MisfireIn = Field(default_factory=MisfireIn)
     jitter_seconds: float = Field(default=0.0, ge=0, le=86400)
@@ -70,7 +121,7 @@ class JobPatch(Strict):
     params: dict[str, Any] | None = None
     enabled: bool | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
-    max_retries: int | None = Field(default=None, ge=0, le=100)
+    max_retries: Retries | None = None
     priority: PriorityName | None = None
     misfire: MisfireIn | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=86400)
@@ -161,7 +212,7 @@ class ChangeOut(BaseModel):
     at: datetime
     actor: str
     action: str
-    changes: dict[str, Any] = Field(description="field -> [before, after]")
+    changes: dict[str, Any] = Field(description='field -> {"from": before, "to": after}')
 
 
 class ChangePage(BaseModel):
@@ -188,8 +239,8 @@ class PreviewRequest(Strict):
         pattern=NAME_PATTERN,
         description="The job name `H` fields hash; the same name, the same times",
     )
-    count: int = Field(default=10, ge=1, le=100)
-    after: AwareDatetime | None = Field(default=None, description="Default: now")
+    count: Count = 10
+    after: Rfc3339 | None = Field(default=None, description="Default: now")
 
 
 class FireTime(BaseModel):
@@ -205,10 +256,12 @@ class PreviewOut(BaseModel):
 
 
 class BackfillRequest(Strict):
-    start: AwareDatetime
-    end: AwareDatetime
+    start: Rfc3339
+    end: Rfc3339
     dry_run: bool = True
-    per_second: float = Field(default=1.0, gt=0, le=100, description="Rate limit of the runs")
+    per_second: float = Field(
+        default=1.0, ge=0.001, le=100, description="Rate limit of the runs (runs a second)"
+    )
 
 
 class BackfillOut(BaseModel):
@@ -246,22 +299,22 @@ class JobListQuery(PageQuery):
     handler: str | None = Field(default=None, max_length=200)
     enabled: bool | None = None
     name_prefix: str | None = Field(default=None, max_length=200)
-    next_run_from: AwareDatetime | None = None
-    next_run_to: AwareDatetime | None = None
+    next_run_from: Rfc3339 | None = None
+    next_run_to: Rfc3339 | None = None
 
 
 class ExecutionListQuery(PageQuery):
     status: Status | None = None
     handler: str | None = Field(default=None, max_length=200)
     job_id: str | None = Field(default=None, max_length=64)
-    since: AwareDatetime | None = None
-    until: AwareDatetime | None = None
+    since: Rfc3339 | None = None
+    until: Rfc3339 | None = None
 
 
 class JobExecutionQuery(PageQuery):
     status: Status | None = None
-    since: AwareDatetime | None = None
-    until: AwareDatetime | None = None
+    since: Rfc3339 | None = None
+    until: Rfc3339 | None = None
 
 
 class CountQuery(Strict):

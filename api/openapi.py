@@ -113,15 +113,16 @@ def _query_parameters(route: Route) -> list[dict[str, Any]]:
 def _responses(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]:
     problem = {"application/problem+json": {"schema": {"$ref": refs[Problem]}}}
     responses: dict[str, Any] = {}
-    if route.raw:
-        responses[str(route.status)] = {"description": route.summary}
-    elif route.response is None:
-        responses[str(route.status)] = {"description": "Done"}
-    else:
-        responses[str(route.status)] = {
-            "description": route.summary,
-            "content": {"application/json": {"schema": {"$ref": refs[route.response]}}},
-        }
+    for success in sorted({route.status, *route.also}):
+        if route.raw:
+            responses[str(success)] = {"description": route.summary}
+        elif route.response is None:
+            responses[str(success)] = {"description": "Done"}
+        else:
+            responses[str(success)] = {
+                "description": route.summary,
+                "content": {"application/json": {"schema": {"$ref": refs[route.response]}}},
+            }
     for status, description in _problem_statuses(route):
         responses[status] = {"description": description, "content": problem}
     return responses

@@ -55,6 +55,7 @@ class Route:
     body: type[BaseModel] | None = None
     tag: str = "jobs"
     raw: bool = False  # the handler returns its own web.Response (metrics, docs)
+    also: tuple[int, ...] = ()  # other success statuses, with the same response body
 
 
 TOKENS = web.AppKey("tokens", tuple)
@@ -115,13 +116,27 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
     if not raw:
         raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, "Invalid JSON", str(exc), [("body", "not valid JSON")]) from None
+        json.loads(raw, parse_constant=_not_json)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise invalid_json(str(exc)) from None
     try:
-        return model.model_validate(data)
+        # Strict, as JSON: a number is not taken for a string, nor `false` or "5" for a number.
+        return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
+        # What Python's json reads but JSON parsers need not: a lone surrogate (\ud800).
+        unreadable = [e["msg"] for e in exc.errors() if e["type"] == "json_invalid"]
+        if unreadable:
+            raise invalid_json(unreadable[0]) from None
         raise from_pydantic(exc, "") from None
+
+
+def invalid_json(detail: str) -> ApiError:
+    return ApiError(400, "Invalid JSON", detail, [("body", "not valid JSON")])
+
+
+def _not_json(constant: str) -> None:
+    # Python's json reads NaN and Infinity, which JSON does not have.
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

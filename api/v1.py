@@ -89,7 +89,9 @@ def encode_cursor(**fields: Any) -> str:
 def decode_cursor(cursor: str, *keys: str) -> dict[str, Any]:
     try:
         fields = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+        # Lone surrogates (\ud800) read as JSON, but no store takes them.
+        json.dumps(fields, ensure_ascii=False).encode()
+    except (binascii.Error, ValueError, UnicodeError):
         raise field_error("query.cursor", "not a cursor this API gave out", 400) from None
     if not isinstance(fields, dict) or set(fields) != set(keys):
         raise field_error("query.cursor", "not a cursor this API gave out", 400)
@@ -101,9 +103,22 @@ def time_cursor(cursor: str | None) -> tuple[datetime, str] | None:
         return None
     fields = decode_cursor(cursor, "at", "id")
     try:
-        return datetime.fromisoformat(fields["at"]), str(fields["id"])
+        at = datetime.fromisoformat(fields["at"])
     except (TypeError, ValueError):
-        raise field_error("query.cursor", "not a cursor this API gave out", 400) from None
+        at = None
+    # Only what encode_cursor wrote: an aware time and a string id.
+    if at is None or at.utcoffset() is None or not isinstance(fields["id"], str):
+        raise field_error("query.cursor", "not a cursor this API gave out", 400)
+    return at, fields["id"]
+
+
+def name_cursor(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    after = decode_cursor(cursor, "after_name")["after_name"]
+    if not isinstance(after, str):
+        raise field_error("query.cursor", "not a cursor this API gave out", 400)
+    return after
 
 
 # -- views ----------------------------------------------------------------------------------------
@@ -146,7 +161,7 @@ async def load_job(call: Call) -> Job:
 
 async def list_jobs(call: Call) -> Reply:
     q: JobListQuery = call.query
-    after = decode_cursor(q.cursor, "after_name")["after_name"] if q.cursor else None
+    after = name_cursor(q.cursor)
     query = JobQuery(
         handler=q.handler,
         enabled=q.enabled,
@@ -286,7 +301,8 @@ async def enqueue(
     await s.store.insert_run_requests(requests)
     change = change_entry(reason, job, job, call.actor, now, s.registry)
     listed = [t.isoformat() for t in times[:20]]
-    await s.store.record_change(replace(change, changes={"occurrences": [len(times), listed]}))
+    occurrences = {"count": len(times), "first": listed}
+    await s.store.record_change(replace(change, changes={"occurrences": occurrences}))
     s.poke()
     return requests
 
@@ -509,6 +525,7 @@ ROUTES = [
         BackfillOut,
         202,
         body=BackfillRequest,
+        also=(200,),
     ),
     Route(
         "GET",

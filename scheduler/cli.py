@@ -1,4 +1,8 @@
-"""`tickd`: the command line."""
+"""`tickd`: the command line.
+
+`run`, `api` and `handlers` read the settings (`--config`, TICKD_* variables); `jobs` and
+`executions` are clients of a running API (api/cli.py) and read neither settings nor handlers.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,15 @@ import argparse
 import asyncio
 import sys
 
+from api.cli import add_commands, run_client
 from scheduler.config import ConfigError, Settings, load_settings
-from scheduler.daemon import load_registry, run_daemon, stop_on_signals
 from scheduler.logs import configure_logging
-from scheduler.registry import RegistryError
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("jobs", "executions"):
+        return run_client(args)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -32,10 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("run", help="run the daemon and its API until SIGTERM or Ctrl-C")
     commands.add_parser("api", help="serve the API alone (no dispatcher) on the same store")
     commands.add_parser("handlers", help="list the registered handlers and where they come from")
+    add_commands(commands)
     return parser
 
 
 def _run(settings: Settings, *, dispatcher: bool) -> int:
+    # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
+    from scheduler.daemon import load_registry, run_daemon, stop_on_signals
+    from scheduler.registry import RegistryError
+
     try:
         registry = load_registry()
     except RegistryError as exc:
@@ -56,6 +66,9 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
 
 
 def _list_handlers() -> int:
+    from scheduler.daemon import load_registry
+    from scheduler.registry import RegistryError
+
     try:
         registry = load_registry()
     except RegistryError as exc:

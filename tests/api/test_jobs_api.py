@@ -187,8 +187,8 @@ async def test_pause_and_resume_are_recorded_in_the_history(api: Api) -> None:
     _, history, _ = await api.call("GET", f"/v1/jobs/{job['id']}/history")
     assert [h["action"] for h in history["items"]] == ["resume", "pause", "create"]
     assert history["items"][1]["actor"] == "deployer"
-    assert history["items"][1]["changes"]["enabled"] == [True, False]
-    assert history["items"][2]["changes"]["params"][1]["api_key"] == "***"
+    assert history["items"][1]["changes"]["enabled"] == {"from": True, "to": False}
+    assert history["items"][2]["changes"]["params"]["to"]["api_key"] == "***"
 
 
 async def test_delete_keeps_the_history(api: Api) -> None:
@@ -348,7 +348,7 @@ async def test_unknown_ids_are_404(api: Api) -> None:
         ("GET", "/v1/executions/nope"),
         ("POST", "/v1/executions/nope/retry"),
     ]:
-        kwargs = {"json": {"max_retries": 1}} if method == "PATCH" else {}
+        kwargs: dict[str, Any] = {"json": {"max_retries": 1}} if method == "PATCH" else {}
         status, body, _ = await api.call(method, path, **kwargs)
         assert status == 404, (path, body)
 

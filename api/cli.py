@@ -1,0 +1,489 @@
+"""`tickd jobs ...` and `tickd executions ...`: the API from a shell, for ops and for scripts.
+
+Readable tables by default, the API's own JSON with `--json`. An error of the API is printed as
+it came (title, detail, each field at fault) on stderr, and the command exits with 1; so does a
+server that cannot be reached. A mistake on the command line exits with 2. Jobs are named by id
+or by name. The URL comes from --url or TICKD_URL, the token from --token or TICKD_TOKEN; the
+token is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from api.client import (
+    DEFAULT_URL,
+    TOKEN_ENV,
+    URL_ENV,
+    ApiProblem,
+    Client,
+    ClientError,
+    Json,
+)
+
+STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
+JOB_COLUMNS = ("NAME", "HANDLER", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST STATUS")
+EXECUTION_COLUMNS = ("ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
+
+Action = Callable[[Client, argparse.Namespace], None]
+
+
+class UsageError(Exception):
+    """A mistake on the command line, found after parsing (a file that is not JSON...)."""
+
+
+# -- the commands --------------------------------------------------------------------------------
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `jobs` and `executions` to the `tickd` sub-commands (an argparse subparsers action)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help=f"the API's base URL (default: ${URL_ENV}, or {DEFAULT_URL})")
+    common.add_argument(
+        "--token",
+        help=f"a bearer token of the API (default: ${TOKEN_ENV}, better: a flag shows in ps)",
+    )
+    common.add_argument(
+        "--json", action="store_true", help="print the API's JSON instead of a table"
+    )
+
+    jobs = commands.add_parser("jobs", help="jobs, through the API: list, show, create...")
+    actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="list jobs, by name")
+    listing.add_argument("--handler", help="only the jobs of this handler")
+    state = listing.add_mutually_exclusive_group()
+    state.add_argument(
+        "--enabled", dest="enabled", action="store_const", const=True, help="only enabled jobs"
+    )
+    state.add_argument(
+        "--disabled", dest="enabled", action="store_const", const=False, help="only paused jobs"
+    )
+    listing.add_argument("--prefix", help="only the jobs whose name starts with this")
+    listing.add_argument("--limit", type=int, help="jobs per page (API default 50, at most 500)")
+    listing.add_argument("--all", action="store_true", help="follow the pages to the last")
+    listing.set_defaults(act=jobs_list)
+
+    show = actions.add_parser("show", parents=[common], help="one job in full")
+    show.add_argument("job", metavar="JOB", help="the job's id or name")
+    show.set_defaults(act=jobs_show)
+
+    create = actions.add_parser(
+        "create",
+        parents=[common],
+        help="create a job from a JSON file, or from flags for the common case",
+        description="The job as JSON (-f), or from flags; flags given with -f override the "
+        "file's fields.",
+    )
+    create.add_argument(
+        "-f", "--file", help="the job as JSON, as POST /v1/jobs takes it; - reads stdin"
+    )
+    create.add_argument("--name")
+    create.add_argument("--handler")
+    schedule = create.add_mutually_exclusive_group()
+    schedule.add_argument("--cron", metavar="EXPR", help="six fields, seconds first (or five)")
+    schedule.add_argument("--every", metavar="SECONDS", type=float, help="an interval")
+    schedule.add_argument("--at", metavar="ISO", help="once, at this time (with an offset)")
+    create.add_argument("--timezone", help="of the cron expression (default UTC)")
+    create.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a handler param, repeatable; VALUE is read as JSON when it is JSON (0.5, true, "
+        '[1,2], "007"), else taken as a string',
+    )
+    create.add_argument("--timeout", type=float, metavar="SECONDS", help="timeout_seconds")
+    create.add_argument("--retries", type=int, metavar="N", help="max_retries")
+    create.set_defaults(act=jobs_create)
+
+    for name, act, what in [
+        ("pause", jobs_pause, "pause a job: it stops firing"),
+        ("resume", jobs_resume, "resume a paused job, from now"),
+        ("trigger", jobs_trigger, "run a job now, once, without moving its schedule"),
+        ("delete", jobs_delete, "delete a job (its history stays)"),
+    ]:
+        one = actions.add_parser(name, parents=[common], help=what)
+        one.add_argument("job", metavar="JOB", help="the job's id or name")
+        one.set_defaults(act=act)
+
+    executions = commands.add_parser(
+        "executions", help="executions, through the API: list, show, retry"
+    )
+    actions = executions.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="executions, newest first")
+    listing.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
+    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--handler", help="only the executions of this handler")
+    listing.add_argument("--limit", type=int, help="how many (API default 50, at most 500)")
+    listing.set_defaults(act=executions_list)
+
+    show = actions.add_parser("show", parents=[common], help="one execution in full")
+    show.add_argument("execution", metavar="ID")
+    show.set_defaults(act=executions_show)
+
+    retry = actions.add_parser(
+        "retry", parents=[common], help="run a failed, timed-out or abandoned execution again"
+    )
+    retry.add_argument("execution", metavar="ID")
+    retry.set_defaults(act=executions_retry)
+
+
+def run_client(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
+    """Run a parsed `jobs` or `executions` command; the exit status."""
+    env = os.environ if environ is None else environ
+    try:
+        client = Client(
+            base_url=args.url or env.get(URL_ENV) or DEFAULT_URL,
+            token=args.token or env.get(TOKEN_ENV) or None,
+        )
+        act: Action = args.act
+        act(client, args)
+    except UsageError as exc:
+        print(f"tickd {args.command} {args.action}: error: {exc}", file=sys.stderr)
+        return 2
+    except ApiProblem as exc:
+        report_problem(exc, as_json=args.json, out=sys.stderr)
+        return 1
+    except ClientError as exc:
+        print(f"tickd: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `tickd jobs list | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def report_problem(problem: ApiProblem, *, as_json: bool, out: TextIO) -> None:
+    """As the API sent it: its JSON with --json; else the title, the detail, each field."""
+    if as_json and isinstance(problem.body, dict):
+        print(json.dumps(problem.body), file=out)
+        return
+    head = f"tickd: {problem.status} {problem.title}"
+    print(f"{head}: {problem.detail}" if problem.detail else head, file=out)
+    for error in problem.errors:
+        print(f"  {error.field}: {error.reason}", file=out)
+
+
+# -- jobs ----------------------------------------------------------------------------------------
+
+
+def jobs_list(client: Client, args: argparse.Namespace) -> None:
+    filters = {
+        "handler": args.handler,
+        "enabled": args.enabled,
+        "name_prefix": args.prefix,
+        "limit": args.limit,
+    }
+    if args.all:
+        items = [job for page in client.iter_job_pages(**filters) for job in page["items"]]
+        page: Json = {"items": items, "next_cursor": None}
+    else:
+        page = client.list_jobs(**filters)
+    if args.json:
+        print_json(page)
+        return
+    print_table(JOB_COLUMNS, [job_row(job) for job in page["items"]], empty="No jobs.")
+    if page.get("next_cursor"):
+        print("More jobs: --all lists them all.", file=sys.stderr)
+
+
+def jobs_show(client: Client, args: argparse.Namespace) -> None:
+    show_job(client.find_job(args.job), args)
+
+
+def jobs_create(client: Client, args: argparse.Namespace) -> None:
+    show_job(client.create_job(job_from_args(args)), args)
+
+
+def show_job(job: Json, args: argparse.Namespace) -> None:
+    if args.json:
+        print_json(job)
+    else:
+        print_fields(job_fields(job))
+
+
+def jobs_pause(client: Client, args: argparse.Namespace) -> None:
+    job = client.pause_job(client.find_job(args.job)["id"])
+    if args.json:
+        print_json(job)
+    else:
+        print(f"Paused {job['name']} ({job['id']}).")
+
+
+def jobs_resume(client: Client, args: argparse.Namespace) -> None:
+    job = client.resume_job(client.find_job(args.job)["id"])
+    if args.json:
+        print_json(job)
+    else:
+        print(f"Resumed {job['name']} ({job['id']}); next run {when(job.get('next_run_at'))}.")
+
+
+def jobs_trigger(client: Client, args: argparse.Namespace) -> None:
+    job = client.find_job(args.job)
+    request = client.trigger_job(job["id"])
+    if args.json:
+        print_json(request)
+    else:
+        print(f"Queued a run of {job['name']} now (run request {request['id']}).")
+
+
+def jobs_delete(client: Client, args: argparse.Namespace) -> None:
+    job = client.find_job(args.job)
+    client.delete_job(job["id"])
+    if not args.json:  # 204: the API sends no JSON to print
+        print(f"Deleted {job['name']} ({job['id']}).")
+
+
+def job_from_args(args: argparse.Namespace) -> Json:
+    job = read_job_file(args.file) if args.file else {}
+    for flag, key in (("name", "name"), ("handler", "handler")):
+        if getattr(args, flag) is not None:
+            job[key] = getattr(args, flag)
+    if args.timezone is not None and args.cron is None:
+        raise UsageError("--timezone goes with --cron")
+    if args.cron is not None:
+        job["schedule"] = {"kind": "cron", "expr": args.cron}
+        if args.timezone is not None:
+            job["schedule"]["timezone"] = args.timezone
+    elif args.every is not None:
+        job["schedule"] = {"kind": "interval", "every_seconds": args.every}
+    elif args.at is not None:
+        job["schedule"] = {"kind": "once", "at": args.at}
+    if args.param:
+        params = job.get("params", {})
+        if not isinstance(params, dict):
+            raise UsageError("--param: the file's params are not an object")
+        job["params"] = {**params, **dict(parse_param(p) for p in args.param)}
+    if args.timeout is not None:
+        job["timeout_seconds"] = args.timeout
+    if args.retries is not None:
+        job["max_retries"] = args.retries
+    if not args.file:
+        missing = [f"--{key}" for key in ("name", "handler") if key not in job]
+        if "schedule" not in job:
+            missing.append("one of --cron, --every, --at")
+        if missing:
+            raise UsageError(f"the job needs {', '.join(missing)} (or -f FILE)")
+    return job
+
+
+def read_job_file(name: str) -> Json:
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"-f {name}: {exc.strerror or exc}") from None
+    try:
+        job = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"-f {name}: not JSON: {exc}") from None
+    if not isinstance(job, dict):
+        raise UsageError(f"-f {name}: the job must be a JSON object")
+    return job
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--param {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+# -- executions ----------------------------------------------------------------------------------
+
+
+def executions_list(client: Client, args: argparse.Namespace) -> None:
+    job_id = client.find_job(args.job)["id"] if args.job else None
+    page = client.list_executions(
+        job_id=job_id, status=args.status, handler=args.handler, limit=args.limit
+    )
+    if args.json:
+        print_json(page)
+        return
+    rows = [execution_row(e) for e in page["items"]]
+    print_table(EXECUTION_COLUMNS, rows, empty="No executions.")
+
+
+def executions_show(client: Client, args: argparse.Namespace) -> None:
+    execution = client.get_execution(args.execution)
+    if args.json:
+        print_json(execution)
+    else:
+        print_fields(execution_fields(execution))
+
+
+def executions_retry(client: Client, args: argparse.Namespace) -> None:
+    request = client.retry_execution(args.execution)
+    if args.json:
+        print_json(request)
+    else:
+        print(
+            f"Queued a retry of execution {args.execution} "
+            f"(occurrence {when(request.get('scheduled_at'))}, run request {request['id']})."
+        )
+
+
+# -- views ---------------------------------------------------------------------------------------
+
+
+def job_row(job: Json) -> list[str]:
+    last = job.get("last_execution") or {}
+    return [
+        str(job.get("name", "")),
+        str(job.get("handler", "")),
+        schedule_text(job.get("schedule") or {}),
+        "yes" if job.get("enabled") else "no",
+        when(job.get("next_run_at")),
+        str(last.get("status") or "-"),
+    ]
+
+
+def job_fields(job: Json) -> list[tuple[str, str]]:
+    misfire = job.get("misfire") or {}
+    last = job.get("last_execution")
+    fields = [
+        ("id", str(job.get("id"))),
+        ("name", str(job.get("name"))),
+        ("handler", str(job.get("handler"))),
+        ("schedule", schedule_text(job.get("schedule") or {})),
+        ("enabled", "yes" if job.get("enabled") else "no"),
+    ]
+    if job.get("paused_reason"):
+        fields.append(("paused", str(job["paused_reason"])))
+    fields += [
+        ("next run", when(job.get("next_run_at"))),
+        ("params", json.dumps(job.get("params", {}), ensure_ascii=False)),
+        ("timeout", seconds_text(job.get("timeout_seconds"))),
+        ("retries", str(job.get("max_retries"))),
+        ("priority", str(job.get("priority"))),
+        (
+            "misfire",
+            f"{misfire.get('policy')}, grace {seconds_text(misfire.get('grace_seconds'))}",
+        ),
+        ("jitter", seconds_text(job.get("jitter_seconds"))),
+        (
+            "last run",
+            f"{last['status']} at {when(last.get('finished_at'))} ({last['execution_id']})"
+            if last
+            else "-",
+        ),
+        ("failures", str(job.get("consecutive_failures", 0))),
+        ("system", "yes" if job.get("system") else "no"),
+        ("revision", str(job.get("revision"))),
+        ("created", when(job.get("created_at"))),
+        ("updated", when(job.get("updated_at"))),
+    ]
+    return fields
+
+
+def execution_row(execution: Json) -> list[str]:
+    return [
+        str(execution.get("id", "")),
+        str(execution.get("job_name", "")),
+        str(execution.get("status", "")),
+        when(execution.get("scheduled_at")),
+        millis_text(execution.get("duration_ms")),
+        str(execution.get("attempts", "")),
+    ]
+
+
+def execution_fields(execution: Json) -> list[tuple[str, str]]:
+    error = execution.get("error")
+    result = execution.get("result")
+    return [
+        ("id", str(execution.get("id"))),
+        ("job", f"{execution.get('job_name')} ({execution.get('job_id')})"),
+        ("handler", str(execution.get("handler"))),
+        ("status", str(execution.get("status"))),
+        ("scheduled", when(execution.get("scheduled_at"))),
+        ("started", when(execution.get("started_at"))),
+        ("finished", when(execution.get("finished_at"))),
+        ("duration", millis_text(execution.get("duration_ms"))),
+        ("attempts", str(execution.get("attempts"))),
+        ("error", f"{error.get('type')}: {error.get('message')}" if error else "-"),
+        ("result", json.dumps(result, ensure_ascii=False) if result is not None else "-"),
+        ("owner", str(execution.get("owner") or "-")),
+        ("idempotency key", str(execution.get("idempotency_key"))),
+    ]
+
+
+def schedule_text(schedule: Json) -> str:
+    kind = schedule.get("kind")
+    if kind == "cron":
+        zone = schedule.get("timezone") or "UTC"
+        return f"cron {schedule.get('expr')}" + ("" if zone == "UTC" else f" ({zone})")
+    if kind == "interval":
+        return f"every {seconds_text(schedule.get('every_seconds'))}"
+    if kind == "once":
+        return f"once {when(schedule.get('at'))}"
+    return json.dumps(schedule)
+
+
+def seconds_text(seconds: Any) -> str:
+    """60 -> 1m, 5400 -> 1h30m, 0.5 -> 0.5s."""
+    if not isinstance(seconds, int | float):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:g}s"
+    rest = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+def millis_text(millis: Any) -> str:
+    if not isinstance(millis, int | float):
+        return "-"
+    if millis < 1000:
+        return f"{millis:.0f}ms"
+    if millis < 60_000:
+        return f"{millis / 1000:.2f}s"
+    return seconds_text(millis / 1000)
+
+
+_FRACTION = re.compile(r"\.\d+(?=Z|[+-]\d\d:\d\d$)")
+
+
+def when(value: Any) -> str:
+    """An API time without its fraction of a second: 2026-03-03T01:30:00Z."""
+    return _FRACTION.sub("", value) if isinstance(value, str) and value else "-"
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, empty: str) -> None:
+    if not rows:
+        print(empty)
+        return
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def print_fields(fields: Sequence[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        print(f"{name.ljust(width)}  {value}")

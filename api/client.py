@@ -1,0 +1,271 @@
+"""A small synchronous client of the tickd API, on the standard library alone: what the `tickd
+jobs` and `tickd executions` commands talk through.
+
+The token goes in the Authorization header and nowhere else: not in a repr, not in an error
+message. Redirects are not followed (urllib would send the header on to wherever they point); an
+error of the API comes back as ApiProblem, with its problem details as they were sent, and a
+server that cannot be reached as Unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.client import HTTPException
+from typing import Any
+
+from scheduler.secrets import scrub_text
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT_SECONDS = 30.0
+URL_ENV = "TICKD_URL"
+TOKEN_ENV = "TICKD_TOKEN"
+PROBLEM_JSON = "application/problem+json"
+
+Json = dict[str, Any]
+
+
+class ClientError(Exception):
+    """Anything that keeps a call from an answer; the message is safe to print."""
+
+
+class Unreachable(ClientError):
+    """No HTTP answer: refused, timed out, not HTTP, a bad URL."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    reason: str
+
+
+class ApiProblem(ClientError):
+    """The API answered with an error status; `body` is what it sent (problem details, usually)."""
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str | None = None,
+        errors: tuple[FieldError, ...] = (),
+        body: Any = None,
+    ) -> None:
+        super().__init__(f"{status} {title}" + (f": {detail}" if detail else ""))
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.errors = errors
+        self.body = body
+
+    @classmethod
+    def from_response(cls, status: int, reason: str, content_type: str, raw: bytes) -> ApiProblem:
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            body = json.loads(text) if "json" in content_type else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            # Not problem details (a proxy's page, say): the status and the start of the text.
+            excerpt = " ".join(text.split())[:300] or None
+            return cls(status, reason or "Error", excerpt, body=text)
+        raw_errors = body.get("errors")
+        errors = tuple(
+            FieldError(str(e.get("field", "")), str(e.get("reason", "")))
+            for e in (raw_errors if isinstance(raw_errors, list) else [])
+            if isinstance(e, dict)
+        )
+        detail = body.get("detail")
+        title = str(body.get("title") or reason or "Error")
+        return cls(status, title, str(detail) if detail is not None else None, errors, body)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: Any  # the decoded JSON, or None for an empty answer
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a 3xx then surfaces as an HTTPError, with the token not sent anywhere
+
+
+@dataclass(frozen=True)
+class Client:
+    base_url: str = DEFAULT_URL
+    token: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+    def __post_init__(self) -> None:
+        parts = urllib.parse.urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise Unreachable(
+                f"{scrub_text(self.base_url)!r} is not an http:// or https:// URL "
+                f"(set --url or {URL_ENV})"
+            )
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
+        url = self.base_url.rstrip("/") + path
+        params = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Accept", f"application/json, {PROBLEM_JSON}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        opener = urllib.request.build_opener(_NoRedirects)
+        try:
+            with opener.open(request, timeout=self.timeout) as answer:
+                raw = answer.read()
+                return Response(answer.status, dict(answer.headers.items()), _decode(raw))
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raw = exc.read()
+                content_type = exc.headers.get("Content-Type", "") if exc.headers else ""
+            raise ApiProblem.from_response(exc.code, exc.reason, content_type, raw) from None
+        except (urllib.error.URLError, OSError, HTTPException, ValueError) as exc:
+            raise Unreachable(self._unreachable(exc)) from None
+
+    def _unreachable(self, exc: BaseException) -> str:
+        reason: Any = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, TimeoutError):
+            why = f"no answer within {self.timeout:g} s"
+        elif isinstance(reason, BaseException):
+            why = str(reason.strerror or reason) if isinstance(reason, OSError) else str(reason)
+            why = why or type(reason).__name__
+        else:
+            why = str(reason)
+        where = scrub_text(self.base_url)
+        return f"cannot reach the tickd API at {where}: {why} (set --url or {URL_ENV})"
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def list_jobs(
+        self,
+        *,
+        handler: str | None = None,
+        enabled: bool | None = None,
+        name_prefix: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Json:
+        query = {
+            "handler": handler,
+            "enabled": enabled,
+            "name_prefix": name_prefix,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return _object(self.request("GET", "/v1/jobs", query=query))
+
+    def iter_job_pages(self, **filters: Any) -> Iterator[Json]:
+        """Every page, following next_cursor."""
+        cursor = None
+        while True:
+            page = self.list_jobs(**filters, cursor=cursor)
+            yield page
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def get_job(self, job_id: str) -> Json:
+        return _object(self.request("GET", f"/v1/jobs/{_segment(job_id)}"))
+
+    def find_job(self, ref: str) -> Json:
+        """A job by id or, failing that, by name: ops think in names."""
+        try:
+            return self.get_job(ref)
+        except ApiProblem as exc:
+            if exc.status != 404:
+                raise
+            page = self.list_jobs(name_prefix=ref, limit=1)
+            named: list[Json] = [j for j in page.get("items", []) if j.get("name") == ref]
+            if not named:
+                raise ApiProblem(404, "Not Found", f"no job with id or name {ref!r}") from None
+            return named[0]
+
+    def create_job(self, job: Json) -> Json:
+        return _object(self.request("POST", "/v1/jobs", body=job))
+
+    def pause_job(self, job_id: str) -> Json:
+        return _object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/pause"))
+
+    def resume_job(self, job_id: str) -> Json:
+        return _object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/resume"))
+
+    def trigger_job(self, job_id: str) -> Json:
+        return _object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/trigger"))
+
+    def delete_job(self, job_id: str) -> None:
+        self.request("DELETE", f"/v1/jobs/{_segment(job_id)}")
+
+    # -- executions ----------------------------------------------------------------------------
+
+    def list_executions(
+        self,
+        *,
+        job_id: str | None = None,
+        status: str | None = None,
+        handler: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Json:
+        query = {
+            "job_id": job_id,
+            "status": status,
+            "handler": handler,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return _object(self.request("GET", "/v1/executions", query=query))
+
+    def get_execution(self, execution_id: str) -> Json:
+        return _object(self.request("GET", f"/v1/executions/{_segment(execution_id)}"))
+
+    def retry_execution(self, execution_id: str) -> Json:
+        return _object(self.request("POST", f"/v1/executions/{_segment(execution_id)}/retry"))
+
+
+def _segment(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ClientError("the API answered something that is not JSON") from None
+
+
+def _object(response: Response) -> Json:
+    if not isinstance(response.body, dict):
+        raise ClientError(f"the API answered {response.status} without a JSON object")
+    return response.body
