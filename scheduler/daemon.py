@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from scheduler.backoff import backoff_delay
 from scheduler.clock import Clock, SystemClock
 from scheduler.config import ConfigError, Settings
 from scheduler.engine import Engine
@@ -19,7 +21,7 @@ from scheduler.lock import open_lock
 from scheduler.logs import log_event
 from scheduler.mail import open_mailer
 from scheduler.metrics import Metrics
-from scheduler.ports import Ports
+from scheduler.ports import Ports, Store, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import scrub_text
 from scheduler.store import open_store
@@ -32,12 +34,14 @@ log = logging.getLogger("tickd.daemon")
 
 @contextlib.asynccontextmanager
 async def opened_ports(
-    settings: Settings, metrics: Metrics, clock: Clock | None = None
+    settings: Settings,
+    metrics: Metrics,
+    clock: Clock | None = None,
+    stop: asyncio.Event | None = None,
 ) -> AsyncIterator[Ports]:
     """Open every backend the settings name; close them all, in reverse, on the way out."""
     async with contextlib.AsyncExitStack() as stack:
-        store = open_store(settings.store_url)
-        await store.open()
+        store = await open_store_patiently(settings.store_url, stop)
         stack.push_async_callback(store.close)
         lock = open_lock(settings.lock_url)
         stack.push_async_callback(lock.close)
@@ -48,6 +52,40 @@ async def opened_ports(
         yield Ports(
             store=store, lock=lock, events=events, mailer=mailer, clock=clock or SystemClock()
         )
+
+
+class StartupAborted(Exception):
+    """Told to stop while still waiting for the store at startup."""
+
+
+async def open_store_patiently(url: str, stop: asyncio.Event | None) -> Store:
+    """A store that is down at startup delays the daemon, it does not kill it: retry with
+    backoff (orchestrators start the database and tickd in any order). Bad settings, which
+    no retry cures, still stop startup at once."""
+    for attempt in itertools.count(1):
+        store = open_store(url)
+        try:
+            await store.open()
+            return store
+        except StoreError as exc:
+            if not exc.transient and attempt > 1:
+                raise
+            delay = backoff_delay(attempt, base=1.0, cap=30.0)
+            log_event(
+                log,
+                "store.unavailable",
+                level=logging.ERROR,
+                error=scrub_text(str(exc)),
+                retry_in_seconds=delay,
+            )
+            if stop is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                if stop.is_set():
+                    raise StartupAborted from exc
+            else:
+                await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def load_registry() -> HandlerRegistry:
@@ -73,14 +111,30 @@ async def run_daemon(
         handlers=[r.name for r in registry],
     )
     metrics = Metrics()
-    async with opened_ports(settings, metrics) as ports:
-        engine = None
-        if dispatcher:
-            engine = Engine(settings=settings, ports=ports, registry=registry, metrics=metrics)
-            await seed_at_boot(ports, registry, settings)
-        app = api_app(settings, registry, ports, metrics, engine)
-        await serve(app, settings, stop)
+    try:
+        async with opened_ports(settings, metrics, stop=stop) as ports:
+            await _serve_on(ports, settings, stop, registry, metrics, dispatcher=dispatcher)
+    except StartupAborted:
+        log_event(log, "daemon.stopped_before_start", instance=settings.instance_id)
+        return
     log_event(log, "daemon.stopped", instance=settings.instance_id)
+
+
+async def _serve_on(
+    ports: Ports,
+    settings: Settings,
+    stop: asyncio.Event,
+    registry: HandlerRegistry,
+    metrics: Metrics,
+    *,
+    dispatcher: bool,
+) -> None:
+    engine = None
+    if dispatcher:
+        engine = Engine(settings=settings, ports=ports, registry=registry, metrics=metrics)
+        await seed_at_boot(ports, registry, settings)
+    app = api_app(settings, registry, ports, metrics, engine)
+    await serve(app, settings, stop)
 
 
 def check_exposure(settings: Settings) -> None:
@@ -140,11 +194,19 @@ def dispatching(engine: Engine) -> Callable[[web.Application], AsyncIterator[Non
     async def context(app: web.Application) -> AsyncIterator[None]:
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop), name="dispatcher")
+        task.add_done_callback(_dispatcher_ended)
         yield
         stop.set()
         await task
 
     return context
+
+
+def _dispatcher_ended(task: asyncio.Task[None]) -> None:
+    """The dispatcher only ends when asked to; if it dies, no job runs any more: fail loudly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("dispatcher.died", exc_info=task.exception())
+        signal.raise_signal(signal.SIGTERM)  # stop the daemon; its supervisor restarts it
 
 
 async def serve(app: web.Application, settings: Settings, stop: asyncio.Event) -> None:

@@ -372,6 +372,10 @@ class Engine:
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
                 await self._sleep(self._backing_off(exc, failures), stop)
+            except Exception as exc:  # a bug of ours: say so loudly, but keep dispatching
+                log.exception("dispatcher.unexpected_error")
+                failures += 1
+                await self._sleep(self._backing_off(exc, failures), stop)
         await self.shutdown()
 
     def _recovered(self, failures: int) -> int:
