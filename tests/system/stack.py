@@ -1,0 +1,553 @@
+"""The real stack for system tests: daemons in processes of their own on FerretDB, Redis and Kafka,
+the services stopped and started under them, and what the store says ran.
+
+Each test gets a database, a topic and job ids nobody else uses, and removes them afterwards.
+Every wait is bounded. A service stopped by a test is started again on the way out, whatever
+happened, since the tests after it need it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
+from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from scheduler.codec import Doc
+from scheduler.events.kafka import KafkaSettings
+from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy
+from scheduler.store.mongodb import MongoStore, from_micros
+from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ROOT / "scripts" / "services.sh"
+EVERY_SECOND = "* * * * * *"
+KAFKA_BOOTSTRAP = KafkaSettings.from_url(KAFKA_URL).bootstrap_servers
+# Prints a line in the test's output.
+Report = Callable[[str], None]
+
+# Bounds of the waits (seconds).
+DAEMON_READY_WITHIN = 20.0
+DAEMON_STOP_WITHIN = 30.0
+SERVICE_ACTION_WITHIN = 150.0  # a start may have to wait for Kafka (90 s at worst in the script)
+HTTP_WITHIN = 5.0
+REACH_MS = 2_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def with_path(url: str, path: str) -> str:
+    """`url` with its path replaced (its query kept)."""
+    return urlunsplit(urlsplit(url)._replace(path=f"/{path}"))
+
+
+def next_whole_second(after: datetime, seconds_ahead: float) -> datetime:
+    at = after + timedelta(seconds=seconds_ahead)
+    return at.replace(microsecond=0) + timedelta(seconds=1)
+
+
+# -- the services -------------------------------------------------------------------------------
+
+
+async def require_services() -> None:
+    """Skip (fail under TICKD_REQUIRE_SERVICES=1) unless FerretDB, Redis and Kafka all answer."""
+    admin: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, serverSelectionTimeoutMS=REACH_MS)
+    try:
+        await admin.admin.command("ping")
+    except PyMongoError as exc:
+        service_missing(f"no MongoDB-compatible server at {MONGODB_URL} ({type(exc).__name__})")
+    finally:
+        await admin.close()
+    redis = Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
+    try:
+        await redis.ping()
+    except (RedisError, OSError) as exc:
+        service_missing(f"Redis is not reachable at {REDIS_URL}: {exc}")
+    finally:
+        await redis.aclose()
+    try:
+        await asyncio.to_thread(kafka_admin().list_topics, timeout=5)
+    except KafkaException as exc:
+        service_missing(f"Kafka is not reachable at {KAFKA_BOOTSTRAP}: {exc}")
+
+
+def kafka_admin() -> AdminClient:
+    return AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP, "log_level": 0})
+
+
+async def services(action: str, name: str) -> float:
+    """`scripts/services.sh <action> <name>`; returns how long it took. A start waits until the
+    service answers its protocol (the script checks)."""
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        str(SERVICES),
+        action,
+        name,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        async with asyncio.timeout(SERVICE_ACTION_WITHIN):
+            output, _ = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    if process.returncode != 0:
+        raise RuntimeError(f"services.sh {action} {name} failed:\n{output.decode()[-3000:]}")
+    return time.monotonic() - started
+
+
+def service_pid(name: str) -> int | None:
+    """The pid services.sh recorded for `name` if that process runs (None: the script did not
+    start it, so it cannot stop it either)."""
+    run_dir = Path(os.environ.get("TICKD_SERVICES_DIR", "/tmp/tickd-services")) / "run"
+    try:
+        pid = int((run_dir / f"{name}.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+@contextlib.asynccontextmanager
+async def outage(name: str) -> AsyncIterator[Outage]:
+    """The service stopped for the body of the block; started again on the way out, even when
+    the body fails. Yields when it stopped and, once out, when it was back."""
+    if service_pid(name) is None:
+        service_missing(f"{name} was not started by scripts/services.sh, so a test cannot stop it")
+    down = Outage(name)
+    try:
+        await services("stop", name)
+        down.stopped_at = datetime.now(UTC)
+        yield down
+    finally:
+        down.restarting_at = datetime.now(UTC)
+        await services("start", name)
+        down.back_at = datetime.now(UTC)
+
+
+@dataclass
+class Outage:
+    name: str
+    stopped_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    restarting_at: datetime | None = None
+    back_at: datetime | None = None
+
+
+# -- a test's own corner of the stack -------------------------------------------------------------
+
+
+@dataclass
+class Sandbox:
+    """A database, a topic and a key space of one test; `clean()` removes them."""
+
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    job_ids: list[str] = field(default_factory=list)
+
+    @property
+    def database(self) -> str:
+        return f"tickd_sys_{self.tag}"
+
+    @property
+    def topic(self) -> str:
+        return f"tickd-sys-{self.tag}"
+
+    @property
+    def store_url(self) -> str:
+        return with_path(MONGODB_URL, self.database)
+
+    def events_url(self, **options: int) -> str:
+        url = with_path(KAFKA_URL, self.topic)
+        query = "&".join(f"{name}={value}" for name, value in options.items())
+        return f"{url}?{query}" if query else url
+
+    @contextlib.asynccontextmanager
+    async def store(self) -> AsyncIterator[MongoStore]:
+        store = MongoStore(self.store_url)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    async def add_jobs(self, jobs: Sequence[Job]) -> None:
+        async with self.store() as store:
+            inserted = await store.insert_missing_jobs(jobs)
+        assert len(inserted) == len(jobs)
+        self.job_ids += [job.id for job in jobs]
+
+    async def clean(self) -> None:
+        """Best effort, each part on its own: a service a test left down must not hide the rest."""
+        with contextlib.suppress(PyMongoError):
+            admin: AsyncMongoClient[Doc] = AsyncMongoClient(
+                MONGODB_URL, serverSelectionTimeoutMS=REACH_MS, timeoutMS=30_000
+            )
+            try:
+                await admin.drop_database(self.database)
+            finally:
+                await admin.close()
+        with contextlib.suppress(RedisError, OSError):
+            redis = Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
+            try:
+                for start in range(0, len(self.job_ids), 500):
+                    keys = [f"job:{job_id}" for job_id in self.job_ids[start : start + 500]]
+                    await redis.delete(*keys)
+            finally:
+                await redis.aclose()
+        # A topic never created (nothing published) or slow to go is left to the broker. The
+        # admin client must outlive the request: destroying it cancels the deletion.
+        kafka = kafka_admin()
+        with contextlib.suppress(KafkaException, TimeoutError):
+            futures = kafka.delete_topics([self.topic], operation_timeout=20)
+            await asyncio.to_thread(futures[self.topic].result, 30)
+
+
+def every_second_jobs(
+    count: int, first: datetime, *, prefix: str, misfire: Misfire | None = None
+) -> list[Job]:
+    """`count` no-op jobs on `* * * * * *`, first due at `first` (a whole second)."""
+    return [
+        Job(
+            name=f"{prefix}-{i:04}",
+            handler="noop",
+            schedule=CronSchedule(expr=EVERY_SECOND),
+            next_run_at=first,
+            # Short, so that a run left behind by an outage is reaped and run again in the test.
+            timeout_seconds=5.0,
+            misfire=misfire or Misfire(),
+        )
+        for i in range(count)
+    ]
+
+
+RUN_ALL = Misfire(policy=MisfirePolicy.RUN_ALL)
+
+
+# -- daemons -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Daemon:
+    """`python -m scheduler --config <file> run` in a process of its own, its log in a file."""
+
+    name: str
+    port: int
+    log_path: Path
+    process: asyncio.subprocess.Process
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_WITHIN)) as http,
+            http.get(f"http://127.0.0.1:{self.port}{path}") as response,
+        ):
+            return response.status, await response.text()
+
+    async def ready(self) -> tuple[int, dict[str, Any]]:
+        status, body = await self.get("/readyz")
+        answer: dict[str, Any] = json.loads(body)
+        return status, answer
+
+    async def metrics(self) -> dict[str, float]:
+        """Every sample as `name{label="value",...}` -> value (labels sorted by name)."""
+        status, body = await self.get("/metrics")
+        assert status == 200, body
+        samples: dict[str, float] = {}
+        for family in text_string_to_metric_families(body):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return samples
+
+    async def wait_ready(self, within: float = DAEMON_READY_WITHIN) -> None:
+        deadline = time.monotonic() + within
+        while True:
+            if not self.alive:
+                raise AssertionError(f"{self.name} exited at startup:\n{self.log_tail()}")
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                if (await self.ready())[0] == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} not ready after {within} s:\n{self.log_tail()}")
+            await asyncio.sleep(0.2)
+
+    async def stop(self, within: float = DAEMON_STOP_WITHIN) -> int:
+        """SIGTERM, then the exit status; killed (and failing) if it does not stop in time."""
+        if self.alive:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(within):
+                return await self.process.wait()
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+            raise AssertionError(f"{self.name} ignored SIGTERM for {within} s") from None
+
+    async def kill(self) -> None:
+        if self.alive:
+            self.process.kill()
+        await self.process.wait()
+
+
+async def start_daemon(
+    name: str, sandbox: Sandbox, workdir: Path, *, events_url: str | None = None, **settings: Any
+) -> Daemon:
+    port = free_port()
+    config = workdir / f"{name}.toml"
+    values = {
+        "shutdown_grace_seconds": 5,
+        # With the jobs' 5 s timeout: a run an outage left behind is reaped 8 s after its claim.
+        "lease_margin_seconds": 3,
+        "log_level": "INFO",
+        "log_format": "text",  # events_closed() reads the text form
+        **settings,
+    }
+    config.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items()))
+    env = {
+        **os.environ,
+        "TICKD_INSTANCE_ID": f"{name}-{sandbox.tag}",
+        "TICKD_STORE_URL": sandbox.store_url,
+        "TICKD_LOCK_URL": REDIS_URL,
+        "TICKD_EVENTS_URL": events_url or sandbox.events_url(),
+        "TICKD_MAIL_URL": f"outbox://{workdir}/outbox-{name}",
+        "TICKD_API_PORT": str(port),
+    }
+    log_path = workdir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "scheduler",
+            "--config",
+            str(config),
+            "run",
+            cwd=ROOT,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    return Daemon(name, port, log_path, process)
+
+
+@contextlib.asynccontextmanager
+async def daemons(
+    sandbox: Sandbox, workdir: Path, names: Iterable[str], **settings: Any
+) -> AsyncIterator[list[Daemon]]:
+    """Daemons started and ready; killed on the way out if the test did not stop them."""
+    started: list[Daemon] = []
+    # The collections and their indexes first: two daemons opening one new database at once on
+    # FerretDB 1.24 race to create its indexes, and the loser's connection is dropped.
+    async with sandbox.store():
+        pass
+    try:
+        started += [await start_daemon(name, sandbox, workdir, **settings) for name in names]
+        for daemon in started:
+            await daemon.wait_ready()
+        yield started
+    finally:
+        for daemon in started:
+            await daemon.kill()
+
+
+async def total(daemons_: Sequence[Daemon], sample: str) -> float:
+    values = [(await daemon.metrics()).get(sample, 0.0) for daemon in daemons_]
+    return sum(values)
+
+
+# -- what ran ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    job_id: str
+    scheduled_at: datetime
+    started_at: datetime
+    status: str
+    owner: str
+
+
+async def runs_in(sandbox: Sandbox) -> list[Run]:
+    """Every execution of the sandbox, straight from the store's collection."""
+    async with sandbox.store() as store:
+        fields = {"job_id": 1, "scheduled_at_us": 1, "started_at_us": 1, "status": 1, "owner": 1}
+        docs = await store.executions.find({}, fields).to_list()
+    return [
+        Run(
+            job_id=doc["job_id"],
+            scheduled_at=from_micros(doc["scheduled_at_us"]),
+            started_at=from_micros(doc["started_at_us"]),
+            status=doc["status"],
+            owner=doc["owner"],
+        )
+        for doc in docs
+    ]
+
+
+async def next_runs(sandbox: Sandbox) -> dict[str, datetime]:
+    async with sandbox.store() as store:
+        cursor = store.jobs.find({"_id": {"$in": sandbox.job_ids}}, {"next_run_at_us": 1})
+        return {doc["_id"]: from_micros(doc["next_run_at_us"]) async for doc in cursor}
+
+
+@dataclass
+class Tally:
+    """Executions checked against the occurrences that fell due: each exactly once, none skipped.
+
+    For each job, the occurrences from `first` on that have a completed (`success`) run must be a
+    gapless run of seconds, none twice, reaching at least `due_until`; past that, occurrences are
+    allowed to be in flight (not yet run) at the stop. `abandoned` executions (a run given back
+    by an outage, never started) are counted, not held against the job, as long as their
+    occurrence then ran once.
+    """
+
+    jobs: int
+    first: datetime
+    due_until: datetime
+    runs: int = 0
+    by_status: Counter[str] = field(default_factory=Counter)
+    by_owner: Counter[str] = field(default_factory=Counter)
+    duplicates: list[tuple[str, datetime]] = field(default_factory=list)
+    missed: list[tuple[str, datetime]] = field(default_factory=list)
+    wrong_next: list[str] = field(default_factory=list)
+    beyond: int = 0  # occurrences run after due_until (in flight at the stop, and run)
+    expected: int = 0  # occurrences from first to due_until, every job
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.missed or self.wrong_next)
+
+    def summary(self) -> str:
+        return (
+            f"{self.jobs} jobs, {self.expected} occurrences due from the first to "
+            f"{self.due_until:%H:%M:%S}: {len(self.missed)} missed, {len(self.duplicates)} run "
+            f"twice; {self.beyond} later ones run too; executions {dict(self.by_status)}, "
+            f"by instance {dict(self.by_owner)}"
+        )
+
+
+def tally(
+    job_ids: Sequence[str],
+    runs: Sequence[Run],
+    next_run_at: dict[str, datetime],
+    *,
+    first: datetime,
+    due_until: datetime,
+) -> Tally:
+    ours = set(job_ids)  # not the system jobs the daemons seed
+    runs = [run for run in runs if run.job_id in ours]
+    result = Tally(jobs=len(job_ids), first=first, due_until=due_until, runs=len(runs))
+    done: dict[str, Counter[datetime]] = defaultdict(Counter)
+    for run in runs:
+        result.by_status[run.status] += 1
+        result.by_owner[run.owner.rsplit("-", 1)[0]] += 1
+        if run.status == "success":
+            done[run.job_id][run.scheduled_at] += 1
+    window = int((due_until - first).total_seconds()) + 1
+    result.expected = window * len(job_ids)
+    for job_id in job_ids:
+        ran = done[job_id]
+        result.duplicates += [(job_id, at) for at, n in ran.items() if n > 1]
+        last = max(ran, default=first - timedelta(seconds=1))
+        span = int((last - first).total_seconds()) + 1
+        due = [first + timedelta(seconds=i) for i in range(max(span, window))]
+        result.missed += [(job_id, at) for at in due if at not in ran]
+        result.beyond += sum(1 for at in ran if at > due_until)
+        # The job's schedule goes on right after its last run: nothing was stepped over.
+        if next_run_at.get(job_id) != last + timedelta(seconds=1):
+            result.wrong_next.append(job_id)
+    return result
+
+
+# -- waiting and reading -------------------------------------------------------------------------
+
+
+async def eventually(what: str, check: Callable[[], Awaitable[bool]], *, within: float) -> float:
+    """Poll `check` until it holds; fails naming `what` after `within` seconds. Returns how long
+    it took."""
+    started = time.monotonic()
+    while not await check():
+        if time.monotonic() - started > within:
+            raise AssertionError(f"not within {within} s: {what}")
+        await asyncio.sleep(0.5)
+    return time.monotonic() - started
+
+
+async def alive_until(when: datetime, running: Sequence[Daemon]) -> None:
+    """Wait until `when`, failing at once (with its log) if a daemon exits meanwhile."""
+    while (left := (when - datetime.now(UTC)).total_seconds()) > 0:
+        for daemon in running:
+            if not daemon.alive:
+                raise AssertionError(
+                    f"{daemon.name} exited with {daemon.process.returncode}:\n{daemon.log_tail()}"
+                )
+        await asyncio.sleep(min(0.5, left))
+
+
+def events_closed(log: str) -> dict[str, int]:
+    """The publisher's final counts, from its `events.closed` line at shutdown."""
+    lines = [line for line in log.splitlines() if " events.closed " in line]
+    assert lines, "no events.closed line: the publisher was not closed"
+    fields = dict(part.split("=", 1) for part in lines[-1].split(" events.closed ", 1)[1].split())
+    return {name: int(value) for name, value in fields.items()}
+
+
+def topic_size(topic: str) -> int:
+    """Messages in the topic's only partition (its high watermark)."""
+    consumer = Consumer(
+        {"bootstrap.servers": KAFKA_BOOTSTRAP, "group.id": f"tickd-sys-{uuid.uuid4().hex}"}
+    )
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return int(high)
+    finally:
+        consumer.close()
+
+
+def lag_seconds(runs: Iterable[Run]) -> list[float]:
+    return sorted((run.started_at - run.scheduled_at).total_seconds() for run in runs)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, int(len(values) * fraction))]
