@@ -57,9 +57,7 @@ async def engine_run(store: Store, count: int, workers: int) -> float:
         mailer=OutboxMailer(tempfile.mkdtemp()),
         clock=SystemClock(),
     )
-    engine = Engine(
-        settings=Settings(workers=workers, api_port=0), ports=ports, registry=registry
-    )
+    engine = Engine(settings=Settings(workers=workers, api_port=0), ports=ports, registry=registry)
     started = time.perf_counter()
     await engine.drain()
     elapsed = time.perf_counter() - started

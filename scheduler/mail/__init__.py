@@ -14,4 +14,10 @@ def open_mailer(url: str) -> Mailer:
         from scheduler.mail.outbox import OutboxMailer
 
         return OutboxMailer(local_path(url) or "var/outbox")
-    raise ValueError(f"mail_url: unsupported scheme {parts.scheme!r} (expected outbox://)")
+    if parts.scheme in ("smtp", "smtps"):
+        from scheduler.mail.smtp import SmtpMailer
+
+        return SmtpMailer(url)
+    raise ValueError(
+        f"mail_url: unsupported scheme {parts.scheme!r} (expected outbox://, smtp:// or smtps://)"
+    )
