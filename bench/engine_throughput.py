@@ -29,6 +29,7 @@ from scheduler.lock.memory import MemoryLock
 from scheduler.mail.outbox import OutboxMailer
 from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
 from scheduler.ports import Advance, Claim, Ports, Store
+from scheduler.product import open_product_store
 from scheduler.registry import HandlerRegistry
 from scheduler.store import open_store
 
@@ -50,18 +51,22 @@ async def engine_run(store: Store, count: int, workers: int) -> float:
     await store.insert_missing_jobs(due_jobs(count, now, "engine"))
     registry = HandlerRegistry()
     registry.register("noop", noop)
+    products = open_product_store(f"sqlite:///{tempfile.mkdtemp()}/products.db")
+    await products.open()
     ports = Ports(
         store=store,
         lock=MemoryLock(),
         events=NullPublisher(),
         mailer=OutboxMailer(tempfile.mkdtemp()),
         clock=SystemClock(),
+        products=products,
     )
     engine = Engine(settings=Settings(workers=workers, api_port=0), ports=ports, registry=registry)
     started = time.perf_counter()
     await engine.drain()
     elapsed = time.perf_counter() - started
     await engine.shutdown()
+    await products.close()
     return elapsed
 
 

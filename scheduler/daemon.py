@@ -22,10 +22,12 @@ from scheduler.logs import log_event
 from scheduler.mail import open_mailer
 from scheduler.metrics import Metrics
 from scheduler.ports import Ports, Store, StoreError
+from scheduler.product import open_product_store
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import scrub_text
 from scheduler.store import open_store
 from seed.demo import demo_jobs
+from seed.demo_products import demo_scan_job, seed_demo_products
 from seed.jobs import seed_jobs
 from seed.system import system_jobs
 
@@ -49,8 +51,16 @@ async def opened_ports(
         stack.push_async_callback(events.close, settings.events_flush_seconds)
         mailer = open_mailer(settings.mail_url)
         stack.push_async_callback(mailer.close)
+        products = open_product_store(settings.store_url)
+        await products.open()
+        stack.push_async_callback(products.close)
         yield Ports(
-            store=store, lock=lock, events=events, mailer=mailer, clock=clock or SystemClock()
+            store=store,
+            lock=lock,
+            events=events,
+            mailer=mailer,
+            clock=clock or SystemClock(),
+            products=products,
         )
 
 
@@ -161,6 +171,9 @@ async def seed_at_boot(ports: Ports, registry: HandlerRegistry, settings: Settin
     await seed_jobs(ports.store, system_jobs(registry, now))
     if settings.seed_demo:
         await seed_jobs(ports.store, demo_jobs(now))
+        if "alert_scanner" in registry:
+            await seed_demo_products(ports.products)
+            await seed_jobs(ports.store, [demo_scan_job(now)])
 
 
 def api_app(

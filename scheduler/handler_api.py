@@ -29,6 +29,7 @@ import aiohttp
 from scheduler.clock import Clock
 from scheduler.http import AddressNotAllowed, failure_reason, read_prefix
 from scheduler.ports import Mailer, Store
+from scheduler.product import ProductStore
 from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
 
 # What handlers may use besides the context: the HTTP guard's error and helpers, and masking.
@@ -68,6 +69,8 @@ class HandlerContext:
     clock: Clock
     store: Store
     mailer: Mailer
+    # The product's alerts, parts and notifications (scheduler/product).
+    products: ProductStore
     # One session for every handler, SSRF-safe: see scheduler/http.py. Do not close it.
     http: aiohttp.ClientSession
 

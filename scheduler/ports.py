@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from scheduler.clock import Clock
 from scheduler.model import Execution, ExecutionSummary, Job, Status
+from scheduler.product import ProductStore
 
 
 class StoreError(Exception):
@@ -274,3 +275,5 @@ class Ports:
     events: EventPublisher
     mailer: Mailer
     clock: Clock
+    # The product's data (alerts, parts, notifications) on the same database as the store.
+    products: ProductStore

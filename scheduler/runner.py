@@ -239,6 +239,7 @@ class Runner:
             clock=self.ports.clock,
             store=self.ports.store,
             mailer=self.ports.mailer,
+            products=self.ports.products,
             http=self._http_session(),
         )
 

@@ -21,6 +21,7 @@ from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext
 from scheduler.http import safe_client_session
 from scheduler.mail.outbox import OutboxMailer
+from scheduler.product.sqlite import SQLiteProductStore
 from scheduler.store.sqlite import SQLiteStore
 
 
@@ -38,6 +39,8 @@ async def handler_context(
     clock = FakeClock(scheduled_at or datetime(2026, 1, 1, tzinfo=UTC))
     store = SQLiteStore("sqlite:///:memory:")
     await store.open()
+    products = SQLiteProductStore("sqlite:///:memory:")
+    await products.open()
     http = safe_client_session(allow=tuple(http_allow))
     try:
         yield HandlerContext(
@@ -52,8 +55,10 @@ async def handler_context(
             clock=clock,
             store=store,
             mailer=OutboxMailer(outbox or tempfile.mkdtemp(prefix="tickd-outbox-")),
+            products=products,
             http=http,
         )
     finally:
         await http.close()
+        await products.close()
         await store.close()

@@ -19,6 +19,7 @@ from scheduler.mail.outbox import OutboxMailer
 from scheduler.metrics import Metrics
 from scheduler.model import IntervalSchedule, Job, Schedule
 from scheduler.ports import CloudEvent, Ports, Store
+from scheduler.product import open_product_store
 from scheduler.registry import HandlerRegistry
 from tests.fixtures.times import T0 as T0
 
@@ -72,6 +73,8 @@ async def make_engine(
     store: Store, clock: FakeClock, tmp_path: Path
 ) -> AsyncIterator[EngineFactory]:
     built: list[Engine] = []
+    products = open_product_store(f"sqlite:///{tmp_path}/products.db")
+    await products.open()
 
     def build(
         handlers: dict[str, Handler | HandlerFunc] | None = None,
@@ -92,6 +95,7 @@ async def make_engine(
             events=events,
             mailer=OutboxMailer(tmp_path / "outbox"),
             clock=clock,
+            products=products,
         )
         engine = Engine(settings=settings, ports=ports, registry=registry, metrics=Metrics())
         built.append(engine)
@@ -100,6 +104,7 @@ async def make_engine(
     yield build
     for engine in built:
         await engine.shutdown()
+    await products.close()
 
 
 def make_job(

@@ -1,0 +1,89 @@
+"""`alert_scanner`: evaluates users' alert rules on parts and tells them, in the app and by email,
+when something they care about happened.
+
+A system job: seeded at boot as `alert_scanner`, every 24 hours, a ten-minute timeout and no
+retries (the next scan is the retry; a scan is idempotent, so a retry would be harmless but is
+not needed). The work is in scan.py, which takes its ports explicitly and is tested without the
+engine; the rule semantics are in rules.py and docs/alert-rules.md.
+
+Params (all optional; the defaults are the seed's numbers): `alerts_per_scan`, `max_rules`,
+`lookup_concurrency`, `parts_per_lookup`, `smtp_concurrency`, `emails_per_scan`,
+`send_attempts`, `email_scans` (scans with a failed delivery before a notification is given
+up) and `from_address`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from handlers.alert_scanner.delivery import EmailPolicy
+from handlers.alert_scanner.scan import ScanLimits, scan
+from scheduler.handler_api import HandlerContext, Result, handler
+
+
+def _bounded(default: int, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": maximum, "default": default}
+
+
+LIMITS = ScanLimits()
+PARAMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "alerts_per_scan": _bounded(LIMITS.alerts_per_scan, 10_000),
+        "max_rules": _bounded(LIMITS.max_rules, 100_000),
+        "lookup_concurrency": _bounded(LIMITS.lookup_concurrency, 200),
+        "parts_per_lookup": _bounded(LIMITS.parts_per_lookup, 1_000),
+        "smtp_concurrency": _bounded(LIMITS.email.concurrency, 50),
+        "emails_per_scan": _bounded(LIMITS.email.notifications_per_scan, 10_000),
+        "send_attempts": _bounded(LIMITS.email.send_attempts, 10),
+        "email_scans": _bounded(LIMITS.email.scans_before_giving_up, 100),
+        "from_address": {"type": "string", "maxLength": 254},
+    },
+    "additionalProperties": False,
+}
+# Names of the integer params, and where they go.
+SCAN_PARAMS = ("alerts_per_scan", "max_rules", "lookup_concurrency", "parts_per_lookup")
+EMAIL_PARAMS = {
+    "smtp_concurrency": "concurrency",
+    "emails_per_scan": "notifications_per_scan",
+    "send_attempts": "send_attempts",
+    "email_scans": "scans_before_giving_up",
+}
+SYSTEM_JOB: dict[str, Any] = {
+    "schedule": {"kind": "interval", "every_seconds": 86_400},
+    "timeout_seconds": 600,
+    "max_retries": 0,
+}
+
+
+def limits_from(params: Mapping[str, Any]) -> ScanLimits:
+    """The scan's limits from a job's params. The API checks the schema on the way in; this
+    guards against what reached the store another way, with a message naming the param."""
+    unknown = set(params) - set(PARAMS["properties"])
+    if unknown:
+        raise ValueError(f"params: unknown {', '.join(sorted(unknown))}")
+    scan_limits = {name: _positive(params, name) for name in SCAN_PARAMS if name in params}
+    email_limits = {
+        field: _positive(params, name) for name, field in EMAIL_PARAMS.items() if name in params
+    }
+    from_address = params.get("from_address")
+    if from_address is not None and not isinstance(from_address, str):
+        raise ValueError("params.from_address: a string")
+    return ScanLimits(**scan_limits, email=EmailPolicy(**email_limits, from_address=from_address))
+
+
+def _positive(params: Mapping[str, Any], name: str) -> int:
+    value = params[name]
+    maximum = PARAMS["properties"][name]["maximum"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValueError(f"params.{name}: a whole number from 1 to {maximum}")
+    return value
+
+
+# One scan at a time per daemon: a second would only lose every conditional write to the first.
+@handler(params_schema=PARAMS, max_concurrency=1, system_job=SYSTEM_JOB)
+async def alert_scanner(ctx: HandlerContext) -> Result:
+    limits = limits_from(ctx.params)
+    result = await scan(ctx.products, ctx.mailer, ctx.clock, limits, logger=ctx.logger)
+    return result.as_dict()

@@ -1,0 +1,202 @@
+"""The product port: the data of 1buy.ai's product that handlers read and write.
+
+Alerts (a user's watch on a part, with its rules), parts (their current values) and
+notifications (what the alert scanner produced), in the shape the product's TypeScript backend
+writes them: camelCase documents. Backends, chosen by the same URL as the job store:
+
+- `sqlite:///path`: the same SQLite file as the jobs, tables `alerts`, `parts` and
+  `notifications` of its own; documents kept as JSON (times as ISO 8601 strings) beside the few
+  columns the queries need.
+- `mongodb://host/database`: the same database as the jobs, collections `alerts`, `parts` and
+  `notifications`, documents exactly as the product writes them.
+
+The store never interprets a rule: it hands alerts and parts over as stored, and writes back what
+the scanner computed, each write conditional on the state that was read. Every method takes or
+returns a batch, one round trip per batch (on FerretDB, updates go out in bounded commands).
+Failures are StoreError (scheduler.ports), `transient` when worth retrying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+Doc = dict[str, Any]
+# A rule by its alert's id and its position in the alert's `rules` as read.
+RuleKey = tuple[str, int]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Alert:
+    """An alert document as read: values as stored, in whatever form the product wrote them."""
+
+    # `_id` as a string (an ObjectId becomes its hex form).
+    id: str
+    doc: Doc
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuleUpdate:
+    """A rule's state after a check; applied only if the rule is still as it was read, every
+    field of it (a field added since is not seen).
+
+    That condition is what keeps two scans from both acting on one rule: the first write changes
+    the rule (its `lastCheckedAt` at least), so the second one's condition no longer holds. It
+    also keeps a scan from writing over a rule the product changed meanwhile."""
+
+    alert_id: str
+    # The rule's position in the alert's `rules` as read; the write is refused if it has moved.
+    index: int
+    # The rule as read, every field compared with what is stored.
+    rule_as_read: Doc
+    # camelCase fields to set on the rule: lastCheckedAt, cursor, lastError...
+    changes: Doc
+    # Written as the rule's `lastScanId`: names the scan whose write won.
+    scan_id: str
+    # The alert's new `nextCheckAt` (the due query's order), written with the rule.
+    next_check_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reschedule:
+    """Move an alert's `nextCheckAt` without touching a rule (it was read with nothing due),
+    only if `nextCheckAt` is still as read, so a concurrent scan's value is not overwritten."""
+
+    alert_id: str
+    next_check_at_as_read: Any
+    next_check_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Notification:
+    """One triggered rule, for the app (`read`) and for email (`emailedAt`)."""
+
+    # Derived from the rule's state as read: two scans acting on one read make one notification.
+    id: str
+    user_id: str
+    email: str | None
+    alert_id: str
+    rule_id: str
+    part_id: str
+    part_name: str
+    type: str
+    operator: str
+    threshold: Any
+    # Canonical values (a number, a word, a list of part numbers, a map of flags).
+    previous_value: Any
+    current_value: Any
+    # One line for the app: the part, what changed, before and after.
+    message: str
+    # Why the rule matched.
+    reason: str
+    created_at: datetime
+    read: bool = False
+    notify_email: bool = False
+    emailed_at: datetime | None = None
+    # Scans whose delivery failed; after a bound, the notification is given up (email_failed_at).
+    email_attempts: int = 0
+    email_error: str | None = None
+    email_failed_at: datetime | None = None
+
+
+class ProductStore(Protocol):
+    """Alerts, parts and notifications of the product."""
+
+    async def open(self) -> None:
+        """Connect, and create the tables or indexes the scanner's queries need."""
+
+    async def close(self) -> None:
+        """Close what this store opened (never a client it was handed)."""
+
+    async def due_alerts(self, now: datetime, limit: int) -> list[Alert]:
+        """Up to `limit` alerts to scan: `active: true`, with at least one rule `active: true`,
+        whose `nextCheckAt` is unset or <= now. Unset first (never scanned), then the most
+        overdue, then by id: each scan takes the alerts that waited longest, so scans of a few
+        hundred alerts eventually cover any number of them, and none is starved."""
+
+    async def parts(self, part_ids: Collection[str]) -> dict[str, Doc]:
+        """The parts with these ids that exist, by id (as a string), documents as stored."""
+
+    async def update_rules(
+        self, updates: Sequence[RuleUpdate], reschedules: Sequence[Reschedule] = ()
+    ) -> set[RuleKey]:
+        """Apply the updates alert by alert, in one bulk write: all of an alert's updates
+        together, and only if every rule they touch is still as read; and each reschedule
+        whose alert's nextCheckAt is still as read. Returns the rules updated.
+
+        All or none per alert: one write per alert rather than per rule (five times fewer
+        statements), and an alert whose rules moved on meanwhile is simply checked again."""
+
+    async def insert_notifications(self, notifications: Sequence[Notification]) -> int:
+        """Insert those whose id is new; an existing id is left as it is (a retried or concurrent
+        scan). Returns how many were inserted."""
+
+    async def claim_unemailed(
+        self, *, now: datetime, until: datetime, token: str, limit: int
+    ) -> list[Notification]:
+        """Claim up to `limit` notifications to email, oldest first: `notifyEmail`, not emailed,
+        not given up, and unclaimed or claimed by a scan whose claim expired before `now`. A
+        notification is claimed by one token at a time, so two scans never send it both.
+        Returns those claimed with `token`."""
+
+    async def mark_emailed(self, ids: Sequence[str], at: datetime) -> None:
+        """Record a successful send (`emailedAt`) and drop the claim: never sent again."""
+
+    async def record_email_failure(
+        self, ids: Sequence[str], *, error: str, at: datetime, give_up: bool
+    ) -> None:
+        """Count a failed delivery (`emailAttempts`, `emailError`) and drop the claim; with
+        `give_up`, also set `emailFailedAt`, after which it is never claimed again."""
+
+    async def release_email_claims(self, token: str) -> None:
+        """Drop the claims `token` still holds (a scan that stopped before sending them)."""
+
+    # -- data for the demo, the tests and the app ---------------------------------------------
+
+    async def upsert_parts(self, parts: Sequence[Doc]) -> None:
+        """Insert or replace parts by `_id` (a part's values are current, not history)."""
+
+    async def upsert_alerts(self, alerts: Sequence[Doc]) -> None:
+        """Insert or replace alerts by `_id`."""
+
+    async def insert_missing_alerts(self, alerts: Sequence[Doc]) -> int:
+        """Insert the alerts whose `_id` is new, leave the others (and the scanner's state in
+        them) as they are. Returns how many were inserted."""
+
+    async def get_alert(self, alert_id: str) -> Alert | None: ...
+
+    async def notifications(
+        self, *, user_id: str | None = None, limit: int = 1000
+    ) -> list[Notification]:
+        """Oldest first, of one user or of all."""
+
+
+def open_product_store(url: str) -> ProductStore:
+    """The product store for the job store's URL (not yet opened: `await store.open()`)."""
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        from scheduler.product.sqlite import SQLiteProductStore
+
+        return SQLiteProductStore(url)
+    if scheme in ("mongodb", "mongodb+srv"):
+        from scheduler.product.mongodb import MongoProductStore
+
+        return MongoProductStore(url)
+    raise ValueError(
+        f"store_url: unsupported scheme {scheme!r} (expected sqlite://, mongodb:// or mongodb+srv://)"
+    )
+
+
+__all__ = [
+    "Alert",
+    "Doc",
+    "Notification",
+    "ProductStore",
+    "Reschedule",
+    "RuleKey",
+    "RuleUpdate",
+    "open_product_store",
+]

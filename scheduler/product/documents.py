@@ -1,0 +1,112 @@
+"""What both product backends write the same way: notification documents, rule writes, and
+which alerts the due query scans."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from scheduler.codec import as_datetime
+from scheduler.product import Doc, Notification, RuleUpdate
+
+
+def notification_to_doc(notification: Notification) -> Doc:
+    """camelCase, as the product's backend reads it; times as datetimes."""
+    n = notification
+    return {
+        "_id": n.id,
+        "userId": n.user_id,
+        "email": n.email,
+        "alertId": n.alert_id,
+        "ruleId": n.rule_id,
+        "partId": n.part_id,
+        "partName": n.part_name,
+        "type": n.type,
+        "operator": n.operator,
+        "threshold": n.threshold,
+        "previousValue": n.previous_value,
+        "currentValue": n.current_value,
+        "message": n.message,
+        "reason": n.reason,
+        "createdAt": n.created_at,
+        "read": n.read,
+        "notifyEmail": n.notify_email,
+        "emailedAt": n.emailed_at,
+        "emailAttempts": n.email_attempts,
+        "emailError": n.email_error,
+        "emailFailedAt": n.email_failed_at,
+    }
+
+
+def notification_from_doc(doc: Mapping[str, Any]) -> Notification:
+    """From a stored document; times may be datetimes (MongoDB) or ISO strings (SQLite)."""
+    return Notification(
+        id=str(doc["_id"]),
+        user_id=str(doc["userId"]),
+        email=doc.get("email"),
+        alert_id=str(doc["alertId"]),
+        rule_id=str(doc["ruleId"]),
+        part_id=str(doc["partId"]),
+        part_name=str(doc.get("partName") or doc["partId"]),
+        type=str(doc["type"]),
+        operator=str(doc["operator"]),
+        threshold=doc.get("threshold"),
+        previous_value=doc.get("previousValue"),
+        current_value=doc.get("currentValue"),
+        message=str(doc.get("message", "")),
+        reason=str(doc.get("reason", "")),
+        created_at=as_datetime(doc["createdAt"], "createdAt"),
+        read=bool(doc.get("read", False)),
+        notify_email=bool(doc.get("notifyEmail", False)),
+        emailed_at=_maybe_time(doc.get("emailedAt"), "emailedAt"),
+        email_attempts=int(doc.get("emailAttempts") or 0),
+        email_error=doc.get("emailError"),
+        email_failed_at=_maybe_time(doc.get("emailFailedAt"), "emailFailedAt"),
+    )
+
+
+def _maybe_time(value: Any, field: str) -> datetime | None:
+    return None if value is None else as_datetime(value, field)
+
+
+def rule_fields(update: RuleUpdate) -> Doc:
+    """The fields an update sets on its rule, the scan's id included."""
+    return {**update.changes, "lastScanId": update.scan_id}
+
+
+def is_scannable(alert: Mapping[str, Any]) -> bool:
+    """What the due query scans: `active: true` with a rule `active: true` (booleans, as the
+    product writes them; MongoDB's query matches exactly these)."""
+    rules = alert.get("rules")
+    return (
+        alert.get("active") is True
+        and isinstance(rules, list)
+        and any(isinstance(rule, Mapping) and rule.get("active") is True for rule in rules)
+    )
+
+
+def by_alert(updates: Sequence[RuleUpdate]) -> dict[str, list[RuleUpdate]]:
+    """The updates of each alert, which are applied together."""
+    grouped: dict[str, list[RuleUpdate]] = {}
+    for update in updates:
+        grouped.setdefault(update.alert_id, []).append(update)
+    return grouped
+
+
+def rule_is_as_read(alert: Mapping[str, Any] | None, update: RuleUpdate) -> bool:
+    """Whether the alert still holds, at the update's position, a rule whose every field read
+    has the value read."""
+    rules = None if alert is None else alert.get("rules")
+    if not isinstance(rules, list) or not 0 <= update.index < len(rules):
+        return False
+    stored = rules[update.index]
+    return isinstance(stored, Mapping) and all(
+        stored.get(field) == value for field, value in rule_conditions(update.rule_as_read).items()
+    )
+
+
+def rule_conditions(rule_as_read: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields compared: every field read, and `id` even when it was missing (a rule at the
+    same position without an id is not taken for another one)."""
+    return {"id": None, **rule_as_read}

@@ -1,0 +1,467 @@
+"""The product's data in MongoDB (`mongodb://host/database`): collections `alerts`, `parts` and
+`notifications` of the job store's database, documents as the product's TypeScript backend
+writes them (camelCase, BSON dates), and `emailClaims` of the scanner's own.
+
+Conditional rule writes without transactions. Each alert's write is one UpdateOne whose filter is
+the alert's id and every field of each touched rule as read at its position
+(`{"rules.<i>.<field>": <as read>, ...}`), and whose update sets fields of `rules.<i>`: atomic on
+the document on MongoDB, so of two scans that read the same rule only the first write matches,
+and a rule the product changed, moved or removed meanwhile is not written over. A bulk write
+reports only counts, so the winners are read back: every rule written carries the scan's id
+(`lastScanId`).
+
+FerretDB 1.24 (the development and test server) and why the code is as it is:
+- no positional `$` with `$elemMatch`, no `arrayFilters`, and `$elemMatch` matches nothing on
+  arrays of documents; a numeric position in a dotted path works on both servers.
+- a filtered update (or findAndModify) is not atomic: two concurrent updates with the same
+  filter can both match. There two simultaneous scans may both write a rule (equivalent states)
+  and both count it as triggered; its notification is still inserted once, since its id is
+  derived from the rule as read and an insert on a unique `_id` is atomic.
+- the same holds for email claims, so a claim is an insert: a document in `emailClaims`, `_id`
+  `<notification id>#<n>`, inserted after the latest claim of the notification, which a scan
+  may only do once that one was released or has expired; of two scans inserting the same `_id`
+  one wins. Claims record what became of them (`done` once emailed or given up, `released`
+  when handed back) and are forgotten a day later.
+- only a filter on `_id` alone is looked up by key; any other filter (`_id` and a condition,
+  `$in`, another field) scans the collection, and each statement is committed on its own. So
+  what can go by `_id` alone does (notifications, claims this store holds), and an alert's
+  conditional write, which cannot, costs a scan of the alerts on FerretDB (about 0.5 s per
+  alert at 2,000 alerts on the development machine). Production MongoDB uses its indexes.
+- commands of at most FERRETDB_STATEMENTS_PER_UPDATE statements (FERRETDB_ALERT_WRITES_PER_COMMAND
+  for the heavy alert writes), at most FERRETDB_CONCURRENT_OPERATIONS operations in flight, only
+  missing indexes created: as the job store (scheduler/store/mongodb.py) does.
+
+Ids. The product may use ObjectIds; ids travel as strings and every query matches both forms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import pymongo
+from bson import ObjectId
+from pymongo import ASCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+
+from scheduler.ports import StoreError
+from scheduler.product import Alert, Doc, Notification, Reschedule, RuleKey, RuleUpdate
+from scheduler.product.documents import (
+    by_alert,
+    notification_from_doc,
+    notification_to_doc,
+    rule_conditions,
+    rule_fields,
+)
+from scheduler.store.mongodb import (
+    CODEC_OPTIONS,
+    DEFAULT_DATABASE,
+    FERRETDB_CONCURRENT_OPERATIONS,
+    FERRETDB_STATEMENTS_PER_UPDATE,
+    INDEX_BUILD_SECONDS,
+    chunks,
+    client_options,
+    create_missing_indexes,
+    in_one_batch,
+    insert_ignoring_duplicates,
+    store_errors,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Client = AsyncMongoClient[Doc]
+Documents = AsyncCollection[Doc]
+
+DUE_ORDER = [("nextCheckAt", ASCENDING), ("_id", ASCENDING)]
+OLDEST_FIRST = [("createdAt", ASCENDING), ("_id", ASCENDING)]
+# What is waiting for an email (and may be claimed, unless a live claim holds it).
+EMAIL_PENDING: Doc = {"notifyEmail": True, "emailedAt": None, "emailFailedAt": None}
+# A claim's state: held by a scan until `until`; done (emailed or given up); handed back.
+CLAIMED, DONE, RELEASED = "claimed", "done", "released"
+FERRETDB_ALERT_WRITES_PER_COMMAND = 4
+SOCKET_TIMEOUT_MS = 30_000
+# Claims older than this are deleted: far longer than any scan that could still act on one.
+CLAIM_RETENTION = timedelta(days=1)
+
+ALERT_INDEXES = [IndexModel(DUE_ORDER, name="alerts_due")]
+NOTIFICATION_INDEXES = [
+    IndexModel(
+        [*((field, ASCENDING) for field in EMAIL_PENDING), *OLDEST_FIRST],
+        name="notifications_to_email",
+    ),
+    IndexModel([("userId", ASCENDING), *OLDEST_FIRST], name="notifications_by_user"),
+]
+CLAIM_INDEXES = [
+    IndexModel([("notificationId", ASCENDING), ("seq", ASCENDING)], name="claims_latest"),
+    IndexModel([("token", ASCENDING), ("state", ASCENDING)], name="claims_by_token"),
+    IndexModel([("at", ASCENDING)], name="claims_by_age"),
+]
+
+
+def translating_errors(
+    method: Callable[Concatenate[MongoProductStore, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[MongoProductStore, P], Coroutine[Any, Any, T]]:
+    """Callers know StoreError only (transient or not), as with the job store."""
+
+    @functools.wraps(method)
+    async def translated(store: MongoProductStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        async with store.gate:
+            with store_errors(method.__name__):
+                return await method(store, *args, **kwargs)
+
+    return translated
+
+
+def product_client_options(url: str) -> dict[str, Any]:
+    """The job store's client options, with a longer socket timeout: the scanner's bulk writes
+    are heavier than the engine's (on FerretDB they take seconds), and a scan has minutes."""
+    options = client_options(url)
+    if "socketTimeoutMS" in options:
+        options["socketTimeoutMS"] = SOCKET_TIMEOUT_MS
+    return options
+
+
+def id_forms(ids: Iterable[str]) -> list[Any]:
+    """Each id as a string and, when it can be one, as an ObjectId: matches either."""
+    forms: list[Any] = []
+    for value in dict.fromkeys(ids):
+        forms.append(value)
+        if ObjectId.is_valid(value):
+            forms.append(ObjectId(value))
+    return forms
+
+
+def due_filter(now: datetime) -> Doc:
+    # `$not: {$gt}` also matches an unset nextCheckAt; `rules.active: true` is "some rule is
+    # active" (FerretDB's $elemMatch cannot say it).
+    return {"active": True, "rules.active": True, "nextCheckAt": {"$not": {"$gt": now}}}
+
+
+def next_claim(
+    latest: Doc | None, notification_id: str, *, now: datetime, token: str, until: datetime
+) -> Doc | None:
+    """The claim a scan inserts to take a notification, or None while another claim holds it
+    (live) or it is done. Its `_id` follows the latest claim's: two scans that read the same
+    latest claim insert the same `_id`, and only one of them can."""
+    if latest is not None and _holds(latest, now):
+        return None
+    seq = 1 if latest is None else int(latest["seq"]) + 1
+    return {
+        "_id": f"{notification_id}#{seq}",
+        "notificationId": notification_id,
+        "seq": seq,
+        "token": token,
+        "until": until,
+        "state": CLAIMED,
+        "at": now,
+    }
+
+
+def _holds(claim: Doc, now: datetime) -> bool:
+    return bool(claim["state"] == DONE or (claim["state"] == CLAIMED and claim["until"] >= now))
+
+
+def id_filter(alert_id: str) -> Any:
+    """Equality on `_id` (which FerretDB looks up by key; `$in` it scans for), or both forms for
+    an id that may be an ObjectId."""
+    return {"$in": id_forms([alert_id])} if ObjectId.is_valid(alert_id) else alert_id
+
+
+def alert_write(updates: list[RuleUpdate]) -> UpdateOne:
+    """One alert's rule updates and nextCheckAt, if every rule they touch is still as read.
+
+    Conditions are per field (`rules.<i>.<field>`), not on whole rules: the same test, which
+    FerretDB evaluates about ten times faster than equality of embedded documents."""
+    conditions = {
+        f"rules.{u.index}.{field}": value
+        for u in updates
+        for field, value in rule_conditions(u.rule_as_read).items()
+    }
+    changes = {
+        f"rules.{u.index}.{field}": value
+        for u in updates
+        for field, value in rule_fields(u).items()
+    }
+    return UpdateOne(
+        {"_id": id_filter(updates[0].alert_id), **conditions},
+        {"$set": {**changes, "nextCheckAt": updates[0].next_check_at}},
+    )
+
+
+def reschedule_write(reschedule: Reschedule) -> UpdateOne:
+    return UpdateOne(
+        {"_id": id_filter(reschedule.alert_id), "nextCheckAt": reschedule.next_check_at_as_read},
+        {"$set": {"nextCheckAt": reschedule.next_check_at}},
+    )
+
+
+def written_by(doc: Doc, update: RuleUpdate) -> bool:
+    """Whether the rule at the update's position now carries this scan's write."""
+    rules = doc.get("rules")
+    if not isinstance(rules, list) or not 0 <= update.index < len(rules):
+        return False
+    rule = rules[update.index]
+    return (
+        isinstance(rule, dict)
+        and rule.get("id") == update.rule_as_read.get("id")
+        and rule.get("lastScanId") == update.scan_id
+    )
+
+
+class MongoProductStore:
+    """Alerts, parts and notifications in MongoDB; every batch is a bounded number of commands."""
+
+    def __init__(self, target: str | Client, *, database: str | None = None) -> None:
+        """`target` is a URL (the store opens and closes its own client) or a client to use and
+        leave open, such as the job store's; `database` overrides the one it names."""
+        self._url = target if isinstance(target, str) else None
+        self._client = None if isinstance(target, str) else target
+        self._database_name = database
+        self._db: AsyncDatabase[Doc] | None = None
+        self._statements_per_update: int | None = None
+        # Operations in flight at once: unbounded (pymongo's pool decides) but on FerretDB.
+        self.gate: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+        # The email claims this store won and has not ended: notification id -> claim id, and
+        # the notifications of each claiming token.
+        self._claims: dict[str, str] = {}
+        self._claims_of_token: dict[str, set[str]] = {}
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def database(self) -> AsyncDatabase[Doc]:
+        if self._db is None:
+            raise StoreError("the product store is not open")
+        return self._db
+
+    @property
+    def alerts(self) -> Documents:
+        return self.database["alerts"]
+
+    @property
+    def part_docs(self) -> Documents:
+        return self.database["parts"]
+
+    @property
+    def notification_docs(self) -> Documents:
+        return self.database["notifications"]
+
+    @property
+    def email_claims(self) -> Documents:
+        return self.database["emailClaims"]
+
+    @translating_errors
+    async def open(self) -> None:
+        if self._client is None:
+            assert self._url is not None
+            self._client = AsyncMongoClient(self._url, **product_client_options(self._url))
+        try:
+            await self._prepare(self._client)
+        except BaseException:  # the caller only closes a store that opened
+            await self.close()
+            raise
+
+    async def _prepare(self, client: Client) -> None:
+        name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
+        self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
+        info = await client.admin.command("buildInfo")
+        if "ferretdbVersion" in info:
+            self._statements_per_update = FERRETDB_STATEMENTS_PER_UPDATE
+            self.gate = asyncio.Semaphore(FERRETDB_CONCURRENT_OPERATIONS)
+        with pymongo.timeout(INDEX_BUILD_SECONDS):
+            await create_missing_indexes(self.alerts, ALERT_INDEXES)
+            await create_missing_indexes(self.notification_docs, NOTIFICATION_INDEXES)
+            await create_missing_indexes(self.email_claims, CLAIM_INDEXES)
+
+    async def close(self) -> None:
+        self._db = None
+        if self._url is not None and self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _bulk(
+        self, collection: Documents, writes: Sequence[Any], *, heavy: bool = False
+    ) -> None:
+        """In commands of the size FerretDB can take (one command on MongoDB). FerretDB commits
+        each statement on its own; an alert's write (many fields of several rules) took it 100
+        to 500 ms on the development machine, so a few go per command, well within the five
+        seconds of the socket timeout."""
+        size = self._statements_per_update
+        if size is not None and heavy:
+            size = FERRETDB_ALERT_WRITES_PER_COMMAND
+        for batch in chunks(writes, size):
+            await collection.bulk_write(batch, ordered=False)
+
+    async def _find(self, collection: Documents, query: Doc, **options: Any) -> list[Doc]:
+        return [doc async for doc in collection.find(query, **options)]
+
+    # -- the scan -------------------------------------------------------------------------------
+
+    @translating_errors
+    async def due_alerts(self, now: datetime, limit: int) -> list[Alert]:
+        if limit <= 0:  # pymongo reads a limit of 0 as "no limit"
+            return []
+        cursor = in_one_batch(self.alerts.find(due_filter(now)).sort(DUE_ORDER), limit)
+        return [Alert(id=str(doc["_id"]), doc=doc) async for doc in cursor]
+
+    @translating_errors
+    async def parts(self, part_ids: Collection[str]) -> dict[str, Doc]:
+        if not part_ids:
+            return {}
+        docs = await self._find(self.part_docs, {"_id": {"$in": id_forms(part_ids)}})
+        return {str(doc["_id"]): doc for doc in docs}
+
+    @translating_errors
+    async def update_rules(
+        self, updates: Sequence[RuleUpdate], reschedules: Sequence[Reschedule] = ()
+    ) -> set[RuleKey]:
+        groups = by_alert(updates).values()
+        writes = [alert_write(g) for g in groups] + [reschedule_write(r) for r in reschedules]
+        if not writes:
+            return set()
+        await self._bulk(self.alerts, writes, heavy=True)
+        return await self._winners(updates)
+
+    async def _winners(self, updates: Sequence[RuleUpdate]) -> set[RuleKey]:
+        """The updates whose rule now carries their scan's id: one read for the batch."""
+        if not updates:
+            return set()
+        ids = id_forms(u.alert_id for u in updates)
+        docs = await self._find(self.alerts, {"_id": {"$in": ids}}, projection={"rules": 1})
+        by_id = {str(doc["_id"]): doc for doc in docs}
+        return {
+            (u.alert_id, u.index)
+            for u in updates
+            if u.alert_id in by_id and written_by(by_id[u.alert_id], u)
+        }
+
+    @translating_errors
+    async def insert_notifications(self, notifications: Sequence[Notification]) -> int:
+        if not notifications:
+            return 0
+        docs = [notification_to_doc(n) for n in notifications]
+        refused = await insert_ignoring_duplicates(self.notification_docs, docs)
+        return len(docs) - len(refused)
+
+    @translating_errors
+    async def claim_unemailed(
+        self, *, now: datetime, until: datetime, token: str, limit: int
+    ) -> list[Notification]:
+        if limit <= 0:
+            return []
+        pending = self.notification_docs.find(EMAIL_PENDING).sort(OLDEST_FIRST)
+        docs = [doc async for doc in in_one_batch(pending, limit)]
+        latest = await self._latest_claims([doc["_id"] for doc in docs])
+        claims = [
+            claim
+            for doc in docs
+            if (
+                claim := next_claim(
+                    latest.get(doc["_id"]), doc["_id"], now=now, token=token, until=until
+                )
+            )
+        ]
+        refused = await insert_ignoring_duplicates(self.email_claims, claims) if claims else set()
+        won = [claim for i, claim in enumerate(claims) if i not in refused]
+        self._hold(token, won)
+        await self.email_claims.delete_many({"at": {"$lt": now - CLAIM_RETENTION}})
+        won_ids = {claim["notificationId"] for claim in won}
+        return [notification_from_doc(doc) for doc in docs if doc["_id"] in won_ids]
+
+    async def _latest_claims(self, notification_ids: list[Any]) -> dict[str, Doc]:
+        if not notification_ids:
+            return {}
+        query = {"notificationId": {"$in": notification_ids}}
+        cursor = self.email_claims.find(query).sort("seq", ASCENDING)
+        return {doc["notificationId"]: doc async for doc in cursor}  # the highest seq stays
+
+    def _hold(self, token: str, claims: list[Doc]) -> None:
+        """Remember the claims this store won, to end them by `_id` (FerretDB looks up `_id`
+        by key and scans for anything else)."""
+        for claim in claims:
+            self._claims[claim["notificationId"]] = claim["_id"]
+            self._claims_of_token.setdefault(token, set()).add(claim["notificationId"])
+
+    async def _end_claims(self, ids: Iterable[str], state: str, at: datetime | None) -> None:
+        """The live claims on these notifications become `state` (only their holder ends them):
+        by `_id` for those this store holds, by query for any other. `at` (when it happened)
+        starts the claim's retention again; None leaves it at the claim's time."""
+        ids = list(ids)
+        held = [self._claims.pop(i) for i in ids if i in self._claims]
+        ended = {"$set": {"state": state} if at is None else {"state": state, "at": at}}
+        # By `_id` alone: only the holder ends a claim, and FerretDB scans for any other filter.
+        await self._bulk(self.email_claims, [UpdateOne({"_id": c}, ended) for c in held])
+        if len(held) < len(ids):
+            others = {"notificationId": {"$in": ids}, "state": CLAIMED}
+            await self.email_claims.update_many(others, ended)
+
+    async def _update_each(self, ids: Sequence[str], update: Doc) -> None:
+        """The same update of each notification, by `_id` (see `_hold`)."""
+        await self._bulk(self.notification_docs, [UpdateOne({"_id": i}, update) for i in ids])
+
+    @translating_errors
+    async def mark_emailed(self, ids: Sequence[str], at: datetime) -> None:
+        await self._update_each(ids, {"$set": {"emailedAt": at}})
+        await self._end_claims(ids, DONE, at)
+
+    @translating_errors
+    async def record_email_failure(
+        self, ids: Sequence[str], *, error: str, at: datetime, give_up: bool
+    ) -> None:
+        failed: Doc = {"emailError": error}
+        if give_up:
+            failed["emailFailedAt"] = at
+        await self._update_each(ids, {"$set": failed, "$inc": {"emailAttempts": 1}})
+        await self._end_claims(ids, DONE if give_up else RELEASED, at)
+
+    @translating_errors
+    async def release_email_claims(self, token: str) -> None:
+        held = self._claims_of_token.pop(token, None)
+        if held is None:  # not this store's claims: find them
+            await self.email_claims.update_many(
+                {"token": token, "state": CLAIMED}, {"$set": {"state": RELEASED}}
+            )
+            return
+        still_held = [i for i in held if i in self._claims]
+        await self._end_claims(still_held, RELEASED, None)
+
+    # -- data for the demo, the tests and the app -----------------------------------------------
+
+    @translating_errors
+    async def upsert_parts(self, parts: Sequence[Doc]) -> None:
+        await self._bulk(
+            self.part_docs, [ReplaceOne({"_id": p["_id"]}, p, upsert=True) for p in parts]
+        )
+
+    @translating_errors
+    async def upsert_alerts(self, alerts: Sequence[Doc]) -> None:
+        await self._bulk(
+            self.alerts, [ReplaceOne({"_id": a["_id"]}, a, upsert=True) for a in alerts]
+        )
+
+    @translating_errors
+    async def insert_missing_alerts(self, alerts: Sequence[Doc]) -> int:
+        if not alerts:
+            return 0
+        refused = await insert_ignoring_duplicates(self.alerts, list(alerts))
+        return len(alerts) - len(refused)
+
+    @translating_errors
+    async def get_alert(self, alert_id: str) -> Alert | None:
+        doc = await self.alerts.find_one({"_id": id_filter(alert_id)})
+        return None if doc is None else Alert(id=str(doc["_id"]), doc=doc)
+
+    @translating_errors
+    async def notifications(
+        self, *, user_id: str | None = None, limit: int = 1000
+    ) -> list[Notification]:
+        if limit <= 0:
+            return []
+        query = {} if user_id is None else {"userId": user_id}
+        cursor = in_one_batch(self.notification_docs.find(query).sort(OLDEST_FIRST), limit)
+        return [notification_from_doc(doc) async for doc in cursor]

@@ -1,0 +1,338 @@
+"""The product's data in the embedded SQLite file, beside the jobs (`sqlite:///path`).
+
+Documents are kept as the product writes them, camelCase JSON with times as ISO 8601 strings,
+next to the few columns the queries need (`scannable`, `next_check_at`, `email_pending`...).
+sqlite3 blocks, so, as in the job store, one dedicated thread owns this store's connection (a
+second connection to the same file, in WAL mode). Every write is one `BEGIN IMMEDIATE`
+transaction: a conditional update reads and writes under the write lock, so even two processes
+on one file cannot both apply an update to one rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from scheduler.codec import as_datetime, to_json_ready
+from scheduler.ports import StoreError
+from scheduler.product import Alert, Doc, Notification, Reschedule, RuleKey, RuleUpdate
+from scheduler.product.documents import (
+    by_alert,
+    is_scannable,
+    notification_from_doc,
+    notification_to_doc,
+    rule_fields,
+    rule_is_as_read,
+)
+from scheduler.urls import local_path
+
+T = TypeVar("T")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Ids per `IN (...)`: well under SQLite's limit on bound parameters.
+IDS_PER_STATEMENT = 500
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL,
+    -- active, with an active rule: what the due query scans.
+    scannable INTEGER NOT NULL,
+    -- nextCheckAt in microseconds since the epoch; NULL (never scanned) sorts first.
+    next_check_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS alerts_due ON alerts (next_check_at, id) WHERE scannable = 1;
+
+CREATE TABLE IF NOT EXISTS parts (
+    id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS notifications (
+    id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    -- notifyEmail, not emailed yet, not given up: what a scan may claim to send.
+    email_pending INTEGER NOT NULL,
+    claim_token TEXT,
+    claim_until INTEGER
+);
+CREATE INDEX IF NOT EXISTS notifications_to_email ON notifications (created_at, id)
+    WHERE email_pending = 1;
+CREATE INDEX IF NOT EXISTS notifications_by_user ON notifications (user_id, created_at);
+CREATE INDEX IF NOT EXISTS notifications_claims ON notifications (claim_token)
+    WHERE claim_token IS NOT NULL;
+"""
+
+CLAIMABLE = "email_pending = 1 AND (claim_token IS NULL OR claim_until < ?)"
+
+
+def micros(when: datetime | None) -> int | None:
+    return None if when is None else (when - EPOCH) // timedelta(microseconds=1)
+
+
+def to_json(doc: Any) -> str:
+    return json.dumps(to_json_ready(doc), separators=(",", ":"))
+
+
+def id_chunks(ids: Collection[str]) -> Iterator[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), IDS_PER_STATEMENT):
+        yield unique[start : start + IDS_PER_STATEMENT]
+
+
+def placeholders(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+def alert_row(doc: Mapping[str, Any]) -> tuple[str, str, int, int | None]:
+    """(id, doc, scannable, next_check_at) for the alerts table."""
+    next_check = doc.get("nextCheckAt")
+    when = None if next_check is None else as_datetime(next_check, "nextCheckAt")
+    return str(doc["_id"]), to_json(doc), int(is_scannable(doc)), micros(when)
+
+
+def notification_row(n: Notification) -> tuple[Any, ...]:
+    pending = n.notify_email and n.emailed_at is None and n.email_failed_at is None
+    doc = to_json(notification_to_doc(n))
+    return n.id, doc, n.user_id, micros(n.created_at), int(pending)
+
+
+class SQLiteProductStore:
+    def __init__(self, url: str) -> None:
+        self._path = local_path(url) or ":memory:"
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickd-products")
+        self._db: sqlite3.Connection | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        def call() -> T:
+            if self._db is None:
+                raise StoreError("the product store is not open")
+            try:
+                return _in_transaction(self._db, fn) if write else fn(self._db)
+            except sqlite3.Error as exc:
+                raise StoreError(f"sqlite: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._call(fn, write=False)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._call(fn, write=True)
+
+    async def open(self) -> None:
+        def connect() -> None:
+            if self._path != ":memory:":
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            # Autocommit mode: transactions are the explicit BEGIN IMMEDIATE of `_write`.
+            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(SCHEMA)
+            self._db = db
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, connect)
+
+    async def close(self) -> None:
+        def disconnect() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, disconnect)
+        self._executor.shutdown(wait=True)
+
+    # -- the scan -------------------------------------------------------------------------------
+
+    async def due_alerts(self, now: datetime, limit: int) -> list[Alert]:
+        sql = (
+            "SELECT id, doc FROM alerts WHERE scannable = 1 "
+            "AND (next_check_at IS NULL OR next_check_at <= ?) "
+            "ORDER BY next_check_at, id LIMIT ?"
+        )
+        rows = await self._read(lambda db: db.execute(sql, (micros(now), limit)).fetchall())
+        return [Alert(id=row["id"], doc=json.loads(row["doc"])) for row in rows]
+
+    async def parts(self, part_ids: Collection[str]) -> dict[str, Doc]:
+        def select(db: sqlite3.Connection) -> dict[str, Doc]:
+            found: dict[str, Doc] = {}
+            for ids in id_chunks(part_ids):
+                sql = f"SELECT id, doc FROM parts WHERE id IN ({placeholders(ids)})"
+                found |= {row["id"]: json.loads(row["doc"]) for row in db.execute(sql, ids)}
+            return found
+
+        return await self._read(select)
+
+    async def update_rules(
+        self, updates: Sequence[RuleUpdate], reschedules: Sequence[Reschedule] = ()
+    ) -> set[RuleKey]:
+        if not updates and not reschedules:
+            return set()
+        ids = [u.alert_id for u in updates] + [r.alert_id for r in reschedules]
+
+        def apply(db: sqlite3.Connection) -> set[RuleKey]:
+            docs = _alert_docs(db, ids)
+            applied = {
+                (u.alert_id, u.index)
+                for group in by_alert(updates).values()
+                if _apply_updates(docs, group)
+                for u in group
+            }
+            moved = {r.alert_id for r in reschedules if _apply_reschedule(docs, r)}
+            touched = {alert_id for alert_id, _ in applied} | moved
+            rows = [alert_row(docs[alert_id]) for alert_id in touched]
+            db.executemany(
+                "UPDATE alerts SET doc = ?, scannable = ?, next_check_at = ? WHERE id = ?",
+                [(doc, scannable, at, alert_id) for alert_id, doc, scannable, at in rows],
+            )
+            return applied
+
+        return await self._write(apply)
+
+    async def insert_notifications(self, notifications: Sequence[Notification]) -> int:
+        rows = [notification_row(n) for n in notifications]
+        sql = (
+            "INSERT OR IGNORE INTO notifications (id, doc, user_id, created_at, email_pending) "
+            "VALUES (?, ?, ?, ?, ?)"
+        )
+
+        def insert(db: sqlite3.Connection) -> int:
+            return sum(db.execute(sql, row).rowcount for row in rows)
+
+        return await self._write(insert) if rows else 0
+
+    async def claim_unemailed(
+        self, *, now: datetime, until: datetime, token: str, limit: int
+    ) -> list[Notification]:
+        at = micros(now)
+        select = f"SELECT id FROM notifications WHERE {CLAIMABLE} ORDER BY created_at, id LIMIT ?"
+        claim = "UPDATE notifications SET claim_token = ?, claim_until = ? WHERE id = ?"
+
+        def claim_oldest(db: sqlite3.Connection) -> list[Notification]:
+            ids = [row["id"] for row in db.execute(select, (at, limit))]
+            db.executemany(claim, [(token, micros(until), i) for i in ids])
+            return _notifications(db, "claim_token = ? ORDER BY created_at, id", (token,))
+
+        return await self._write(claim_oldest)
+
+    async def mark_emailed(self, ids: Sequence[str], at: datetime) -> None:
+        sets = "doc = json_set(doc, '$.emailedAt', ?), email_pending = 0"
+        await self._update_notifications(ids, sets, (to_json_ready(at),))
+
+    async def record_email_failure(
+        self, ids: Sequence[str], *, error: str, at: datetime, give_up: bool
+    ) -> None:
+        sets = (
+            "doc = json_set(doc, '$.emailError', ?, '$.emailFailedAt', ?, '$.emailAttempts', "
+            "coalesce(json_extract(doc, '$.emailAttempts'), 0) + 1), "
+            "email_pending = email_pending AND NOT ?"
+        )
+        failed_at = to_json_ready(at) if give_up else None
+        await self._update_notifications(ids, sets, (error, failed_at, give_up))
+
+    async def _update_notifications(
+        self, ids: Sequence[str], sets: str, args: tuple[Any, ...]
+    ) -> None:
+        """Set `sets` on the notifications and drop their claims."""
+
+        def update(db: sqlite3.Connection) -> None:
+            for chunk in id_chunks(ids):
+                sql = (
+                    f"UPDATE notifications SET {sets}, claim_token = NULL, claim_until = NULL "
+                    f"WHERE id IN ({placeholders(chunk)})"
+                )
+                db.execute(sql, (*args, *chunk))
+
+        if ids:
+            await self._write(update)
+
+    async def release_email_claims(self, token: str) -> None:
+        sql = (
+            "UPDATE notifications SET claim_token = NULL, claim_until = NULL WHERE claim_token = ?"
+        )
+        await self._write(lambda db: db.execute(sql, (token,)))
+
+    # -- data for the demo, the tests and the app -----------------------------------------------
+
+    async def upsert_parts(self, parts: Sequence[Doc]) -> None:
+        rows = [(str(part["_id"]), to_json(part)) for part in parts]
+        sql = "INSERT OR REPLACE INTO parts (id, doc) VALUES (?, ?)"
+        await self._write(lambda db: db.executemany(sql, rows))
+
+    async def upsert_alerts(self, alerts: Sequence[Doc]) -> None:
+        await self._insert_alerts(alerts, "INSERT OR REPLACE")
+
+    async def insert_missing_alerts(self, alerts: Sequence[Doc]) -> int:
+        return await self._insert_alerts(alerts, "INSERT OR IGNORE")
+
+    async def _insert_alerts(self, alerts: Sequence[Doc], verb: str) -> int:
+        rows = [alert_row(alert) for alert in alerts]
+        sql = f"{verb} INTO alerts (id, doc, scannable, next_check_at) VALUES (?, ?, ?, ?)"
+        return await self._write(lambda db: sum(db.execute(sql, row).rowcount for row in rows))
+
+    async def get_alert(self, alert_id: str) -> Alert | None:
+        sql = "SELECT doc FROM alerts WHERE id = ?"
+        row = await self._read(lambda db: db.execute(sql, (alert_id,)).fetchone())
+        return None if row is None else Alert(id=alert_id, doc=json.loads(row["doc"]))
+
+    async def notifications(
+        self, *, user_id: str | None = None, limit: int = 1000
+    ) -> list[Notification]:
+        where, args = ("user_id = ?", (user_id,)) if user_id is not None else ("1", ())
+        sql = f"{where} ORDER BY created_at, id LIMIT ?"
+        return await self._read(lambda db: _notifications(db, sql, (*args, limit)))
+
+
+def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `fn` holding the write lock from its first read: BEGIN IMMEDIATE ... COMMIT."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(db)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return result
+
+
+def _alert_docs(db: sqlite3.Connection, ids: Collection[str]) -> dict[str, Doc]:
+    docs: dict[str, Doc] = {}
+    for chunk in id_chunks(ids):
+        sql = f"SELECT id, doc FROM alerts WHERE id IN ({placeholders(chunk)})"
+        docs |= {row["id"]: json.loads(row["doc"]) for row in db.execute(sql, chunk)}
+    return docs
+
+
+def _apply_updates(docs: dict[str, Doc], updates: list[RuleUpdate]) -> bool:
+    """One alert's updates, all of them if every rule is still as read, else none."""
+    alert = docs.get(updates[0].alert_id)
+    if alert is None or not all(rule_is_as_read(alert, u) for u in updates):
+        return False
+    for update in updates:
+        alert["rules"][update.index].update(to_json_ready(rule_fields(update)))
+    alert["nextCheckAt"] = to_json_ready(updates[0].next_check_at)
+    return True
+
+
+def _apply_reschedule(docs: dict[str, Doc], reschedule: Reschedule) -> bool:
+    alert = docs.get(reschedule.alert_id)
+    if alert is None or alert.get("nextCheckAt") != reschedule.next_check_at_as_read:
+        return False
+    alert["nextCheckAt"] = to_json_ready(reschedule.next_check_at)
+    return True
+
+
+def _notifications(db: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[Notification]:
+    rows = db.execute(f"SELECT doc FROM notifications WHERE {where}", args).fetchall()
+    return [notification_from_doc(json.loads(row["doc"])) for row in rows]
