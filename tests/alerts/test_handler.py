@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +11,6 @@ import pytest
 from handlers.alert_scanner import PARAMS, alert_scanner, limits_from
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits
-from scheduler.handler_api import HandlerContext
 from scheduler.model import IntervalSchedule
 from scheduler.ports import Store
 from scheduler.registry import HandlerRegistry
@@ -115,9 +114,6 @@ async def test_the_system_job_is_seeded_once_and_ops_changes_are_kept(store: Sto
 
 
 async def test_the_handler_scans_with_the_contexts_ports(outbox: Outbox) -> None:
-    """Runs once HandlerContext carries `products` (and scheduler.testing provides one)."""
-    if "products" not in {f.name for f in fields(HandlerContext)}:
-        pytest.skip("HandlerContext.products is not wired yet")
     async with handler_context(
         params={"from_address": "alerts@tickd.example"}, outbox=str(outbox.folder)
     ) as ctx:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,8 +21,6 @@ from handlers.webhook import (
     call,
     webhook,
 )
-from scheduler.config import Settings
-from scheduler.handler_api import HandlerContext
 from scheduler.http import safe_client_session
 from scheduler.model import Execution, Status
 from scheduler.ports import ExecutionQuery
@@ -242,14 +240,9 @@ def test_the_handler_declares_its_schema_and_secrets() -> None:
     assert PARAMS["required"] == ["url"]
 
 
-# -- through the engine, once HandlerContext carries `http` ---------------------------------------
-
-ENGINE_WIRED = "http" in {f.name for f in fields(HandlerContext)} and "http_allow" in {
-    f.name for f in fields(Settings)
-}
+# -- through the engine ---------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not ENGINE_WIRED, reason="HandlerContext.http and Settings.http_allow pending")
 async def test_the_engine_retries_a_failed_call_with_one_idempotency_key(
     make_engine: EngineFactory, serve: Serve
 ) -> None:
