@@ -119,3 +119,20 @@ async def test_a_bad_setting_stops_startup_naming_it() -> None:
         _, stderr = await bad.communicate()
     assert bad.returncode == 2
     assert "TICKD_WORKERS" in stderr.decode()
+
+
+async def test_without_tokens_the_api_refuses_to_listen_beyond_loopback(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "TICKD_API_HOST": "0.0.0.0",
+        "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
+    }
+    refused = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scheduler", "run", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(STOP_WITHIN):
+        _, stderr = await refused.communicate()
+    assert refused.returncode == 2
+    assert "api_host" in stderr.decode() and "api_tokens" in stderr.decode()
+    assert not (tmp_path / "tickd.db").exists(), "it stops before it opens anything"
