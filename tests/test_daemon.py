@@ -136,3 +136,39 @@ async def test_without_tokens_the_api_refuses_to_listen_beyond_loopback(tmp_path
     assert refused.returncode == 2
     assert "api_host" in stderr.decode() and "api_tokens" in stderr.decode()
     assert not (tmp_path / "tickd.db").exists(), "it stops before it opens anything"
+
+
+async def test_tickd_api_serves_the_api_alone_and_runs_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
+        "TICKD_API_PORT": str(port),
+        "TICKD_SEED_DEMO": "true",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scheduler", "api", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            async with asyncio.timeout(FIRST_EXECUTIONS_WITHIN):
+                while True:
+                    try:
+                        async with http.get("/v1/handlers") as response:
+                            names = [h["name"] for h in (await response.json())["items"]]
+                            break
+                    except aiohttp.ClientConnectionError:
+                        await asyncio.sleep(0.1)
+            assert "noop" in names
+            async with http.get("/v1/jobs") as response:
+                assert (await response.json())["items"] == [], "no dispatcher: nothing seeded"
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(STOP_WITHIN):
+            _, stderr = await process.communicate()
+        assert process.returncode == 0, stderr.decode()[-2000:]
+        assert "dispatcher=false" in stderr.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
