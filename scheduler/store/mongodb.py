@@ -18,6 +18,10 @@ one find reads the fences, one update command carries an UpdateOne per claim, on
 winners back (the documents that now carry the lease token this claim computed). Every other
 fenced write filters on `lease.token`: once a lease is reaped, its run can no longer touch the job.
 
+On FerretDB 1.24 (SQLite backend) a statement is NOT atomic: it reads, filters in Go, then writes
+by _id, so two instances claiming one job at the same instant can both win, with the same token.
+There, only the lock (Redis) keeps instances apart; the system tests run two daemons that way.
+
 FerretDB 1.x (the development and test server) has no transactions, no pipeline updates and no
 partial indexes, hence the client-side fence + 1 and plain compound indexes. Its SQLite backend
 also holds one SQLite connection per statement of an update command until the command ends, and a
