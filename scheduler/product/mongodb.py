@@ -36,12 +36,10 @@ Ids. The product may use ObjectIds; ids travel as strings and every query matche
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
-from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import pymongo
 from bson import ObjectId
@@ -61,15 +59,14 @@ from scheduler.product.documents import (
 from scheduler.store.mongodb import (
     CODEC_OPTIONS,
     DEFAULT_DATABASE,
-    FERRETDB_CONCURRENT_OPERATIONS,
-    FERRETDB_STATEMENTS_PER_UPDATE,
     INDEX_BUILD_SECONDS,
     chunks,
     client_options,
     create_missing_indexes,
     in_one_batch,
     insert_ignoring_duplicates,
-    store_errors,
+    server_limits,
+    translating_errors,
 )
 
 P = ParamSpec("P")
@@ -101,20 +98,6 @@ CLAIM_INDEXES = [
     IndexModel([("token", ASCENDING), ("state", ASCENDING)], name="claims_by_token"),
     IndexModel([("at", ASCENDING)], name="claims_by_age"),
 ]
-
-
-def translating_errors(
-    method: Callable[Concatenate[MongoProductStore, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[MongoProductStore, P], Coroutine[Any, Any, T]]:
-    """Callers know StoreError only (transient or not), as with the job store."""
-
-    @functools.wraps(method)
-    async def translated(store: MongoProductStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        async with store.gate:
-            with store_errors(method.__name__):
-                return await method(store, *args, **kwargs)
-
-    return translated
 
 
 def product_client_options(url: str) -> dict[str, Any]:
@@ -269,10 +252,7 @@ class MongoProductStore:
     async def _prepare(self, client: Client) -> None:
         name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
         self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
-        info = await client.admin.command("buildInfo")
-        if "ferretdbVersion" in info:
-            self._statements_per_update = FERRETDB_STATEMENTS_PER_UPDATE
-            self.gate = asyncio.Semaphore(FERRETDB_CONCURRENT_OPERATIONS)
+        self._statements_per_update, self.gate = await server_limits(client)
         with pymongo.timeout(INDEX_BUILD_SECONDS):
             await create_missing_indexes(self.alerts, ALERT_INDEXES)
             await create_missing_indexes(self.notification_docs, NOTIFICATION_INDEXES)

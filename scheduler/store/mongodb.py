@@ -44,7 +44,7 @@ import functools
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import pymongo
@@ -191,16 +191,39 @@ def store_errors(operation: str) -> Iterator[None]:
         raise error from exc
 
 
+class Gated(Protocol):
+    """A store whose operations pass a gate (a semaphore on FerretDB, nothing on MongoDB)."""
+
+    gate: contextlib.AbstractAsyncContextManager[Any]
+
+
+G = TypeVar("G", bound=Gated)
+
+
 def translating_errors(
-    method: Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, T]]:
+    method: Callable[Concatenate[G, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[G, P], Coroutine[Any, Any, T]]:
+    """Each operation through the store's gate, its pymongo errors as StoreError. Shared by the
+    job store and the product store."""
+
     @functools.wraps(method)
-    async def translated(store: MongoStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def translated(store: G, /, *args: P.args, **kwargs: P.kwargs) -> T:
         async with store.gate:
             with store_errors(method.__name__):
                 return await method(store, *args, **kwargs)
 
     return translated
+
+
+async def server_limits(
+    client: AsyncMongoClient[Doc],
+) -> tuple[int | None, contextlib.AbstractAsyncContextManager[Any]]:
+    """Statements per update command and the gate for operations in flight: none on MongoDB,
+    FerretDB's limits (see the top) when the server says it is FerretDB."""
+    info = await client.admin.command("buildInfo")
+    if "ferretdbVersion" not in info:
+        return None, contextlib.nullcontext()
+    return FERRETDB_STATEMENTS_PER_UPDATE, asyncio.Semaphore(FERRETDB_CONCURRENT_OPERATIONS)
 
 
 def duplicate_job_error(job: Job, exc: DuplicateKeyError) -> StoreError:
@@ -505,20 +528,12 @@ class MongoStore:
     async def _prepare(self, client: Client) -> None:
         name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
         self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
-        self._statements_per_update = await self._update_size_limit(client)
-        if self._statements_per_update is not None:
-            self.gate = asyncio.Semaphore(FERRETDB_CONCURRENT_OPERATIONS)
+        self._statements_per_update, self.gate = await server_limits(client)
         with pymongo.timeout(INDEX_BUILD_SECONDS):
             await create_missing_indexes(self.jobs, JOB_INDEXES)
             await create_missing_indexes(self.executions, EXECUTION_INDEXES)
             await create_missing_indexes(self.changes, CHANGE_INDEXES)
             await create_missing_indexes(self.requests, REQUEST_INDEXES)
-
-    @staticmethod
-    async def _update_size_limit(client: Client) -> int | None:
-        """None (MongoDB splits commands itself) unless the server is FerretDB: see the top."""
-        info = await client.admin.command("buildInfo")
-        return FERRETDB_STATEMENTS_PER_UPDATE if "ferretdbVersion" in info else None
 
     async def close(self) -> None:
         self._db = None

@@ -4,6 +4,7 @@ its indexes, the client it closes, and failing fast and transient when the serve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
+import scheduler.store.mongodb
 from scheduler.codec import Doc
 from scheduler.model import Job
 from scheduler.ports import Claim, StoreError
@@ -130,10 +132,10 @@ async def test_on_mongodb_a_batch_claim_is_one_update_command_and_nothing_free_i
     """The path production takes, run here with FerretDB's smaller commands switched off (the
     batches stay well below the size that wedges FerretDB)."""
 
-    async def as_if_mongodb(client: object) -> None:
-        return None
+    async def as_if_mongodb(client: object) -> tuple[None, contextlib.nullcontext[None]]:
+        return None, contextlib.nullcontext()
 
-    monkeypatch.setattr(MongoStore, "_update_size_limit", staticmethod(as_if_mongodb))
+    monkeypatch.setattr(scheduler.store.mongodb, "server_limits", as_if_mongodb)
     recorder = CommandRecorder()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
     try:
