@@ -555,3 +555,29 @@ async def test_the_dispatcher_wakes_when_a_job_falls_due_not_a_tick_later(
 async def _until(condition: Callable[[], bool]) -> None:
     while not condition():  # noqa: ASYNC110 - a condition on plain state, polled by the caller's bound
         await asyncio.sleep(0.001)
+
+
+async def test_a_full_batch_fetches_again_at_once_not_a_tick_later(
+    make_engine: EngineFactory,
+) -> None:
+    done = asyncio.Event()
+    ran: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        if len(ran) == 3:
+            done.set()
+        return None
+
+    # One job per batch and a tick of a minute: only "fetch again at once" runs three in time.
+    h = make_engine({"record": record}, batch_size=1, tick_seconds=60)
+    for i in range(3):
+        await h.add(make_job(f"j{i}", "record"))
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    try:
+        await asyncio.wait_for(done.wait(), WAIT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, WAIT)
+    assert sorted(ran) == ["j0", "j1", "j2"]
