@@ -564,9 +564,11 @@ async def test_a_full_batch_fetches_again_at_once_not_a_tick_later(
     ran: list[str] = []
 
     async def record(ctx: HandlerContext) -> Result:
+        # Nobody finishes before all three have started, so no freed worker wakes the loop.
         ran.append(ctx.job_name)
         if len(ran) == 3:
             done.set()
+        await done.wait()
         return None
 
     # One job per batch and a tick of a minute: only "fetch again at once" runs three in time.
