@@ -9,6 +9,7 @@ import itertools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 
@@ -21,7 +22,7 @@ from scheduler.lock import open_lock
 from scheduler.logs import log_event
 from scheduler.mail import open_mailer
 from scheduler.metrics import Metrics
-from scheduler.ports import Ports, Store, StoreError
+from scheduler.ports import Ports, StoreError
 from scheduler.product import open_product_store
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import scrub_text
@@ -43,7 +44,7 @@ async def opened_ports(
 ) -> AsyncIterator[Ports]:
     """Open every backend the settings name; close them all, in reverse, on the way out."""
     async with contextlib.AsyncExitStack() as stack:
-        store = await open_store_patiently(settings.store_url, stop)
+        store = await open_patiently(lambda: open_store(settings.store_url), stop)
         stack.push_async_callback(store.close)
         lock = open_lock(settings.lock_url)
         stack.push_async_callback(lock.close)
@@ -51,8 +52,7 @@ async def opened_ports(
         stack.push_async_callback(events.close, settings.events_flush_seconds)
         mailer = open_mailer(settings.mail_url)
         stack.push_async_callback(mailer.close)
-        products = open_product_store(settings.store_url)
-        await products.open()
+        products = await open_patiently(lambda: open_product_store(settings.store_url), stop)
         stack.push_async_callback(products.close)
         yield Ports(
             store=store,
@@ -68,15 +68,23 @@ class StartupAborted(Exception):
     """Told to stop while still waiting for the store at startup."""
 
 
-async def open_store_patiently(url: str, stop: asyncio.Event | None) -> Store:
+class Openable(Protocol):
+    async def open(self) -> None: ...
+
+
+Backend = TypeVar("Backend", bound=Openable)
+
+
+async def open_patiently(make: Callable[[], Backend], stop: asyncio.Event | None) -> Backend:
     """A store that is down at startup delays the daemon, it does not kill it: retry with
-    backoff (orchestrators start the database and tickd in any order). Bad settings, which
-    no retry cures, still stop startup at once."""
+    backoff (orchestrators start the database and tickd in any order, and FerretDB drops a
+    connection now and then while two instances create the same collections). Bad settings,
+    which no retry cures, still stop startup at once."""
     for attempt in itertools.count(1):
-        store = open_store(url)
+        backend = make()
         try:
-            await store.open()
-            return store
+            await backend.open()
+            return backend
         except StoreError as exc:
             if not exc.transient and attempt > 1:
                 raise

@@ -20,6 +20,7 @@ import scheduler.store.mongodb
 from scheduler.codec import Doc
 from scheduler.model import Job
 from scheduler.ports import Claim, StoreError
+from scheduler.product.mongodb import ALERT_INDEXES, MongoProductStore
 from scheduler.store.mongodb import (
     FERRETDB_STATEMENTS_PER_UPDATE,
     MongoStore,
@@ -201,6 +202,25 @@ async def test_open_creates_the_indexes_the_queries_need(server: Server) -> None
     assert {"jobs_due", "jobs_next", "jobs_lease_expiry"} <= set(jobs)
     executions = await db["executions"].index_information()
     assert {"executions_by_job", "executions_by_time", "executions_by_status"} <= set(executions)
+
+
+async def test_instances_starting_together_on_a_new_database_all_open(server: Server) -> None:
+    # Two daemons deployed at once race to create the same collections and indexes; on FerretDB
+    # asking for several at a time dropped one instance's connection in every try.
+    url = mongodb_url(server.database)
+    stores: list[MongoStore | MongoProductStore] = [
+        MongoStore(url),
+        MongoStore(url),
+        MongoProductStore(url),
+        MongoProductStore(url),
+    ]
+    try:
+        await asyncio.gather(*(store.open() for store in stores))
+        db = server.admin[server.database]
+        assert "jobs_due" in await db["jobs"].index_information()
+        assert len(await db["alerts"].index_information()) == 1 + len(ALERT_INDEXES)
+    finally:
+        await asyncio.gather(*(store.close() for store in stores))
 
 
 async def test_the_database_is_the_url_path(server: Server, store: MongoStore) -> None:
