@@ -24,7 +24,12 @@ from scheduler.registry import HandlerRegistry
 from tests.fixtures.times import T0 as T0
 
 # One module of fixtures per port, each parametrised over that port's backends.
-pytest_plugins = ["tests.fixtures.stores", "tests.fixtures.locks", "tests.fixtures.events"]
+pytest_plugins = [
+    "tests.fixtures.stores",
+    "tests.fixtures.locks",
+    "tests.fixtures.events",
+    "tests.fixtures.products",
+]
 
 
 @pytest.fixture

@@ -1,14 +1,15 @@
 """The product port: the data of 1buy.ai's product that handlers read and write.
 
-Alerts (a user's watch on a part, with its rules), parts (their current values) and
-notifications (what the alert scanner produced), in the shape the product's TypeScript backend
-writes them: camelCase documents. Backends, chosen by the same URL as the job store:
+Alerts (a user's watch on a part, with its rules), parts (their current values), notifications
+(what the alert scanner produced), the parts' price history and vendors' daily quotas (what the
+catalogue walk writes), in the shape the product's TypeScript backend writes them: camelCase
+documents. Backends, chosen by the same URL as the job store:
 
-- `sqlite:///path`: the same SQLite file as the jobs, tables `alerts`, `parts` and
-  `notifications` of its own; documents kept as JSON (times as ISO 8601 strings) beside the few
-  columns the queries need.
-- `mongodb://host/database`: the same database as the jobs, collections `alerts`, `parts` and
-  `notifications`, documents exactly as the product writes them.
+- `sqlite:///path`: the same SQLite file as the jobs, tables `alerts`, `parts`, `notifications`,
+  `price_history` and `quota_usage` of its own; documents kept as JSON (times as ISO 8601
+  strings) beside the few columns the queries need.
+- `mongodb://host/database`: the same database as the jobs, collections `alerts`, `parts`,
+  `notifications`, `priceHistory` and `quotaSlots`, documents exactly as the product writes them.
 
 The store never interprets a rule: it hands alerts and parts over as stored, and writes back what
 the scanner computed, each write conditional on the state that was read. Every method takes or
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -102,6 +103,20 @@ class Notification:
     email_failed_at: datetime | None = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PriceCheck:
+    """What the vendor said of one part's price: a price, or why there is none."""
+
+    part_id: str
+    checked_at: datetime
+    # Names where the price came from in its history entry (the catalogue walk's quota key).
+    source: str
+    price: float | None = None
+    currency: str | None = None
+    # Set when the check failed (the vendor's status and reason); then `price` is None.
+    error: str | None = None
+
+
 class ProductStore(Protocol):
     """Alerts, parts and notifications of the product."""
 
@@ -154,6 +169,32 @@ class ProductStore(Protocol):
     async def release_email_claims(self, token: str) -> None:
         """Drop the claims `token` still holds (a scan that stopped before sending them)."""
 
+    # -- the catalogue walk -------------------------------------------------------------------
+
+    async def parts_to_price(self, *, checked_before: datetime, limit: int) -> list[Doc]:
+        """Up to `limit` parts whose `priceCheckedAt` is unset or before `checked_before`, in the
+        walk's order: never checked first, then the longest ago, then by id. A walk that stops
+        (at its quota or its deadline) thus resumes where it left off on its next run."""
+
+    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> None:
+        """One round trip per batch (bounded commands on FerretDB). Each check sets the part's
+        `priceCheckedAt`. With a price it also sets `price` and `priceCurrency`, removes
+        `priceError`, and adds an entry to the price history; with an error it sets `priceError`
+        ({"message", "at"}) and leaves the price as it was. A part that no longer exists is
+        skipped, and a check recorded twice (same part and `checked_at`) adds one entry."""
+
+    async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
+        """The part's history entries, newest first: {"_id", "partId", "price", "currency",
+        "checkedAt", "source"}."""
+
+    async def reserve_quota(self, key: str, day: date, *, limit: int, want: int) -> int:
+        """Take up to `want` units of `key`'s quota for the UTC `day`, never more than `limit` in
+        all that day: atomic across tasks, processes and instances, on every backend. Returns
+        the units granted, 0 once the day's quota is spent. Units are never given back."""
+
+    async def quota_used(self, key: str, day: date) -> int:
+        """Units of `key`'s quota taken on `day`."""
+
     # -- data for the demo, the tests and the app ---------------------------------------------
 
     async def upsert_parts(self, parts: Sequence[Doc]) -> None:
@@ -194,6 +235,7 @@ __all__ = [
     "Alert",
     "Doc",
     "Notification",
+    "PriceCheck",
     "ProductStore",
     "Reschedule",
     "RuleKey",

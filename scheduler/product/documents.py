@@ -1,14 +1,17 @@
-"""What both product backends write the same way: notification documents, rule writes, and
-which alerts the due query scans."""
+"""What both product backends write the same way: notification documents, rule writes, which
+alerts the due query scans, and what a price check writes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler.codec import as_datetime
-from scheduler.product import Doc, Notification, RuleUpdate
+from scheduler.product import Doc, Notification, PriceCheck, RuleUpdate
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def notification_to_doc(notification: Notification) -> Doc:
@@ -110,3 +113,50 @@ def rule_conditions(rule_as_read: Mapping[str, Any]) -> dict[str, Any]:
     """The fields compared: every field read, and `id` even when it was missing (a rule at the
     same position without an id is not taken for another one)."""
     return {"id": None, **rule_as_read}
+
+
+@dataclass
+class PriceWrite:
+    """What a part's price checks of one batch write to it: fields to set, fields to remove."""
+
+    sets: Doc = field(default_factory=dict)
+    unsets: set[str] = field(default_factory=set)
+
+
+def price_writes(checks: Sequence[PriceCheck]) -> dict[str, PriceWrite]:
+    """One write per part, its checks folded in the order given (the last one's
+    `priceCheckedAt` stays; a success clears an earlier error, an error keeps an earlier price):
+    the writes of a batch then need no order among themselves."""
+    writes: dict[str, PriceWrite] = {}
+    for check in checks:
+        write = writes.setdefault(check.part_id, PriceWrite())
+        write.sets["priceCheckedAt"] = check.checked_at
+        if check.error is None:
+            write.sets |= {"price": check.price, "priceCurrency": check.currency}
+            write.sets.pop("priceError", None)
+            write.unsets.add("priceError")
+        else:
+            write.sets["priceError"] = {"message": check.error, "at": check.checked_at}
+            write.unsets.discard("priceError")
+    return writes
+
+
+def price_entry_id(part_id: str, checked_at: datetime) -> str:
+    """Derived from the check: a check recorded twice makes one entry."""
+    return f"{part_id}@{(checked_at - EPOCH) // timedelta(microseconds=1)}"
+
+
+def price_entries(checks: Sequence[PriceCheck]) -> list[Doc]:
+    """The price history entries of the successful checks."""
+    return [
+        {
+            "_id": price_entry_id(check.part_id, check.checked_at),
+            "partId": check.part_id,
+            "price": check.price,
+            "currency": check.currency,
+            "checkedAt": check.checked_at,
+            "source": check.source,
+        }
+        for check in checks
+        if check.error is None
+    ]

@@ -1,6 +1,7 @@
-"""The product's data in MongoDB (`mongodb://host/database`): collections `alerts`, `parts` and
-`notifications` of the job store's database, documents as the product's TypeScript backend
-writes them (camelCase, BSON dates), and `emailClaims` of the scanner's own.
+"""The product's data in MongoDB (`mongodb://host/database`): collections `alerts`, `parts`,
+`notifications` and `priceHistory` of the job store's database, documents as the product's
+TypeScript backend writes them (camelCase, BSON dates), and `emailClaims` and `quotaSlots` of the
+scheduler's own.
 
 Conditional rule writes without transactions. Each alert's write is one UpdateOne whose filter is
 the alert's id and every field of each touched rule as read at its position
@@ -27,6 +28,13 @@ FerretDB 1.24 (the development and test server) and why the code is as it is:
   what can go by `_id` alone does (notifications, claims this store holds), and an alert's
   conditional write, which cannot, costs a scan of the alerts on FerretDB (about 0.5 s per
   alert at 2,000 alerts on the development machine). Production MongoDB uses its indexes.
+- the same holds for a vendor's daily quota, so it is not a counter raised with `$inc` under a
+  condition (two instances could both pass the condition and overspend), but slots: one document
+  per unit in `quotaSlots`, `_id` `<key>|<day>|<n>` for n from 1 to the limit. A reservation
+  reads the day's highest n and inserts the next ones; a slot another instance took first is
+  refused as a duplicate and not granted. Each n <= limit can be inserted once, so no day ever
+  grants more than its limit, whatever the server. A key's slots older than QUOTA_RETENTION
+  are deleted when its day's first slot is taken.
 - commands of at most FERRETDB_STATEMENTS_PER_UPDATE statements (FERRETDB_ALERT_WRITES_PER_COMMAND
   for the heavy alert writes), at most FERRETDB_CONCURRENT_OPERATIONS operations in flight, only
   missing indexes created: as the job store (scheduler/store/mongodb.py) does.
@@ -38,21 +46,32 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import pymongo
 from bson import ObjectId
-from pymongo import ASCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from scheduler.ports import StoreError
-from scheduler.product import Alert, Doc, Notification, Reschedule, RuleKey, RuleUpdate
+from scheduler.product import (
+    Alert,
+    Doc,
+    Notification,
+    PriceCheck,
+    Reschedule,
+    RuleKey,
+    RuleUpdate,
+)
 from scheduler.product.documents import (
+    PriceWrite,
     by_alert,
     notification_from_doc,
     notification_to_doc,
+    price_entries,
+    price_writes,
     rule_conditions,
     rule_fields,
 )
@@ -84,6 +103,14 @@ FERRETDB_ALERT_WRITES_PER_COMMAND = 4
 SOCKET_TIMEOUT_MS = 30_000
 # Claims older than this are deleted: far longer than any scan that could still act on one.
 CLAIM_RETENTION = timedelta(days=1)
+# Missing or null (never priced) sorts first, then the longest ago.
+PRICE_ORDER = [("priceCheckedAt", ASCENDING), ("_id", ASCENDING)]
+NEWEST_FIRST = [("checkedAt", DESCENDING), ("_id", DESCENDING)]
+# Quota slots of a key older than this are deleted (by the first reservation of a day).
+QUOTA_RETENTION = timedelta(days=7)
+# Rounds of a reservation that lost slots to others and has already been granted some: it then
+# returns what it has rather than retrying on. One granted nothing retries while there is room.
+QUOTA_ROUNDS = 5
 
 ALERT_INDEXES = [IndexModel(DUE_ORDER, name="alerts_due")]
 NOTIFICATION_INDEXES = [
@@ -92,6 +119,16 @@ NOTIFICATION_INDEXES = [
         name="notifications_to_email",
     ),
     IndexModel([("userId", ASCENDING), *OLDEST_FIRST], name="notifications_by_user"),
+]
+PART_INDEXES = [IndexModel(PRICE_ORDER, name="parts_to_price")]
+PRICE_HISTORY_INDEXES = [
+    IndexModel(
+        [("partId", ASCENDING), ("checkedAt", ASCENDING), ("_id", ASCENDING)],
+        name="price_history_by_part",
+    ),
+]
+QUOTA_SLOT_INDEXES = [
+    IndexModel([("key", ASCENDING), ("day", ASCENDING), ("n", ASCENDING)], name="quota_slots"),
 ]
 CLAIM_INDEXES = [
     IndexModel([("notificationId", ASCENDING), ("seq", ASCENDING)], name="claims_latest"),
@@ -147,6 +184,30 @@ def next_claim(
 
 def _holds(claim: Doc, now: datetime) -> bool:
     return bool(claim["state"] == DONE or (claim["state"] == CLAIMED and claim["until"] >= now))
+
+
+def price_write(part_id: Any, write: PriceWrite) -> UpdateOne:
+    """A part's price write, by its `_id` as stored (looked up by key on FerretDB)."""
+    update: Doc = {"$set": write.sets}
+    if write.unsets:
+        update["$unset"] = dict.fromkeys(write.unsets, "")
+    return UpdateOne({"_id": part_id}, update)
+
+
+def to_price(checked_before: datetime) -> Doc:
+    # `$not: {$gte}` also matches a missing or null priceCheckedAt (never priced).
+    return {"priceCheckedAt": {"$not": {"$gte": checked_before}}}
+
+
+def quota_slot(key: str, day: date, n: int, at: datetime) -> Doc:
+    """The n-th unit of `key`'s quota on `day`: its `_id` can be inserted once."""
+    return {
+        "_id": f"{key}|{day.isoformat()}|{n:08d}",
+        "key": key,
+        "day": day.isoformat(),
+        "n": n,
+        "at": at,
+    }
 
 
 def id_filter(alert_id: str) -> Any:
@@ -238,6 +299,14 @@ class MongoProductStore:
     def email_claims(self) -> Documents:
         return self.database["emailClaims"]
 
+    @property
+    def price_history_docs(self) -> Documents:
+        return self.database["priceHistory"]
+
+    @property
+    def quota_slots(self) -> Documents:
+        return self.database["quotaSlots"]
+
     @translating_errors
     async def open(self) -> None:
         if self._client is None:
@@ -257,6 +326,9 @@ class MongoProductStore:
             await create_missing_indexes(self.alerts, ALERT_INDEXES)
             await create_missing_indexes(self.notification_docs, NOTIFICATION_INDEXES)
             await create_missing_indexes(self.email_claims, CLAIM_INDEXES)
+            await create_missing_indexes(self.part_docs, PART_INDEXES)
+            await create_missing_indexes(self.price_history_docs, PRICE_HISTORY_INDEXES)
+            await create_missing_indexes(self.quota_slots, QUOTA_SLOT_INDEXES)
 
     async def close(self) -> None:
         self._db = None
@@ -409,6 +481,73 @@ class MongoProductStore:
             return
         still_held = [i for i in held if i in self._claims]
         await self._end_claims(still_held, RELEASED, None)
+
+    # -- the catalogue walk ---------------------------------------------------------------------
+
+    @translating_errors
+    async def parts_to_price(self, *, checked_before: datetime, limit: int) -> list[Doc]:
+        if limit <= 0:
+            return []
+        cursor = self.part_docs.find(to_price(checked_before)).sort(PRICE_ORDER)
+        return [doc async for doc in in_one_batch(cursor, limit)]
+
+    @translating_errors
+    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> None:
+        writes = price_writes(checks)
+        if not writes:
+            return
+        # The parts that exist, by id as a string: none is created, and each write then goes by
+        # its `_id` as stored alone.
+        query = {"_id": {"$in": id_forms(writes)}}
+        found = await self._find(self.part_docs, query, projection={"_id": 1})
+        stored = {str(doc["_id"]): doc["_id"] for doc in found}
+        updates = [price_write(stored[i], write) for i, write in writes.items() if i in stored]
+        if updates:
+            await self._bulk(self.part_docs, updates)
+        entries = [entry for entry in price_entries(checks) if entry["partId"] in stored]
+        if entries:
+            await insert_ignoring_duplicates(self.price_history_docs, entries)
+
+    @translating_errors
+    async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
+        if limit <= 0:
+            return []
+        cursor = self.price_history_docs.find({"partId": part_id}).sort(NEWEST_FIRST)
+        return [doc async for doc in in_one_batch(cursor, limit)]
+
+    @translating_errors
+    async def reserve_quota(self, key: str, day: date, *, limit: int, want: int) -> int:
+        """Slots top + 1... inserted, round after round while others take some first. A round
+        that loses a slot finds a higher top next time, so the rounds end once the limit is
+        reached; and a reservation given nothing tries again until then (0 means spent)."""
+        granted = 0
+        at = datetime.now(UTC)  # for people reading the slots; no query uses it
+        for round_ in range(1, limit + 2):
+            top = await self._top_slot(key, day)
+            slots = [
+                quota_slot(key, day, n, at)
+                for n in range(top + 1, min(top + want - granted, limit) + 1)
+            ]
+            if not slots:
+                break
+            refused = await insert_ignoring_duplicates(self.quota_slots, slots)
+            granted += len(slots) - len(refused)
+            if top == 0 and 0 not in refused:  # this day's first slot: forget old days
+                cutoff = (day - QUOTA_RETENTION).isoformat()
+                await self.quota_slots.delete_many({"key": key, "day": {"$lt": cutoff}})
+            if granted >= want or (granted > 0 and round_ >= QUOTA_ROUNDS):
+                break
+        return granted
+
+    async def _top_slot(self, key: str, day: date) -> int:
+        """The highest slot number taken of the day (0 before the first)."""
+        cursor = self.quota_slots.find({"key": key, "day": day.isoformat()}, projection={"n": 1})
+        top = await cursor.sort("n", DESCENDING).limit(1).to_list()
+        return int(top[0]["n"]) if top else 0
+
+    @translating_errors
+    async def quota_used(self, key: str, day: date) -> int:
+        return await self.quota_slots.count_documents({"key": key, "day": day.isoformat()})
 
     # -- data for the demo, the tests and the app -----------------------------------------------
 

@@ -6,6 +6,13 @@ sqlite3 blocks, so, as in the job store, one dedicated thread owns this store's 
 second connection to the same file, in WAL mode). Every write is one `BEGIN IMMEDIATE`
 transaction: a conditional update reads and writes under the write lock, so even two processes
 on one file cannot both apply an update to one rule.
+
+The catalogue walk. Parts are taken in the order of an index on the expression
+`json_extract(doc, '$.priceCheckedAt')`, NULL (never priced) first: the times are the codec's
+ISO 8601 text (UTC, `+00:00`), which sorts as the times do, so a file made before the walk
+existed (a `parts` table of `id` and `doc` only) just gains the index. `price_history` keeps the
+entries (`checked_at` in microseconds since the epoch for the order), `quota_usage` one counter
+per key and UTC day, which `reserve_quota` reads and raises in one transaction.
 """
 
 from __future__ import annotations
@@ -15,18 +22,29 @@ import json
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from scheduler.codec import as_datetime, to_json_ready
 from scheduler.ports import StoreError
-from scheduler.product import Alert, Doc, Notification, Reschedule, RuleKey, RuleUpdate
+from scheduler.product import (
+    Alert,
+    Doc,
+    Notification,
+    PriceCheck,
+    Reschedule,
+    RuleKey,
+    RuleUpdate,
+)
 from scheduler.product.documents import (
+    PriceWrite,
     by_alert,
     is_scannable,
     notification_from_doc,
     notification_to_doc,
+    price_entries,
+    price_writes,
     rule_fields,
     rule_is_as_read,
 )
@@ -68,9 +86,36 @@ CREATE INDEX IF NOT EXISTS notifications_to_email ON notifications (created_at, 
 CREATE INDEX IF NOT EXISTS notifications_by_user ON notifications (user_id, created_at);
 CREATE INDEX IF NOT EXISTS notifications_claims ON notifications (claim_token)
     WHERE claim_token IS NOT NULL;
+
+-- The catalogue walk's order (the expression must read exactly as in PRICE_CHECKED_AT).
+CREATE INDEX IF NOT EXISTS parts_to_price ON parts (json_extract(doc, '$.priceCheckedAt'), id);
+
+CREATE TABLE IF NOT EXISTS price_history (
+    id TEXT PRIMARY KEY,
+    part_id TEXT NOT NULL,
+    -- checkedAt in microseconds since the epoch.
+    checked_at INTEGER NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS price_history_by_part ON price_history (part_id, checked_at, id);
+
+CREATE TABLE IF NOT EXISTS quota_usage (
+    key TEXT NOT NULL,
+    -- The UTC day, ISO 8601.
+    day TEXT NOT NULL,
+    used INTEGER NOT NULL,
+    PRIMARY KEY (key, day)
+);
 """
 
 CLAIMABLE = "email_pending = 1 AND (claim_token IS NULL OR claim_until < ?)"
+PRICE_CHECKED_AT = "json_extract(doc, '$.priceCheckedAt')"
+# Never priced, then priced before a time: two searches of the index `parts_to_price` (one
+# query with OR would scan all of it whenever fewer than `limit` parts are left to price).
+NEVER_PRICED = f"SELECT doc FROM parts WHERE {PRICE_CHECKED_AT} IS NULL ORDER BY id LIMIT ?"
+PRICED_BEFORE = (
+    f"SELECT doc FROM parts WHERE {PRICE_CHECKED_AT} < ? ORDER BY {PRICE_CHECKED_AT}, id LIMIT ?"
+)
 
 
 def micros(when: datetime | None) -> int | None:
@@ -102,6 +147,11 @@ def notification_row(n: Notification) -> tuple[Any, ...]:
     pending = n.notify_email and n.emailed_at is None and n.email_failed_at is None
     doc = to_json(notification_to_doc(n))
     return n.id, doc, n.user_id, micros(n.created_at), int(pending)
+
+
+def price_entry_row(entry: Doc) -> tuple[str, str, int | None, str]:
+    """(id, part_id, checked_at, doc) for the price_history table."""
+    return entry["_id"], entry["partId"], micros(entry["checkedAt"]), to_json(entry)
 
 
 class SQLiteProductStore:
@@ -182,7 +232,7 @@ class SQLiteProductStore:
         ids = [u.alert_id for u in updates] + [r.alert_id for r in reschedules]
 
         def apply(db: sqlite3.Connection) -> set[RuleKey]:
-            docs = _alert_docs(db, ids)
+            docs = _docs(db, "alerts", ids)
             applied = {
                 (u.alert_id, u.index)
                 for group in by_alert(updates).values()
@@ -263,6 +313,73 @@ class SQLiteProductStore:
         )
         await self._write(lambda db: db.execute(sql, (token,)))
 
+    # -- the catalogue walk ---------------------------------------------------------------------
+
+    async def parts_to_price(self, *, checked_before: datetime, limit: int) -> list[Doc]:
+        before = to_json_ready(checked_before)
+
+        def select(db: sqlite3.Connection) -> list[Doc]:
+            rows = db.execute(NEVER_PRICED, (limit,)).fetchall()
+            if len(rows) < limit:
+                rows += db.execute(PRICED_BEFORE, (before, limit - len(rows))).fetchall()
+            return [json.loads(row["doc"]) for row in rows]
+
+        # SQLite reads a negative LIMIT as "no limit".
+        return await self._read(select) if limit > 0 else []
+
+    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> None:
+        writes = price_writes(checks)
+        entries = price_entries(checks)
+
+        def record(db: sqlite3.Connection) -> None:
+            docs = _docs(db, "parts", writes)
+            for part_id, doc in docs.items():
+                _apply_price_write(doc, writes[part_id])
+            db.executemany(
+                "UPDATE parts SET doc = ? WHERE id = ?",
+                [(to_json(doc), part_id) for part_id, doc in docs.items()],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO price_history (id, part_id, checked_at, doc) "
+                "VALUES (?, ?, ?, ?)",
+                [price_entry_row(e) for e in entries if e["partId"] in docs],
+            )
+
+        if writes:
+            await self._write(record)
+
+    async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
+        sql = (
+            "SELECT doc FROM price_history WHERE part_id = ? "
+            "ORDER BY checked_at DESC, id DESC LIMIT ?"
+        )
+        if limit <= 0:
+            return []
+        rows = await self._read(lambda db: db.execute(sql, (part_id, limit)).fetchall())
+        return [json.loads(row["doc"]) for row in rows]
+
+    async def reserve_quota(self, key: str, day: date, *, limit: int, want: int) -> int:
+        select = "SELECT used FROM quota_usage WHERE key = ? AND day = ?"
+        add = (
+            "INSERT INTO quota_usage (key, day, used) VALUES (?, ?, ?) "
+            "ON CONFLICT (key, day) DO UPDATE SET used = used + excluded.used"
+        )
+
+        def reserve(db: sqlite3.Connection) -> int:
+            row = db.execute(select, (key, day.isoformat())).fetchone()
+            granted = max(0, min(want, limit - (row["used"] if row else 0)))
+            if granted:
+                db.execute(add, (key, day.isoformat(), granted))
+            return granted
+
+        # Read and raised under the write lock: no other writer between the two.
+        return await self._write(reserve)
+
+    async def quota_used(self, key: str, day: date) -> int:
+        sql = "SELECT used FROM quota_usage WHERE key = ? AND day = ?"
+        row = await self._read(lambda db: db.execute(sql, (key, day.isoformat())).fetchone())
+        return 0 if row is None else int(row["used"])
+
     # -- data for the demo, the tests and the app -----------------------------------------------
 
     async def upsert_parts(self, parts: Sequence[Doc]) -> None:
@@ -306,10 +423,11 @@ def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T
     return result
 
 
-def _alert_docs(db: sqlite3.Connection, ids: Collection[str]) -> dict[str, Doc]:
+def _docs(db: sqlite3.Connection, table: str, ids: Collection[str]) -> dict[str, Doc]:
+    """The documents of `table` with these ids that exist, by id."""
     docs: dict[str, Doc] = {}
     for chunk in id_chunks(ids):
-        sql = f"SELECT id, doc FROM alerts WHERE id IN ({placeholders(chunk)})"
+        sql = f"SELECT id, doc FROM {table} WHERE id IN ({placeholders(chunk)})"
         docs |= {row["id"]: json.loads(row["doc"]) for row in db.execute(sql, chunk)}
     return docs
 
@@ -323,6 +441,12 @@ def _apply_updates(docs: dict[str, Doc], updates: list[RuleUpdate]) -> bool:
         alert["rules"][update.index].update(to_json_ready(rule_fields(update)))
     alert["nextCheckAt"] = to_json_ready(updates[0].next_check_at)
     return True
+
+
+def _apply_price_write(part: Doc, write: PriceWrite) -> None:
+    part.update(to_json_ready(write.sets))
+    for name in write.unsets:
+        part.pop(name, None)
 
 
 def _apply_reschedule(docs: dict[str, Doc], reschedule: Reschedule) -> bool:

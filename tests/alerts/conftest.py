@@ -1,9 +1,6 @@
-"""Fixtures of the alert scanner's tests: the product store over every backend, a real SMTP server
-(aiosmtpd) on loopback, and an outbox to read emails back from.
-
-`products` is parametrised over SQLite and MongoDB (FerretDB here), each test on a fresh database
-dropped afterwards; a missing server skips the test locally and fails it in CI. `product_db`
-opens more handles on the same database, for two scans that share nothing but the data.
+"""Fixtures of the alert scanner's tests: a real SMTP server (aiosmtpd) on loopback, and an outbox
+to read emails back from. The product store (`products`, `product_db`) is in
+tests/fixtures/products.py.
 """
 
 from __future__ import annotations
@@ -25,61 +22,11 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from scheduler.clock import FakeClock
 from scheduler.mail.outbox import OutboxMailer
-from scheduler.product import ProductStore, open_product_store
-from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
+from tests.fixtures.products import ProductDatabase as ProductDatabase  # the tests' import
 from tests.fixtures.times import T0
 
-PRODUCT_BACKENDS = ["sqlite", "mongodb"]
 SMTP_USER = "alerts"
 SMTP_PASSWORD = "s3cr3t-Pa55w0rd"
-
-
-@dataclass
-class ProductDatabase:
-    """One fresh database; `open()` gives a new handle on it (closed by the fixture)."""
-
-    url: str
-    # False on FerretDB 1.24, whose filtered updates are not atomic: two simultaneous
-    # conditional writes of one rule can both apply (the notification is still made once).
-    atomic_updates: bool = True
-    handles: list[ProductStore] = field(default_factory=list)
-
-    async def open(self) -> ProductStore:
-        store = open_product_store(self.url)
-        await store.open()
-        self.handles.append(store)
-        return store
-
-    async def close_all(self) -> None:
-        for store in self.handles:
-            await store.close()
-
-
-@pytest.fixture(params=PRODUCT_BACKENDS)
-async def product_db(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[ProductDatabase]:
-    if request.param == "mongodb":
-        async with fresh_mongodb_database() as (admin, name):
-            info = await admin.admin.command("buildInfo")
-            database = ProductDatabase(
-                mongodb_url(name), atomic_updates="ferretdbVersion" not in info
-            )
-            try:
-                yield database
-            finally:
-                await database.close_all()
-    else:
-        database = ProductDatabase(f"sqlite:///{tmp_path}/tickd.db")
-        try:
-            yield database
-        finally:
-            await database.close_all()
-
-
-@pytest.fixture
-async def products(product_db: ProductDatabase) -> ProductStore:
-    return await product_db.open()
 
 
 @pytest.fixture
