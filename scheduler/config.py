@@ -17,6 +17,8 @@ from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
 ENV_PREFIX = "TICKD_"
+# TICKD_HANDLER_SETTINGS__<HANDLER>__<SETTING>=value: one handler's setting.
+HANDLER_SETTINGS_ENV = ENV_PREFIX + "HANDLER_SETTINGS__"
 
 
 class ConfigError(ValueError):
@@ -89,6 +91,10 @@ class Settings:
     http_allowed_ports: tuple[int, ...] = (80, 443)
     # ...and, on any port, these internal addresses or networks (CIDR), e.g. ["10.1.2.0/24"].
     http_allow: tuple[str, ...] = ()
+    # Each handler's own settings, by handler name, given to it as `ctx.config`: a
+    # [handler_settings.catalogue_walk] table, or TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY
+    # (values from the environment are strings). They may hold secrets: never shown.
+    handler_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("tick_seconds", "lease_margin_seconds", "max_timeout_seconds"):
@@ -116,6 +122,9 @@ class Settings:
         for handler, limit in self.handler_concurrency.items():
             if not isinstance(limit, int) or limit < 1:
                 raise ConfigError(f"handler_concurrency.{handler}", "must be a whole number >= 1")
+        for handler, table in self.handler_settings.items():
+            if not isinstance(table, Mapping):
+                raise ConfigError(f"handler_settings.{handler}", "must be a table of settings")
 
     @property
     def effective_queue_size(self) -> int:
@@ -133,7 +142,9 @@ def load_settings(
     values: dict[str, Any] = {}
     if path is not None:
         values.update(_read_file(Path(path)))
-    values.update(_read_environment(os.environ if environ is None else environ))
+    environ = os.environ if environ is None else environ
+    values.update(_read_environment(environ))
+    _merge_handler_settings(values, _handler_settings_from_env(environ))
     return _build(values)
 
 
@@ -156,11 +167,34 @@ def _read_file(path: Path) -> dict[str, Any]:
 def _read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     hints = get_type_hints(Settings)
     values: dict[str, Any] = {}
-    for name in _field_names():
+    for name in _field_names() - {"handler_settings"}:  # one variable per setting, see below
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
             values[name] = _parse_env(name, raw, hints[name])
     return values
+
+
+def _handler_settings_from_env(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    tables: dict[str, dict[str, Any]] = {}
+    for variable, raw in environ.items():
+        if not variable.startswith(HANDLER_SETTINGS_ENV):
+            continue
+        handler, sep, setting = variable[len(HANDLER_SETTINGS_ENV) :].partition("__")
+        if not (handler and sep and setting):
+            raise ConfigError(variable, "expected TICKD_HANDLER_SETTINGS__<HANDLER>__<SETTING>")
+        tables.setdefault(handler.lower(), {})[setting.lower()] = raw
+    return tables
+
+
+def _merge_handler_settings(values: dict[str, Any], from_env: dict[str, dict[str, Any]]) -> None:
+    """The environment overrides the file setting by setting, not table by table."""
+    if not from_env:
+        return
+    merged = dict(values.get("handler_settings") or {})
+    for handler, table in from_env.items():
+        current = merged.get(handler)
+        merged[handler] = {**(current if isinstance(current, dict) else {}), **table}
+    values["handler_settings"] = merged
 
 
 def _parse_env(name: str, raw: str, hint: Any) -> Any:
@@ -225,7 +259,7 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
     expected: tuple[type, ...]
     if hint is float:
         expected = (int, float)
-    elif hint == Mapping[str, int]:
+    elif hint in (Mapping[str, int], Mapping[str, Mapping[str, Any]]):
         expected = (dict,)
     elif hint in (tuple[int, ...], tuple[str, ...]):
         expected = (list, tuple)
@@ -243,6 +277,8 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
 
 
 def _type_name(hint: Any) -> str:
+    if hint == Mapping[str, Mapping[str, Any]]:
+        return "a table of [handler_settings.<handler>] tables"
     return {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}.get(
         hint, "a table of handler = limit"
     )

@@ -73,6 +73,9 @@ class HandlerContext:
     products: ProductStore
     # One session for every handler, SSRF-safe: see scheduler/http.py. Do not close it.
     http: aiohttp.ClientSession
+    # This handler's own settings from the daemon's configuration ([handler_settings.<name>]),
+    # e.g. a vendor's API key that ops keep out of job params. May hold secrets: never log it.
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def remaining_seconds(self) -> float:
         return max(0.0, (self.deadline - self.clock.now()).total_seconds())

@@ -241,6 +241,7 @@ class Runner:
             mailer=self.ports.mailer,
             products=self.ports.products,
             http=self._http_session(),
+            config=self.settings.handler_settings.get(job.handler, {}),
         )
 
     # -- after the handler ----------------------------------------------------------------------

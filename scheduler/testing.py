@@ -21,6 +21,7 @@ from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext
 from scheduler.http import safe_client_session
 from scheduler.mail.outbox import OutboxMailer
+from scheduler.product import ProductStore
 from scheduler.product.sqlite import SQLiteProductStore
 from scheduler.store.sqlite import SQLiteStore
 
@@ -35,12 +36,18 @@ async def handler_context(
     timeout_seconds: float = 60.0,
     http_allow: Collection[str] = (),
     outbox: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    products: ProductStore | None = None,
 ) -> AsyncIterator[HandlerContext]:
+    """`config` is the handler's own settings (`ctx.config`); `products` a product store to use
+    instead of a fresh one in memory (left open: it is the caller's)."""
     clock = FakeClock(scheduled_at or datetime(2026, 1, 1, tzinfo=UTC))
     store = SQLiteStore("sqlite:///:memory:")
     await store.open()
-    products = SQLiteProductStore("sqlite:///:memory:")
-    await products.open()
+    own_products = products is None
+    if products is None:
+        products = SQLiteProductStore("sqlite:///:memory:")
+        await products.open()
     http = safe_client_session(allow=tuple(http_allow))
     try:
         yield HandlerContext(
@@ -57,8 +64,10 @@ async def handler_context(
             mailer=OutboxMailer(outbox or tempfile.mkdtemp(prefix="tickd-outbox-")),
             products=products,
             http=http,
+            config=dict(config or {}),
         )
     finally:
         await http.close()
-        await products.close()
+        if own_products:
+            await products.close()
         await store.close()

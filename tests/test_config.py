@@ -84,3 +84,47 @@ def test_missing_and_broken_files_are_reported(tmp_path: Path) -> None:
         load_settings(tmp_path / "absent.toml", environ={})
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_settings(write(tmp_path, "workers = = 3"), environ={})
+
+
+def test_handler_settings_come_from_the_file_and_the_environment_setting_by_setting(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        '[handler_settings.catalogue_walk]\nbase_url = "https://v.example"\ndaily_quota = 500\n',
+    )
+    environ = {
+        "TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__DAILY_QUOTA": "900",
+        "TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY": "vendor-secret-123456",
+        "TICKD_HANDLER_SETTINGS__WEBHOOK__REGION": "eu",
+    }
+    settings = load_settings(path, environ=environ)
+    assert settings.handler_settings == {
+        "catalogue_walk": {
+            "base_url": "https://v.example",
+            "daily_quota": "900",
+            "api_key": "vendor-secret-123456",
+        },
+        "webhook": {"region": "eu"},
+    }
+    assert "vendor-secret-123456" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("environ", "setting"),
+    [
+        ({"TICKD_HANDLER_SETTINGS__CATALOGUE_WALK": "x"}, "TICKD_HANDLER_SETTINGS__CATALOGUE_WALK"),
+        ({"TICKD_HANDLER_SETTINGS__": "x"}, "TICKD_HANDLER_SETTINGS__"),
+    ],
+)
+def test_a_handler_setting_variable_without_a_setting_name_is_refused(
+    environ: dict[str, str], setting: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ=environ)
+    assert error.value.setting == setting
+
+
+def test_a_handler_settings_entry_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"handler_settings\.catalogue_walk: must be a table"):
+        load_settings(write(tmp_path, '[handler_settings]\ncatalogue_walk = "key"\n'), environ={})
