@@ -1,0 +1,43 @@
+"""`catalogue_walk`: spot prices for the parts catalogue, under a vendor's daily quota.
+
+Walks the parts oldest-priced first (never priced, then the longest ago), asks the vendor's
+price API for each (vendor.py says what it calls and how it reads the answers) and records
+`price`, `priceCurrency`, `priceCheckedAt` and a price history entry: the prices the alert
+scanner's price rules see. A part the vendor fails on gets `priceError` and its `priceCheckedAt`
+moves on, so a part the vendor does not know cannot hold the walk at its head day after day.
+
+The quota: every call costs one unit of `daily_quota`, counted in the product store per
+`quota_key` and UTC day with an atomic reservation, so retries, overlapping runs and several
+instances together never exceed it. At the quota the run stops, says so in its result
+(`stopped: "quota"`), and the next day's run resumes where this one stopped. A 429 is waited
+out (Retry-After) within the deadline; other failures are recorded on their part and the walk
+goes on; at most `concurrency` calls are in flight.
+
+Settings come from the params or from `[handler_settings.catalogue_walk]` (settings.py):
+
+    {"name": "spot-prices", "handler": "catalogue_walk",
+     "schedule": {"kind": "cron", "expr": "0 30 1 * * *"},   # 01:30 UTC, after the quota resets
+     "timeout_seconds": 3600, "max_retries": 2,
+     "params": {"daily_quota": 5000, "concurrency": 4}}
+"""
+
+from __future__ import annotations
+
+from handlers.catalogue_walk.settings import PARAMS, WalkSettings
+from handlers.catalogue_walk.vendor import VendorClient
+from handlers.catalogue_walk.walk import Walk
+from scheduler.handler_api import HandlerContext, Result, handler
+
+
+@handler(params_schema=PARAMS, secret_params={"api_key"})
+async def catalogue_walk(ctx: HandlerContext) -> Result:
+    settings = WalkSettings.parse(ctx.params, ctx.config)
+    walk = Walk(
+        products=ctx.products,
+        vendor=VendorClient(ctx.http, base_url=settings.base_url, api_key=settings.api_key),
+        clock=ctx.clock,
+        settings=settings,
+        deadline=ctx.deadline,
+        logger=ctx.logger,
+    )
+    return await walk.run()

@@ -1,0 +1,210 @@
+"""The walk's settings: the job's params over the daemon's `[handler_settings.catalogue_walk]`.
+
+Ops keep the vendor's base URL, API key and daily quota in the configuration (or in
+`TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY` and the like), out of the job store; a job may
+name its own in its params, which win setting by setting. Values from the environment arrive as
+strings and are read as the schema's types; a bad or missing one is a failed run whose error
+names where it should be set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+CONFIG_TABLE = "handler_settings.catalogue_walk"
+
+DEFAULT_CONCURRENCY = 4
+DEFAULT_MIN_AGE_SECONDS = 3600.0
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 10.0
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
+MAX_CONCURRENCY = 32
+
+PARAMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "base_url": {
+            "description": "the vendor's price API; GET {base_url}/parts/{mpn}/price",
+            "type": "string",
+            "pattern": "^https?://",
+            "maxLength": 2048,
+        },
+        "api_key": {
+            "description": "sent as a bearer token; never shown",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 4096,
+        },
+        "daily_quota": {
+            "description": "vendor calls allowed per UTC day, shared by every walk of quota_key",
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100_000_000,
+        },
+        "quota_key": {
+            "description": "names the quota; by default the base URL's host",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+        },
+        "concurrency": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_CONCURRENCY,
+            "default": DEFAULT_CONCURRENCY,
+        },
+        "min_age_seconds": {
+            "description": "parts priced more recently than this are not asked again",
+            "type": "number",
+            "minimum": 0,
+            "default": DEFAULT_MIN_AGE_SECONDS,
+        },
+        "max_parts": {
+            "description": "at most this many calls per run",
+            "type": "integer",
+            "minimum": 1,
+        },
+        "request_timeout_seconds": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": 300,
+            "default": DEFAULT_REQUEST_TIMEOUT_SECONDS,
+        },
+        "max_consecutive_failures": {
+            "description": "the vendor failing this many calls in a row stops the run, failed",
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10_000,
+            "default": DEFAULT_MAX_CONSECUTIVE_FAILURES,
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WalkSettings:
+    base_url: str
+    api_key: str = field(repr=False)
+    daily_quota: int
+    quota_key: str
+    concurrency: int = DEFAULT_CONCURRENCY
+    min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS
+    max_parts: int | None = None
+    request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any], config: Mapping[str, Any]) -> WalkSettings:
+        """Raises ValueError naming the param or setting at fault."""
+        unknown = set(params) - set(PARAMS["properties"])
+        if unknown:
+            raise ValueError(f"params: unknown {', '.join(sorted(unknown))}")
+        values = _Values(params, config)
+        base_url = values.url("base_url")
+        return cls(
+            base_url=base_url,
+            api_key=values.text("api_key"),
+            daily_quota=values.whole("daily_quota"),
+            quota_key=values.text("quota_key", default=urlsplit(base_url).netloc.lower()),
+            concurrency=values.whole("concurrency", default=DEFAULT_CONCURRENCY),
+            min_age_seconds=values.number("min_age_seconds", default=DEFAULT_MIN_AGE_SECONDS),
+            max_parts=values.whole("max_parts", default=None),
+            request_timeout_seconds=values.number(
+                "request_timeout_seconds", default=DEFAULT_REQUEST_TIMEOUT_SECONDS
+            ),
+            max_consecutive_failures=values.whole(
+                "max_consecutive_failures", default=DEFAULT_MAX_CONSECUTIVE_FAILURES
+            ),
+        )
+
+
+_REQUIRED = object()
+
+
+class _Values:
+    """Looks a setting up in the params, then in the configuration, and checks it against the
+    schema, naming where it came from."""
+
+    def __init__(self, params: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+        self.params = params
+        self.config = config
+
+    def _lookup(self, name: str, default: Any) -> tuple[Any, str]:
+        if name in self.params:
+            return self.params[name], f"params.{name}"
+        if name in self.config:
+            return self.config[name], f"{CONFIG_TABLE}.{name}"
+        if default is _REQUIRED:
+            raise ValueError(f"params.{name}: required (or set {CONFIG_TABLE}.{name})")
+        return default, ""
+
+    def text(self, name: str, default: Any = _REQUIRED) -> Any:
+        value, where = self._lookup(name, default)
+        if where and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{where}: a non-empty string")
+        return value
+
+    def url(self, name: str) -> str:
+        value, where = self._lookup(name, _REQUIRED)
+        if not isinstance(value, str) or urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError(f"{where}: an http:// or https:// URL")
+        if not urlsplit(value).netloc:
+            raise ValueError(f"{where}: the URL names no host")
+        return value.rstrip("/")
+
+    def whole(self, name: str, default: Any = _REQUIRED) -> Any:
+        value, where = self._lookup(name, default)
+        if not where:
+            return value
+        number = _as_number(value)
+        schema = PARAMS["properties"][name]
+        if number is None or number != int(number) or not _within(number, schema):
+            raise ValueError(f"{where}: {_describe(schema, 'a whole number')}")
+        return int(number)
+
+    def number(self, name: str, default: float) -> float:
+        value, where = self._lookup(name, default)
+        if not where:
+            return float(value)
+        number = _as_number(value)
+        schema = PARAMS["properties"][name]
+        if number is None or not _within(number, schema):
+            raise ValueError(f"{where}: {_describe(schema, 'a number')}")
+        return number
+
+
+def _as_number(value: Any) -> float | None:
+    """A number, or a string holding one (the environment's settings are strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _within(number: float, schema: Mapping[str, Any]) -> bool:
+    if "minimum" in schema and number < schema["minimum"]:
+        return False
+    if "exclusiveMinimum" in schema and number <= schema["exclusiveMinimum"]:
+        return False
+    return not ("maximum" in schema and number > schema["maximum"])
+
+
+def _describe(schema: Mapping[str, Any], kind: str) -> str:
+    bounds = []
+    if "minimum" in schema:
+        bounds.append(f">= {schema['minimum']:,}")
+    if "exclusiveMinimum" in schema:
+        bounds.append(f"> {schema['exclusiveMinimum']:,}")
+    if "maximum" in schema:
+        bounds.append(f"<= {schema['maximum']:,}")
+    return f"{kind} {' and '.join(bounds)}".strip()

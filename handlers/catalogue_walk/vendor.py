@@ -1,0 +1,143 @@
+"""The vendor's price API, as the catalogue walk calls it.
+
+    GET {base_url}/parts/{mpn}/price
+    Authorization: Bearer {api_key}
+
+    200 {"price": 0.71, "currency": "USD"}    the current unit price (a number, or a string of one)
+    429 Retry-After: 30                       throttled: wait (seconds or an HTTP date), ask again
+    401, 403                                  the key is refused: no other part will fare better
+    anything else, or no answer in time       this part failed; the walk goes on
+
+Each call is one unit of the daily quota, whatever its answer. The key never appears in what
+this module returns: a vendor that echoes it in an error body gets it masked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from urllib.parse import quote
+
+import aiohttp
+
+from scheduler.handler_api import MASK, failure_reason, read_prefix
+
+# An answer larger than this is not a price.
+MAX_ANSWER_BYTES = 64 * 1024
+ERROR_EXCERPT_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    price: float
+    currency: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Throttled:
+    # Seconds to wait from now; None when the vendor did not say (or said it unreadably).
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRefused:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    reason: str
+    # The vendor or the way to it is failing (no answer, 5xx), not just this part (404...).
+    vendor_fault: bool = False
+
+
+Answer = Priced | Throttled | KeyRefused | Failed
+
+
+class VendorClient:
+    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, api_key: str) -> None:
+        self._session = session
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+
+    def url_of(self, mpn: str) -> str:
+        return f"{self._base_url}/parts/{quote(mpn, safe='')}/price"
+
+    async def ask(self, mpn: str, *, time_limit: float, now: datetime) -> Answer:
+        """One call for one part's price; never raises for what the vendor or the network did."""
+        headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
+        try:
+            async with self._session.get(
+                self.url_of(mpn),
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=time_limit),
+            ) as response:
+                body, _ = await read_prefix(response, MAX_ANSWER_BYTES)
+                return self._answer(response, body, now)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return Failed(failure_reason(exc, time_limit), vendor_fault=True)
+
+    def _answer(self, response: aiohttp.ClientResponse, body: bytes, now: datetime) -> Answer:
+        status = response.status
+        if status == 200:
+            return _priced(body)
+        if status == 429:
+            return Throttled(retry_after_seconds(response.headers.get("Retry-After"), now))
+        reason = f"status {status}{self._excerpt(body)}"
+        if status in (401, 403):
+            return KeyRefused(reason)
+        return Failed(reason, vendor_fault=status >= 500)
+
+    def _excerpt(self, body: bytes) -> str:
+        text = body.decode("utf-8", "replace").replace(self._api_key, MASK)
+        text = " ".join(text.split())[:ERROR_EXCERPT_CHARS]
+        return f": {text}" if text else ""
+
+
+def _priced(body: bytes) -> Answer:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return Failed("status 200, but the answer is not JSON")
+    if not isinstance(answer, dict):
+        return Failed("status 200, but the answer is not a JSON object")
+    price = _price(answer.get("price"))
+    if price is None:
+        return Failed("status 200, but the answer has no price (a number >= 0)")
+    currency = answer.get("currency")
+    if currency is not None and not (isinstance(currency, str) and 0 < len(currency) <= 8):
+        return Failed("status 200, but the currency is not a short string")
+    return Priced(price=price, currency=currency)
+
+
+def _price(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def retry_after_seconds(header: str | None, now: datetime) -> float | None:
+    """Retry-After as seconds from `now`: a number of seconds, or an HTTP date (RFC 9110)."""
+    if header is None:
+        return None
+    header = header.strip()
+    if header.isdigit():
+        return float(header)
+    try:
+        when = parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT; an unzoned one is read as such
+        when = when.replace(tzinfo=now.tzinfo)
+    return max(0.0, (when - now).total_seconds())

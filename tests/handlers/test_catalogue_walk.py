@@ -1,0 +1,433 @@
+"""`catalogue_walk` against a real vendor API on loopback, on every product store backend.
+
+The vendor is an aiohttp app that answers prices, scripted failures and 429s, counts the calls
+and the calls in flight, and refuses a wrong key with a body that echoes it. Time is the
+handler context's FakeClock: a Retry-After moves it, a new UTC day is a jump of the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from handlers.alert_scanner.scan import scan
+from handlers.catalogue_walk import catalogue_walk
+from handlers.catalogue_walk.settings import WalkSettings
+from handlers.catalogue_walk.walk import WalkFailed
+from scheduler.clock import FakeClock
+from scheduler.handler_api import HandlerContext
+from scheduler.mail.outbox import OutboxMailer
+from scheduler.model import Status
+from scheduler.ports import ExecutionQuery
+from scheduler.product import Doc, ProductStore
+from scheduler.testing import handler_context
+from tests.alerts.builders import alert, price_rule
+from tests.conftest import EngineFactory, make_job
+from tests.fixtures.products import ProductDatabase
+from tests.handlers.conftest import Serve
+
+API_KEY = "vendor-key-0123456789abcdef"
+# The walk's first day, mid-morning UTC.
+DAY_1 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+Reply = tuple[int, Mapping[str, str], str]
+
+
+@dataclass
+class Vendor:
+    """A price API: `prices` by part number; `scripted` replies for a part number are used, in
+    turn, before its price is."""
+
+    prices: dict[str, float] = field(default_factory=dict)
+    scripted: dict[str, deque[Reply]] = field(default_factory=dict)
+    # Held this long (real time) per call, so that calls overlap.
+    delay: float = 0.0
+    calls: list[str] = field(default_factory=list)
+    in_flight: int = 0
+    most_in_flight: int = 0
+
+    def script(self, mpn: str, *replies: Reply) -> None:
+        self.scripted.setdefault(mpn, deque()).extend(replies)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v2/parts/{mpn}/price", self._price)
+        return app
+
+    async def _price(self, request: web.Request) -> web.Response:
+        mpn = request.match_info["mpn"]
+        self.calls.append(mpn)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+            return self._reply(mpn, request.headers.get("Authorization", ""))
+        finally:
+            self.in_flight -= 1
+
+    def _reply(self, mpn: str, authorization: str) -> web.Response:
+        if authorization != f"Bearer {API_KEY}":
+            return web.Response(status=401, text=f"unknown key: {authorization}")
+        if self.scripted.get(mpn):
+            status, headers, body = self.scripted[mpn].popleft()
+            return web.Response(status=status, headers=dict(headers), text=body)
+        if mpn not in self.prices:
+            return web.Response(status=404, text="no such part")
+        return web.json_response({"price": self.prices[mpn], "currency": "USD"})
+
+
+@pytest.fixture
+def vendor() -> Vendor:
+    return Vendor(prices={f"MPN-{i}": 1.0 + i for i in range(10)})
+
+
+@pytest.fixture
+async def vendor_url(serve: Serve, vendor: Vendor) -> str:
+    return f"{await serve(vendor.app())}/v2"
+
+
+def catalogue(count: int) -> list[Doc]:
+    return [{"_id": f"part-{i}", "mpn": f"MPN-{i}", "price": 0.5} for i in range(count)]
+
+
+@asynccontextmanager
+async def walk_context(
+    products: ProductStore,
+    vendor_url: str,
+    *,
+    at: datetime = DAY_1,
+    timeout_seconds: float = 600.0,
+    config: Mapping[str, Any] | None = None,
+    **params: Any,
+) -> AsyncIterator[HandlerContext]:
+    settings = {"base_url": vendor_url, "api_key": API_KEY, "daily_quota": 1000}
+    async with handler_context(
+        params=params,
+        config=settings | dict(config or {}),
+        products=products,
+        scheduled_at=at,
+        timeout_seconds=timeout_seconds,
+        http_allow=["127.0.0.1"],
+    ) as ctx:
+        yield ctx
+
+
+async def walk(
+    products: ProductStore, vendor_url: str, **options: Any
+) -> tuple[dict[str, Any], HandlerContext]:
+    async with walk_context(products, vendor_url, **options) as ctx:
+        outcome = catalogue_walk(ctx)
+        assert inspect.isawaitable(outcome)
+        result = await outcome
+        assert isinstance(result, dict)
+        return result, ctx
+
+
+async def part_docs(products: ProductStore, count: int) -> dict[str, Doc]:
+    return await products.parts([f"part-{i}" for i in range(count)])
+
+
+# -- pricing the catalogue ------------------------------------------------------------------------
+
+
+async def test_the_walk_prices_every_part_and_keeps_a_history(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(3))
+
+    result, _ = await walk(products, vendor_url)
+
+    assert (result["priced"], result["failed"], result["stopped"]) == (3, 0, "done")
+    assert sorted(vendor.calls) == ["MPN-0", "MPN-1", "MPN-2"]
+    parts = await part_docs(products, 3)
+    assert [parts[f"part-{i}"]["price"] for i in range(3)] == [1.0, 2.0, 3.0]
+    assert {p["priceCurrency"] for p in parts.values()} == {"USD"}
+    assert all(_as_utc(p["priceCheckedAt"]) == DAY_1 for p in parts.values())
+    quota_key = vendor_url.split("/")[2]  # the vendor's host and port, by default
+    [entry] = await products.price_history("part-1")
+    assert (entry["price"], entry["currency"], entry["source"]) == (2.0, "USD", quota_key)
+    assert result["quota"] == {
+        "key": quota_key,
+        "day": "2026-03-02",
+        "limit": 1000,
+        "used": 3,
+        "reserved_unused": 0,  # no more reserved than there were parts to ask
+    }
+
+
+async def test_the_oldest_priced_go_first_and_the_recently_priced_are_left_alone(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    parts = catalogue(4)
+    parts[0]["priceCheckedAt"] = DAY_1 - timedelta(days=3)
+    parts[1]["priceCheckedAt"] = DAY_1 - timedelta(minutes=10)  # fresher than min_age
+    parts[2]["priceCheckedAt"] = DAY_1 - timedelta(days=9)
+    await products.upsert_parts(parts)  # part-3 was never priced
+
+    result, _ = await walk(products, vendor_url, concurrency=1, min_age_seconds=3600)
+
+    assert vendor.calls == ["MPN-3", "MPN-2", "MPN-0"]
+    assert result["priced"] == 3
+
+
+async def test_the_prices_written_are_what_the_alert_scanners_price_rules_see(
+    products: ProductStore, vendor: Vendor, vendor_url: str, tmp_path: Any
+) -> None:
+    await products.upsert_parts([{"_id": "part-1", "mpn": "MPN-1", "price": 1.0}])
+    await products.upsert_alerts([alert("a1", price_rule(baseline=1.0, threshold=50))])
+    vendor.prices["MPN-1"] = 1.8  # +80 %
+
+    await walk(products, vendor_url)
+    result = await scan(products, OutboxMailer(tmp_path), FakeClock(DAY_1))
+
+    assert result.triggered == 1
+    [notification] = await products.notifications()
+    assert notification.current_value == 1.8
+
+
+# -- the daily quota ------------------------------------------------------------------------------
+
+
+async def test_at_the_quota_the_walk_stops_says_so_and_resumes_the_next_day(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(5))
+    config = {"daily_quota": "3"}  # from the environment: a string
+
+    first, _ = await walk(products, vendor_url, config=config, concurrency=1)
+    again, _ = await walk(products, vendor_url, config=config, at=DAY_1 + timedelta(hours=6))
+
+    assert (first["priced"], first["stopped"], first["quota"]["used"]) == (3, "quota", 3)
+    assert "quota of 3 calls" in first["message"] and "resumes" in first["message"]
+    assert (again["priced"], again["stopped"]) == (0, "quota")
+    assert len(vendor.calls) == 3
+    next_day = DAY_1.replace(hour=0, minute=30) + timedelta(days=1)
+    resumed, _ = await walk(products, vendor_url, config=config, at=next_day, concurrency=1)
+    assert vendor.calls[3:5] == ["MPN-3", "MPN-4"]  # where the walk left off
+    assert (resumed["quota"]["day"], resumed["quota"]["used"]) == ("2026-03-03", 3)
+
+
+async def test_two_walks_at_once_and_their_retries_never_exceed_the_quota(
+    product_db: ProductDatabase, vendor: Vendor, vendor_url: str
+) -> None:
+    vendor.prices = {f"MPN-{i}": 1.0 for i in range(40)}
+    vendor.delay = 0.01
+    first, second = await product_db.open(), await product_db.open()
+    await first.upsert_parts(catalogue(40))
+    options: dict[str, Any] = {"config": {"daily_quota": 10}, "concurrency": 4}
+
+    results = await asyncio.gather(
+        walk(first, vendor_url, **options), walk(second, vendor_url, **options)
+    )
+    retried, _ = await walk(second, vendor_url, **options)
+
+    assert len(vendor.calls) == 10
+    assert sum(result["priced"] for result, _ in results) == 10
+    assert {result["stopped"] for result, _ in results} == {"quota"}
+    assert (retried["priced"], retried["quota"]["used"]) == (0, 10)
+
+
+# -- what the vendor answers ----------------------------------------------------------------------
+
+
+async def test_a_429_is_waited_out_within_the_deadline(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(2))
+    vendor.script("MPN-0", (429, {"Retry-After": "30"}, "slow down"))
+
+    result, ctx = await walk(products, vendor_url, concurrency=1)
+
+    assert (result["priced"], result["throttled"], result["waited_seconds"]) == (2, 1, 30.0)
+    assert vendor.calls == ["MPN-0", "MPN-0", "MPN-1"]  # the same part, asked again
+    assert ctx.clock.now() >= DAY_1 + timedelta(seconds=30)
+    assert result["quota"]["used"] == 3  # the throttled call counted too
+
+
+async def test_a_429_asking_to_wait_past_the_deadline_stops_the_walk_cleanly(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(3))
+    later = (DAY_1 + timedelta(hours=2)).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    vendor.script("MPN-0", (429, {"Retry-After": later}, ""))
+
+    result, ctx = await walk(products, vendor_url, concurrency=1, timeout_seconds=600)
+
+    assert (result["stopped"], result["priced"], result["throttled"]) == ("throttled", 0, 1)
+    assert ctx.clock.now() == DAY_1  # it did not wait
+    assert "priceCheckedAt" not in (await part_docs(products, 1))["part-0"]  # first next time
+
+
+async def test_a_failing_part_is_recorded_on_itself_and_the_walk_goes_on(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts([*catalogue(3), {"_id": "part-x", "mpn": "GONE-1", "price": 7}])
+    vendor.script("MPN-1", (500, {}, "internal error"))
+
+    result, _ = await walk(products, vendor_url, concurrency=1)
+
+    assert (result["priced"], result["failed"], result["stopped"]) == (2, 2, "done")
+    errors = {e["part"]: e["error"] for e in result["errors"]}
+    assert errors == {"part-1": "status 500: internal error", "part-x": "status 404: no such part"}
+    parts = await products.parts(["part-1", "part-x", "part-2"])
+    assert (parts["part-x"]["price"], parts["part-x"]["priceError"]["message"]) == (
+        7,
+        errors["part-x"],
+    )
+    assert _as_utc(parts["part-x"]["priceCheckedAt"]) == DAY_1  # not at the head again tomorrow
+    assert parts["part-2"]["price"] == 3.0 and "priceError" not in parts["part-2"]
+    assert await products.price_history("part-x") == []
+
+
+async def test_a_later_success_clears_the_parts_error(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(1))
+    vendor.script("MPN-0", (503, {}, "maintenance"))
+    await walk(products, vendor_url)
+    await walk(products, vendor_url, at=DAY_1 + timedelta(hours=2))
+
+    part = (await part_docs(products, 1))["part-0"]
+    assert part["price"] == 1.0 and "priceError" not in part
+
+
+async def test_a_refused_key_fails_the_run_and_never_shows_the_key(
+    products: ProductStore, vendor: Vendor, vendor_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await products.upsert_parts(catalogue(3))
+    caplog.set_level(logging.DEBUG)
+
+    with pytest.raises(WalkFailed, match="refused the API key") as failure:
+        await walk(products, vendor_url, config={"api_key": "wrong-key-abcdef0123"})
+
+    assert "wrong-key-abcdef0123" not in str(failure.value)
+    assert "unknown key: Bearer ***" in str(failure.value)
+    assert "wrong-key-abcdef0123" not in caplog.text
+    assert all("priceCheckedAt" not in p for p in (await part_docs(products, 3)).values())
+
+
+async def test_a_vendor_that_keeps_failing_fails_the_run_after_recording_the_answers(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(6))
+    for i in range(6):
+        vendor.script(f"MPN-{i}", (502, {}, "bad gateway"))
+
+    with pytest.raises(WalkFailed, match="failed 3 calls in a row"):
+        await walk(products, vendor_url, concurrency=1, max_consecutive_failures=3)
+
+    assert len(vendor.calls) == 3
+    parts = await part_docs(products, 6)
+    assert sum("priceError" in p for p in parts.values()) == 3
+
+
+async def test_calls_in_flight_are_bounded_by_the_concurrency(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(10))
+    vendor.delay = 0.02
+
+    result, _ = await walk(products, vendor_url, concurrency=3)
+
+    assert result["priced"] == 10
+    assert vendor.most_in_flight == 3
+
+
+async def test_max_parts_bounds_a_run(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(10))
+    result, _ = await walk(products, vendor_url, max_parts=4)
+    assert (result["priced"], result["stopped"], len(vendor.calls)) == (4, "max_parts", 4)
+
+
+async def test_with_too_little_time_left_nothing_is_asked(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(2))
+    result, _ = await walk(products, vendor_url, timeout_seconds=2.5)
+    assert (result["stopped"], result["priced"], vendor.calls) == ("deadline", 0, [])
+    assert result["quota"]["used"] == 0
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def test_params_win_over_the_configuration_setting_by_setting() -> None:
+    config = {"base_url": "https://api.vendor.example/v2/", "api_key": "k" * 20, "daily_quota": 9}
+    settings = WalkSettings.parse({"daily_quota": 5, "concurrency": 2}, config)
+    assert (settings.base_url, settings.daily_quota, settings.concurrency) == (
+        "https://api.vendor.example/v2",
+        5,
+        2,
+    )
+    assert settings.quota_key == "api.vendor.example"
+    assert "k" * 20 not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("params", "config", "message"),
+    [
+        ({}, {"base_url": "https://v.example"}, r"params\.api_key: required \(or set handler_"),
+        ({"api_key": "k"}, {}, r"params\.base_url: required"),
+        (
+            {"api_key": "k", "base_url": "https://v.example"},
+            {"daily_quota": "lots"},
+            r"handler_settings\.catalogue_walk\.daily_quota: a whole number >= 1",
+        ),
+        (
+            {"api_key": "k", "base_url": "ftp://v.example", "daily_quota": 1},
+            {},
+            r"params\.base_url: an http:// or https:// URL",
+        ),
+        (
+            {"api_key": "k", "base_url": "https://v.example", "daily_quota": 1, "concurency": 2},
+            {},
+            r"params: unknown concurency",
+        ),
+    ],
+)
+def test_a_missing_or_bad_setting_is_named(
+    params: dict[str, Any], config: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        WalkSettings.parse(params, config)
+
+
+# -- through the engine ---------------------------------------------------------------------------
+
+
+async def test_a_job_walks_with_the_key_from_the_daemons_configuration(
+    make_engine: EngineFactory, vendor: Vendor, vendor_url: str
+) -> None:
+    h = make_engine(
+        {"catalogue_walk": catalogue_walk},
+        http_allow=["127.0.0.1"],
+        handler_settings={"catalogue_walk": {"api_key": API_KEY, "daily_quota": "2"}},
+    )
+    products = h.engine.ports.products
+    await products.upsert_parts(catalogue(3))
+    await h.add(make_job("prices", "catalogue_walk", params={"base_url": vendor_url}))
+    await h.engine.drain()
+
+    [run] = await h.store.list_executions(ExecutionQuery(limit=10))
+    assert run.status == Status.SUCCESS, run.error
+    assert run.result is not None
+    assert (run.result["priced"], run.result["stopped"]) == (2, "quota")
+    assert API_KEY not in repr(h.settings)
+
+
+def _as_utc(value: Any) -> datetime:
+    """A stored time: a datetime (MongoDB gives it naive, in UTC) or an ISO string (SQLite)."""
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
