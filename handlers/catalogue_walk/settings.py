@@ -160,7 +160,7 @@ class _Values:
         value, where = self._lookup(name, default)
         if not where:
             return value
-        number = _as_number(value)
+        number = as_number(value)
         schema = PARAMS["properties"][name]
         if number is None or number != int(number) or not _within(number, schema):
             raise ValueError(f"{where}: {_describe(schema, 'a whole number')}")
@@ -170,15 +170,16 @@ class _Values:
         value, where = self._lookup(name, default)
         if not where:
             return float(value)
-        number = _as_number(value)
+        number = as_number(value)
         schema = PARAMS["properties"][name]
         if number is None or not _within(number, schema):
             raise ValueError(f"{where}: {_describe(schema, 'a number')}")
         return number
 
 
-def _as_number(value: Any) -> float | None:
-    """A number, or a string holding one (the environment's settings are strings)."""
+def as_number(value: Any) -> float | None:
+    """A finite number, or a string holding one (the environment's settings are strings, and
+    vendors write prices as either)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):

@@ -15,7 +15,6 @@ this module returns: a vendor that echoes it in an error body gets it masked.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -23,6 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from handlers.catalogue_walk.settings import as_number
 from scheduler.handler_api import MASK, failure_reason, read_prefix
 
 # An answer larger than this is not a price.
@@ -115,16 +115,8 @@ def _priced(body: bytes) -> Answer:
 
 
 def _price(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
+    number = as_number(value)
+    return number if number is not None and number >= 0 else None
 
 
 def retry_after_seconds(header: str | None, now: datetime) -> float | None:

@@ -23,6 +23,7 @@ from aiohttp import web
 from handlers.alert_scanner.scan import scan
 from handlers.catalogue_walk import catalogue_walk
 from handlers.catalogue_walk.settings import WalkSettings
+from handlers.catalogue_walk.vendor import retry_after_seconds
 from handlers.catalogue_walk.walk import WalkFailed
 from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext
@@ -287,6 +288,62 @@ async def test_a_failing_part_is_recorded_on_itself_and_the_walk_goes_on(
     assert _as_utc(parts["part-x"]["priceCheckedAt"]) == DAY_1  # not at the head again tomorrow
     assert parts["part-2"]["price"] == 3.0 and "priceError" not in parts["part-2"]
     assert await products.price_history("part-x") == []
+
+
+@pytest.mark.parametrize(
+    ("body", "price", "error"),
+    [
+        ('{"price": " 0.71 ", "currency": "EUR"}', 0.71, None),
+        ('{"price": 3}', 3.0, None),
+        ('{"price": -1}', None, "status 200, but the answer has no price (a number >= 0)"),
+        ('{"price": "$2.95"}', None, "status 200, but the answer has no price (a number >= 0)"),
+        ("<html>", None, "status 200, but the answer is not JSON"),
+        ("[1.5]", None, "status 200, but the answer is not a JSON object"),
+        ('{"price": 1, "currency": 7}', None, "status 200, but the currency is not a short string"),
+    ],
+)
+async def test_what_a_price_answer_may_look_like(
+    products: ProductStore,
+    vendor: Vendor,
+    vendor_url: str,
+    body: str,
+    price: float | None,
+    error: str | None,
+) -> None:
+    await products.upsert_parts(catalogue(1))
+    vendor.script("MPN-0", (200, {"Content-Type": "application/json"}, body))
+
+    result, _ = await walk(products, vendor_url)
+
+    part = (await part_docs(products, 1))["part-0"]
+    assert part["price"] == (0.5 if price is None else price)
+    assert part.get("priceError", {}).get("message") == error
+    assert result["failed"] == (error is not None)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("120", 120.0),
+        ("Mon, 02 Mar 2026 09:01:30 GMT", 90.0),
+        ("Mon, 02 Mar 2026 08:00:00 GMT", 0.0),  # in the past: at once
+        ("soon", None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_seconds_or_an_http_date(header: str | None, seconds: float | None) -> None:
+    assert retry_after_seconds(header, DAY_1) == seconds
+
+
+async def test_a_429_without_retry_after_backs_off_doubling(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(1))
+    vendor.script("MPN-0", *[(429, {}, "")] * 3)
+
+    result, _ = await walk(products, vendor_url)
+
+    assert (result["priced"], result["throttled"], result["waited_seconds"]) == (1, 3, 7.0)
 
 
 async def test_a_later_success_clears_the_parts_error(
