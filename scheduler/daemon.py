@@ -176,7 +176,7 @@ def is_loopback(host: str) -> bool:
 
 async def seed_at_boot(ports: Ports, registry: HandlerRegistry, settings: Settings) -> None:
     now = ports.clock.now()
-    await seed_jobs(ports.store, system_jobs(registry, now))
+    await seed_jobs(ports.store, system_jobs(registry, now, settings.handler_settings))
     if settings.seed_demo:
         await seed_jobs(ports.store, demo_jobs(now))
         if "alert_scanner" in registry:

@@ -95,6 +95,9 @@ class Handler:
     # A standing job seeded at every boot under the handler's name, if absent, e.g.
     # {"schedule": {"kind": "interval", "every_seconds": 86400}, "timeout_seconds": 600}.
     system_job: Mapping[str, Any] | None = None
+    # Settings of [handler_settings.<name>] without which the system job is not seeded (a
+    # vendor's URL and key): until ops configure them, there is nothing it could do.
+    system_job_needs: frozenset[str] = field(default_factory=frozenset)
 
     def __call__(self, ctx: HandlerContext) -> Awaitable[Result] | Result:
         return self.func(ctx)
@@ -106,6 +109,7 @@ def handler(
     secret_params: frozenset[str] | set[str] = frozenset(),
     max_concurrency: int | None = None,
     system_job: Mapping[str, Any] | None = None,
+    system_job_needs: frozenset[str] | set[str] = frozenset(),
 ) -> Callable[[HandlerFunc], Handler]:
     """Declare a handler's params schema, secret params, concurrency limit and system job."""
 
@@ -116,6 +120,7 @@ def handler(
             secret_params=frozenset(secret_params),
             max_concurrency=max_concurrency,
             system_job=system_job,
+            system_job_needs=frozenset(system_job_needs),
         )
 
     return wrap

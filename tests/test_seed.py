@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
+import pytest
+
 from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.logs import FIELDS
 from scheduler.model import IntervalSchedule
 from scheduler.ports import Store
 from scheduler.registry import HandlerRegistry
@@ -58,3 +62,37 @@ async def test_demo_jobs_are_valid_and_due_within_seconds(store: Store) -> None:
     assert len(added) >= 3
     soonest = min(j.next_run_at for j in added if j.next_run_at is not None)
     assert (soonest - T0).total_seconds() <= 10
+
+
+@handler(
+    system_job={"schedule": {"kind": "cron", "expr": "0 30 0 * * *"}},
+    system_job_needs={"base_url", "api_key"},
+)
+async def walker(ctx: HandlerContext) -> Result:
+    return None
+
+
+def test_a_system_job_that_needs_settings_waits_until_they_are_configured(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    r = HandlerRegistry()
+    r.register("walker", walker)
+
+    assert system_jobs(r, T0, {"walker": {"base_url": "https://v.example"}}) == []
+    [record] = [r for r in caplog.records if r.msg == "seed.system_job_not_configured"]
+    assert getattr(record, FIELDS)["missing"] == ["handler_settings.walker.api_key"]
+    configured = {"walker": {"base_url": "https://v.example", "api_key": "k" * 20}}
+    [job] = system_jobs(r, T0, configured)
+    assert (job.name, job.system, job.params) == ("walker", True, {})
+
+
+def test_the_catalogue_walk_is_seeded_once_its_vendor_is_configured() -> None:
+    r = HandlerRegistry()
+    r.load_entry_points()
+    vendor = {"base_url": "https://v.example", "api_key": "k" * 20, "daily_quota": "5000"}
+    assert "catalogue_walk" not in {job.name for job in system_jobs(r, T0)}
+    [walk] = [
+        j for j in system_jobs(r, T0, {"catalogue_walk": vendor}) if j.handler == "catalogue_walk"
+    ]
+    assert (walk.timeout_seconds, walk.max_retries) == (3600, 2)

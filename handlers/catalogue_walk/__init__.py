@@ -13,7 +13,10 @@ instances together never exceed it. At the quota the run stops, says so in its r
 out (Retry-After) within the deadline; other failures are recorded on their part and the walk
 goes on; at most `concurrency` calls are in flight.
 
-Settings come from the params or from `[handler_settings.catalogue_walk]` (settings.py):
+Settings come from the params or from `[handler_settings.catalogue_walk]` (settings.py). Once
+that table names `base_url`, `api_key` and `daily_quota`, a system job `catalogue_walk` is
+seeded at boot: daily at 00:30 UTC, just after the vendor's day begins, an hour's timeout, two
+retries (the quota holds across them). A job of one's own looks like:
 
     {"name": "spot-prices", "handler": "catalogue_walk",
      "schedule": {"kind": "cron", "expr": "0 30 1 * * *"},   # 01:30 UTC, after the quota resets
@@ -23,13 +26,26 @@ Settings come from the params or from `[handler_settings.catalogue_walk]` (setti
 
 from __future__ import annotations
 
+from typing import Any
+
 from handlers.catalogue_walk.settings import PARAMS, WalkSettings
 from handlers.catalogue_walk.vendor import VendorClient
 from handlers.catalogue_walk.walk import Walk
 from scheduler.handler_api import HandlerContext, Result, handler
 
+SYSTEM_JOB: dict[str, Any] = {
+    "schedule": {"kind": "cron", "expr": "0 30 0 * * *"},
+    "timeout_seconds": 3600,
+    "max_retries": 2,
+}
 
-@handler(params_schema=PARAMS, secret_params={"api_key"})
+
+@handler(
+    params_schema=PARAMS,
+    secret_params={"api_key"},
+    system_job=SYSTEM_JOB,
+    system_job_needs={"base_url", "api_key", "daily_quota"},
+)
 async def catalogue_walk(ctx: HandlerContext) -> Result:
     settings = WalkSettings.parse(ctx.params, ctx.config)
     walk = Walk(
