@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,11 @@ def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
                 [(f"query.{name}", "unknown parameter")],
             )
         return None
+    repeated = sorted({name for name in request.query if len(request.query.getall(name)) > 1})
+    if repeated:
+        # Taking the first or the last would silently ignore what the caller also asked for.
+        fields = [(f"query.{name}", "given more than once") for name in repeated]
+        raise ApiError(400, "Invalid request", f"{fields[0][0]}: given more than once", fields)
     try:
         return model.model_validate(dict(request.query))
     except ValidationError as exc:
@@ -116,7 +122,7 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
     if not raw:
         raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
     try:
-        json.loads(raw, parse_constant=_not_json)
+        json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid_json(str(exc)) from None
     try:
@@ -137,6 +143,14 @@ def invalid_json(detail: str) -> ApiError:
 def _not_json(constant: str) -> None:
     # Python's json reads NaN and Infinity, which JSON does not have.
     raise ValueError(f"{constant} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 is valid JSON but no double: Python would read it as infinity and store that.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large (beyond a 64-bit float)")
+    return value
 
 
 def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

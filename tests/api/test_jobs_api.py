@@ -111,7 +111,14 @@ async def test_a_duplicate_name_is_a_conflict(api: Api) -> None:
 
 @pytest.mark.parametrize(
     ("data", "status"),
-    [(b"{not json", 400), (b"", 400), (b"[1, 2]", 422), (b"{" + b" " * (1024 * 1024) + b"}", 413)],
+    [
+        (b"{not json", 400),
+        (b"", 400),
+        (b"[1, 2]", 422),
+        (b"{" + b" " * (1024 * 1024) + b"}", 413),
+        (b'{"params": {"n": NaN}}', 400),
+        (b'{"params": {"n": 1e400}}', 400),  # no double holds it: it would be stored as infinity
+    ],
 )
 async def test_unreadable_bodies_change_nothing(api: Api, data: bytes, status: int) -> None:
     got, body, _ = await api.call(
@@ -132,6 +139,7 @@ async def test_unreadable_bodies_change_nothing(api: Api, data: bytes, status: i
         ("/v1/jobs?colour=red", "query.colour"),
         ("/v1/executions?status=exploded", "query.status"),
         ("/v1/executions?since=yesterday", "query.since"),
+        ("/v1/jobs?handler=noop&handler=webhook", "query.handler"),  # neither is ignored
     ],
 )
 async def test_bad_queries_name_the_parameter(api: Api, path: str, field: str) -> None:
