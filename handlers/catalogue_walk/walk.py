@@ -31,8 +31,11 @@ from scheduler.product import Doc, PriceCheck, ProductStore
 RECORD_RESERVE_SECONDS = 2.0
 # A call is not started with less time than this for it.
 MIN_CALL_SECONDS = 1.0
-# Parts read per page: enough to keep every worker busy, few enough to record often.
-PAGES_PER_WORKER = 4
+# Parts read, asked and recorded together. A page costs a few store round trips whatever its
+# size (on FerretDB, whose parts query reads the whole collection, the number of pages is most
+# of the walk's time), and a run cut short could lose a page's answers.
+MIN_PAGE = 25
+PARTS_PER_WORKER = 8
 MAX_PAGE = 100
 # Without a readable Retry-After, wait 1 s, doubling with each 429 in a row, up to this.
 MAX_UNSAID_RETRY_AFTER_SECONDS = 60.0
@@ -49,9 +52,10 @@ class WalkFailed(Exception):
 
 
 class QuotaPool:
-    """Units of the day's quota, reserved from the store a few at a time (one round trip per
-    `chunk` calls) and handed out one per call. Units reserved and not used when the run ends
-    are lost to the day: the quota errs towards fewer calls, never more."""
+    """Units of the day's quota, reserved from the store for what is left of a page at a time
+    (at most `chunk`) and handed out one per call. Units reserved and not used when the run
+    stops are lost to the day, a page's worth at most: the quota errs towards fewer calls,
+    never more."""
 
     def __init__(
         self, products: ProductStore, *, key: str, day: date, limit: int, chunk: int
@@ -128,7 +132,7 @@ class Walk:
             key=settings.quota_key,
             day=self.started.astimezone(UTC).date(),
             limit=settings.daily_quota,
-            chunk=settings.concurrency,
+            chunk=page_size(settings.concurrency),
         )
         self._asked = 0
         self._failures_in_a_row = 0
@@ -156,7 +160,7 @@ class Walk:
         return result
 
     async def _next_page(self, checked_before: datetime) -> list[Doc]:
-        size = min(MAX_PAGE, PAGES_PER_WORKER * self.settings.concurrency)
+        size = page_size(self.settings.concurrency)
         if self.settings.max_parts is not None:
             size = min(size, self.settings.max_parts - self._asked)
             if size <= 0:
@@ -299,6 +303,10 @@ class Walk:
                 "the walk resumes where it stopped after 00:00 UTC"
             )
         return result
+
+
+def page_size(concurrency: int) -> int:
+    return min(MAX_PAGE, max(MIN_PAGE, PARTS_PER_WORKER * concurrency))
 
 
 def part_number(part: Doc) -> str | None:
