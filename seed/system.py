@@ -34,7 +34,7 @@ def system_jobs(
 
 
 def _configured(name: str, handler: Handler, config: Mapping[str, Any]) -> bool:
-    missing = sorted(handler.system_job_needs - set(config))
+    missing = sorted(need for need in handler.system_job_needs if not _given(config.get(need)))
     if missing:
         log_event(
             log,
@@ -57,3 +57,8 @@ def _system_job(name: str, spec: Any, now: datetime) -> Job:
         max_retries=int(spec.get("max_retries", 0)),
         priority=Priority.parse(spec.get("priority", "normal")),
     )
+
+
+def _given(value: Any) -> bool:
+    """Set, and not to an empty string (an empty environment variable is not a setting)."""
+    return value is not None and not (isinstance(value, str) and not value.strip())

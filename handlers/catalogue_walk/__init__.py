@@ -40,7 +40,10 @@ SYSTEM_JOB: dict[str, Any] = {
 }
 
 
+# One walk at a time per daemon: two over one catalogue would ask for the same parts and pay
+# twice (handler_concurrency.catalogue_walk raises it, for walks of different vendors).
 @handler(
+    max_concurrency=1,
     params_schema=PARAMS,
     secret_params={"api_key"},
     system_job=SYSTEM_JOB,

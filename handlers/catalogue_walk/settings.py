@@ -1,10 +1,15 @@
 """The walk's settings: the job's params over the daemon's `[handler_settings.catalogue_walk]`.
 
 Ops keep the vendor's base URL, API key and daily quota in the configuration (or in
-`TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY` and the like), out of the job store; a job may
-name its own in its params, which win setting by setting. Values from the environment arrive as
-strings and are read as the schema's types; a bad or missing one is a failed run whose error
-names where it should be set.
+`TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY` and the like), out of the job store. A job
+then walks with the configured vendor and may lower its quota, never raise or rename it: the
+vendor grants one quota, shared by every job that calls it. A job whose params name another
+base URL brings that vendor's key and quota itself; the configured key is only ever sent to the
+configured URL (a job's author must not be able to point it elsewhere). The quota is counted
+per host and port, however the URL spells them, unless `quota_key` names it.
+
+Values from the environment arrive as strings and are read as the schema's types; a bad or
+missing one is a failed run whose error names where it should be set.
 """
 
 from __future__ import annotations
@@ -105,11 +110,12 @@ class WalkSettings:
             raise ValueError(f"params: unknown {', '.join(sorted(unknown))}")
         values = _Values(params, config)
         base_url = values.url("base_url")
+        if values.own_vendor(base_url):
+            vendor = _own_vendor(values, base_url)
+        else:
+            vendor = _configured_vendor(values, base_url)
         return cls(
-            base_url=base_url,
-            api_key=values.text("api_key"),
-            daily_quota=values.whole("daily_quota"),
-            quota_key=values.text("quota_key", default=urlsplit(base_url).netloc.lower()),
+            **vendor,
             concurrency=values.whole("concurrency", default=DEFAULT_CONCURRENCY),
             min_age_seconds=values.number("min_age_seconds", default=DEFAULT_MIN_AGE_SECONDS),
             max_parts=values.whole("max_parts", default=None),
@@ -120,6 +126,55 @@ class WalkSettings:
                 "max_consecutive_failures", default=DEFAULT_MAX_CONSECUTIVE_FAILURES
             ),
         )
+
+
+def _configured_vendor(values: _Values, base_url: str) -> dict[str, Any]:
+    """The configured vendor: its key, and its quota, which a job may lower, never raise or
+    rename (every job using that vendor shares the one quota the vendor grants)."""
+    if "quota_key" in values.params:
+        raise ValueError(
+            "params.quota_key: only with a base_url of the job's own (the configured vendor's "
+            "quota is shared by every job using it)"
+        )
+    api_key = values.text("api_key")
+    daily_quota = values.whole("daily_quota")
+    if "daily_quota" in values.params and "daily_quota" in values.config:
+        configured = values.whole("daily_quota", params=False)
+        if daily_quota > configured:
+            raise ValueError(
+                f"params.daily_quota: at most the configured {configured} "
+                f"({CONFIG_TABLE}.daily_quota)"
+            )
+    return {
+        "base_url": base_url,
+        "api_key": api_key,
+        "daily_quota": daily_quota,
+        "quota_key": values.text("quota_key", default=quota_key_of(base_url)),
+    }
+
+
+def _own_vendor(values: _Values, base_url: str) -> dict[str, Any]:
+    """A vendor the job names itself: the configured key is never sent there, nor the
+    configured quota applied; the job brings both."""
+    for name in ("api_key", "daily_quota"):
+        if name not in values.params:
+            raise ValueError(
+                f"params.{name}: required with a base_url of the job's own (the configured "
+                f"{name} goes only with {CONFIG_TABLE}.base_url)"
+            )
+    return {
+        "base_url": base_url,
+        "api_key": values.text("api_key", config=False),
+        "daily_quota": values.whole("daily_quota", config=False),
+        "quota_key": values.text("quota_key", default=quota_key_of(base_url), config=False),
+    }
+
+
+def quota_key_of(base_url: str) -> str:
+    """The vendor's host and port: however the URL spells them, one vendor, one quota."""
+    url = urlsplit(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return f"{url.hostname}:{port}"
 
 
 _REQUIRED = object()
@@ -133,31 +188,48 @@ class _Values:
         self.params = params
         self.config = config
 
-    def _lookup(self, name: str, default: Any) -> tuple[Any, str]:
-        if name in self.params:
+    def own_vendor(self, base_url: str) -> bool:
+        """The params name a base URL other than the configured one."""
+        if "base_url" not in self.params or "base_url" not in self.config:
+            return "base_url" not in self.config
+        return base_url != self.url("base_url", params=False)
+
+    def _lookup(
+        self, name: str, default: Any, *, params: bool = True, config: bool = True
+    ) -> tuple[Any, str]:
+        if params and name in self.params:
             return self.params[name], f"params.{name}"
-        if name in self.config:
+        if config and name in self.config:
             return self.config[name], f"{CONFIG_TABLE}.{name}"
         if default is _REQUIRED:
             raise ValueError(f"params.{name}: required (or set {CONFIG_TABLE}.{name})")
         return default, ""
 
-    def text(self, name: str, default: Any = _REQUIRED) -> Any:
-        value, where = self._lookup(name, default)
+    def text(self, name: str, default: Any = _REQUIRED, *, config: bool = True) -> Any:
+        value, where = self._lookup(name, default, config=config)
         if where and (not isinstance(value, str) or not value.strip()):
             raise ValueError(f"{where}: a non-empty string")
         return value
 
-    def url(self, name: str) -> str:
-        value, where = self._lookup(name, _REQUIRED)
+    def url(self, name: str, *, params: bool = True) -> str:
+        value, where = self._lookup(name, _REQUIRED, params=params)
         if not isinstance(value, str) or urlsplit(value).scheme not in ("http", "https"):
             raise ValueError(f"{where}: an http:// or https:// URL")
-        if not urlsplit(value).netloc:
+        url = urlsplit(value)
+        try:
+            url.port  # noqa: B018 -- reading it checks it
+        except ValueError:
+            raise ValueError(f"{where}: the port is not a number from 0 to 65535") from None
+        if not url.hostname:
             raise ValueError(f"{where}: the URL names no host")
+        if url.username is not None or url.password is not None:
+            raise ValueError(f"{where}: no user or password in the URL (the key is api_key)")
         return value.rstrip("/")
 
-    def whole(self, name: str, default: Any = _REQUIRED) -> Any:
-        value, where = self._lookup(name, default)
+    def whole(
+        self, name: str, default: Any = _REQUIRED, *, params: bool = True, config: bool = True
+    ) -> Any:
+        value, where = self._lookup(name, default, params=params, config=config)
         if not where:
             return value
         number = as_number(value)

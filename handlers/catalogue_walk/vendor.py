@@ -28,6 +28,8 @@ from scheduler.handler_api import MASK, failure_reason, read_prefix
 # An answer larger than this is not a price.
 MAX_ANSWER_BYTES = 64 * 1024
 ERROR_EXCERPT_CHARS = 200
+# A longer Retry-After is read as this (it is past any deadline anyway).
+MAX_RETRY_AFTER_SECONDS = 604_800.0  # a week
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +126,17 @@ def retry_after_seconds(header: str | None, now: datetime) -> float | None:
     if header is None:
         return None
     header = header.strip()
-    if header.isdigit():
-        return float(header)
+    if header.isascii() and header.isdigit():  # not "²", which isdigit() also takes
+        # Ten digits and more are centuries (and Python refuses to read thousands of them).
+        return (
+            MAX_RETRY_AFTER_SECONDS
+            if len(header) > 9
+            else min(float(header), MAX_RETRY_AFTER_SECONDS)
+        )
     try:
         when = parsedate_to_datetime(header)
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:  # an HTTP date is GMT; an unzoned one is read as such
         when = when.replace(tzinfo=now.tzinfo)
-    return max(0.0, (when - now).total_seconds())
+    return min(max(0.0, (when - now).total_seconds()), MAX_RETRY_AFTER_SECONDS)

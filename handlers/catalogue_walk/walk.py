@@ -5,42 +5,59 @@ Why it stops, in `stopped`:
 - `done`: every part was priced within `min_age_seconds`; nothing left to ask.
 - `quota`: the day's quota is spent (by this run or any other sharing the key). The parts not
   reached keep their old `priceCheckedAt`, so tomorrow's first run takes them first.
-- `max_parts`: the run asked as many parts as its params allow.
+- `max_parts`: the run made as many calls as its params allow.
 - `deadline`: too little time left for another call and the recording of the answers.
-- `throttled`: the vendor asked to wait (429 Retry-After) beyond the deadline.
+- `throttled`: the vendor asked to wait (429) beyond the deadline, or refused too often in a row
+  (throttle.py).
 - `key_refused` and `vendor_failing` (the vendor failing `max_consecutive_failures` calls in a
   row): the answers so far are recorded, then the run fails (WalkFailed), since a retry or the
   next run is all that can help, and ops should hear of it.
+
+Answers paid for are not thrown away: each page's are recorded even when a worker failed, and
+the recording is shielded from the deadline's cancellation (it finishes in the background).
+The time kept back for it grows with what recording has taken (FerretDB commits each part's
+update on its own). A part whose answer the store could not record (an `_id` of a type it
+cannot match) is not asked again in the run, is named in the result and the log, and is read
+past on later pages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from handlers.catalogue_walk.quota import QuotaPool
 from handlers.catalogue_walk.settings import WalkSettings
-from handlers.catalogue_walk.vendor import Failed, KeyRefused, Priced, Throttled, VendorClient
+from handlers.catalogue_walk.throttle import MAX_THROTTLES_IN_A_ROW, Throttle
+from handlers.catalogue_walk.vendor import (
+    Answer,
+    Failed,
+    KeyRefused,
+    Priced,
+    Throttled,
+    VendorClient,
+)
 from scheduler.clock import Clock
 from scheduler.product import Doc, PriceCheck, ProductStore
 
-# Kept back from the deadline to record the last page's answers.
+# Kept back from the deadline to record the last page's answers, at least; twice the longest
+# recording so far, if that is more.
 RECORD_RESERVE_SECONDS = 2.0
 # A call is not started with less time than this for it.
 MIN_CALL_SECONDS = 1.0
 # Parts read, asked and recorded together. A page costs a few store round trips whatever its
 # size (on FerretDB, whose parts query reads the whole collection, the number of pages is most
-# of the walk's time), and a run cut short could lose a page's answers.
+# of the walk's time).
 MIN_PAGE = 25
 PARTS_PER_WORKER = 8
 MAX_PAGE = 100
-# Without a readable Retry-After, wait 1 s, doubling with each 429 in a row, up to this.
-MAX_UNSAID_RETRY_AFTER_SECONDS = 60.0
-# The result lists the first few failed parts, not all of them.
-ERRORS_IN_RESULT = 10
+# The result lists the first few failed or unrecorded parts, not all of them.
+PARTS_IN_RESULT = 10
 # Fields naming a part to the vendor, the first present wins.
 PART_NUMBER_FIELDS = ("mpn", "partNumber", "name")
 
@@ -51,61 +68,29 @@ class WalkFailed(Exception):
     """The vendor refused the key or kept failing; the answers before were recorded."""
 
 
-class QuotaPool:
-    """Units of the day's quota, reserved from the store for what is left of a page at a time
-    (at most `chunk`) and handed out one per call. Units reserved and not used when the run
-    stops are lost to the day, a page's worth at most: the quota errs towards fewer calls,
-    never more."""
-
-    def __init__(
-        self, products: ProductStore, *, key: str, day: date, limit: int, chunk: int
-    ) -> None:
-        self._products = products
-        self.key = key
-        self.day = day
-        self.limit = limit
-        self._chunk = chunk
-        self._left = 0
-        self.spent = False
-        self.unused_reserved = 0
-        self._lock = asyncio.Lock()
-
-    async def take(self, upcoming: int) -> bool:
-        """One unit for one call, with `upcoming` calls (this one included) in view, so that
-        no more are reserved than will be asked; False once the day's quota is spent."""
-        async with self._lock:
-            if self._left == 0 and not self.spent:
-                self._left = await self._products.reserve_quota(
-                    self.key, self.day, limit=self.limit, want=min(self._chunk, upcoming)
-                )
-                self.spent = self._left == 0
-            if self._left == 0:
-                return False
-            self._left -= 1
-            return True
-
-    def release_unused(self) -> None:
-        """Count what is left as lost (the store never gives units back)."""
-        self.unused_reserved, self._left = self._left, 0
-
-
 @dataclass
 class WalkReport:
     priced: int = 0
     failed: int = 0
-    # 429 answers, and the time spent waiting for them.
-    throttled: int = 0
-    waited_seconds: float = 0.0
     stopped: str = ""
+    stop_detail: str = ""
     errors: list[dict[str, str]] = field(default_factory=list)
+    # Answered, but the store found no part to write them to.
+    unrecorded: list[str] = field(default_factory=list)
 
-    def add(self, check: PriceCheck) -> None:
-        if check.error is None:
+    def add(self, check: PriceCheck, *, recorded: bool) -> None:
+        if not recorded:
+            self.unrecorded.append(check.part_id)
+        elif check.error is None:
             self.priced += 1
-            return
-        self.failed += 1
-        if len(self.errors) < ERRORS_IN_RESULT:
-            self.errors.append({"part": check.part_id, "error": check.error})
+        else:
+            self.failed += 1
+            if len(self.errors) < PARTS_IN_RESULT:
+                self.errors.append({"part": check.part_id, "error": check.error})
+
+    def stop(self, reason: str, detail: str = "") -> None:
+        if not self.stopped:  # the first reason is the one that counts
+            self.stopped, self.stop_detail = reason, detail
 
 
 class Walk:
@@ -130,31 +115,28 @@ class Walk:
         self.quota = QuotaPool(
             products,
             key=settings.quota_key,
-            day=self.started.astimezone(UTC).date(),
             limit=settings.daily_quota,
-            chunk=page_size(settings.concurrency),
+            chunk=settings.concurrency,
         )
-        self._asked = 0
+        self.throttle = Throttle(clock)
+        # Parts taken from a page in this run: none is asked twice.
+        self._taken: set[str] = set()
+        self._calls = 0
         self._failures_in_a_row = 0
-        self._throttles_in_a_row = 0
-        self._resume_at = self.started
-        self._stop_detail = ""
-        # One worker waits out a 429 at a time: the others queue behind it, not beside it.
-        self._throttle_wait = asyncio.Lock()
+        self._record_reserve = RECORD_RESERVE_SECONDS
+        # Set once the run's first call has its answer (see _call).
+        self._probe_taken = False
+        self._probing = asyncio.Event()
 
     async def run(self) -> dict[str, Any]:
         """Walk until a reason to stop; returns the result. Raises WalkFailed (after recording
         every answer) when the vendor refuses the key or keeps failing."""
         checked_before = self.started - timedelta(seconds=self.settings.min_age_seconds)
         while not self.report.stopped:
-            page = await self._next_page(checked_before)
-            if page:
-                await self._walk_page(page)
+            await self._walk_page(await self._next_page(checked_before))
         self.quota.release_unused()
         result = await self._result()
-        self.logger.info(
-            "catalogue walk stopped: %s", self.report.stopped, extra={"result": result}
-        )
+        self._log(result)
         if self.report.stopped in FAILING_STOPS:
             raise WalkFailed(self._failure_message())
         return result
@@ -162,29 +144,48 @@ class Walk:
     async def _next_page(self, checked_before: datetime) -> list[Doc]:
         size = page_size(self.settings.concurrency)
         if self.settings.max_parts is not None:
-            size = min(size, self.settings.max_parts - self._asked)
+            size = min(size, self.settings.max_parts - self._calls)
             if size <= 0:
-                self._stop("max_parts")
+                self.report.stop("max_parts")
                 return []
-        page = await self.products.parts_to_price(checked_before=checked_before, limit=size)
-        if not page:
-            self._stop("done")
-        return page
+        # Unrecorded parts stay first in line: read past them.
+        limit = size + len(self.report.unrecorded)
+        page = await self.products.parts_to_price(checked_before=checked_before, limit=limit)
+        fresh = [part for part in page if str(part["_id"]) not in self._taken]
+        if not fresh:
+            self.report.stop("done")
+        return fresh[:size]
 
     async def _walk_page(self, page: list[Doc]) -> None:
         waiting = deque(page)
         checks: list[PriceCheck] = []
-        workers = min(self.settings.concurrency, len(page))
-        await asyncio.gather(*(self._worker(waiting, checks) for _ in range(workers)))
-        await self.products.record_price_checks(checks)
-        for check in checks:
-            self.report.add(check)
+        try:
+            async with asyncio.TaskGroup() as workers:
+                for _ in range(min(self.settings.concurrency, len(page))):
+                    workers.create_task(self._worker(waiting, checks))
+        except BaseExceptionGroup as failed:
+            # One worker's error ends the page (the group cancels the others): raise it alone.
+            raise failed.exceptions[0] from None
+        finally:
+            await self._record(checks)
 
     async def _worker(self, waiting: deque[Doc], checks: list[PriceCheck]) -> None:
         while waiting and not self.report.stopped:
-            check = await self._check(waiting.popleft(), upcoming=len(waiting) + 1)
+            part = waiting.popleft()
+            self._taken.add(str(part["_id"]))
+            check = await self._check(part, upcoming=len(waiting) + 1)
             if check is not None:
                 checks.append(check)
+
+    async def _record(self, checks: list[PriceCheck]) -> None:
+        if not checks:
+            return
+        started = time.monotonic()
+        recorded = await asyncio.shield(self.products.record_price_checks(checks))
+        took = time.monotonic() - started
+        self._record_reserve = max(self._record_reserve, 2 * took)
+        for check in checks:
+            self.report.add(check, recorded=check.part_id in recorded)
 
     async def _check(self, part: Doc, *, upcoming: int) -> PriceCheck | None:
         """The part's price check, or None if the walk stopped before the part was asked."""
@@ -193,79 +194,80 @@ class Walk:
         if mpn is None:
             return self._checked(part_id, error="the part has no mpn, partNumber or name")
         while not self.report.stopped:
-            timeout = await self._time_for_a_call()
-            if timeout is None or not await self._take_unit(upcoming):
+            called = await self._call(mpn, upcoming)
+            if called is None:
                 return None
-            answer = await self.vendor.ask(mpn, time_limit=timeout, now=self.clock.now())
-            if isinstance(answer, Throttled):
-                self._throttled(answer)
-                continue
-            return self._on_answer(part_id, answer)
+            answer, call_started = called
+            if not isinstance(answer, Throttled):
+                return self._on_answer(part_id, answer)
+            if not self.throttle.refused(answer.retry_after, call_started=call_started):
+                self.report.stop("throttled", f"{MAX_THROTTLES_IN_A_ROW} refusals (429) in a row")
         return None
+
+    async def _call(self, mpn: str, upcoming: int) -> tuple[Answer, datetime] | None:
+        """One call, once there is time and a unit for it: its answer, and when it was made
+        (after any wait for a 429). None if the walk stopped first.
+
+        The run's first call goes alone, the other workers waiting for its answer: a refused
+        key or a vendor that is down then costs one unit per attempt, not one per worker."""
+        probe = not self._probing.is_set() and not self._probe_taken
+        if probe:
+            self._probe_taken = True
+        else:
+            await self._probing.wait()
+        try:
+            time_limit = await self._time_for_a_call()
+            if time_limit is None or self.report.stopped or not await self._take_unit(upcoming):
+                return None
+            started = self.clock.now()
+            return await self.vendor.ask(mpn, time_limit=time_limit, now=started), started
+        finally:
+            if probe:
+                self._probing.set()
 
     async def _time_for_a_call(self) -> float | None:
         """Waits out a 429 first. The seconds a call may take, or None (and the walk stopped)
         if there is no time for one before the deadline."""
-        async with self._throttle_wait:
-            wait = (self._resume_at - self.clock.now()).total_seconds()
-            if wait > 0:
-                if self._seconds_left() - wait < MIN_CALL_SECONDS:
-                    self._stop("throttled")
-                    return None
-                await self.clock.sleep(wait)
-                self.report.waited_seconds += wait
-        time_left = self._seconds_left()
+        latest = self.deadline - timedelta(seconds=self._record_reserve + MIN_CALL_SECONDS)
+        if not await self.throttle.wait(latest=latest):
+            self.report.stop("throttled", "the vendor asked to wait past the deadline")
+            return None
+        time_left = (self.deadline - self.clock.now()).total_seconds() - self._record_reserve
         if time_left < MIN_CALL_SECONDS:
-            self._stop("deadline")
+            self.report.stop("deadline")
             return None
         return min(self.settings.request_timeout_seconds, time_left)
 
     async def _take_unit(self, upcoming: int) -> bool:
-        if self.settings.max_parts is not None and self._asked >= self.settings.max_parts:
-            self._stop("max_parts")
-            return False
         if self.settings.max_parts is not None:
-            upcoming = min(upcoming, self.settings.max_parts - self._asked)
-        if not await self.quota.take(upcoming):
-            self._stop("quota")
+            if self._calls >= self.settings.max_parts:
+                self.report.stop("max_parts")
+                return False
+            upcoming = min(upcoming, self.settings.max_parts - self._calls)
+        if not await self.quota.take(upcoming, self.clock.now()):
+            self.report.stop("quota")
             return False
-        self._asked += 1
+        self._calls += 1
         return True
 
-    def _throttled(self, answer: Throttled) -> None:
-        self.report.throttled += 1
-        self._throttles_in_a_row += 1
-        wait = answer.retry_after
-        if wait is None:
-            wait = min(2.0 ** (self._throttles_in_a_row - 1), MAX_UNSAID_RETRY_AFTER_SECONDS)
-        self._resume_at = max(self._resume_at, self.clock.now() + timedelta(seconds=wait))
-
     def _on_answer(self, part_id: str, answer: Priced | KeyRefused | Failed) -> PriceCheck | None:
-        self._throttles_in_a_row = 0
         if isinstance(answer, KeyRefused):
-            self._stop("key_refused", detail=answer.reason)
+            self.report.stop("key_refused", answer.reason)
             return None
+        self.throttle.answered()
         if isinstance(answer, Priced):
             self._failures_in_a_row = 0
             return self._checked(part_id, price=answer.price, currency=answer.currency)
         if answer.vendor_fault:
             self._failures_in_a_row += 1
             if self._failures_in_a_row >= self.settings.max_consecutive_failures:
-                self._stop("vendor_failing", detail=answer.reason)
+                self.report.stop("vendor_failing", answer.reason)
         return self._checked(part_id, error=answer.reason)
 
     def _checked(self, part_id: str, **outcome: Any) -> PriceCheck:
         return PriceCheck(
             part_id=part_id, checked_at=self.clock.now(), source=self.settings.quota_key, **outcome
         )
-
-    def _seconds_left(self) -> float:
-        return (self.deadline - self.clock.now()).total_seconds() - RECORD_RESERVE_SECONDS
-
-    def _stop(self, reason: str, *, detail: str = "") -> None:
-        if not self.report.stopped:  # the first reason is the one that counts
-            self.report.stopped = reason
-            self._stop_detail = detail
 
     def _failure_message(self) -> str:
         what = {
@@ -275,34 +277,56 @@ class Walk:
             ),
         }[self.report.stopped]
         return (
-            f"{what} ({self._stop_detail}); {self.report.priced} parts priced and "
+            f"{what} ({self.report.stop_detail}); {self.report.priced} parts priced and "
             f"{self.report.failed} failed before that were recorded"
         )
 
     async def _result(self) -> dict[str, Any]:
-        report = self.report
-        used = await self.products.quota_used(self.quota.key, self.quota.day)
+        report, quota = self.report, self.quota
+        day = quota.day or self.clock.now().astimezone(UTC).date()
         result: dict[str, Any] = {
             "priced": report.priced,
             "failed": report.failed,
             "stopped": report.stopped,
-            "throttled": report.throttled,
-            "waited_seconds": round(report.waited_seconds, 3),
+            "throttled": self.throttle.count,
+            "waited_seconds": round(self.throttle.waited_seconds, 3),
             "quota": {
-                "key": self.quota.key,
-                "day": self.quota.day.isoformat(),
-                "limit": self.quota.limit,
-                "used": used,
-                "reserved_unused": self.quota.unused_reserved,
+                "key": quota.key,
+                "day": day.isoformat(),
+                "limit": quota.limit,
+                "used": await self.products.quota_used(quota.key, day),
+                "reserved_unused": quota.unused_reserved,
             },
             "errors": report.errors,
         }
+        if report.unrecorded:
+            result["unrecorded"] = len(report.unrecorded)
+            result["unrecorded_parts"] = report.unrecorded[:PARTS_IN_RESULT]
         if report.stopped == "quota":
             result["message"] = (
-                f"the daily quota of {self.quota.limit} calls ({self.quota.key}) is spent; "
+                f"the daily quota of {quota.limit} calls ({quota.key}) is spent; "
                 "the walk resumes where it stopped after 00:00 UTC"
             )
         return result
+
+    def _log(self, result: dict[str, Any]) -> None:
+        quota = result["quota"]
+        self.logger.info(
+            "catalogue walk stopped (%s): %d priced, %d failed, quota %d of %d used on %s",
+            self.report.stopped,
+            self.report.priced,
+            self.report.failed,
+            quota["used"],
+            quota["limit"],
+            quota["day"],
+        )
+        if self.report.unrecorded:
+            self.logger.error(
+                "catalogue walk: %d answers had no part to be recorded on (ids the store "
+                "cannot match), e.g. %s",
+                len(self.report.unrecorded),
+                ", ".join(self.report.unrecorded[:PARTS_IN_RESULT]),
+            )
 
 
 def page_size(concurrency: int) -> int:

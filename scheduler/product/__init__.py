@@ -176,12 +176,13 @@ class ProductStore(Protocol):
         walk's order: never checked first, then the longest ago, then by id. A walk that stops
         (at its quota or its deadline) thus resumes where it left off on its next run."""
 
-    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> None:
-        """One round trip per batch (bounded commands on FerretDB). Each check sets the part's
+    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> set[str]:
+        """A few round trips per batch (bounded commands on FerretDB). Each check sets the part's
         `priceCheckedAt`. With a price it also sets `price` and `priceCurrency`, removes
         `priceError`, and adds an entry to the price history; with an error it sets `priceError`
         ({"message", "at"}) and leaves the price as it was. A part that no longer exists is
-        skipped, and a check recorded twice (same part and `checked_at`) adds one entry."""
+        skipped, and a check recorded twice (same part and `checked_at`) adds one entry.
+        Returns the ids of the parts written: a check whose id is missing was not recorded."""
 
     async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
         """The part's history entries, newest first: {"_id", "partId", "price", "currency",

@@ -111,6 +111,8 @@ QUOTA_RETENTION = timedelta(days=7)
 # Rounds of a reservation that lost slots to others and has already been granted some: it then
 # returns what it has rather than retrying on. One granted nothing retries while there is room.
 QUOTA_ROUNDS = 5
+# Keys and days whose top slot a store remembers; past this, it starts over.
+QUOTA_TOPS_REMEMBERED = 1000
 
 ALERT_INDEXES = [IndexModel(DUE_ORDER, name="alerts_due")]
 NOTIFICATION_INDEXES = [
@@ -147,13 +149,24 @@ def product_client_options(url: str) -> dict[str, Any]:
 
 
 def id_forms(ids: Iterable[str]) -> list[Any]:
-    """Each id as a string and, when it can be one, as an ObjectId: matches either."""
+    """Each id as a string and, when it can be one, as an ObjectId or a 64-bit integer (ids of
+    imported data): matches any of them."""
     forms: list[Any] = []
     for value in dict.fromkeys(ids):
         forms.append(value)
         if ObjectId.is_valid(value):
             forms.append(ObjectId(value))
+        elif _is_int64_text(value):
+            forms.append(int(value))
     return forms
+
+
+def _is_int64_text(value: str) -> bool:
+    try:
+        number = int(value)
+    except ValueError:
+        return False
+    return str(number) == value and -(2**63) <= number < 2**63
 
 
 def due_filter(now: datetime) -> Doc:
@@ -274,6 +287,8 @@ class MongoProductStore:
         # the notifications of each claiming token.
         self._claims: dict[str, str] = {}
         self._claims_of_token: dict[str, set[str]] = {}
+        # The highest quota slot known taken, by key and day (a lower bound: others take more).
+        self._quota_tops: dict[tuple[str, date], int] = {}
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -492,10 +507,10 @@ class MongoProductStore:
         return [doc async for doc in in_one_batch(cursor, limit)]
 
     @translating_errors
-    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> None:
+    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> set[str]:
         writes = price_writes(checks)
         if not writes:
-            return
+            return set()
         # The parts that exist, by id as a string: none is created, and each write then goes by
         # its `_id` as stored alone.
         query = {"_id": {"$in": id_forms(writes)}}
@@ -507,6 +522,7 @@ class MongoProductStore:
         entries = [entry for entry in price_entries(checks) if entry["partId"] in stored]
         if entries:
             await insert_ignoring_duplicates(self.price_history_docs, entries)
+        return set(stored)
 
     @translating_errors
     async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
@@ -523,7 +539,9 @@ class MongoProductStore:
         granted = 0
         at = datetime.now(UTC)  # for people reading the slots; no query uses it
         for round_ in range(1, limit + 2):
-            top = await self._top_slot(key, day)
+            top = self._quota_tops.get((key, day))
+            if top is None:
+                top = await self._top_slot(key, day)
             slots = [
                 quota_slot(key, day, n, at)
                 for n in range(top + 1, min(top + want - granted, limit) + 1)
@@ -532,12 +550,24 @@ class MongoProductStore:
                 break
             refused = await insert_ignoring_duplicates(self.quota_slots, slots)
             granted += len(slots) - len(refused)
+            self._remember_top(key, day, slots[-1]["n"] if len(refused) < len(slots) else None)
             if top == 0 and 0 not in refused:  # this day's first slot: forget old days
                 cutoff = (day - QUOTA_RETENTION).isoformat()
                 await self.quota_slots.delete_many({"key": key, "day": {"$lt": cutoff}})
             if granted >= want or (granted > 0 and round_ >= QUOTA_ROUNDS):
                 break
         return granted
+
+    def _remember_top(self, key: str, day: date, top: int | None) -> None:
+        """Every slot number tried is taken now, by this store or another, so the next
+        reservation starts past them without reading the top (FerretDB reads every slot of the
+        collection for it). After a round that won nothing, others are ahead: forget, read."""
+        if top is None:
+            self._quota_tops.pop((key, day), None)
+            return
+        if len(self._quota_tops) > QUOTA_TOPS_REMEMBERED:
+            self._quota_tops.clear()
+        self._quota_tops[(key, day)] = top
 
     async def _top_slot(self, key: str, day: date) -> int:
         """The highest slot number taken of the day (0 before the first)."""

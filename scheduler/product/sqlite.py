@@ -327,11 +327,11 @@ class SQLiteProductStore:
         # SQLite reads a negative LIMIT as "no limit".
         return await self._read(select) if limit > 0 else []
 
-    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> None:
+    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> set[str]:
         writes = price_writes(checks)
         entries = price_entries(checks)
 
-        def record(db: sqlite3.Connection) -> None:
+        def record(db: sqlite3.Connection) -> set[str]:
             docs = _docs(db, "parts", writes)
             for part_id, doc in docs.items():
                 _apply_price_write(doc, writes[part_id])
@@ -344,9 +344,9 @@ class SQLiteProductStore:
                 "VALUES (?, ?, ?, ?)",
                 [price_entry_row(e) for e in entries if e["partId"] in docs],
             )
+            return set(docs)
 
-        if writes:
-            await self._write(record)
+        return await self._write(record) if writes else set()
 
     async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
         sql = (

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -29,8 +29,9 @@ from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext
 from scheduler.mail.outbox import OutboxMailer
 from scheduler.model import Status
-from scheduler.ports import ExecutionQuery
+from scheduler.ports import ExecutionQuery, StoreError
 from scheduler.product import Doc, ProductStore
+from scheduler.product.mongodb import MongoProductStore
 from scheduler.testing import handler_context
 from tests.alerts.builders import alert, price_rule
 from tests.conftest import EngineFactory, make_job
@@ -54,6 +55,8 @@ class Vendor:
     # Held this long (real time) per call, so that calls overlap.
     delay: float = 0.0
     calls: list[str] = field(default_factory=list)
+    # ("start" or "end", part number), in order.
+    events: list[tuple[str, str]] = field(default_factory=list)
     in_flight: int = 0
     most_in_flight: int = 0
 
@@ -68,6 +71,7 @@ class Vendor:
     async def _price(self, request: web.Request) -> web.Response:
         mpn = request.match_info["mpn"]
         self.calls.append(mpn)
+        self.events.append(("start", mpn))
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -75,6 +79,7 @@ class Vendor:
             return self._reply(mpn, request.headers.get("Authorization", ""))
         finally:
             self.in_flight -= 1
+            self.events.append(("end", mpn))
 
     def _reply(self, mpn: str, authorization: str) -> web.Response:
         if authorization != f"Bearer {API_KEY}":
@@ -417,19 +422,209 @@ async def test_with_too_little_time_left_nothing_is_asked(
     assert result["quota"]["used"] == 0
 
 
+async def test_a_retry_after_of_zero_still_backs_off_and_the_walk_gives_up_in_the_end(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(2))
+    vendor.script("MPN-0", *[(429, {"Retry-After": "0"}, "")] * 30)
+
+    result, _ = await walk(products, vendor_url, concurrency=1)
+
+    # 1, 2, 4 ... doubling to 60 s for ten refusals in a row; the eleventh stops the walk.
+    assert (result["stopped"], result["throttled"], len(vendor.calls)) == ("throttled", 11, 11)
+    assert result["waited_seconds"] == 1 + 2 + 4 + 8 + 16 + 32 + 60 * 4
+    assert result["quota"]["used"] == 11  # not the whole day's quota on one part
+
+
+async def test_one_burst_of_429s_to_several_workers_is_waited_out_once(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(5))
+    for i in range(1, 5):  # the first call (alone, see below) goes through; the next four not
+        vendor.script(f"MPN-{i}", (429, {"Retry-After": "10"}, ""))
+    vendor.delay = 0.2  # the four calls are in flight together when the first 429 comes back
+
+    result, ctx = await walk(products, vendor_url, concurrency=4)
+
+    assert (result["priced"], result["throttled"], result["waited_seconds"]) == (5, 4, 10.0)
+    assert ctx.clock.now() == DAY_1 + timedelta(seconds=10)
+
+
+@pytest.mark.parametrize(
+    "header", ["99999999999999", "9" * 5000, "\u00b2", "Fri, 31 Dec 9999 23:59:59 GMT"]
+)
+async def test_an_absurd_retry_after_stops_the_walk_without_breaking_it(
+    products: ProductStore, vendor: Vendor, vendor_url: str, header: str
+) -> None:
+    await products.upsert_parts(catalogue(2))
+    vendor.script("MPN-0", (429, {"Retry-After": header}, ""))
+
+    result, _ = await walk(products, vendor_url, concurrency=1)
+
+    if header == "\u00b2":  # unreadable: the 1 s backoff, then the part is priced
+        assert (result["stopped"], result["priced"]) == ("done", 2)
+    else:
+        assert (result["stopped"], result["priced"]) == ("throttled", 0)
+
+
+async def test_a_run_across_midnight_charges_each_call_to_its_own_day(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(8))
+    vendor.script("MPN-0", (429, {"Retry-After": "60"}, ""))
+    before_midnight = DAY_1.replace(hour=23, minute=59, second=30)
+
+    result, _ = await walk(
+        products, vendor_url, at=before_midnight, config={"daily_quota": 5}, concurrency=1
+    )
+
+    assert await products.quota_used(result["quota"]["key"], DAY_1.date()) == 1
+    assert result["quota"]["day"] == "2026-03-03"
+    assert (result["quota"]["used"], result["priced"], len(vendor.calls)) == (5, 5, 6)
+
+
+async def test_a_runs_first_call_goes_alone(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(8))
+    vendor.delay = 0.05
+
+    result, _ = await walk(products, vendor_url, concurrency=4)
+
+    assert result["priced"] == 8
+    assert vendor.events[:2] == [("start", "MPN-0"), ("end", "MPN-0")]  # then the others
+    assert vendor.most_in_flight == 4
+
+
+async def test_a_refused_key_costs_one_unit_per_attempt(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(30))
+    for _attempt in range(3):
+        with pytest.raises(WalkFailed):
+            await walk(products, vendor_url, config={"api_key": "wrong-key-abcdef0123"})
+    assert len(vendor.calls) == 3
+    assert await products.quota_used(vendor_url.split("/")[2], DAY_1.date()) == 3
+
+
+class FailingStore:
+    """A product store whose `fail_on`-th reservation raises, and whose recording can be held."""
+
+    def __init__(self, inner: ProductStore, *, fail_on: int = 0) -> None:
+        self._inner = inner
+        self._fail_on = fail_on
+        self.reservations = 0
+        self.hold_recording: asyncio.Event | None = None
+        self.recording = asyncio.Event()
+        self.recorded = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def reserve_quota(self, key: str, day: Any, *, limit: int, want: int) -> int:
+        self.reservations += 1
+        if self.reservations == self._fail_on:
+            raise StoreError("sqlite: disk I/O error")
+        return await self._inner.reserve_quota(key, day, limit=limit, want=want)
+
+    async def record_price_checks(self, checks: Any) -> set[str]:
+        self.recording.set()
+        if self.hold_recording is not None:
+            await self.hold_recording.wait()
+        recorded = await self._inner.record_price_checks(checks)
+        self.recorded.set()
+        return recorded
+
+
+async def test_a_store_error_mid_page_fails_the_run_but_keeps_the_answers_paid_for(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(5))
+    failing = FailingStore(products, fail_on=3)
+
+    with pytest.raises(StoreError, match="disk I/O error"):
+        await walk(cast(ProductStore, failing), vendor_url, concurrency=1)
+
+    # The probe and one more reservation paid for two calls; both answers are in the store.
+    parts = await part_docs(products, 5)
+    assert sorted(p for p, doc in parts.items() if "priceCheckedAt" in doc) == ["part-0", "part-1"]
+    assert len(vendor.calls) == 2
+
+
+async def test_answers_being_recorded_when_the_deadline_cancels_the_run_are_recorded(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(3))
+    held = FailingStore(products)
+    held.hold_recording = asyncio.Event()
+
+    run = asyncio.ensure_future(walk(cast(ProductStore, held), vendor_url))
+    await asyncio.wait_for(held.recording.wait(), timeout=10)
+    run.cancel()  # what the runner does at the deadline
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    held.hold_recording.set()
+
+    await asyncio.wait_for(held.recorded.wait(), timeout=10)
+    parts = await part_docs(products, 3)
+    assert [parts[f"part-{i}"]["price"] for i in range(3)] == [1.0, 2.0, 3.0]
+
+
+async def test_a_part_whose_id_the_store_cannot_match_is_named_not_priced_nor_asked_again(
+    products: ProductStore, vendor: Vendor, vendor_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not isinstance(products, MongoProductStore):
+        pytest.skip("ids are strings in SQLite")
+    await products.upsert_parts(
+        [{"_id": 1.5, "mpn": "MPN-0"}, {"_id": 7, "mpn": "MPN-1"}, *catalogue(4)[2:]]
+    )
+
+    result, _ = await walk(products, vendor_url, concurrency=1, max_parts=10)
+
+    assert (result["stopped"], result["priced"], result["unrecorded"]) == ("done", 3, 1)
+    assert result["unrecorded_parts"] == ["1.5"]
+    assert vendor.calls.count("MPN-0") == 1
+    assert (await products.parts(["7"]))["7"]["price"] == 2.0  # an integer id is matched
+    assert "1 answers had no part to be recorded on" in caplog.text
+
+
 # -- settings -------------------------------------------------------------------------------------
 
 
-def test_params_win_over_the_configuration_setting_by_setting() -> None:
-    config = {"base_url": "https://api.vendor.example/v2/", "api_key": "k" * 20, "daily_quota": 9}
-    settings = WalkSettings.parse({"daily_quota": 5, "concurrency": 2}, config)
+CONFIGURED = {"base_url": "https://api.vendor.example/v2/", "api_key": "k" * 20, "daily_quota": 9}
+
+
+def test_a_job_may_lower_the_configured_quota_never_raise_or_rename_it() -> None:
+    settings = WalkSettings.parse({"daily_quota": 5, "concurrency": 2}, CONFIGURED)
     assert (settings.base_url, settings.daily_quota, settings.concurrency) == (
         "https://api.vendor.example/v2",
         5,
         2,
     )
-    assert settings.quota_key == "api.vendor.example"
+    assert settings.quota_key == "api.vendor.example:443"
     assert "k" * 20 not in repr(settings)
+    with pytest.raises(ValueError, match=r"params\.daily_quota: at most the configured 9"):
+        WalkSettings.parse({"daily_quota": 10}, CONFIGURED)
+    with pytest.raises(ValueError, match=r"params\.quota_key: only with a base_url of the job"):
+        WalkSettings.parse({"quota_key": "fresh-counter"}, CONFIGURED)
+
+
+def test_the_configured_key_is_never_sent_to_a_url_of_the_jobs_choosing() -> None:
+    elsewhere = {"base_url": "https://collector.example"}
+    with pytest.raises(ValueError, match=r"params\.api_key: required with a base_url of the job"):
+        WalkSettings.parse(elsewhere, CONFIGURED)
+    own = WalkSettings.parse({**elsewhere, "api_key": "theirs", "daily_quota": 50}, CONFIGURED)
+    assert (own.api_key, own.daily_quota, own.quota_key) == ("theirs", 50, "collector.example:443")
+    same = WalkSettings.parse({"base_url": "https://api.vendor.example/v2"}, CONFIGURED)
+    assert same.api_key == "k" * 20  # the configured URL, spelt as configured
+
+
+def test_one_vendor_is_one_quota_however_its_url_is_spelt() -> None:
+    keys = {
+        WalkSettings.parse({"base_url": url, "api_key": "k", "daily_quota": 1}, {}).quota_key
+        for url in ("https://API.Vendor.example/v2", "https://api.vendor.example:443/v3/")
+    }
+    assert keys == {"api.vendor.example:443"}
 
 
 @pytest.mark.parametrize(
@@ -438,14 +633,19 @@ def test_params_win_over_the_configuration_setting_by_setting() -> None:
         ({}, {"base_url": "https://v.example"}, r"params\.api_key: required \(or set handler_"),
         ({"api_key": "k"}, {}, r"params\.base_url: required"),
         (
-            {"api_key": "k", "base_url": "https://v.example"},
-            {"daily_quota": "lots"},
+            {},
+            {"base_url": "https://v.example", "api_key": "k", "daily_quota": "lots"},
             r"handler_settings\.catalogue_walk\.daily_quota: a whole number >= 1",
         ),
         (
             {"api_key": "k", "base_url": "ftp://v.example", "daily_quota": 1},
             {},
             r"params\.base_url: an http:// or https:// URL",
+        ),
+        (
+            {"api_key": "k", "base_url": "https://user:pw@v.example", "daily_quota": 1},
+            {},
+            r"params\.base_url: no user or password in the URL",
         ),
         (
             {"api_key": "k", "base_url": "https://v.example", "daily_quota": 1, "concurency": 2},
@@ -464,24 +664,25 @@ def test_a_missing_or_bad_setting_is_named(
 # -- through the engine ---------------------------------------------------------------------------
 
 
-async def test_a_job_walks_with_the_key_from_the_daemons_configuration(
+async def test_a_job_walks_with_the_vendor_of_the_daemons_configuration(
     make_engine: EngineFactory, vendor: Vendor, vendor_url: str
 ) -> None:
+    configured = {"base_url": vendor_url, "api_key": API_KEY, "daily_quota": "2"}
     h = make_engine(
         {"catalogue_walk": catalogue_walk},
         http_allow=["127.0.0.1"],
-        handler_settings={"catalogue_walk": {"api_key": API_KEY, "daily_quota": "2"}},
+        handler_settings={"catalogue_walk": configured},
     )
     products = h.engine.ports.products
     await products.upsert_parts(catalogue(3))
-    await h.add(make_job("prices", "catalogue_walk", params={"base_url": vendor_url}))
+    await h.add(make_job("prices", "catalogue_walk", params={"concurrency": 2}))
     await h.engine.drain()
 
     [run] = await h.store.list_executions(ExecutionQuery(limit=10))
     assert run.status == Status.SUCCESS, run.error
     assert run.result is not None
     assert (run.result["priced"], run.result["stopped"]) == (2, "quota")
-    assert API_KEY not in repr(h.settings)
+    assert API_KEY not in repr(h.settings) and API_KEY not in repr(run.result)
 
 
 def _as_utc(value: Any) -> datetime:
