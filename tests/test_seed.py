@@ -82,6 +82,8 @@ def test_a_system_job_that_needs_settings_waits_until_they_are_configured(
     assert system_jobs(r, T0, {"walker": {"base_url": "https://v.example"}}) == []
     [record] = [r for r in caplog.records if r.msg == "seed.system_job_not_configured"]
     assert getattr(record, FIELDS)["missing"] == ["handler_settings.walker.api_key"]
+    # An empty environment variable is not a setting.
+    assert system_jobs(r, T0, {"walker": {"base_url": "https://v.example", "api_key": " "}}) == []
     configured = {"walker": {"base_url": "https://v.example", "api_key": "k" * 20}}
     [job] = system_jobs(r, T0, configured)
     assert (job.name, job.system, job.params) == ("walker", True, {})

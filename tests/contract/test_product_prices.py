@@ -152,19 +152,20 @@ async def test_checks_of_one_part_in_one_batch_apply_in_order(products: ProductS
 
 
 async def test_a_part_that_no_longer_exists_is_skipped(products: ProductStore) -> None:
-    await products.upsert_parts([part("p1")])
-    await products.record_price_checks(
-        [priced("gone", T0, 5.0), failed("gone-too", T0), priced("p1", T0, 12.5)]
+    await products.upsert_parts([part("p1"), part("p2")])
+    recorded = await products.record_price_checks(
+        [priced("gone", T0, 5.0), failed("gone-too", T0), priced("p1", T0, 12.5), failed("p2", T0)]
     )
+    assert recorded == {"p1", "p2"}  # the caller learns which answers found no part
     assert set(await products.parts(["gone", "gone-too", "p1"])) == {"p1"}
     assert await products.price_history("gone") == []
     assert (await stored_part(products, "p1"))["price"] == 12.5
-    assert ids(await products.parts_to_price(checked_before=T0 + HOUR, limit=10)) == ["p1"]
+    assert ids(await products.parts_to_price(checked_before=T0 + HOUR, limit=10)) == ["p1", "p2"]
 
 
 async def test_an_empty_batch_records_nothing(products: ProductStore) -> None:
     await products.upsert_parts([part("p1")])
-    await products.record_price_checks([])
+    assert await products.record_price_checks([]) == set()
     assert "priceCheckedAt" not in await stored_part(products, "p1")
 
 
