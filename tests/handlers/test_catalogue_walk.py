@@ -393,7 +393,7 @@ async def test_a_vendor_that_keeps_failing_fails_the_run_after_recording_the_ans
     assert sum("priceError" in p for p in parts.values()) == 3
 
 
-async def test_calls_in_flight_are_bounded_by_the_concurrency(
+async def test_the_first_call_goes_alone_then_calls_in_flight_are_bounded_by_the_concurrency(
     products: ProductStore, vendor: Vendor, vendor_url: str
 ) -> None:
     await products.upsert_parts(catalogue(10))
@@ -402,6 +402,7 @@ async def test_calls_in_flight_are_bounded_by_the_concurrency(
     result, _ = await walk(products, vendor_url, concurrency=3)
 
     assert result["priced"] == 10
+    assert vendor.events[:2] == [("start", "MPN-0"), ("end", "MPN-0")]  # then the others
     assert vendor.most_in_flight == 3
 
 
@@ -481,19 +482,6 @@ async def test_a_run_across_midnight_charges_each_call_to_its_own_day(
     assert await products.quota_used(result["quota"]["key"], DAY_1.date()) == 1
     assert result["quota"]["day"] == "2026-03-03"
     assert (result["quota"]["used"], result["priced"], len(vendor.calls)) == (5, 5, 6)
-
-
-async def test_a_runs_first_call_goes_alone(
-    products: ProductStore, vendor: Vendor, vendor_url: str
-) -> None:
-    await products.upsert_parts(catalogue(8))
-    vendor.delay = 0.05
-
-    result, _ = await walk(products, vendor_url, concurrency=4)
-
-    assert result["priced"] == 8
-    assert vendor.events[:2] == [("start", "MPN-0"), ("end", "MPN-0")]  # then the others
-    assert vendor.most_in_flight == 4
 
 
 async def test_a_refused_key_costs_one_unit_per_attempt(
