@@ -443,7 +443,7 @@ async def test_one_burst_of_429s_to_several_workers_is_waited_out_once(
     await products.upsert_parts(catalogue(5))
     for i in range(1, 5):  # the first call (alone, see below) goes through; the next four not
         vendor.script(f"MPN-{i}", (429, {"Retry-After": "10"}, ""))
-    vendor.delay = 0.2  # the four calls are in flight together when the first 429 comes back
+    vendor.delay = 0.5  # the four calls are in flight together when the first 429 comes back
 
     result, ctx = await walk(products, vendor_url, concurrency=4)
 
