@@ -13,8 +13,9 @@ instances together never exceed it. At the quota the run stops, says so in its r
 out (Retry-After) within the deadline; other failures are recorded on their part and the walk
 goes on; at most `concurrency` calls are in flight.
 
-Settings come from the params or from `[handler_settings.catalogue_walk]` (settings.py). Once
-that table names `base_url`, `api_key` and `daily_quota`, a system job `catalogue_walk` is
+Settings come from `[handler_settings.catalogue_walk]` and the params (settings.py: a job may
+lower the configured quota, never raise it, and the configured key goes only to the configured
+URL). Once that table names `base_url`, `api_key` and `daily_quota`, a system job `catalogue_walk` is
 seeded at boot: daily at 00:30 UTC, just after the vendor's day begins, an hour's timeout, two
 retries (the quota holds across them). A job of one's own looks like:
 
