@@ -3,8 +3,10 @@
 Walks the parts oldest-priced first (never priced, then the longest ago), asks the vendor's
 price API for each (vendor.py says what it calls and how it reads the answers) and records
 `price`, `priceCurrency`, `priceCheckedAt` and a price history entry: the prices the alert
-scanner's price rules see. A part the vendor fails on gets `priceError` and its `priceCheckedAt`
-moves on, so a part the vendor does not know cannot hold the walk at its head day after day.
+scanner's price rules see. A part the vendor fails on gets `priceError`. When the failure is
+the part's (a 404, an answer without a price) its `priceCheckedAt` moves on, so a part the
+vendor does not know cannot hold the walk at its head day after day; when it is the vendor's
+(5xx, no answer) the part keeps its place, to be asked first next time.
 
 The quota: every call costs one unit of `daily_quota`, counted in the product store per
 `quota_key` and UTC day with an atomic reservation, so retries, overlapping runs and several
@@ -15,9 +17,9 @@ goes on; at most `concurrency` calls are in flight.
 
 Settings come from `[handler_settings.catalogue_walk]` and the params (settings.py: a job may
 lower the configured quota, never raise it, and the configured key goes only to the configured
-URL). Once that table names `base_url`, `api_key` and `daily_quota`, a system job `catalogue_walk` is
-seeded at boot: daily at 00:30 UTC, just after the vendor's day begins, an hour's timeout, two
-retries (the quota holds across them). A job of one's own looks like:
+vendor). Once that table names `base_url`, `api_key` and `daily_quota`, a system job
+`catalogue_walk` is seeded at boot: daily at 00:30 UTC, just after the vendor's day begins, an
+hour's timeout, two retries (the quota holds across them). A job of one's own looks like:
 
     {"name": "spot-prices", "handler": "catalogue_walk",
      "schedule": {"kind": "cron", "expr": "0 30 1 * * *"},   # 01:30 UTC, after the quota resets

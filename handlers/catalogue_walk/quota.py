@@ -4,6 +4,7 @@ across tasks, processes and instances), a few at a time, handed out one per call
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 
 from scheduler.product import ProductStore
@@ -11,7 +12,7 @@ from scheduler.product import ProductStore
 
 class QuotaPool:
     """Reserves at most `chunk` units at a time (the calls in flight at once), and only one for
-    a run's first call: a refused key or an unreachable vendor then costs one unit per attempt.
+    a run's first call (which goes alone, see Walk._call).
 
     The day is the UTC day of each reservation, not of the run's start: a run that crosses
     midnight charges its later calls to the new day, and the units it still held for the old
@@ -31,11 +32,13 @@ class QuotaPool:
         self.unused_reserved = 0
         self._lock = asyncio.Lock()
 
-    async def take(self, upcoming: int, now: datetime) -> bool:
-        """One unit for one call at `now`, with `upcoming` calls (this one included) in view, so
+    async def take(self, upcoming: int, now: Callable[[], datetime]) -> bool:
+        """One unit for one call made now, with `upcoming` calls (this one included) in view, so
         that no more are reserved than will be asked. False once the day's quota is spent."""
         async with self._lock:
-            self._turn_day(now.astimezone(UTC).date())
+            # The time is read holding the lock: a worker that waited for it past midnight
+            # must not take the pool back to the day before.
+            self._turn_day(now().astimezone(UTC).date())
             if self._left == 0 and not self._spent:
                 want = min(self._chunk, upcoming) if self._probed else 1
                 self._probed = True
@@ -49,7 +52,7 @@ class QuotaPool:
             return True
 
     def _turn_day(self, day: date) -> None:
-        if day != self.day:
+        if self.day is None or day > self.day:
             self.unused_reserved += self._left
             self.day, self._left, self._spent = day, 0, False
 

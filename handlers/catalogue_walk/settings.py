@@ -14,6 +14,8 @@ missing one is a failed run whose error names where it should be set.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -162,19 +164,37 @@ def _own_vendor(values: _Values, base_url: str) -> dict[str, Any]:
                 f"params.{name}: required with a base_url of the job's own (the configured "
                 f"{name} goes only with {CONFIG_TABLE}.base_url)"
             )
+    quota_key = values.text("quota_key", default=quota_key_of(base_url), config=False)
+    if quota_key == values.configured_quota_key():
+        raise ValueError(
+            f"params.quota_key: {quota_key!r} is the configured vendor's quota, which a job's "
+            "own key and limit may not spend"
+        )
     return {
         "base_url": base_url,
         "api_key": values.text("api_key", config=False),
         "daily_quota": values.whole("daily_quota", config=False),
-        "quota_key": values.text("quota_key", default=quota_key_of(base_url), config=False),
+        "quota_key": quota_key,
     }
 
 
 def quota_key_of(base_url: str) -> str:
-    """The vendor's host and port: however the URL spells them, one vendor, one quota."""
+    """The vendor's host and port: however the URL spells them (case, a trailing dot, the
+    default port, an IPv6 address's forms), one vendor, one quota."""
+    _, host, port = vendor_of(base_url)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def vendor_of(base_url: str) -> tuple[str, str, int]:
+    """(scheme, host, port), the host in one canonical form."""
     url = urlsplit(base_url)
+    host = (url.hostname or "").rstrip(".")
+    with contextlib.suppress(ValueError):
+        host = ipaddress.ip_address(host).compressed
+    with contextlib.suppress(UnicodeError):
+        host = host.encode("idna").decode("ascii")
     port = url.port or (443 if url.scheme == "https" else 80)
-    return f"{url.hostname}:{port}"
+    return url.scheme, host.lower(), port
 
 
 _REQUIRED = object()
@@ -189,10 +209,17 @@ class _Values:
         self.config = config
 
     def own_vendor(self, base_url: str) -> bool:
-        """The params name a base URL other than the configured one."""
+        """The params name a vendor other than the configured one: another scheme, host or
+        port (a path of the configured vendor's is still that vendor, with its key and quota)."""
         if "base_url" not in self.params or "base_url" not in self.config:
             return "base_url" not in self.config
-        return base_url != self.url("base_url", params=False)
+        return vendor_of(base_url) != vendor_of(self.url("base_url", params=False))
+
+    def configured_quota_key(self) -> str | None:
+        if "base_url" not in self.config:
+            return None
+        default = quota_key_of(self.url("base_url", params=False))
+        return str(self.text("quota_key", default=default, params=False))
 
     def _lookup(
         self, name: str, default: Any, *, params: bool = True, config: bool = True
@@ -205,8 +232,10 @@ class _Values:
             raise ValueError(f"params.{name}: required (or set {CONFIG_TABLE}.{name})")
         return default, ""
 
-    def text(self, name: str, default: Any = _REQUIRED, *, config: bool = True) -> Any:
-        value, where = self._lookup(name, default, config=config)
+    def text(
+        self, name: str, default: Any = _REQUIRED, *, params: bool = True, config: bool = True
+    ) -> Any:
+        value, where = self._lookup(name, default, params=params, config=config)
         if where and (not isinstance(value, str) or not value.strip()):
             raise ValueError(f"{where}: a non-empty string")
         return value

@@ -13,12 +13,16 @@ Why it stops, in `stopped`:
   row): the answers so far are recorded, then the run fails (WalkFailed), since a retry or the
   next run is all that can help, and ops should hear of it.
 
+Until the vendor has answered one call as it should, calls go one at a time: a refused key
+costs one unit per attempt, and a vendor that is down is asked once at a time until the walk
+gives up on it.
+
 Answers paid for are not thrown away: each page's are recorded even when a worker failed, and
 the recording is shielded from the deadline's cancellation (it finishes in the background).
 The time kept back for it grows with what recording has taken (FerretDB commits each part's
 update on its own). A part whose answer the store could not record (an `_id` of a type it
 cannot match) is not asked again in the run, is named in the result and the log, and is read
-past on later pages.
+past on later pages, as are the parts whose failure was the vendor's (they keep their place).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 
 from handlers.catalogue_walk.quota import QuotaPool
 from handlers.catalogue_walk.settings import WalkSettings
-from handlers.catalogue_walk.throttle import MAX_THROTTLES_IN_A_ROW, Throttle
+from handlers.catalogue_walk.throttle import Throttle
 from handlers.catalogue_walk.vendor import (
     Answer,
     Failed,
@@ -124,9 +128,12 @@ class Walk:
         self._calls = 0
         self._failures_in_a_row = 0
         self._record_reserve = RECORD_RESERVE_SECONDS
-        # Set once the run's first call has its answer (see _call).
-        self._probe_taken = False
-        self._probing = asyncio.Event()
+        # Until the vendor answers as it should, calls go one at a time (see _call).
+        self._vendor_answers = asyncio.Event()
+        self._one_at_a_time = asyncio.Lock()
+        # Parts asked in this run that are still first in line: their failure was the vendor's
+        # (keep_place), or the store could not record the answer. Pages read past them.
+        self._still_first = 0
 
     async def run(self) -> dict[str, Any]:
         """Walk until a reason to stop; returns the result. Raises WalkFailed (after recording
@@ -148,8 +155,7 @@ class Walk:
             if size <= 0:
                 self.report.stop("max_parts")
                 return []
-        # Unrecorded parts stay first in line: read past them.
-        limit = size + len(self.report.unrecorded)
+        limit = size + self._still_first
         page = await self.products.parts_to_price(checked_before=checked_before, limit=limit)
         fresh = [part for part in page if str(part["_id"]) not in self._taken]
         if not fresh:
@@ -164,10 +170,14 @@ class Walk:
                 for _ in range(min(self.settings.concurrency, len(page))):
                     workers.create_task(self._worker(waiting, checks))
         except BaseExceptionGroup as failed:
-            # One worker's error ends the page (the group cancels the others): raise it alone.
-            raise failed.exceptions[0] from None
-        finally:
-            await self._record(checks)
+            # One worker's error ends the page (the group cancels the others): the answers
+            # paid for are still recorded, and that error is the run's.
+            await self._record_after_failure(checks)
+            raise failed.exceptions[0] from failed
+        except asyncio.CancelledError:  # the deadline
+            await self._record_after_failure(checks)
+            raise
+        await self._record(checks)
 
     async def _worker(self, waiting: deque[Doc], checks: list[PriceCheck]) -> None:
         while waiting and not self.report.stopped:
@@ -186,44 +196,53 @@ class Walk:
         self._record_reserve = max(self._record_reserve, 2 * took)
         for check in checks:
             self.report.add(check, recorded=check.part_id in recorded)
+            self._still_first += check.keep_place or check.part_id not in recorded
+
+    async def _record_after_failure(self, checks: list[PriceCheck]) -> None:
+        """Record, but let the failure that ended the page be the one raised."""
+        try:
+            await self._record(checks)
+        except Exception:
+            self.logger.exception("catalogue walk: %d answers could not be recorded", len(checks))
 
     async def _check(self, part: Doc, *, upcoming: int) -> PriceCheck | None:
         """The part's price check, or None if the walk stopped before the part was asked."""
-        part_id = str(part["_id"])
         mpn = part_number(part)
         if mpn is None:
-            return self._checked(part_id, error="the part has no mpn, partNumber or name")
+            return self._checked(part, error="the part has no usable mpn, partNumber or name")
         while not self.report.stopped:
             called = await self._call(mpn, upcoming)
             if called is None:
                 return None
             answer, call_started = called
             if not isinstance(answer, Throttled):
-                return self._on_answer(part_id, answer)
+                return self._on_answer(part, answer)
             if not self.throttle.refused(answer.retry_after, call_started=call_started):
-                self.report.stop("throttled", f"{MAX_THROTTLES_IN_A_ROW} refusals (429) in a row")
+                self.report.stop("throttled", "too many refusals (429) in a row")
         return None
 
     async def _call(self, mpn: str, upcoming: int) -> tuple[Answer, datetime] | None:
         """One call, once there is time and a unit for it: its answer, and when it was made
         (after any wait for a 429). None if the walk stopped first.
 
-        The run's first call goes alone, the other workers waiting for its answer: a refused
-        key or a vendor that is down then costs one unit per attempt, not one per worker."""
-        probe = not self._probing.is_set() and not self._probe_taken
-        if probe:
-            self._probe_taken = True
-        else:
-            await self._probing.wait()
-        try:
-            time_limit = await self._time_for_a_call()
-            if time_limit is None or self.report.stopped or not await self._take_unit(upcoming):
-                return None
-            started = self.clock.now()
-            return await self.vendor.ask(mpn, time_limit=time_limit, now=started), started
-        finally:
-            if probe:
-                self._probing.set()
+        Until the vendor has answered a call as it should (a price, or an error about the
+        part), calls go one at a time: a refused key costs one unit per attempt, and a vendor
+        that is down or throttling is asked once at a time, not once per worker."""
+        if not self._vendor_answers.is_set():
+            async with self._one_at_a_time:
+                if not self._vendor_answers.is_set():
+                    return await self._make_call(mpn, upcoming)
+        return await self._make_call(mpn, upcoming)
+
+    async def _make_call(self, mpn: str, upcoming: int) -> tuple[Answer, datetime] | None:
+        time_limit = await self._time_for_a_call()
+        if time_limit is None or self.report.stopped or not await self._take_unit(upcoming):
+            return None
+        started = self.clock.now()
+        answer = await self.vendor.ask(mpn, time_limit=time_limit, now=started)
+        if isinstance(answer, Priced) or (isinstance(answer, Failed) and not answer.vendor_fault):
+            self._vendor_answers.set()
+        return answer, started
 
     async def _time_for_a_call(self) -> float | None:
         """Waits out a 429 first. The seconds a call may take, or None (and the walk stopped)
@@ -244,29 +263,33 @@ class Walk:
                 self.report.stop("max_parts")
                 return False
             upcoming = min(upcoming, self.settings.max_parts - self._calls)
-        if not await self.quota.take(upcoming, self.clock.now()):
+        if not await self.quota.take(upcoming, self.clock.now):
             self.report.stop("quota")
             return False
         self._calls += 1
         return True
 
-    def _on_answer(self, part_id: str, answer: Priced | KeyRefused | Failed) -> PriceCheck | None:
+    def _on_answer(self, part: Doc, answer: Priced | KeyRefused | Failed) -> PriceCheck | None:
         if isinstance(answer, KeyRefused):
             self.report.stop("key_refused", answer.reason)
             return None
         self.throttle.answered()
         if isinstance(answer, Priced):
             self._failures_in_a_row = 0
-            return self._checked(part_id, price=answer.price, currency=answer.currency)
+            return self._checked(part, price=answer.price, currency=answer.currency)
         if answer.vendor_fault:
             self._failures_in_a_row += 1
             if self._failures_in_a_row >= self.settings.max_consecutive_failures:
                 self.report.stop("vendor_failing", answer.reason)
-        return self._checked(part_id, error=answer.reason)
+        return self._checked(part, error=answer.reason, keep_place=answer.vendor_fault)
 
-    def _checked(self, part_id: str, **outcome: Any) -> PriceCheck:
+    def _checked(self, part: Doc, **outcome: Any) -> PriceCheck:
         return PriceCheck(
-            part_id=part_id, checked_at=self.clock.now(), source=self.settings.quota_key, **outcome
+            part_id=str(part["_id"]),
+            stored_id=part["_id"],
+            checked_at=self.clock.now(),
+            source=self.settings.quota_key,
+            **outcome,
         )
 
     def _failure_message(self) -> str:
@@ -334,8 +357,10 @@ def page_size(concurrency: int) -> int:
 
 
 def part_number(part: Doc) -> str | None:
+    """What to ask the vendor for. Not "." or "..": in a URL path they would name another
+    path of the vendor's (the parent), with the key, and its answer be taken for this part's."""
     for name in PART_NUMBER_FIELDS:
         value = part.get(name)
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip().strip("."):
             return value.strip()
     return None

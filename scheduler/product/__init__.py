@@ -115,6 +115,12 @@ class PriceCheck:
     currency: str | None = None
     # Set when the check failed (the vendor's status and reason); then `price` is None.
     error: str | None = None
+    # A failure not of the part's making (the vendor is failing): `priceError` is recorded but
+    # `priceCheckedAt` is left as it was, so the part keeps its place at the head of the walk.
+    keep_place: bool = False
+    # The part's `_id` exactly as `parts_to_price` returned it (an int, a UUID... on MongoDB):
+    # written by it, so an id of any type is matched, and 5 is never taken for "5".
+    stored_id: Any = None
 
 
 class ProductStore(Protocol):
@@ -177,12 +183,13 @@ class ProductStore(Protocol):
         (at its quota or its deadline) thus resumes where it left off on its next run."""
 
     async def record_price_checks(self, checks: Sequence[PriceCheck]) -> set[str]:
-        """A few round trips per batch (bounded commands on FerretDB). Each check sets the part's
-        `priceCheckedAt`. With a price it also sets `price` and `priceCurrency`, removes
-        `priceError`, and adds an entry to the price history; with an error it sets `priceError`
-        ({"message", "at"}) and leaves the price as it was. A part that no longer exists is
-        skipped, and a check recorded twice (same part and `checked_at`) adds one entry.
-        Returns the ids of the parts written: a check whose id is missing was not recorded."""
+        """A few round trips per batch (bounded commands on FerretDB). Each check sets the
+        part's `priceCheckedAt` (unless `keep_place`). With a price it also sets `price` and
+        `priceCurrency`, removes `priceError`, and adds an entry to the price history; with an
+        error it sets `priceError` ({"message", "at"}) and leaves the price as it was. A part
+        that no longer exists is skipped, and a check recorded twice (same part and
+        `checked_at`) adds one entry. Returns the ids of the parts written: a check whose id is
+        missing was not recorded."""
 
     async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
         """The part's history entries, newest first: {"_id", "partId", "price", "currency",

@@ -130,7 +130,8 @@ def price_writes(checks: Sequence[PriceCheck]) -> dict[str, PriceWrite]:
     writes: dict[str, PriceWrite] = {}
     for check in checks:
         write = writes.setdefault(check.part_id, PriceWrite())
-        write.sets["priceCheckedAt"] = check.checked_at
+        if not check.keep_place:
+            write.sets["priceCheckedAt"] = check.checked_at
         if check.error is None:
             write.sets |= {"price": check.price, "priceCurrency": check.currency}
             write.sets.pop("priceError", None)

@@ -161,6 +161,44 @@ def id_forms(ids: Iterable[str]) -> list[Any]:
     return forms
 
 
+PartKey = tuple[str, Any]
+
+
+def checks_by_part(checks: Sequence[PriceCheck]) -> dict[PartKey, list[PriceCheck]]:
+    """The checks of each part, in order, by (id as text, `_id` as read or None): `_id` 7 and
+    "7" are two parts."""
+    by_part: dict[PartKey, list[PriceCheck]] = {}
+    for check in checks:
+        by_part.setdefault((check.part_id, _hashable(check.stored_id)), []).append(check)
+    return by_part
+
+
+def _hashable(stored_id: Any) -> Any:
+    """The id as read, if it can key a dict (a document `_id` cannot: matched as text)."""
+    try:
+        hash(stored_id)
+    except TypeError:
+        return None
+    return stored_id
+
+
+def matched_ids(wanted: Iterable[PartKey], found: Sequence[Any]) -> dict[PartKey, Any]:
+    """Each wanted part -> the `_id` stored for it: the one read, if found (the same type and
+    value), else a found `_id` whose text it is."""
+    found_as_is = {(type(stored), stored) for stored in found if _hashable(stored) is not None}
+    by_text: dict[str, Any] = {}
+    for stored in found:
+        by_text.setdefault(str(stored), stored)
+    matched = {}
+    for part_id, as_read in wanted:
+        if as_read is not None:
+            if (type(as_read), as_read) in found_as_is:
+                matched[(part_id, as_read)] = as_read
+        elif part_id in by_text:
+            matched[(part_id, as_read)] = by_text[part_id]
+    return matched
+
+
 def _is_int64_text(value: str) -> bool:
     try:
         number = int(value)
@@ -508,21 +546,22 @@ class MongoProductStore:
 
     @translating_errors
     async def record_price_checks(self, checks: Sequence[PriceCheck]) -> set[str]:
-        writes = price_writes(checks)
-        if not writes:
+        if not checks:
             return set()
-        # The parts that exist, by id as a string: none is created, and each write then goes by
-        # its `_id` as stored alone.
-        query = {"_id": {"$in": id_forms(writes)}}
-        found = await self._find(self.part_docs, query, projection={"_id": 1})
-        stored = {str(doc["_id"]): doc["_id"] for doc in found}
-        updates = [price_write(stored[i], write) for i, write in writes.items() if i in stored]
+        by_part = checks_by_part(checks)
+        # The parts that exist: none is created, and each write then goes by its `_id` as
+        # stored alone. By the id as read where the caller kept it, else by its string forms.
+        as_read = {key: key[1] for key in by_part if key[1] is not None}
+        forms = list(as_read.values()) + id_forms(key[0] for key in by_part if key not in as_read)
+        found = await self._find(self.part_docs, {"_id": {"$in": forms}}, projection={"_id": 1})
+        stored = matched_ids(by_part, [doc["_id"] for doc in found])
+        updates = [price_write(stored[key], price_writes(by_part[key])[key[0]]) for key in stored]
         if updates:
             await self._bulk(self.part_docs, updates)
-        entries = [entry for entry in price_entries(checks) if entry["partId"] in stored]
+        entries = price_entries([check for key in stored for check in by_part[key]])
         if entries:
             await insert_ignoring_duplicates(self.price_history_docs, entries)
-        return set(stored)
+        return {part_id for part_id, _ in stored}
 
     @translating_errors
     async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
@@ -539,13 +578,16 @@ class MongoProductStore:
         granted = 0
         at = datetime.now(UTC)  # for people reading the slots; no query uses it
         for round_ in range(1, limit + 2):
-            top = self._quota_tops.get((key, day))
-            if top is None:
-                top = await self._top_slot(key, day)
+            remembered = self._quota_tops.get((key, day))
+            top = await self._top_slot(key, day) if remembered is None else remembered
             slots = [
                 quota_slot(key, day, n, at)
                 for n in range(top + 1, min(top + want - granted, limit) + 1)
             ]
+            if not slots and remembered is not None:
+                # Spent, as far as this store knows: make sure (ops may have deleted slots).
+                self._remember_top(key, day, None)
+                continue
             if not slots:
                 break
             refused = await insert_ignoring_duplicates(self.quota_slots, slots)

@@ -16,6 +16,7 @@ from pymongo import AsyncMongoClient
 
 from scheduler.codec import Doc, as_datetime
 from scheduler.product import PriceCheck, ProductStore, open_product_store
+from scheduler.product.mongodb import MongoProductStore
 from tests.fixtures.products import ProductDatabase
 from tests.fixtures.times import T0
 
@@ -310,3 +311,18 @@ async def test_mongodb_forgets_a_keys_slots_a_week_old(product_db: ProductDataba
     assert await products.quota_used("octo", older) == 0
     assert await products.quota_used("octo", week_ago) == 2
     assert await products.quota_used("mouser", older) == 2  # another key's are its own
+
+
+async def test_a_store_that_remembered_the_quota_spent_looks_again_before_saying_so(
+    product_db: ProductDatabase,
+) -> None:
+    # Ops may delete a day's slots (a vendor that reset its count): the store must not go on
+    # refusing from what it remembered.
+    if not product_db.url.startswith("mongodb"):
+        pytest.skip("slots are MongoDB's")
+    products = await product_db.open()
+    assert await products.reserve_quota("octo", DAY, limit=2, want=2) == 2
+    assert await products.reserve_quota("octo", DAY, limit=2, want=1) == 0
+    assert isinstance(products, MongoProductStore)
+    await products.quota_slots.delete_many({"key": "octo"})
+    assert await products.reserve_quota("octo", DAY, limit=2, want=2) == 2

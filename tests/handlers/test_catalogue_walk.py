@@ -22,6 +22,7 @@ from aiohttp import web
 
 from handlers.alert_scanner.scan import scan
 from handlers.catalogue_walk import catalogue_walk
+from handlers.catalogue_walk.quota import QuotaPool
 from handlers.catalogue_walk.settings import WalkSettings
 from handlers.catalogue_walk.vendor import retry_after_seconds
 from handlers.catalogue_walk.walk import WalkFailed
@@ -393,6 +394,24 @@ async def test_a_vendor_that_keeps_failing_fails_the_run_after_recording_the_ans
     assert sum("priceError" in p for p in parts.values()) == 3
 
 
+async def test_a_vendor_that_is_down_is_asked_one_call_at_a_time_and_parts_keep_their_place(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(10))
+    for i in range(10):
+        vendor.script(f"MPN-{i}", (503, {}, "down for maintenance"))
+    vendor.delay = 0.02
+
+    with pytest.raises(WalkFailed, match="failed 5 calls in a row"):
+        await walk(products, vendor_url, concurrency=4, max_consecutive_failures=5)
+
+    assert (len(vendor.calls), vendor.most_in_flight) == (5, 1)
+    parts = await part_docs(products, 10)
+    asked = [parts[f"part-{i}"] for i in range(5)]
+    assert all(p["priceError"]["message"] == "status 503: down for maintenance" for p in asked)
+    assert all("priceCheckedAt" not in p for p in asked)  # first in line again next time
+
+
 async def test_the_first_call_goes_alone_then_calls_in_flight_are_bounded_by_the_concurrency(
     products: ProductStore, vendor: Vendor, vendor_url: str
 ) -> None:
@@ -484,6 +503,21 @@ async def test_a_run_across_midnight_charges_each_call_to_its_own_day(
     assert (result["quota"]["used"], result["priced"], len(vendor.calls)) == (5, 5, 6)
 
 
+async def test_a_worker_that_read_the_time_before_midnight_does_not_take_the_pool_back(
+    products: ProductStore,
+) -> None:
+    pool = QuotaPool(products, key="vendor:443", limit=5, chunk=2)
+    after = datetime(2026, 3, 3, 0, 0, 1, tzinfo=UTC)
+    before = after - timedelta(seconds=2)
+
+    assert await pool.take(2, lambda: after)  # the run's first unit, alone
+    assert await pool.take(2, lambda: before)
+
+    assert pool.day == after.date()
+    assert await products.quota_used("vendor:443", before.date()) == 0
+    assert await products.quota_used("vendor:443", after.date()) == 3
+
+
 async def test_a_refused_key_costs_one_unit_per_attempt(
     products: ProductStore, vendor: Vendor, vendor_url: str
 ) -> None:
@@ -558,22 +592,67 @@ async def test_answers_being_recorded_when_the_deadline_cancels_the_run_are_reco
     assert [parts[f"part-{i}"]["price"] for i in range(3)] == [1.0, 2.0, 3.0]
 
 
-async def test_a_part_whose_id_the_store_cannot_match_is_named_not_priced_nor_asked_again(
-    products: ProductStore, vendor: Vendor, vendor_url: str, caplog: pytest.LogCaptureFixture
+async def test_parts_with_ids_of_any_type_are_priced_each_on_itself(
+    products: ProductStore, vendor: Vendor, vendor_url: str
 ) -> None:
     if not isinstance(products, MongoProductStore):
-        pytest.skip("ids are strings in SQLite")
+        pytest.skip("SQLite keeps every id as a string")
     await products.upsert_parts(
-        [{"_id": 1.5, "mpn": "MPN-0"}, {"_id": 7, "mpn": "MPN-1"}, *catalogue(4)[2:]]
+        [
+            {"_id": 1.5, "mpn": "MPN-0"},
+            {"_id": 7, "mpn": "MPN-1"},
+            {"_id": "7", "mpn": "MPN-2"},  # another part, whose id reads the same as text
+        ]
     )
 
-    result, _ = await walk(products, vendor_url, concurrency=1, max_parts=10)
+    result, _ = await walk(products, vendor_url, concurrency=1)
+
+    assert (result["priced"], result["stopped"], len(vendor.calls)) == (3, "done", 3)
+    by_mpn = {
+        doc["mpn"]: (doc["_id"], doc["price"])
+        async for doc in products.part_docs.find({"priceCheckedAt": {"$exists": True}})
+    }
+    assert by_mpn == {"MPN-0": (1.5, 1.0), "MPN-1": (7, 2.0), "MPN-2": ("7", 3.0)}
+
+
+class ForgetfulStore(FailingStore):
+    """Records every answer but those for `forget`: as a store that cannot match their ids."""
+
+    def __init__(self, inner: ProductStore, forget: str) -> None:
+        super().__init__(inner)
+        self.forget = forget
+
+    async def record_price_checks(self, checks: Any) -> set[str]:
+        kept = [check for check in checks if check.part_id != self.forget]
+        return await self._inner.record_price_checks(kept)
+
+
+async def test_an_answer_the_store_could_not_record_is_named_and_the_part_not_asked_again(
+    products: ProductStore, vendor: Vendor, vendor_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await products.upsert_parts(catalogue(4))
+    forgetful = ForgetfulStore(products, forget="part-0")
+
+    result, _ = await walk(cast(ProductStore, forgetful), vendor_url, concurrency=1)
 
     assert (result["stopped"], result["priced"], result["unrecorded"]) == ("done", 3, 1)
-    assert result["unrecorded_parts"] == ["1.5"]
-    assert vendor.calls.count("MPN-0") == 1
-    assert (await products.parts(["7"]))["7"]["price"] == 2.0  # an integer id is matched
+    assert result["unrecorded_parts"] == ["part-0"]
+    assert vendor.calls == ["MPN-0", "MPN-1", "MPN-2", "MPN-3"]  # read past, not asked again
     assert "1 answers had no part to be recorded on" in caplog.text
+
+
+async def test_a_part_number_of_dots_is_not_asked_for(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    # In a URL path ".." is the parent: the key would go to another of the vendor's paths.
+    await products.upsert_parts([{"_id": "part-0", "mpn": ".."}, {"_id": "part-1", "name": "."}])
+
+    result, _ = await walk(products, vendor_url)
+
+    assert (result["failed"], vendor.calls) == (2, [])
+    assert {e["error"] for e in result["errors"]} == {
+        "the part has no usable mpn, partNumber or name"
+    }
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -607,12 +686,41 @@ def test_the_configured_key_is_never_sent_to_a_url_of_the_jobs_choosing() -> Non
     assert same.api_key == "k" * 20  # the configured URL, spelt as configured
 
 
-def test_one_vendor_is_one_quota_however_its_url_is_spelt() -> None:
+@pytest.mark.parametrize(
+    ("urls", "key"),
+    [
+        (
+            ["https://API.Vendor.example/v2", "https://api.vendor.example.:443/v3/"],
+            "api.vendor.example:443",
+        ),
+        (["http://[0::1]:8080/", "http://[::1]:8080/prices"], "[::1]:8080"),
+        (["https://bücher.example/", "https://xn--bcher-kva.example"], "xn--bcher-kva.example:443"),
+    ],
+)
+def test_one_vendor_is_one_quota_however_its_url_is_spelt(urls: list[str], key: str) -> None:
     keys = {
         WalkSettings.parse({"base_url": url, "api_key": "k", "daily_quota": 1}, {}).quota_key
-        for url in ("https://API.Vendor.example/v2", "https://api.vendor.example:443/v3/")
+        for url in urls
     }
-    assert keys == {"api.vendor.example:443"}
+    assert keys == {key}
+
+
+def test_another_spelling_of_the_configured_vendor_is_the_configured_vendor() -> None:
+    # Its key, and its quota: a job cannot get a counter of its own by spelling the URL anew.
+    for url in ("https://API.vendor.example:443/v3", "https://api.vendor.example./v2"):
+        settings = WalkSettings.parse({"base_url": url, "daily_quota": 5}, CONFIGURED)
+        assert (settings.api_key, settings.quota_key) == (
+            CONFIGURED["api_key"],
+            "api.vendor.example:443",
+        )
+        with pytest.raises(ValueError, match=r"params\.daily_quota: at most the configured 9"):
+            WalkSettings.parse({"base_url": url, "daily_quota": 10}, CONFIGURED)
+
+
+def test_a_jobs_own_vendor_cannot_spend_the_configured_quota() -> None:
+    own = {"base_url": "https://other.example", "api_key": "theirs", "daily_quota": 10**6}
+    with pytest.raises(ValueError, match=r"params\.quota_key: 'api\.vendor\.example:443' is"):
+        WalkSettings.parse({**own, "quota_key": "api.vendor.example:443"}, CONFIGURED)
 
 
 @pytest.mark.parametrize(
