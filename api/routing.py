@@ -122,7 +122,7 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
     if not raw:
         raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
     try:
-        json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
+        json.loads(raw, parse_constant=_not_json, parse_float=_finite_float, parse_int=_int64)
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid_json(str(exc)) from None
     try:
@@ -150,6 +150,14 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"the number {text[:40]} is too large (beyond a 64-bit float)")
+    return value
+
+
+def _int64(text: str) -> int:
+    # MongoDB stores at most 64-bit integers: a longer one would fail deep in the store.
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"the number {text[:40]} is too large (beyond a 64-bit integer)")
     return value
 
 

@@ -156,7 +156,11 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError("--config", f"no such file: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None
-    # Settings may sit at the top level or in a [tickd] table.
+    # Settings may sit at the top level or in a [tickd] table, not both: a table beside
+    # [tickd] would be silently ignored.
+    if "tickd" in data and len(data) > 1:
+        outside = sorted(set(data) - {"tickd"})[0]
+        raise ConfigError(outside, f"outside the [tickd] table in {path}: move it into [tickd]")
     table = data.get("tickd", data)
     unknown = set(table) - _field_names()
     if unknown:
@@ -182,7 +186,8 @@ def _handler_settings_from_env(environ: Mapping[str, str]) -> dict[str, dict[str
         handler, sep, setting = variable[len(HANDLER_SETTINGS_ENV) :].partition("__")
         if not (handler and sep and setting):
             raise ConfigError(variable, "expected TICKD_HANDLER_SETTINGS__<HANDLER>__<SETTING>")
-        tables.setdefault(handler.lower(), {})[setting.lower()] = raw
+        if raw.strip():  # an empty variable is not a setting, and must not hide the file's
+            tables.setdefault(handler.lower(), {})[setting.lower()] = raw
     return tables
 
 
@@ -273,7 +278,9 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
     if isinstance(value, bool) and bool not in expected:
         expected = ()  # TOML true is not a number
     if not isinstance(value, expected):
-        raise ConfigError(name, f"expected {_type_name(hint)}, got {value!r}")
+        # Handlers' settings hold secrets: their values are not repeated back.
+        got = "something else" if name == "handler_settings" else repr(value)
+        raise ConfigError(name, f"expected {_type_name(hint)}, got {got}")
 
 
 def _type_name(hint: Any) -> str:

@@ -128,3 +128,23 @@ def test_a_handler_setting_variable_without_a_setting_name_is_refused(
 def test_a_handler_settings_entry_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"handler_settings\.catalogue_walk: must be a table"):
         load_settings(write(tmp_path, '[handler_settings]\ncatalogue_walk = "key"\n'), environ={})
+
+
+def test_an_empty_handler_setting_variable_does_not_hide_the_files(tmp_path: Path) -> None:
+    path = write(tmp_path, '[handler_settings.catalogue_walk]\napi_key = "from-the-file-123"\n')
+    environ = {"TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY": ""}
+    settings = load_settings(path, environ=environ)
+    assert settings.handler_settings == {"catalogue_walk": {"api_key": "from-the-file-123"}}
+
+
+def test_a_table_beside_the_tickd_table_is_refused_not_ignored(tmp_path: Path) -> None:
+    text = '[tickd]\nworkers = 4\n[handler_settings.catalogue_walk]\napi_key = "k"\n'
+    with pytest.raises(ConfigError, match=r"handler_settings: outside the \[tickd\] table"):
+        load_settings(write(tmp_path, text), environ={})
+
+
+def test_a_malformed_handler_settings_value_is_not_repeated_in_the_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(write(tmp_path, 'handler_settings = ["s3cret-vendor-key"]\n'), environ={})
+    assert error.value.setting == "handler_settings"
+    assert "s3cret-vendor-key" not in str(error.value)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import yarl
+
 CONFIG_TABLE = "handler_settings.catalogue_walk"
 
 DEFAULT_CONCURRENCY = 4
@@ -107,9 +109,10 @@ class WalkSettings:
     @classmethod
     def parse(cls, params: Mapping[str, Any], config: Mapping[str, Any]) -> WalkSettings:
         """Raises ValueError naming the param or setting at fault."""
-        unknown = set(params) - set(PARAMS["properties"])
-        if unknown:
-            raise ValueError(f"params: unknown {', '.join(sorted(unknown))}")
+        for where, given in (("params", params), (CONFIG_TABLE, config)):
+            unknown = set(given) - set(PARAMS["properties"])
+            if unknown:
+                raise ValueError(f"{where}: unknown {', '.join(sorted(unknown))}")
         values = _Values(params, config)
         base_url = values.url("base_url")
         if values.own_vendor(base_url):
@@ -186,15 +189,14 @@ def quota_key_of(base_url: str) -> str:
 
 
 def vendor_of(base_url: str) -> tuple[str, str, int]:
-    """(scheme, host, port), the host in one canonical form."""
-    url = urlsplit(base_url)
-    host = (url.hostname or "").rstrip(".")
+    """(scheme, host, port) as the HTTP client will dial them: the host as yarl encodes it for
+    aiohttp (IDNA 2008: `faß.de` is not `fass.de`), lower case, without a trailing dot, an IP
+    address in one form."""
+    url = yarl.URL(base_url)
+    host = (url.raw_host or "").rstrip(".")
     with contextlib.suppress(ValueError):
         host = ipaddress.ip_address(host).compressed
-    with contextlib.suppress(UnicodeError):
-        host = host.encode("idna").decode("ascii")
-    port = url.port or (443 if url.scheme == "https" else 80)
-    return url.scheme, host.lower(), port
+    return url.scheme, host.lower(), url.port or (443 if url.scheme == "https" else 80)
 
 
 _REQUIRED = object()
@@ -247,8 +249,9 @@ class _Values:
         url = urlsplit(value)
         try:
             url.port  # noqa: B018 -- reading it checks it
+            yarl.URL(value)  # what aiohttp will make of it
         except ValueError:
-            raise ValueError(f"{where}: the port is not a number from 0 to 65535") from None
+            raise ValueError(f"{where}: not a URL aiohttp can call (host or port)") from None
         if not url.hostname:
             raise ValueError(f"{where}: the URL names no host")
         if url.username is not None or url.password is not None:

@@ -3,7 +3,8 @@
     GET {base_url}/parts/{mpn}/price
     Authorization: Bearer {api_key}
 
-    200 {"price": 0.71, "currency": "USD"}    the current unit price (a number, or a string of one)
+    200 {"price": 0.71, "currency": "USD"}    the current unit price (a number, or a string of one);
+                                              a 200 that is not a JSON object is the vendor failing
     429 Retry-After: 30                       throttled: wait (seconds or an HTTP date), ask again
     401, 403                                  the key is refused: no other part will fare better
     anything else, or no answer in time       this part failed; the walk goes on
@@ -103,10 +104,10 @@ class VendorClient:
 def _priced(body: bytes) -> Answer:
     try:
         answer = json.loads(body)
-    except ValueError:
-        return Failed("status 200, but the answer is not JSON")
+    except ValueError:  # a maintenance page, a proxy's error: the vendor's fault, not the part's
+        return Failed("status 200, but the answer is not JSON", vendor_fault=True)
     if not isinstance(answer, dict):
-        return Failed("status 200, but the answer is not a JSON object")
+        return Failed("status 200, but the answer is not a JSON object", vendor_fault=True)
     price = _price(answer.get("price"))
     if price is None:
         return Failed("status 200, but the answer has no price (a number >= 0)")

@@ -13,9 +13,10 @@ Why it stops, in `stopped`:
   row): the answers so far are recorded, then the run fails (WalkFailed), since a retry or the
   next run is all that can help, and ops should hear of it.
 
-Until the vendor has answered one call as it should, calls go one at a time: a refused key
-costs one unit per attempt, and a vendor that is down is asked once at a time until the walk
-gives up on it.
+Until the vendor has answered one call with a price, calls go one at a time, and every failure
+counts towards `max_consecutive_failures`: a refused key costs one unit per attempt, and a
+vendor that is down, or a base URL that answers 404 to everything, is asked once at a time
+until the walk gives up on it.
 
 Answers paid for are not thrown away: each page's are recorded even when a worker failed, and
 the recording is shielded from the deadline's cancellation (it finishes in the background).
@@ -124,11 +125,11 @@ class Walk:
         )
         self.throttle = Throttle(clock)
         # Parts taken from a page in this run: none is asked twice.
-        self._taken: set[str] = set()
+        self._taken: set[tuple[str, str]] = set()
         self._calls = 0
         self._failures_in_a_row = 0
         self._record_reserve = RECORD_RESERVE_SECONDS
-        # Until the vendor answers as it should, calls go one at a time (see _call).
+        # Until the vendor answers with a price, calls go one at a time (see _call).
         self._vendor_answers = asyncio.Event()
         self._one_at_a_time = asyncio.Lock()
         # Parts asked in this run that are still first in line: their failure was the vendor's
@@ -157,7 +158,7 @@ class Walk:
                 return []
         limit = size + self._still_first
         page = await self.products.parts_to_price(checked_before=checked_before, limit=limit)
-        fresh = [part for part in page if str(part["_id"]) not in self._taken]
+        fresh = [part for part in page if part_key(part) not in self._taken]
         if not fresh:
             self.report.stop("done")
         return fresh[:size]
@@ -182,7 +183,7 @@ class Walk:
     async def _worker(self, waiting: deque[Doc], checks: list[PriceCheck]) -> None:
         while waiting and not self.report.stopped:
             part = waiting.popleft()
-            self._taken.add(str(part["_id"]))
+            self._taken.add(part_key(part))
             check = await self._check(part, upcoming=len(waiting) + 1)
             if check is not None:
                 checks.append(check)
@@ -225,9 +226,9 @@ class Walk:
         """One call, once there is time and a unit for it: its answer, and when it was made
         (after any wait for a 429). None if the walk stopped first.
 
-        Until the vendor has answered a call as it should (a price, or an error about the
-        part), calls go one at a time: a refused key costs one unit per attempt, and a vendor
-        that is down or throttling is asked once at a time, not once per worker."""
+        Until the vendor has answered a call with a price, calls go one at a time: a refused
+        key costs one unit per attempt, and a vendor that is down or throttling is asked once
+        at a time, not once per worker."""
         if not self._vendor_answers.is_set():
             async with self._one_at_a_time:
                 if not self._vendor_answers.is_set():
@@ -240,7 +241,7 @@ class Walk:
             return None
         started = self.clock.now()
         answer = await self.vendor.ask(mpn, time_limit=time_limit, now=started)
-        if isinstance(answer, Priced) or (isinstance(answer, Failed) and not answer.vendor_fault):
+        if isinstance(answer, Priced):
             self._vendor_answers.set()
         return answer, started
 
@@ -277,7 +278,9 @@ class Walk:
         if isinstance(answer, Priced):
             self._failures_in_a_row = 0
             return self._checked(part, price=answer.price, currency=answer.currency)
-        if answer.vendor_fault:
+        # Before the run's first price, any failure counts: a base URL that answers 404 to
+        # everything is as broken as a vendor that is down.
+        if answer.vendor_fault or not self._vendor_answers.is_set():
             self._failures_in_a_row += 1
             if self._failures_in_a_row >= self.settings.max_consecutive_failures:
                 self.report.stop("vendor_failing", answer.reason)
@@ -350,6 +353,11 @@ class Walk:
                 len(self.report.unrecorded),
                 ", ".join(self.report.unrecorded[:PARTS_IN_RESULT]),
             )
+
+
+def part_key(part: Doc) -> tuple[str, str]:
+    """A part's id as text and its type: `_id` 7 and "7" are two parts."""
+    return str(part["_id"]), type(part["_id"]).__name__
 
 
 def page_size(concurrency: int) -> int:

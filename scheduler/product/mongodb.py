@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+import bson
 import pymongo
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
@@ -161,39 +163,43 @@ def id_forms(ids: Iterable[str]) -> list[Any]:
     return forms
 
 
-PartKey = tuple[str, Any]
+@dataclass(frozen=True)
+class StoredId:
+    """An `_id` as read, compared and hashed by its BSON encoding: 7 is neither 7.0 nor "7",
+    and an id that is a document can key a dict too."""
+
+    value: Any = field(compare=False)
+    encoded: bytes
+
+
+def stored_id(value: Any) -> StoredId:
+    return StoredId(value, bson.encode({"_id": value}))
+
+
+PartKey = tuple[str, StoredId | None]
 
 
 def checks_by_part(checks: Sequence[PriceCheck]) -> dict[PartKey, list[PriceCheck]]:
-    """The checks of each part, in order, by (id as text, `_id` as read or None): `_id` 7 and
-    "7" are two parts."""
+    """The checks of each part, in order, by (id as text, `_id` as read when given)."""
     by_part: dict[PartKey, list[PriceCheck]] = {}
     for check in checks:
-        by_part.setdefault((check.part_id, _hashable(check.stored_id)), []).append(check)
+        as_read = None if check.stored_id is None else stored_id(check.stored_id)
+        by_part.setdefault((check.part_id, as_read), []).append(check)
     return by_part
 
 
-def _hashable(stored_id: Any) -> Any:
-    """The id as read, if it can key a dict (a document `_id` cannot: matched as text)."""
-    try:
-        hash(stored_id)
-    except TypeError:
-        return None
-    return stored_id
-
-
 def matched_ids(wanted: Iterable[PartKey], found: Sequence[Any]) -> dict[PartKey, Any]:
-    """Each wanted part -> the `_id` stored for it: the one read, if found (the same type and
-    value), else a found `_id` whose text it is."""
-    found_as_is = {(type(stored), stored) for stored in found if _hashable(stored) is not None}
+    """Each wanted part -> the `_id` stored for it: the one read, if found, else a found `_id`
+    whose text it is."""
+    found_as_is = {stored_id(stored) for stored in found}
     by_text: dict[str, Any] = {}
     for stored in found:
         by_text.setdefault(str(stored), stored)
-    matched = {}
+    matched: dict[PartKey, Any] = {}
     for part_id, as_read in wanted:
         if as_read is not None:
-            if (type(as_read), as_read) in found_as_is:
-                matched[(part_id, as_read)] = as_read
+            if as_read in found_as_is:
+                matched[(part_id, as_read)] = as_read.value
         elif part_id in by_text:
             matched[(part_id, as_read)] = by_text[part_id]
     return matched
@@ -551,7 +557,7 @@ class MongoProductStore:
         by_part = checks_by_part(checks)
         # The parts that exist: none is created, and each write then goes by its `_id` as
         # stored alone. By the id as read where the caller kept it, else by its string forms.
-        as_read = {key: key[1] for key in by_part if key[1] is not None}
+        as_read = {key: key[1].value for key in by_part if key[1] is not None}
         forms = list(as_read.values()) + id_forms(key[0] for key in by_part if key not in as_read)
         found = await self._find(self.part_docs, {"_id": {"$in": forms}}, projection={"_id": 1})
         stored = matched_ids(by_part, [doc["_id"] for doc in found])

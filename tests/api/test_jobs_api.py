@@ -118,6 +118,7 @@ async def test_a_duplicate_name_is_a_conflict(api: Api) -> None:
         (b"{" + b" " * (1024 * 1024) + b"}", 413),
         (b'{"params": {"n": NaN}}', 400),
         (b'{"params": {"n": 1e400}}', 400),  # no double holds it: it would be stored as infinity
+        (b'{"params": {"n": 9223372036854775808}}', 400),  # 2**63: MongoDB cannot store it
     ],
 )
 async def test_unreadable_bodies_change_nothing(api: Api, data: bytes, status: int) -> None:

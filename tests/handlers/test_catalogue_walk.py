@@ -394,6 +394,31 @@ async def test_a_vendor_that_keeps_failing_fails_the_run_after_recording_the_ans
     assert sum("priceError" in p for p in parts.values()) == 3
 
 
+async def test_a_vendor_answering_a_maintenance_page_is_given_up_on_not_paid_for_in_full(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(10))
+    for i in range(10):
+        vendor.script(f"MPN-{i}", (200, {"Content-Type": "text/html"}, "<html>maintenance</html>"))
+
+    with pytest.raises(WalkFailed, match="failed 3 calls in a row"):
+        await walk(products, vendor_url, concurrency=4, max_consecutive_failures=3)
+
+    assert (len(vendor.calls), vendor.most_in_flight) == (3, 1)
+
+
+async def test_a_base_url_that_answers_404_to_everything_is_given_up_on(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(10))
+    vendor.prices.clear()  # every part: 404
+
+    with pytest.raises(WalkFailed, match="failed 3 calls in a row"):
+        await walk(products, vendor_url, concurrency=4, max_consecutive_failures=3)
+
+    assert len(vendor.calls) == 3
+
+
 async def test_a_vendor_that_is_down_is_asked_one_call_at_a_time_and_parts_keep_their_place(
     products: ProductStore, vendor: Vendor, vendor_url: str
 ) -> None:
@@ -597,22 +622,32 @@ async def test_parts_with_ids_of_any_type_are_priced_each_on_itself(
 ) -> None:
     if not isinstance(products, MongoProductStore):
         pytest.skip("SQLite keeps every id as a string")
-    await products.upsert_parts(
-        [
-            {"_id": 1.5, "mpn": "MPN-0"},
-            {"_id": 7, "mpn": "MPN-1"},
-            {"_id": "7", "mpn": "MPN-2"},  # another part, whose id reads the same as text
-        ]
-    )
+    typed: list[Doc] = [
+        {"_id": 1.5, "mpn": "MPN-0"},
+        {"_id": 7, "mpn": "MPN-1"},
+        {"_id": "7", "mpn": "MPN-2"},  # another part, whose id reads the same as text
+        {"_id": {"sku": "A-1"}, "mpn": "MPN-3"},
+    ]
+    # Enough int ids after them for the string "7" to come on a later page than the int 7.
+    ints: list[Doc] = [{"_id": 100 + i, "mpn": f"MPN-{100 + i}"} for i in range(30)]
+    vendor.prices |= {f"MPN-{100 + i}": 9.0 for i in range(30)}
+    await products.upsert_parts(typed + ints)
 
     result, _ = await walk(products, vendor_url, concurrency=1)
 
-    assert (result["priced"], result["stopped"], len(vendor.calls)) == (3, "done", 3)
+    assert (result["priced"], result["stopped"], len(vendor.calls)) == (34, "done", 34)
     by_mpn = {
         doc["mpn"]: (doc["_id"], doc["price"])
-        async for doc in products.part_docs.find({"priceCheckedAt": {"$exists": True}})
+        async for doc in products.part_docs.find(
+            {"mpn": {"$in": ["MPN-0", "MPN-1", "MPN-2", "MPN-3"]}}
+        )
     }
-    assert by_mpn == {"MPN-0": (1.5, 1.0), "MPN-1": (7, 2.0), "MPN-2": ("7", 3.0)}
+    assert by_mpn == {
+        "MPN-0": (1.5, 1.0),
+        "MPN-1": (7, 2.0),
+        "MPN-2": ("7", 3.0),
+        "MPN-3": ({"sku": "A-1"}, 4.0),
+    }
 
 
 class ForgetfulStore(FailingStore):
@@ -715,6 +750,19 @@ def test_another_spelling_of_the_configured_vendor_is_the_configured_vendor() ->
         )
         with pytest.raises(ValueError, match=r"params\.daily_quota: at most the configured 9"):
             WalkSettings.parse({"base_url": url, "daily_quota": 10}, CONFIGURED)
+
+
+def test_a_look_alike_of_the_configured_host_is_another_vendor() -> None:
+    # IDNA 2003 folds "faß" into "fass"; aiohttp dials xn--fa-hia.de, someone else's domain.
+    configured = {**CONFIGURED, "base_url": "https://fass.de/api"}
+    with pytest.raises(ValueError, match=r"params\.api_key: required with a base_url of the job"):
+        WalkSettings.parse({"base_url": "https://faß.de/api"}, configured)
+
+
+def test_the_walk_refuses_settings_it_does_not_know() -> None:
+    # TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__DAILY__QUOTA is daily__quota: a typo, not silence.
+    with pytest.raises(ValueError, match=r"handler_settings\.catalogue_walk: unknown daily__quota"):
+        WalkSettings.parse({}, {**CONFIGURED, "daily__quota": "5"})
 
 
 def test_a_jobs_own_vendor_cannot_spend_the_configured_quota() -> None:
