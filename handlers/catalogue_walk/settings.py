@@ -142,6 +142,12 @@ def _configured_vendor(values: _Values, base_url: str) -> dict[str, Any]:
             "quota is shared by every job using it)"
         )
     api_key = values.text("api_key")
+    if "daily_quota" not in values.config:
+        # Else each job would choose its own limit on the one counter they all share.
+        raise ValueError(
+            f"{CONFIG_TABLE}.daily_quota: required with {CONFIG_TABLE}.base_url (the vendor's "
+            "quota is shared by every job that uses it)"
+        )
     daily_quota = values.whole("daily_quota")
     if "daily_quota" in values.params and "daily_quota" in values.config:
         configured = values.whole("daily_quota", params=False)

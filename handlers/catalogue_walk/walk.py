@@ -236,6 +236,8 @@ class Walk:
         return await self._make_call(mpn, upcoming)
 
     async def _make_call(self, mpn: str, upcoming: int) -> tuple[Answer, datetime] | None:
+        if self.report.stopped:  # while this worker waited its turn
+            return None
         time_limit = await self._time_for_a_call()
         if time_limit is None or self.report.stopped or not await self._take_unit(upcoming):
             return None

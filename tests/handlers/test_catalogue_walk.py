@@ -775,6 +775,11 @@ def test_a_jobs_own_vendor_cannot_spend_the_configured_quota() -> None:
     ("params", "config", "message"),
     [
         ({}, {"base_url": "https://v.example"}, r"params\.api_key: required \(or set handler_"),
+        (
+            {"daily_quota": 5},
+            {"base_url": "https://v.example", "api_key": "k"},
+            r"handler_settings\.catalogue_walk\.daily_quota: required with handler_settings",
+        ),
         ({"api_key": "k"}, {}, r"params\.base_url: required"),
         (
             {},
