@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -241,7 +242,8 @@ class Runner:
             mailer=self.ports.mailer,
             products=self.ports.products,
             http=self._http_session(),
-            config=self.settings.handler_settings.get(job.handler, {}),
+            # Read-only: one mapping serves every run of the handler.
+            config=MappingProxyType(dict(self.settings.handler_settings.get(job.handler, {}))),
         )
 
     # -- after the handler ----------------------------------------------------------------------
