@@ -141,7 +141,7 @@ def _configured_vendor(values: _Values, base_url: str) -> dict[str, Any]:
             "params.quota_key: only with a base_url of the job's own (the configured vendor's "
             "quota is shared by every job using it)"
         )
-    api_key = values.text("api_key")
+    api_key = values.key("api_key")
     if "daily_quota" not in values.config:
         # Else each job would choose its own limit on the one counter they all share.
         raise ValueError(
@@ -181,7 +181,7 @@ def _own_vendor(values: _Values, base_url: str) -> dict[str, Any]:
         )
     return {
         "base_url": base_url,
-        "api_key": values.text("api_key", config=False),
+        "api_key": values.key("api_key", config=False),
         "daily_quota": values.whole("daily_quota", config=False),
         "quota_key": quota_key,
     }
@@ -248,6 +248,14 @@ class _Values:
             raise ValueError(f"{where}: a non-empty string")
         return value
 
+    def key(self, name: str, *, config: bool = True) -> str:
+        """A credential that goes into a header: no whitespace or control characters (a key
+        pasted with its trailing newline would fail every call, one paid unit at a time)."""
+        value, where = self._lookup(name, _REQUIRED, config=config)
+        if not isinstance(value, str) or not value or not value.isprintable() or " " in value:
+            raise ValueError(f"{where}: a key without spaces or control characters")
+        return value
+
     def url(self, name: str, *, params: bool = True) -> str:
         value, where = self._lookup(name, _REQUIRED, params=params)
         if not isinstance(value, str) or urlsplit(value).scheme not in ("http", "https"):
@@ -262,6 +270,9 @@ class _Values:
             raise ValueError(f"{where}: the URL names no host")
         if url.username is not None or url.password is not None:
             raise ValueError(f"{where}: no user or password in the URL (the key is api_key)")
+        if url.query or url.fragment or value.rstrip("/").endswith(("?", "#")):
+            # The part's path is appended: after a ? or # every part would be the same request.
+            raise ValueError(f"{where}: no query or fragment in the base URL")
         return value.rstrip("/")
 
     def whole(
@@ -297,9 +308,11 @@ def as_number(value: Any) -> float | None:
             value = float(value.strip())
         except ValueError:
             return None
-    if not isinstance(value, int | float) or not math.isfinite(value):
+    try:
+        number = float(value) if isinstance(value, int | float) else math.nan
+    except OverflowError:  # an integer of hundreds of digits
         return None
-    return float(value)
+    return number if math.isfinite(number) else None
 
 
 def _within(number: float, schema: Mapping[str, Any]) -> bool:

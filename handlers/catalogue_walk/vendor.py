@@ -70,7 +70,8 @@ class VendorClient:
         return f"{self._base_url}/parts/{quote(mpn, safe='')}/price"
 
     async def ask(self, mpn: str, *, time_limit: float, now: datetime) -> Answer:
-        """One call for one part's price; never raises for what the vendor or the network did."""
+        """One call for one part's price; never raises for what the vendor, the network or the
+        part's number did."""
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
         try:
             async with self._session.get(
@@ -79,13 +80,21 @@ class VendorClient:
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=time_limit),
             ) as response:
-                body, _ = await read_prefix(response, MAX_ANSWER_BYTES)
-                return self._answer(response, body, now)
+                body, cut = await read_prefix(response, MAX_ANSWER_BYTES)
+                return self._answer(response, body, cut, now)
         except (aiohttp.ClientError, TimeoutError) as exc:
             return Failed(failure_reason(exc, time_limit), vendor_fault=True)
+        except Exception as exc:
+            # A part number the URL cannot hold, an answer no parser takes: this part's
+            # failure, recorded on it, never the walk's end.
+            return Failed(f"cannot ask for or read this part's price ({type(exc).__name__})")
 
-    def _answer(self, response: aiohttp.ClientResponse, body: bytes, now: datetime) -> Answer:
+    def _answer(
+        self, response: aiohttp.ClientResponse, body: bytes, cut: bool, now: datetime
+    ) -> Answer:
         status = response.status
+        if status == 200 and cut:
+            return Failed(f"status 200, but the answer is over {MAX_ANSWER_BYTES // 1024} KiB")
         if status == 200:
             return _priced(body)
         if status == 429:
@@ -104,6 +113,8 @@ class VendorClient:
 def _priced(body: bytes) -> Answer:
     try:
         answer = json.loads(body)
+    except RecursionError:  # [[[[... nested past what the parser takes
+        return Failed("status 200, but the answer is nested too deep")
     except ValueError:  # a maintenance page, a proxy's error: the vendor's fault, not the part's
         return Failed("status 200, but the answer is not JSON", vendor_fault=True)
     if not isinstance(answer, dict):

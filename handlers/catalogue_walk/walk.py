@@ -67,6 +67,9 @@ PARTS_IN_RESULT = 10
 PART_NUMBER_FIELDS = ("mpn", "partNumber", "name")
 
 FAILING_STOPS = ("key_refused", "vendor_failing")
+# A part the vendor failed on keeps its place at the head of the walk this many times in a row,
+# less one; then it goes to the back like any part checked.
+VENDOR_FAILURES_IN_PLACE = 3
 
 
 class WalkFailed(Exception):
@@ -286,7 +289,17 @@ class Walk:
             self._failures_in_a_row += 1
             if self._failures_in_a_row >= self.settings.max_consecutive_failures:
                 self.report.stop("vendor_failing", answer.reason)
-        return self._checked(part, error=answer.reason, keep_place=answer.vendor_fault)
+        if not answer.vendor_fault:
+            return self._checked(part, error=answer.reason)
+        # The vendor failing on this part: it keeps its place, a few times. A vendor that
+        # always fails on some parts must not hold the head of the walk for good.
+        failures = vendor_failures(part) + 1
+        return self._checked(
+            part,
+            error=answer.reason,
+            keep_place=failures < VENDOR_FAILURES_IN_PLACE,
+            vendor_failures=failures,
+        )
 
     def _checked(self, part: Doc, **outcome: Any) -> PriceCheck:
         return PriceCheck(
@@ -355,6 +368,13 @@ class Walk:
                 len(self.report.unrecorded),
                 ", ".join(self.report.unrecorded[:PARTS_IN_RESULT]),
             )
+
+
+def vendor_failures(part: Doc) -> int:
+    """The vendor's failures in a row on this part so far, as its `priceError` records them."""
+    error = part.get("priceError")
+    count = error.get("vendorFailures") if isinstance(error, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def part_key(part: Doc) -> tuple[str, str]:

@@ -118,6 +118,9 @@ class PriceCheck:
     # A failure not of the part's making (the vendor is failing): `priceError` is recorded but
     # `priceCheckedAt` is left as it was, so the part keeps its place at the head of the walk.
     keep_place: bool = False
+    # The vendor's failures on this part in a row, this one included, kept in `priceError`
+    # ("vendorFailures"): the walk reads it back to stop keeping the part's place after a few.
+    vendor_failures: int = 0
     # The part's `_id` exactly as `parts_to_price` returned it (an int, a UUID... on MongoDB):
     # written by it, so an id of any type is matched, and 5 is never taken for "5".
     stored_id: Any = None

@@ -137,7 +137,10 @@ def price_writes(checks: Sequence[PriceCheck]) -> dict[str, PriceWrite]:
             write.sets.pop("priceError", None)
             write.unsets.add("priceError")
         else:
-            write.sets["priceError"] = {"message": check.error, "at": check.checked_at}
+            error: Doc = {"message": check.error, "at": check.checked_at}
+            if check.vendor_failures:
+                error["vendorFailures"] = check.vendor_failures
+            write.sets["priceError"] = error
             write.unsets.discard("priceError")
     return writes
 

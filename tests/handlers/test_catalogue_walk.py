@@ -419,6 +419,72 @@ async def test_a_base_url_that_answers_404_to_everything_is_given_up_on(
     assert len(vendor.calls) == 3
 
 
+async def test_parts_the_vendor_always_fails_on_give_up_their_place_after_three_runs(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(8))
+    for i in range(3):  # the first three in line: the vendor errs on them, every time
+        vendor.script(f"MPN-{i}", *[(502, {}, "upstream error")] * 10)
+
+    for day in range(3):
+        with pytest.raises(WalkFailed, match="failed 3 calls in a row"):
+            await walk(
+                products,
+                vendor_url,
+                at=DAY_1 + timedelta(days=day),
+                concurrency=1,
+                max_consecutive_failures=3,
+            )
+    # The three were asked a day ago: a min_age of two days leaves them out of this run.
+    result, _ = await walk(
+        products,
+        vendor_url,
+        at=DAY_1 + timedelta(days=3),
+        max_consecutive_failures=3,
+        min_age_seconds=2 * 86_400,
+    )
+
+    assert (result["priced"], result["stopped"]) == (5, "done")
+    stuck = (await part_docs(products, 3))["part-0"]
+    assert stuck["priceError"]["vendorFailures"] == 3 and "priceCheckedAt" in stuck
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("[" * 100_000, "status 200, but the answer is over 64 KiB"),
+        ("[" * 5_000, "status 200, but the answer is nested too deep"),
+        (
+            '{"price": 1' + "0" * 400 + "}",
+            "status 200, but the answer has no price (a number >= 0)",
+        ),
+    ],
+)
+async def test_an_answer_no_parser_takes_is_the_parts_failure_not_the_walks(
+    products: ProductStore, vendor: Vendor, vendor_url: str, body: str, error: str
+) -> None:
+    await products.upsert_parts(catalogue(3))
+    vendor.script("MPN-1", (200, {"Content-Type": "application/json"}, body))
+
+    result, _ = await walk(products, vendor_url, concurrency=1)
+
+    assert (result["priced"], result["failed"], result["stopped"]) == (2, 1, "done")
+    assert result["errors"] == [{"part": "part-1", "error": error}]
+
+
+async def test_a_part_number_the_url_cannot_hold_is_the_parts_failure(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    if isinstance(products, MongoProductStore):
+        pytest.skip("BSON cannot hold such a string: the part cannot exist there")
+    await products.upsert_parts([*catalogue(2), {"_id": "part-x", "mpn": "BAD\ud800"}])
+
+    result, _ = await walk(products, vendor_url, concurrency=1)
+
+    assert (result["priced"], result["failed"]) == (2, 1)
+    assert result["errors"][0]["error"].startswith("cannot ask for or read this part's price")
+
+
 async def test_a_vendor_that_is_down_is_asked_one_call_at_a_time_and_parts_keep_their_place(
     products: ProductStore, vendor: Vendor, vendor_url: str
 ) -> None:
@@ -795,6 +861,16 @@ def test_a_jobs_own_vendor_cannot_spend_the_configured_quota() -> None:
             {"api_key": "k", "base_url": "https://user:pw@v.example", "daily_quota": 1},
             {},
             r"params\.base_url: no user or password in the URL",
+        ),
+        (
+            {"api_key": "k", "base_url": "https://v.example/api?v=2", "daily_quota": 1},
+            {},
+            r"params\.base_url: no query or fragment in the base URL",
+        ),
+        (
+            {},
+            {"base_url": "https://v.example", "api_key": "pasted-key\n", "daily_quota": 1},
+            r"handler_settings\.catalogue_walk\.api_key: a key without spaces or control",
         ),
         (
             {"api_key": "k", "base_url": "https://v.example", "daily_quota": 1, "concurency": 2},
