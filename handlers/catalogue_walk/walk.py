@@ -2,6 +2,8 @@
 paid for with a unit of the day's quota, the page's answers recorded before the next page.
 
 Why it stops, in `stopped`:
+- `busy`: another walk of the same vendor (`quota_key`) is running, on this instance or any
+  other; they would ask for the same parts and pay twice. This one asks nothing.
 - `done`: every part was priced within `min_age_seconds`; nothing left to ask.
 - `quota`: the day's quota is spent (by this run or any other sharing the key). The parts not
   reached keep their old `priceCheckedAt`, so tomorrow's first run takes them first.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -67,6 +70,8 @@ PARTS_IN_RESULT = 10
 PART_NUMBER_FIELDS = ("mpn", "partNumber", "name")
 
 FAILING_STOPS = ("key_refused", "vendor_failing")
+# A walk's lease on its vendor outlives its deadline by this much, should it die holding it.
+LEASE_MARGIN_SECONDS = 60.0
 # A part the vendor failed on keeps its place at the head of the walk this many times in a row,
 # less one; then it goes to the back like any part checked.
 VENDOR_FAILURES_IN_PLACE = 3
@@ -138,19 +143,42 @@ class Walk:
         # Parts asked in this run that are still first in line: their failure was the vendor's
         # (keep_place), or the store could not record the answer. Pages read past them.
         self._still_first = 0
+        # One walk per vendor at a time, across instances: two would ask for the same parts.
+        self._lease = f"catalogue_walk|{settings.quota_key}"
+        self._owner = uuid.uuid4().hex
 
     async def run(self) -> dict[str, Any]:
         """Walk until a reason to stop; returns the result. Raises WalkFailed (after recording
         every answer) when the vendor refuses the key or keeps failing."""
-        checked_before = self.started - timedelta(seconds=self.settings.min_age_seconds)
-        while not self.report.stopped:
-            await self._walk_page(await self._next_page(checked_before))
+        until = self.deadline + timedelta(seconds=LEASE_MARGIN_SECONDS)
+        if not await self.products.take_lease(
+            self._lease, owner=self._owner, until=until, now=self.started
+        ):
+            self.report.stop("busy")
+            return await self._result()
+        try:
+            await self._walk()
+        finally:
+            await self._release_lease()
         self.quota.release_unused()
         result = await self._result()
         self._log(result)
         if self.report.stopped in FAILING_STOPS:
             raise WalkFailed(self._failure_message())
         return result
+
+    async def _walk(self) -> None:
+        checked_before = self.started - timedelta(seconds=self.settings.min_age_seconds)
+        while not self.report.stopped:
+            await self._walk_page(await self._next_page(checked_before))
+
+    async def _release_lease(self) -> None:
+        """Given back even when the run failed or was cancelled; if the store cannot be told,
+        the lease ends by itself a minute after the deadline."""
+        try:
+            await asyncio.shield(self.products.release_lease(self._lease, owner=self._owner))
+        except Exception:
+            self.logger.warning("catalogue walk: could not release %s", self._lease, exc_info=True)
 
     async def _next_page(self, checked_before: datetime) -> list[Doc]:
         size = page_size(self.settings.concurrency)
@@ -343,6 +371,10 @@ class Walk:
         if report.unrecorded:
             result["unrecorded"] = len(report.unrecorded)
             result["unrecorded_parts"] = report.unrecorded[:PARTS_IN_RESULT]
+        if report.stopped == "busy":
+            result["message"] = (
+                f"another walk of this vendor ({quota.key}) is running; this one asked nothing"
+            )
         if report.stopped == "quota":
             result["message"] = (
                 f"the daily quota of {quota.limit} calls ({quota.key}) is spent; "

@@ -206,6 +206,15 @@ class ProductStore(Protocol):
     async def quota_used(self, key: str, day: date) -> int:
         """Units of `key`'s quota taken on `day`."""
 
+    async def take_lease(self, name: str, *, owner: str, until: datetime, now: datetime) -> bool:
+        """Hold `name` until `until` if nobody else holds it, or their hold ended before `now`
+        (a walker that died). Of two takers at once, one wins (on FerretDB, whose deletes
+        are not atomic, a hold that expired can rarely pass to two: leases keep work from
+        being done twice, they guard nothing that must never happen twice)."""
+
+    async def release_lease(self, name: str, *, owner: str) -> None:
+        """Give `name` back, if `owner` still holds it."""
+
     # -- data for the demo, the tests and the app ---------------------------------------------
 
     async def upsert_parts(self, parts: Sequence[Doc]) -> None:

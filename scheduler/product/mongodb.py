@@ -363,6 +363,10 @@ class MongoProductStore:
         return self.database["priceHistory"]
 
     @property
+    def lease_docs(self) -> Documents:
+        return self.database["leases"]
+
+    @property
     def quota_slots(self) -> Documents:
         return self.database["quotaSlots"]
 
@@ -626,6 +630,27 @@ class MongoProductStore:
     @translating_errors
     async def quota_used(self, key: str, day: date) -> int:
         return await self.quota_slots.count_documents({"key": key, "day": day.isoformat()})
+
+    @translating_errors
+    async def take_lease(self, name: str, *, owner: str, until: datetime, now: datetime) -> bool:
+        """An insert on the lease's `_id`, which one taker wins; a hold that ended is deleted
+        first, by its exact owner and end, so a hold taken meanwhile is not."""
+        hold = {"_id": name, "owner": owner, "until": until}
+        if not await insert_ignoring_duplicates(self.lease_docs, [hold]):
+            return True
+        current = await self.lease_docs.find_one({"_id": name})
+        if current is not None and current["owner"] == owner:
+            await self.lease_docs.update_one({"_id": name}, {"$set": {"until": until}})
+            return True
+        if current is not None and current["until"] >= now:
+            return False
+        if current is not None:
+            await self.lease_docs.delete_one(current)
+        return not await insert_ignoring_duplicates(self.lease_docs, [hold])
+
+    @translating_errors
+    async def release_lease(self, name: str, *, owner: str) -> None:
+        await self.lease_docs.delete_one({"_id": name, "owner": owner})
 
     # -- data for the demo, the tests and the app -----------------------------------------------
 

@@ -99,6 +99,13 @@ CREATE TABLE IF NOT EXISTS price_history (
 );
 CREATE INDEX IF NOT EXISTS price_history_by_part ON price_history (part_id, checked_at, id);
 
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    -- In microseconds since the epoch.
+    until INTEGER NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS quota_usage (
     key TEXT NOT NULL,
     -- The UTC day, ISO 8601.
@@ -379,6 +386,22 @@ class SQLiteProductStore:
         sql = "SELECT used FROM quota_usage WHERE key = ? AND day = ?"
         row = await self._read(lambda db: db.execute(sql, (key, day.isoformat())).fetchone())
         return 0 if row is None else int(row["used"])
+
+    async def take_lease(self, name: str, *, owner: str, until: datetime, now: datetime) -> bool:
+        take = (
+            "INSERT INTO leases (name, owner, until) VALUES (?, ?, ?) ON CONFLICT (name) DO "
+            "UPDATE SET owner = excluded.owner, until = excluded.until "
+            "WHERE leases.until < ? OR leases.owner = excluded.owner"
+        )
+
+        def take_if_free(db: sqlite3.Connection) -> bool:
+            return db.execute(take, (name, owner, micros(until), micros(now))).rowcount == 1
+
+        return await self._write(take_if_free)
+
+    async def release_lease(self, name: str, *, owner: str) -> None:
+        sql = "DELETE FROM leases WHERE name = ? AND owner = ?"
+        await self._write(lambda db: db.execute(sql, (name, owner)))
 
     # -- data for the demo, the tests and the app -----------------------------------------------
 

@@ -326,3 +326,33 @@ async def test_a_store_that_remembered_the_quota_spent_looks_again_before_saying
     assert isinstance(products, MongoProductStore)
     await products.quota_slots.delete_many({"key": "octo"})
     assert await products.reserve_quota("octo", DAY, limit=2, want=2) == 2
+
+
+# -- leases ---------------------------------------------------------------------------------------
+
+
+async def test_a_lease_is_held_until_it_ends_or_is_released(products: ProductStore) -> None:
+    name, later = "walk|octo", T0 + HOUR
+    assert await products.take_lease(name, owner="a", until=later, now=T0)
+    assert not await products.take_lease(name, owner="b", until=later, now=T0 + HOUR / 2)
+    await products.release_lease(name, owner="b")  # not b's to give back
+    assert not await products.take_lease(name, owner="b", until=later, now=T0 + HOUR / 2)
+    assert await products.take_lease(name, owner="a", until=later + HOUR, now=T0)  # extended
+    assert not await products.take_lease(name, owner="b", until=later, now=later + HOUR / 2)
+    # Ended (its holder died): the next taker gets it.
+    assert await products.take_lease(name, owner="b", until=later + 3 * HOUR, now=later + 2 * HOUR)
+    await products.release_lease(name, owner="b")
+    assert await products.take_lease(name, owner="c", until=later, now=T0)
+    assert await products.take_lease("walk|other", owner="d", until=later, now=T0)  # its own
+
+
+async def test_of_takers_at_once_one_wins(product_db: ProductDatabase) -> None:
+    handles = [await product_db.open() for _ in range(4)]
+    won = await asyncio.gather(
+        *(
+            handle.take_lease("walk|octo", owner=f"walker-{i}-{j}", until=T0 + HOUR, now=T0)
+            for i, handle in enumerate(handles)
+            for j in range(5)
+        )
+    )
+    assert sum(won) == 1

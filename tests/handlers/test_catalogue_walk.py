@@ -224,9 +224,10 @@ async def test_at_the_quota_the_walk_stops_says_so_and_resumes_the_next_day(
     assert (resumed["quota"]["day"], resumed["quota"]["used"]) == ("2026-03-03", 3)
 
 
-async def test_two_walks_at_once_and_their_retries_never_exceed_the_quota(
+async def test_two_walks_of_one_vendor_at_once_one_walks_one_stands_aside_and_retries_add_nothing(
     product_db: ProductDatabase, vendor: Vendor, vendor_url: str
 ) -> None:
+    # Two instances (two handles on one database) run walks of the same vendor at once.
     vendor.prices = {f"MPN-{i}": 1.0 for i in range(40)}
     vendor.delay = 0.01
     first, second = await product_db.open(), await product_db.open()
@@ -238,10 +239,25 @@ async def test_two_walks_at_once_and_their_retries_never_exceed_the_quota(
     )
     retried, _ = await walk(second, vendor_url, **options)
 
-    assert len(vendor.calls) == 10
+    assert sorted(result["stopped"] for result, _ in results) == ["busy", "quota"]
     assert sum(result["priced"] for result, _ in results) == 10
-    assert {result["stopped"] for result, _ in results} == {"quota"}
-    assert (retried["priced"], retried["quota"]["used"]) == (0, 10)
+    assert len(vendor.calls) == len(set(vendor.calls)) == 10  # no part asked twice
+    assert (retried["priced"], retried["stopped"], retried["quota"]["used"]) == (0, "quota", 10)
+
+
+async def test_a_lease_left_by_a_walk_that_died_does_not_block_the_next(
+    products: ProductStore, vendor: Vendor, vendor_url: str
+) -> None:
+    await products.upsert_parts(catalogue(2))
+    key = vendor_url.split("/")[2]
+    dead_until = DAY_1 - timedelta(minutes=1)
+    assert await products.take_lease(
+        f"catalogue_walk|{key}", owner="died", until=dead_until, now=dead_until
+    )
+
+    result, _ = await walk(products, vendor_url)
+
+    assert (result["priced"], result["stopped"]) == (2, "done")
 
 
 # -- what the vendor answers ----------------------------------------------------------------------
