@@ -43,10 +43,9 @@ SYSTEM_JOB: dict[str, Any] = {
 }
 
 
-# One walk at a time per daemon: two over one catalogue would ask for the same parts and pay
-# twice (handler_concurrency.catalogue_walk raises it, for walks of different vendors).
+# No limit per daemon: walks of one vendor keep apart by a lease in the store (walk.py), across
+# every instance; walks of different vendors may well run together.
 @handler(
-    max_concurrency=1,
     params_schema=PARAMS,
     secret_params={"api_key"},
     system_job=SYSTEM_JOB,
