@@ -6,7 +6,7 @@ encoder or a BSON one takes it from there.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler.model import (
@@ -27,6 +27,18 @@ from scheduler.model import (
 )
 
 Doc = dict[str, Any]
+
+# Stores keep times as integer microseconds since this, so that a compare-and-set compares
+# exactly what it read (BSON and SQLite both lose or reorder finer or zoned times).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def exact_micros(when: datetime) -> int:
+    return (when - EPOCH) // timedelta(microseconds=1)
+
+
+def micros(when: datetime | None) -> int | None:
+    return None if when is None else exact_micros(when)
 
 
 def schedule_to_doc(schedule: Schedule) -> Doc:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from scheduler.codec import as_datetime
+from scheduler.codec import as_datetime, exact_micros
 from scheduler.product import Doc, Notification, PriceCheck, RuleUpdate
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def notification_to_doc(notification: Notification) -> Doc:
@@ -147,7 +145,7 @@ def price_writes(checks: Sequence[PriceCheck]) -> dict[str, PriceWrite]:
 
 def price_entry_id(part_id: str, checked_at: datetime) -> str:
     """Derived from the check: a check recorded twice makes one entry."""
-    return f"{part_id}@{(checked_at - EPOCH) // timedelta(microseconds=1)}"
+    return f"{part_id}@{exact_micros(checked_at)}"
 
 
 def price_entries(checks: Sequence[PriceCheck]) -> list[Doc]:

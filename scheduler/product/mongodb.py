@@ -44,20 +44,16 @@ Ids. The product may use ObjectIds; ids travel as strings and every query matche
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import bson
-import pymongo
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.asynchronous.database import AsyncDatabase
 
-from scheduler.ports import StoreError
 from scheduler.product import (
     Alert,
     Doc,
@@ -78,15 +74,11 @@ from scheduler.product.documents import (
     rule_fields,
 )
 from scheduler.store.mongodb import (
-    CODEC_OPTIONS,
-    DEFAULT_DATABASE,
-    INDEX_BUILD_SECONDS,
+    MongoDatabase,
     chunks,
     client_options,
-    create_missing_indexes,
     in_one_batch,
     insert_ignoring_duplicates,
-    server_limits,
     translating_errors,
 )
 
@@ -314,19 +306,23 @@ def written_by(doc: Doc, update: RuleUpdate) -> bool:
     )
 
 
-class MongoProductStore:
-    """Alerts, parts and notifications in MongoDB; every batch is a bounded number of commands."""
+class MongoProductStore(MongoDatabase):
+    """Alerts, parts and notifications in MongoDB; every batch is a bounded number of commands.
+    A URL gives it a client of its own, with a longer socket timeout (product_client_options);
+    it may also share the job store's client."""
+
+    INDEXES: ClassVar[Mapping[str, Sequence[IndexModel]]] = {
+        "alerts": ALERT_INDEXES,
+        "notifications": NOTIFICATION_INDEXES,
+        "emailClaims": CLAIM_INDEXES,
+        "parts": PART_INDEXES,
+        "priceHistory": PRICE_HISTORY_INDEXES,
+        "quotaSlots": QUOTA_SLOT_INDEXES,
+    }
+    WHAT: ClassVar[str] = "the product store"
 
     def __init__(self, target: str | Client, *, database: str | None = None) -> None:
-        """`target` is a URL (the store opens and closes its own client) or a client to use and
-        leave open, such as the job store's; `database` overrides the one it names."""
-        self._url = target if isinstance(target, str) else None
-        self._client = None if isinstance(target, str) else target
-        self._database_name = database
-        self._db: AsyncDatabase[Doc] | None = None
-        self._statements_per_update: int | None = None
-        # Operations in flight at once: unbounded (pymongo's pool decides) but on FerretDB.
-        self.gate: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+        super().__init__(target, database=database)
         # The email claims this store won and has not ended: notification id -> claim id, and
         # the notifications of each claiming token.
         self._claims: dict[str, str] = {}
@@ -334,13 +330,10 @@ class MongoProductStore:
         # The highest quota slot known taken, by key and day (a lower bound: others take more).
         self._quota_tops: dict[tuple[str, date], int] = {}
 
-    # -- plumbing -------------------------------------------------------------------------------
+    def client_options(self, url: str) -> dict[str, Any]:
+        return product_client_options(url)
 
-    @property
-    def database(self) -> AsyncDatabase[Doc]:
-        if self._db is None:
-            raise StoreError("the product store is not open")
-        return self._db
+    # -- collections ----------------------------------------------------------------------------
 
     @property
     def alerts(self) -> Documents:
@@ -369,35 +362,6 @@ class MongoProductStore:
     @property
     def quota_slots(self) -> Documents:
         return self.database["quotaSlots"]
-
-    @translating_errors
-    async def open(self) -> None:
-        if self._client is None:
-            assert self._url is not None
-            self._client = AsyncMongoClient(self._url, **product_client_options(self._url))
-        try:
-            await self._prepare(self._client)
-        except BaseException:  # the caller only closes a store that opened
-            await self.close()
-            raise
-
-    async def _prepare(self, client: Client) -> None:
-        name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
-        self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
-        self._statements_per_update, self.gate = await server_limits(client)
-        with pymongo.timeout(INDEX_BUILD_SECONDS):
-            await create_missing_indexes(self.alerts, ALERT_INDEXES)
-            await create_missing_indexes(self.notification_docs, NOTIFICATION_INDEXES)
-            await create_missing_indexes(self.email_claims, CLAIM_INDEXES)
-            await create_missing_indexes(self.part_docs, PART_INDEXES)
-            await create_missing_indexes(self.price_history_docs, PRICE_HISTORY_INDEXES)
-            await create_missing_indexes(self.quota_slots, QUOTA_SLOT_INDEXES)
-
-    async def close(self) -> None:
-        self._db = None
-        if self._url is not None and self._client is not None:
-            await self._client.close()
-            self._client = None
 
     async def _bulk(
         self, collection: Documents, writes: Sequence[Any], *, heavy: bool = False

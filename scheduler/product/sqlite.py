@@ -17,16 +17,13 @@ per key and UTC day, which `reserve_quota` reads and raises in one transaction.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
+from datetime import date, datetime
 from typing import Any, TypeVar
 
-from scheduler.codec import as_datetime, to_json_ready
+from scheduler.codec import as_datetime, micros, to_json_ready
 from scheduler.ports import StoreError
 from scheduler.product import (
     Alert,
@@ -48,10 +45,9 @@ from scheduler.product.documents import (
     rule_fields,
     rule_is_as_read,
 )
-from scheduler.urls import local_path
+from scheduler.store.sqlite import SQLiteFile
 
 T = TypeVar("T")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Ids per `IN (...)`: well under SQLite's limit on bound parameters.
 IDS_PER_STATEMENT = 500
 
@@ -125,10 +121,6 @@ PRICED_BEFORE = (
 )
 
 
-def micros(when: datetime | None) -> int | None:
-    return None if when is None else (when - EPOCH) // timedelta(microseconds=1)
-
-
 def to_json(doc: Any) -> str:
     return json.dumps(to_json_ready(doc), separators=(",", ":"))
 
@@ -161,11 +153,9 @@ def price_entry_row(entry: Doc) -> tuple[str, str, int | None, str]:
     return entry["_id"], entry["partId"], micros(entry["checkedAt"]), to_json(entry)
 
 
-class SQLiteProductStore:
-    def __init__(self, url: str) -> None:
-        self._path = local_path(url) or ":memory:"
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickd-products")
-        self._db: sqlite3.Connection | None = None
+class SQLiteProductStore(SQLiteFile):
+    SCHEMA = SCHEMA
+    THREAD = "tickd-products"
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -178,37 +168,13 @@ class SQLiteProductStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite: {exc}") from exc
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await self._in_thread(call)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._call(fn, write=False)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._call(fn, write=True)
-
-    async def open(self) -> None:
-        def connect() -> None:
-            if self._path != ":memory:":
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit mode: transactions are the explicit BEGIN IMMEDIATE of `_write`.
-            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(SCHEMA)
-            self._db = db
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, connect)
-
-    async def close(self) -> None:
-        def disconnect() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, disconnect)
-        self._executor.shutdown(wait=True)
 
     # -- the scan -------------------------------------------------------------------------------
 

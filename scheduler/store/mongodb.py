@@ -41,10 +41,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import pymongo
@@ -57,11 +57,14 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from scheduler.codec import (
+    EPOCH,
     Doc,
+    exact_micros,
     execution_from_doc,
     execution_to_doc,
     job_from_doc,
     job_to_doc,
+    micros,
     summary_to_doc,
 )
 from scheduler.model import Execution, Job, Status
@@ -96,7 +99,6 @@ DUPLICATE_KEY = 11000
 TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
 CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 JOB_TIMES = (
     "next_run_at",
     "created_at",
@@ -237,14 +239,6 @@ def duplicate_job_error(job: Job, exc: DuplicateKeyError) -> StoreError:
 
 
 # -- times --------------------------------------------------------------------------------------
-
-
-def exact_micros(when: datetime) -> int:
-    return (when - EPOCH) // timedelta(microseconds=1)
-
-
-def micros(when: datetime | None) -> int | None:
-    return None if when is None else exact_micros(when)
 
 
 def from_micros(value: int) -> datetime:
@@ -474,8 +468,15 @@ async def insert_ignoring_duplicates(collection: Collection, docs: Sequence[Doc]
     return set()
 
 
-class MongoStore:
-    """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands."""
+class MongoDatabase:
+    """What the job store and the product store share: a client (opened from a URL and closed
+    with the store, or handed over and left open), the database, the server's limits (FerretDB
+    or MongoDB), and the indexes their queries need, created at open when missing."""
+
+    # Collection -> its indexes.
+    INDEXES: ClassVar[Mapping[str, Sequence[IndexModel]]] = {}
+    # Names the store in "... is not open".
+    WHAT: ClassVar[str] = "the store"
 
     def __init__(self, target: str | Client, *, database: str | None = None) -> None:
         """`target` is a URL (the store opens and closes its own client) or a client to use and
@@ -488,13 +489,52 @@ class MongoStore:
         # Operations in flight at once: unbounded (pymongo's pool decides) but on FerretDB.
         self.gate: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
 
-    # -- plumbing -------------------------------------------------------------------------------
-
     @property
     def database(self) -> AsyncDatabase[Doc]:
         if self._db is None:
-            raise StoreError("the store is not open")
+            raise StoreError(f"{self.WHAT} is not open")
         return self._db
+
+    def client_options(self, url: str) -> dict[str, Any]:
+        return client_options(url)
+
+    @translating_errors
+    async def open(self) -> None:
+        if self._client is None:
+            assert self._url is not None
+            self._client = AsyncMongoClient(self._url, **self.client_options(self._url))
+        try:
+            await self._prepare(self._client)
+        except BaseException:  # the caller only closes a store that opened
+            await self.close()
+            raise
+
+    async def _prepare(self, client: Client) -> None:
+        name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
+        self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
+        self._statements_per_update, self.gate = await server_limits(client)
+        with pymongo.timeout(INDEX_BUILD_SECONDS):
+            for collection, indexes in self.INDEXES.items():
+                await create_missing_indexes(self._db[collection], indexes)
+
+    async def close(self) -> None:
+        self._db = None
+        if self._url is not None and self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+class MongoStore(MongoDatabase):
+    """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands."""
+
+    INDEXES: ClassVar[Mapping[str, Sequence[IndexModel]]] = {
+        "jobs": JOB_INDEXES,
+        "executions": EXECUTION_INDEXES,
+        "job_changes": CHANGE_INDEXES,
+        "run_requests": REQUEST_INDEXES,
+    }
+
+    # -- collections ----------------------------------------------------------------------------
 
     @property
     def jobs(self) -> Collection:
@@ -511,37 +551,6 @@ class MongoStore:
     @property
     def requests(self) -> Collection:
         return self.database["run_requests"]
-
-    def _connect(self) -> Client:
-        if self._client is None:
-            assert self._url is not None
-            self._client = AsyncMongoClient(self._url, **client_options(self._url))
-        return self._client
-
-    @translating_errors
-    async def open(self) -> None:
-        client = self._connect()
-        try:
-            await self._prepare(client)
-        except BaseException:  # the caller only closes a store that opened
-            await self.close()
-            raise
-
-    async def _prepare(self, client: Client) -> None:
-        name = self._database_name or client.get_default_database(DEFAULT_DATABASE).name
-        self._db = client.get_database(name, codec_options=CODEC_OPTIONS)
-        self._statements_per_update, self.gate = await server_limits(client)
-        with pymongo.timeout(INDEX_BUILD_SECONDS):
-            await create_missing_indexes(self.jobs, JOB_INDEXES)
-            await create_missing_indexes(self.executions, EXECUTION_INDEXES)
-            await create_missing_indexes(self.changes, CHANGE_INDEXES)
-            await create_missing_indexes(self.requests, REQUEST_INDEXES)
-
-    async def close(self) -> None:
-        self._db = None
-        if self._url is not None and self._client is not None:
-            await self._client.close()
-            self._client = None
 
     @translating_errors
     async def ping(self) -> None:

@@ -13,16 +13,18 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from scheduler.codec import (
+    EPOCH,
     Doc,
     execution_from_doc,
     execution_to_doc,
     job_from_doc,
     job_to_doc,
+    micros,
     summary_to_doc,
     to_json_ready,
 )
@@ -40,7 +42,6 @@ from scheduler.ports import (
 from scheduler.urls import local_path
 
 T = TypeVar("T")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -194,19 +195,55 @@ TIME_COLUMNS = {
 FREE = "enabled = 1 AND lease_token IS NULL"
 
 
-def micros(when: datetime | None) -> int | None:
-    return None if when is None else (when - EPOCH) // timedelta(microseconds=1)
-
-
 def from_micros(value: int | None) -> datetime | None:
     return None if value is None else EPOCH + timedelta(microseconds=value)
 
 
-class SQLiteStore:
+class SQLiteFile:
+    """What the job store and the product store share: one SQLite file (or memory) in WAL mode
+    with its schema, its connection owned by one thread of its own, since sqlite3 blocks."""
+
+    SCHEMA: ClassVar[str] = ""
+    THREAD: ClassVar[str] = "tickd-sqlite"
+
     def __init__(self, url: str) -> None:
         self._path = local_path(url) or ":memory:"
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickd-sqlite")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.THREAD)
         self._db: sqlite3.Connection | None = None
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def open(self) -> None:
+        def connect() -> None:
+            if self._path != ":memory:":
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            # Autocommit while the schema is applied; `_connected` chooses the transactions.
+            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(self.SCHEMA)
+            self._db = self._connected(db)
+
+        await self._in_thread(connect)
+
+    def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        return db
+
+    async def close(self) -> None:
+        def disconnect() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        await self._in_thread(disconnect)
+        self._executor.shutdown(wait=True)
+
+
+class SQLiteStore(SQLiteFile):
+    SCHEMA = SCHEMA
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -222,32 +259,12 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite: {exc}") from exc
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await self._in_thread(call)
 
-    async def open(self) -> None:
-        def connect() -> None:
-            if self._path != ":memory:":
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(SCHEMA)
-            # Python's sqlite3 opens transactions itself only for DML; make them explicit.
-            db.isolation_level = "DEFERRED"
-            self._db = db
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, connect)
-
-    async def close(self) -> None:
-        def disconnect() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, disconnect)
-        self._executor.shutdown(wait=True)
+    def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        # Python's sqlite3 opens transactions itself only for DML; make them explicit.
+        db.isolation_level = "DEFERRED"
+        return db
 
     async def ping(self) -> None:
         await self._run(lambda db: db.execute("SELECT 1").fetchone())

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
@@ -70,8 +71,8 @@ class Api:
             return response.status, body, {k.lower(): v for k, v in response.headers.items()}
 
 
-@pytest.fixture
-async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+def api_app(make_engine: EngineFactory) -> tuple[Harness, web.Application]:
+    """The API over an engine in drain mode, with the test handlers and tokens."""
     harness = make_engine(
         {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
     )
@@ -83,7 +84,12 @@ async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
         metrics=harness.engine.metrics,
         wake=harness.engine.wake,
     )
-    app = create_app(state, probes={"store": harness.store.ping})
+    return harness, create_app(state, probes={"store": harness.store.ping})
+
+
+@pytest.fixture
+async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    harness, app = api_app(make_engine)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:

@@ -18,13 +18,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from api.app import create_app
-from api.v1 import ApiState
-from handlers.sleep import sleep
 from scheduler import cli
 from scheduler.clock import FakeClock
 from scheduler.ports import ExecutionQuery, JobQuery, Store
-from tests.api.conftest import ADMIN, READ, TOKENS, boom, ping
+from tests.api.conftest import ADMIN, READ, api_app
 from tests.conftest import EngineFactory, Harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,18 +96,8 @@ class Live:
 
 @pytest.fixture
 async def live(make_engine: EngineFactory) -> AsyncIterator[Live]:
-    harness = make_engine(
-        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
-    )
-    state = ApiState(
-        store=harness.store,
-        registry=harness.registry,
-        settings=harness.settings,
-        clock=harness.clock,
-        metrics=harness.engine.metrics,
-        wake=harness.engine.wake,
-    )
-    runner = web.AppRunner(create_app(state, probes={"store": harness.store.ping}))
+    harness, app = api_app(make_engine)
+    runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]

@@ -17,7 +17,7 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 
 import scheduler.store.mongodb
-from scheduler.codec import Doc
+from scheduler.codec import Doc, exact_micros
 from scheduler.model import Job
 from scheduler.ports import Claim, StoreError
 from scheduler.product.mongodb import ALERT_INDEXES, MongoProductStore
@@ -25,7 +25,6 @@ from scheduler.store.mongodb import (
     FERRETDB_STATEMENTS_PER_UPDATE,
     MongoStore,
     chunks,
-    exact_micros,
 )
 from tests.conftest import T0, make_job
 from tests.fixtures.services import MONGODB_URL
