@@ -31,9 +31,11 @@ services:
 services-stop:
 	scripts/services.sh stop
 
+## Ruff, and the layer contracts of .importlinter (dependencies point one way, no cycles).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy

@@ -1,6 +1,6 @@
 """The HTTP application: /v1, the operations endpoints and the OpenAPI document, one route table.
 
-`create_app` takes what the API runs on; the daemon (scheduler/daemon.py) ties the application's
+`create_app` takes what the API runs on; the composition root (tickd/app.py) ties the application's
 startup and shutdown to the dispatcher's with aiohttp cleanup contexts.
 """
 

@@ -33,9 +33,9 @@ from urllib.parse import urlsplit, urlunsplit
 from pymongo import AsyncMongoClient
 
 from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from handlers.product_store import Doc, ProductStore, open_product_store
 from scheduler.clock import SystemClock
 from scheduler.mail.outbox import OutboxMailer
-from scheduler.product import Doc, ProductStore, open_product_store
 
 RULE_KINDS = [
     ("price_change", "gt", 10),

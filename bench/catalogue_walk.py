@@ -27,9 +27,9 @@ from bench.alert_scan import opened
 from handlers.catalogue_walk.settings import WalkSettings
 from handlers.catalogue_walk.vendor import Priced, VendorClient
 from handlers.catalogue_walk.walk import Walk
+from handlers.product_store import Doc
 from scheduler.clock import SystemClock
 from scheduler.http import safe_client_session
-from scheduler.product import Doc
 
 API_KEY = "bench-key-0123456789"
 

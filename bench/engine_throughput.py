@@ -23,15 +23,15 @@ from datetime import UTC, datetime, timedelta
 from handlers.noop import noop
 from scheduler.clock import SystemClock
 from scheduler.config import Settings
-from scheduler.engine import Engine
 from scheduler.events.log import NullPublisher
 from scheduler.lock.memory import MemoryLock
 from scheduler.mail.outbox import OutboxMailer
+from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
 from scheduler.ports import Advance, Claim, Ports, Store
-from scheduler.product import open_product_store
 from scheduler.registry import HandlerRegistry
 from scheduler.store import open_store
+from tickd.app import build_engine
 
 
 def due_jobs(count: int, now: datetime, prefix: str) -> list[Job]:
@@ -51,22 +51,19 @@ async def engine_run(store: Store, count: int, workers: int) -> float:
     await store.insert_missing_jobs(due_jobs(count, now, "engine"))
     registry = HandlerRegistry()
     registry.register("noop", noop)
-    products = open_product_store(f"sqlite:///{tempfile.mkdtemp()}/products.db")
-    await products.open()
     ports = Ports(
         store=store,
         lock=MemoryLock(),
         events=NullPublisher(),
         mailer=OutboxMailer(tempfile.mkdtemp()),
         clock=SystemClock(),
-        products=products,
     )
-    engine = Engine(settings=Settings(workers=workers, api_port=0), ports=ports, registry=registry)
+    settings = Settings(workers=workers, api_port=0)
+    engine = build_engine(settings, ports, registry, metrics=Metrics(), resources={})
     started = time.perf_counter()
     await engine.drain()
     elapsed = time.perf_counter() - started
     await engine.shutdown()
-    await products.close()
     return elapsed
 
 

@@ -19,6 +19,10 @@ from urllib.parse import urlsplit
 ENV_PREFIX = "TICKD_"
 # TICKD_HANDLER_SETTINGS__<HANDLER>__<SETTING>=value: one handler's setting.
 HANDLER_SETTINGS_ENV = ENV_PREFIX + "HANDLER_SETTINGS__"
+# TICKD_RESOURCE_URLS__<NAME>=url: where a handlers' resource keeps its data.
+RESOURCE_URLS_ENV = ENV_PREFIX + "RESOURCE_URLS__"
+# Settings read from variables of their own, one per entry, rather than from one variable.
+TABLES_FROM_ENV = {"handler_settings", "resource_urls"}
 
 
 class ConfigError(ValueError):
@@ -95,6 +99,10 @@ class Settings:
     # [handler_settings.catalogue_walk] table, or TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY
     # (values from the environment are strings). They may hold secrets: never shown.
     handler_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    # Where the resources handlers declare keep their data, by resource name, when not in the
+    # store's database: `[resource_urls] products = "mongodb://product-db/app"`, or
+    # TICKD_RESOURCE_URLS__PRODUCTS. May hold passwords: never shown.
+    resource_urls: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("tick_seconds", "lease_margin_seconds", "max_timeout_seconds"):
@@ -125,6 +133,9 @@ class Settings:
         for handler, table in self.handler_settings.items():
             if not isinstance(table, Mapping):
                 raise ConfigError(f"handler_settings.{handler}", "must be a table of settings")
+        for resource, url in self.resource_urls.items():
+            if not isinstance(url, str) or not urlsplit(url).scheme:
+                raise ConfigError(f"resource_urls.{resource}", "must be a URL with a scheme")
 
     @property
     def effective_queue_size(self) -> int:
@@ -145,6 +156,7 @@ def load_settings(
     environ = os.environ if environ is None else environ
     values.update(_read_environment(environ))
     _merge_handler_settings(values, _handler_settings_from_env(environ))
+    _merge_resource_urls(values, _resource_urls_from_env(environ))
     return _build(values)
 
 
@@ -171,7 +183,7 @@ def _read_file(path: Path) -> dict[str, Any]:
 def _read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     hints = get_type_hints(Settings)
     values: dict[str, Any] = {}
-    for name in _field_names() - {"handler_settings"}:  # one variable per setting, see below
+    for name in _field_names() - TABLES_FROM_ENV:  # one variable per entry, see below
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
             values[name] = _parse_env(name, raw, hints[name])
@@ -200,6 +212,20 @@ def _merge_handler_settings(values: dict[str, Any], from_env: dict[str, dict[str
         current = merged.get(handler)
         merged[handler] = {**(current if isinstance(current, dict) else {}), **table}
     values["handler_settings"] = merged
+
+
+def _resource_urls_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {
+        variable[len(RESOURCE_URLS_ENV) :].lower(): raw
+        for variable, raw in environ.items()
+        if variable.startswith(RESOURCE_URLS_ENV) and raw.strip()
+    }
+
+
+def _merge_resource_urls(values: dict[str, Any], from_env: dict[str, str]) -> None:
+    if from_env:
+        current = values.get("resource_urls")
+        values["resource_urls"] = {**(current if isinstance(current, dict) else {}), **from_env}
 
 
 def _parse_env(name: str, raw: str, hint: Any) -> Any:
@@ -264,7 +290,7 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
     expected: tuple[type, ...]
     if hint is float:
         expected = (int, float)
-    elif hint in (Mapping[str, int], Mapping[str, Mapping[str, Any]]):
+    elif hint in (Mapping[str, int], Mapping[str, str], Mapping[str, Mapping[str, Any]]):
         expected = (dict,)
     elif hint in (tuple[int, ...], tuple[str, ...]):
         expected = (list, tuple)
@@ -279,13 +305,15 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
         expected = ()  # TOML true is not a number
     if not isinstance(value, expected):
         # Handlers' settings hold secrets: their values are not repeated back.
-        got = "something else" if name == "handler_settings" else repr(value)
+        got = "something else" if name in TABLES_FROM_ENV else repr(value)
         raise ConfigError(name, f"expected {_type_name(hint)}, got {got}")
 
 
 def _type_name(hint: Any) -> str:
     if hint == Mapping[str, Mapping[str, Any]]:
         return "a table of [handler_settings.<handler>] tables"
+    if hint == Mapping[str, str]:
+        return "a table of resource = URL"
     return {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}.get(
         hint, "a table of handler = limit"
     )

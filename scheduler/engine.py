@@ -15,7 +15,7 @@ import contextlib
 import logging
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -118,6 +118,7 @@ class Engine:
         registry: HandlerRegistry,
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
+        resources: Mapping[str, object] | None = None,
     ) -> None:
         self.settings = settings
         self.ports = ports
@@ -125,7 +126,12 @@ class Engine:
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
         self.runner = Runner(
-            settings=settings, ports=ports, registry=registry, metrics=self.metrics, rng=self.rng
+            settings=settings,
+            ports=ports,
+            registry=registry,
+            metrics=self.metrics,
+            rng=self.rng,
+            resources=resources or {},
         )
         self.pool = WorkerPool(
             self.runner,

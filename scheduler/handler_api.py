@@ -18,27 +18,33 @@ and, in the plug-in's pyproject.toml:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import aiohttp
 
 from scheduler.clock import Clock
 from scheduler.http import AddressNotAllowed, failure_reason, read_prefix
-from scheduler.ports import Mailer, Store
-from scheduler.product import ProductStore
+from scheduler.ports import Mailer, MailError
 from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
 
 # What handlers may use besides the context: the HTTP guard's error and helpers, and masking.
 __all__ = [
     "MASK",
     "AddressNotAllowed",
+    "Clock",
     "Handler",
     "HandlerContext",
     "HandlerFunc",
+    "MailError",
+    "Mailer",
+    "Resource",
+    "ResourceEnv",
     "Result",
     "failure_reason",
     "handler",
@@ -50,6 +56,40 @@ __all__ = [
 
 Result = dict[str, Any] | None
 HandlerFunc = Callable[["HandlerContext"], Awaitable[Result]] | Callable[["HandlerContext"], Result]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceEnv:
+    """What the daemon tells a resource as it opens it."""
+
+    # Where tickd keeps its jobs: a resource may keep its own data in the same database.
+    store_url: str
+    # [resource_urls] of the configuration (TICKD_RESOURCE_URLS__<NAME>), by resource name.
+    urls: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Set when the daemon is told to stop while a resource is still opening (a patient open
+    # should give up then).
+    stop: asyncio.Event | None = None
+
+    def url(self, name: str) -> str:
+        """The URL configured for the resource `name`, else the store's."""
+        return self.urls.get(name) or self.store_url
+
+
+@dataclass(frozen=True, eq=False)
+class Resource(Generic[T]):
+    """A client or store that handlers share (a database, an API client): the daemon opens it
+    once, before the first run of any handler that declares it, hands it to those handlers'
+    runs (`ctx.resource(THE_RESOURCE)`), and closes it on shutdown. Declare it once, in the
+    package that owns it, and name it in `@handler(resources=...)`:
+
+        PRODUCTS = Resource("products", open=opened_product_store)
+
+    `open` takes the ResourceEnv and returns an async context manager: entered at startup,
+    exited at shutdown."""
+
+    name: str
+    open: Callable[[ResourceEnv], AbstractAsyncContextManager[T]] = field(repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,18 +107,23 @@ class HandlerContext:
     idempotency_key: str
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
     clock: Clock
-    store: Store
     mailer: Mailer
-    # The product's alerts, parts and notifications (scheduler/product).
-    products: ProductStore
     # One session for every handler, SSRF-safe: see scheduler/http.py. Do not close it.
     http: aiohttp.ClientSession
     # This handler's own settings from the daemon's configuration ([handler_settings.<name>]),
     # e.g. a vendor's API key that ops keep out of job params. May hold secrets: never log it.
     config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # The opened resources this handler declared, by name: read them with `resource()`.
+    resources: Mapping[str, object] = field(default_factory=dict, repr=False)
 
     def remaining_seconds(self) -> float:
         return max(0.0, (self.deadline - self.clock.now()).total_seconds())
+
+    def resource(self, declared: Resource[T]) -> T:
+        """The opened resource; KeyError names it if the handler did not declare it."""
+        if declared.name not in self.resources:
+            raise KeyError(f"resource {declared.name!r} was not declared by this handler")
+        return cast(T, self.resources[declared.name])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +143,8 @@ class Handler:
     # Settings of [handler_settings.<name>] without which the system job is not seeded (a
     # vendor's URL and key): until ops configure them, there is nothing it could do.
     system_job_needs: frozenset[str] = field(default_factory=frozenset)
+    # The resources its runs use, opened by the daemon (see Resource).
+    resources: tuple[Resource[Any], ...] = ()
 
     def __call__(self, ctx: HandlerContext) -> Awaitable[Result] | Result:
         return self.func(ctx)
@@ -110,8 +157,10 @@ def handler(
     max_concurrency: int | None = None,
     system_job: Mapping[str, Any] | None = None,
     system_job_needs: frozenset[str] | set[str] = frozenset(),
+    resources: tuple[Resource[Any], ...] = (),
 ) -> Callable[[HandlerFunc], Handler]:
-    """Declare a handler's params schema, secret params, concurrency limit and system job."""
+    """Declare a handler's params schema, secret params, concurrency limit, system job and the
+    resources it uses."""
 
     def wrap(func: HandlerFunc) -> Handler:
         return Handler(
@@ -121,6 +170,7 @@ def handler(
             max_concurrency=max_concurrency,
             system_job=system_job,
             system_job_needs=frozenset(system_job_needs),
+            resources=tuple(resources),
         )
 
     return wrap

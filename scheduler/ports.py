@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from scheduler.clock import Clock
 from scheduler.model import Execution, ExecutionSummary, Job, Status
-from scheduler.product import ProductStore
 
 
 class StoreError(Exception):
@@ -275,5 +274,3 @@ class Ports:
     events: EventPublisher
     mailer: Mailer
     clock: Clock
-    # The product's data (alerts, parts, notifications) on the same database as the store.
-    products: ProductStore

@@ -11,7 +11,7 @@ import inspect
 import json
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -72,12 +72,15 @@ class Runner:
         registry: HandlerRegistry,
         metrics: Metrics,
         rng: random.Random,
+        resources: Mapping[str, object],
     ) -> None:
         self.settings = settings
         self.ports = ports
         self.registry = registry
         self.metrics = metrics
         self.rng = rng
+        # Opened by the daemon, by name: each run sees those its handler declared.
+        self.resources = resources
         # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
         self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
         # Handlers that outlived their cancellation: kept referenced until they end.
@@ -166,7 +169,7 @@ class Runner:
         attempt = 0
         while True:
             attempt += 1
-            outcome = await self._attempt(handler, self._context(task, attempt, deadline))
+            outcome = await self._attempt(handler, self._context(task, handler, attempt, deadline))
             outcome = replace(outcome, attempts=attempt)
             if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
                 return outcome
@@ -223,7 +226,9 @@ class Runner:
         if not future.cancelled():
             future.exception()  # retrieved, so asyncio does not complain about it later
 
-    def _context(self, task: Task, attempt: int, deadline: datetime) -> HandlerContext:
+    def _context(
+        self, task: Task, handler: Handler, attempt: int, deadline: datetime
+    ) -> HandlerContext:
         job = task.job
         fields = {"job": job.name, "execution": task.execution.id, "attempt": attempt}
         return HandlerContext(
@@ -238,12 +243,15 @@ class Runner:
                 logging.getLogger(f"tickd.handler.{job.handler}"), {FIELDS: fields}
             ),
             clock=self.ports.clock,
-            store=self.ports.store,
             mailer=self.ports.mailer,
-            products=self.ports.products,
             http=self._http_session(),
             # Read-only: one mapping serves every run of the handler.
             config=MappingProxyType(dict(self.settings.handler_settings.get(job.handler, {}))),
+            resources={
+                r.name: self.resources[r.name]
+                for r in handler.resources
+                if r.name in self.resources
+            },
         )
 
     # -- after the handler ----------------------------------------------------------------------

@@ -19,9 +19,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from handlers.product_store import Doc, ProductStore
 from scheduler.logs import log_event
 from scheduler.model import Job
-from scheduler.product import Doc, ProductStore
 from seed.jobs import seed_job
 
 log = logging.getLogger("tickd.seed")

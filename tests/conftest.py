@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from handlers.product_store import PRODUCTS, ProductStore, open_product_store
 from scheduler.clock import FakeClock
 from scheduler.config import Settings
 from scheduler.engine import Engine
@@ -19,9 +20,9 @@ from scheduler.mail.outbox import OutboxMailer
 from scheduler.metrics import Metrics
 from scheduler.model import IntervalSchedule, Job, Schedule
 from scheduler.ports import CloudEvent, Ports, Store
-from scheduler.product import open_product_store
 from scheduler.registry import HandlerRegistry
 from tests.fixtures.times import T0 as T0
+from tickd.app import build_engine
 
 # One module of fixtures per port, each parametrised over that port's backends.
 pytest_plugins = [
@@ -63,6 +64,7 @@ class Harness:
     events: RecordingPublisher
     registry: HandlerRegistry
     settings: Settings
+    products: ProductStore
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def add(self, job: Job) -> Job:
@@ -100,11 +102,12 @@ async def make_engine(
             events=events,
             mailer=OutboxMailer(tmp_path / "outbox"),
             clock=clock,
-            products=products,
         )
-        engine = Engine(settings=settings, ports=ports, registry=registry, metrics=Metrics())
+        engine = build_engine(
+            settings, ports, registry, metrics=Metrics(), resources={PRODUCTS.name: products}
+        )
         built.append(engine)
-        return Harness(engine, clock, store, events, registry, settings)
+        return Harness(engine, clock, store, events, registry, settings, products)
 
     yield build
     for engine in built:

@@ -40,7 +40,7 @@ async def start_daemon(tmp_path: Path, port: int, *extra: str) -> asyncio.subpro
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "scheduler",
+        "tickd",
         "--config",
         str(ROOT / "config" / "tickd.toml"),
         *extra,
@@ -109,7 +109,7 @@ async def test_a_bad_setting_stops_startup_naming_it() -> None:
     bad = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "scheduler",
+        "tickd",
         "run",
         env=env,
         stdout=asyncio.subprocess.PIPE,
@@ -128,7 +128,7 @@ async def test_without_tokens_the_api_refuses_to_listen_beyond_loopback(tmp_path
         "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
     }
     refused = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler", "run", env=env,
+        sys.executable, "-m", "tickd", "run", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     async with asyncio.timeout(STOP_WITHIN):
@@ -147,7 +147,7 @@ async def test_tickd_api_serves_the_api_alone_and_runs_nothing(tmp_path: Path) -
         "TICKD_SEED_DEMO": "true",
     }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler", "api", env=env,
+        sys.executable, "-m", "tickd", "api", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits, scan
+from handlers.product_store import PRODUCTS
 from scheduler.handler_api import HandlerContext, Result, handler
 
 
@@ -82,8 +83,8 @@ def _positive(params: Mapping[str, Any], name: str) -> int:
 
 
 # One scan at a time per daemon: a second would only lose every conditional write to the first.
-@handler(params_schema=PARAMS, max_concurrency=1, system_job=SYSTEM_JOB)
+@handler(params_schema=PARAMS, max_concurrency=1, system_job=SYSTEM_JOB, resources=(PRODUCTS,))
 async def alert_scanner(ctx: HandlerContext) -> Result:
     limits = limits_from(ctx.params)
-    result = await scan(ctx.products, ctx.mailer, ctx.clock, limits, logger=ctx.logger)
+    result = await scan(ctx.resource(PRODUCTS), ctx.mailer, ctx.clock, limits, logger=ctx.logger)
     return result.as_dict()

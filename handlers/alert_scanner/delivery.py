@@ -27,9 +27,8 @@ from enum import Enum
 
 from handlers.alert_scanner.emails import compose
 from handlers.alert_scanner.normalize import NormalizationError
-from scheduler.clock import Clock
-from scheduler.ports import Mailer, MailError
-from scheduler.product import Notification, ProductStore
+from handlers.product_store import Notification, ProductStore
+from scheduler.handler_api import Clock, Mailer, MailError
 
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 30.0

@@ -25,7 +25,7 @@ from string import Template
 from handlers.alert_scanner import normalize
 from handlers.alert_scanner.normalize import NormalizationError
 from handlers.alert_scanner.rules import display
-from scheduler.product import Notification
+from handlers.product_store import Notification
 
 SUBJECT_PARTS_SHOWN = 2
 HEADER_MAX_CHARS = 150

@@ -49,9 +49,7 @@ from handlers.alert_scanner.rules import (
     parse_operator,
     parse_type,
 )
-from scheduler.clock import Clock
-from scheduler.ports import Mailer
-from scheduler.product import (
+from handlers.product_store import (
     Alert,
     Doc,
     Notification,
@@ -60,6 +58,7 @@ from scheduler.product import (
     RuleKey,
     RuleUpdate,
 )
+from scheduler.handler_api import Clock, Mailer
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 # Error messages kept in a scan's result (all of them are on their rules).
@@ -216,7 +215,7 @@ def due_rules(alert: Alert, now: datetime) -> list[DueRule]:
 
 
 def is_active(rule: Any) -> bool:
-    """`active: true`, as the due query reads it (scheduler.product.documents.is_scannable)."""
+    """`active: true`, as the due query reads it (handlers.product_store.documents.is_scannable)."""
     return isinstance(rule, Mapping) and rule.get("active") is True
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from handlers.catalogue_walk.settings import PARAMS, WalkSettings
 from handlers.catalogue_walk.vendor import VendorClient
 from handlers.catalogue_walk.walk import Walk
+from handlers.product_store import PRODUCTS
 from scheduler.handler_api import HandlerContext, Result, handler
 
 SYSTEM_JOB: dict[str, Any] = {
@@ -50,11 +51,12 @@ SYSTEM_JOB: dict[str, Any] = {
     secret_params={"api_key"},
     system_job=SYSTEM_JOB,
     system_job_needs={"base_url", "api_key", "daily_quota"},
+    resources=(PRODUCTS,),
 )
 async def catalogue_walk(ctx: HandlerContext) -> Result:
     settings = WalkSettings.parse(ctx.params, ctx.config)
     walk = Walk(
-        products=ctx.products,
+        products=ctx.resource(PRODUCTS),
         vendor=VendorClient(ctx.http, base_url=settings.base_url, api_key=settings.api_key),
         clock=ctx.clock,
         settings=settings,

@@ -50,8 +50,8 @@ from handlers.catalogue_walk.vendor import (
     Throttled,
     VendorClient,
 )
-from scheduler.clock import Clock
-from scheduler.product import Doc, PriceCheck, ProductStore
+from handlers.product_store import Doc, PriceCheck, ProductStore
+from scheduler.handler_api import Clock
 
 # Kept back from the deadline to record the last page's answers, at least; twice the longest
 # recording so far, if that is more.

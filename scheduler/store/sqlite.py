@@ -7,25 +7,15 @@ epoch, so a compare-and-set compares exactly what it read.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 from scheduler.codec import (
-    EPOCH,
-    Doc,
-    execution_from_doc,
-    execution_to_doc,
-    job_from_doc,
-    job_to_doc,
     micros,
-    summary_to_doc,
     to_json_ready,
 )
 from scheduler.model import Execution, ExecutionError, Job, Status
@@ -39,207 +29,32 @@ from scheduler.ports import (
     RunRequest,
     StoreError,
 )
-from scheduler.urls import local_path
+from scheduler.storage.sqlite import (
+    SQLiteFile,
+)
+from scheduler.store.sqlite_rows import (
+    DEFINITION_COLUMNS,
+    EXECUTION_COLUMNS,
+    FREE,
+    JOB_COLUMNS,
+    REQUEST_COLUMNS,
+    SCHEMA,
+    execution_filters,
+    execution_from_row,
+    execution_row,
+    from_micros,
+    from_row,
+    insert_sql,
+    job_doc,
+    job_filters,
+    job_from_row,
+    job_row,
+    record_change_row,
+    release_sql,
+    to_row,
+)
 
 T = TypeVar("T")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    handler TEXT NOT NULL,
-    params TEXT NOT NULL,
-    schedule TEXT NOT NULL,
-    enabled INTEGER NOT NULL,
-    next_run_at INTEGER,
-    timeout_seconds REAL NOT NULL,
-    max_retries INTEGER NOT NULL,
-    priority INTEGER NOT NULL,
-    misfire TEXT NOT NULL,
-    jitter_seconds REAL NOT NULL,
-    lease_owner TEXT,
-    lease_token INTEGER,
-    lease_until INTEGER,
-    fence INTEGER NOT NULL,
-    revision INTEGER NOT NULL,
-    consecutive_failures INTEGER NOT NULL,
-    paused_reason TEXT,
-    last_execution TEXT,
-    system INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
--- The due query walks this index in order: free, enabled jobs by urgency.
-CREATE INDEX IF NOT EXISTS jobs_due ON jobs (priority, next_run_at)
-    WHERE enabled = 1 AND lease_token IS NULL;
-CREATE INDEX IF NOT EXISTS jobs_next ON jobs (next_run_at)
-    WHERE enabled = 1 AND lease_token IS NULL;
-CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (lease_until) WHERE lease_token IS NOT NULL;
-
-CREATE TABLE IF NOT EXISTS executions (
-    id TEXT PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    job_name TEXT NOT NULL,
-    handler TEXT NOT NULL,
-    scheduled_at INTEGER NOT NULL,
-    started_at INTEGER,
-    finished_at INTEGER,
-    duration_ms REAL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL,
-    error TEXT,
-    result TEXT,
-    owner TEXT,
-    token INTEGER
-);
-CREATE INDEX IF NOT EXISTS executions_by_job ON executions (job_id, scheduled_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS executions_by_time ON executions (scheduled_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS executions_by_status ON executions (status, scheduled_at DESC);
-
-CREATE TABLE IF NOT EXISTS job_changes (
-    id TEXT PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    job_name TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    actor TEXT NOT NULL,
-    action TEXT NOT NULL,
-    changes TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS job_changes_by_job ON job_changes (job_id, at DESC, id DESC);
-
-CREATE TABLE IF NOT EXISTS run_requests (
-    id TEXT PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    scheduled_at INTEGER NOT NULL,
-    reason TEXT NOT NULL,
-    not_before INTEGER NOT NULL,
-    created_at INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS run_requests_due ON run_requests (not_before);
-CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
-"""
-
-JOB_COLUMNS = [
-    "id",
-    "name",
-    "handler",
-    "params",
-    "schedule",
-    "enabled",
-    "next_run_at",
-    "timeout_seconds",
-    "max_retries",
-    "priority",
-    "misfire",
-    "jitter_seconds",
-    "lease_owner",
-    "lease_token",
-    "lease_until",
-    "fence",
-    "revision",
-    "consecutive_failures",
-    "paused_reason",
-    "last_execution",
-    "system",
-    "created_at",
-    "updated_at",
-]
-EXECUTION_COLUMNS = [
-    "id",
-    "job_id",
-    "job_name",
-    "handler",
-    "scheduled_at",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "status",
-    "attempts",
-    "error",
-    "result",
-    "owner",
-    "token",
-]
-CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
-REQUEST_COLUMNS = ["id", "job_id", "scheduled_at", "reason", "not_before", "created_at"]
-# What ops may change of a job; the lease, fence and run state are the engine's.
-DEFINITION_COLUMNS = [
-    "name",
-    "handler",
-    "params",
-    "schedule",
-    "enabled",
-    "next_run_at",
-    "timeout_seconds",
-    "max_retries",
-    "priority",
-    "misfire",
-    "jitter_seconds",
-    "consecutive_failures",
-    "paused_reason",
-    "system",
-    "updated_at",
-]
-JSON_COLUMNS = {"params", "schedule", "misfire", "last_execution", "error", "result", "changes"}
-TIME_COLUMNS = {
-    "next_run_at",
-    "lease_until",
-    "created_at",
-    "updated_at",
-    "scheduled_at",
-    "started_at",
-    "finished_at",
-    "at",
-    "not_before",
-}
-FREE = "enabled = 1 AND lease_token IS NULL"
-
-
-def from_micros(value: int | None) -> datetime | None:
-    return None if value is None else EPOCH + timedelta(microseconds=value)
-
-
-class SQLiteFile:
-    """What the job store and the product store share: one SQLite file (or memory) in WAL mode
-    with its schema, its connection owned by one thread of its own, since sqlite3 blocks."""
-
-    SCHEMA: ClassVar[str] = ""
-    THREAD: ClassVar[str] = "tickd-sqlite"
-
-    def __init__(self, url: str) -> None:
-        self._path = local_path(url) or ":memory:"
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.THREAD)
-        self._db: sqlite3.Connection | None = None
-
-    async def _in_thread(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-    async def open(self) -> None:
-        def connect() -> None:
-            if self._path != ":memory:":
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit while the schema is applied; `_connected` chooses the transactions.
-            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(self.SCHEMA)
-            self._db = self._connected(db)
-
-        await self._in_thread(connect)
-
-    def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
-        return db
-
-    async def close(self) -> None:
-        def disconnect() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        await self._in_thread(disconnect)
-        self._executor.shutdown(wait=True)
 
 
 class SQLiteStore(SQLiteFile):
@@ -279,12 +94,12 @@ class SQLiteStore(SQLiteFile):
                 db.execute(insert_sql("jobs", JOB_COLUMNS), row)
             except sqlite3.IntegrityError:
                 raise DuplicateJobName(job.name) from None
-            _record(db, change)
+            record_change_row(db, change)
 
         await self._run(insert)
 
     async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
-        values = _to_row(_job_doc(job), DEFINITION_COLUMNS)
+        values = to_row(job_doc(job), DEFINITION_COLUMNS)
         assignments = ", ".join(f"{column} = ?" for column in DEFINITION_COLUMNS)
         sql = (
             f"UPDATE jobs SET {assignments}, revision = revision + 1 WHERE id = ? AND revision = ?"
@@ -297,7 +112,7 @@ class SQLiteStore(SQLiteFile):
                 raise DuplicateJobName(job.name) from None
             if not updated:
                 return None
-            _record(db, change)
+            record_change_row(db, change)
             row: sqlite3.Row = db.execute("SELECT * FROM jobs WHERE id = ?", (job.id,)).fetchone()
             return row
 
@@ -327,7 +142,7 @@ class SQLiteStore(SQLiteFile):
 
     async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
         query = query or JobQuery()
-        where, args = _job_filters(query)
+        where, args = job_filters(query)
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         return await self._jobs(sql + " ORDER BY name LIMIT ?", (*args, query.limit))
 
@@ -340,7 +155,7 @@ class SQLiteStore(SQLiteFile):
             if not db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount:
                 return False
             db.execute("DELETE FROM run_requests WHERE job_id = ?", (job_id,))
-            _record(db, change)
+            record_change_row(db, change)
             return True
 
         return await self._run(delete)
@@ -355,12 +170,12 @@ class SQLiteStore(SQLiteFile):
             args += [micros(before[0]), before[1]]
         sql += " ORDER BY at DESC, id DESC LIMIT ?"
         rows = await self._run(lambda db: db.execute(sql, (*args, limit)).fetchall())
-        return [JobChange(**_from_row(row, key="id")) for row in rows]
+        return [JobChange(**from_row(row, key="id")) for row in rows]
 
     # -- run requests (trigger, retry, backfill) -------------------------------------------------
 
     async def record_change(self, change: JobChange) -> None:
-        await self._run(lambda db: _record(db, change))
+        await self._run(lambda db: record_change_row(db, change))
 
     async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
         sql = "SELECT 1 FROM run_requests WHERE job_id = ? AND scheduled_at = ? LIMIT 1"
@@ -368,7 +183,7 @@ class SQLiteStore(SQLiteFile):
         return await self._run(lambda db: db.execute(sql, args).fetchone()) is not None
 
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
-        rows = [_to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
+        rows = [to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
         sql = insert_sql("run_requests", REQUEST_COLUMNS)
         await self._run(lambda db: db.executemany(sql, rows))
 
@@ -388,7 +203,7 @@ class SQLiteStore(SQLiteFile):
             return pairs
 
         return [
-            (RunRequest(**_from_row(request, key="id")), job_from_row(job))
+            (RunRequest(**from_row(request, key="id")), job_from_row(job))
             for request, job in await self._run(due)
         ]
 
@@ -535,146 +350,10 @@ class SQLiteStore(SQLiteFile):
         return None if row is None else execution_from_row(row)
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
-        where, args = _execution_filters(query)
+        where, args = execution_filters(query)
         sql = "SELECT * FROM executions"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         rows = await self._run(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
-
-
-def insert_sql(table: str, columns: Sequence[str]) -> str:
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-
-
-def release_sql(execution: Execution, advance: Advance | None) -> tuple[str, tuple[Any, ...]]:
-    """The fenced update that ends a run: applies only while the run's token holds the lease."""
-    clear = "lease_owner = NULL, lease_token = NULL, lease_until = NULL"
-    fence = (execution.job_id, execution.token)
-    if advance is None:
-        return f"UPDATE jobs SET {clear} WHERE id = ? AND lease_token = ?", fence
-    summary = json.dumps(to_json_ready(summary_to_doc(advance.last_execution)))
-    # The schedule moves only if ops did not change the job during the run (see Advance).
-    unchanged = "CASE WHEN revision = ? THEN ? ELSE {0} END"
-    return (
-        f"UPDATE jobs SET {clear}, consecutive_failures = ?, last_execution = ?, "
-        f"next_run_at = {unchanged.format('next_run_at')}, "
-        f"enabled = {unchanged.format('enabled')}, "
-        f"paused_reason = {unchanged.format('paused_reason')} "
-        "WHERE id = ? AND lease_token = ?",
-        (
-            advance.consecutive_failures,
-            summary,
-            advance.revision,
-            micros(advance.next_run_at),
-            advance.revision,
-            int(advance.enabled),
-            advance.revision,
-            advance.paused_reason,
-            *fence,
-        ),
-    )
-
-
-def _record(db: sqlite3.Connection, change: JobChange | None) -> None:
-    if change is not None:
-        db.execute(
-            insert_sql("job_changes", CHANGE_COLUMNS),
-            _to_row(dataclasses.asdict(change), CHANGE_COLUMNS),
-        )
-
-
-def _job_filters(query: JobQuery) -> tuple[list[str], list[Any]]:
-    conditions: list[tuple[str, Any]] = [
-        ("handler = ?", query.handler),
-        ("enabled = ?", None if query.enabled is None else int(query.enabled)),
-        ("name >= ? AND name < ? || char(1114111)", query.name_prefix),
-        ("next_run_at >= ?", micros(query.next_run_from)),
-        ("next_run_at < ?", micros(query.next_run_to)),
-        ("name > ?", query.after_name),
-    ]
-    where, args = [], []
-    for condition, value in conditions:
-        if value is not None:
-            where.append(condition)
-            args += [value] * condition.count("?")
-    return where, args
-
-
-def _execution_filters(query: ExecutionQuery) -> tuple[list[str], list[Any]]:
-    conditions: list[tuple[str, Any]] = [
-        ("job_id = ?", query.job_id),
-        ("status = ?", None if query.status is None else str(query.status)),
-        ("handler = ?", query.handler),
-        ("scheduled_at >= ?", micros(query.since)),
-        ("scheduled_at < ?", micros(query.until)),
-    ]
-    where = [condition for condition, value in conditions if value is not None]
-    args = [value for _, value in conditions if value is not None]
-    if query.before is not None:
-        where.append("(scheduled_at, id) < (?, ?)")
-        args += [micros(query.before[0]), query.before[1]]
-    return where, args
-
-
-def _to_row(doc: Doc, columns: Sequence[str]) -> tuple[Any, ...]:
-    values = []
-    for column in columns:
-        value = doc[column]
-        if column in JSON_COLUMNS:
-            value = None if value is None else json.dumps(to_json_ready(value))
-        elif column in TIME_COLUMNS:
-            value = micros(value)
-        elif isinstance(value, bool):
-            value = int(value)
-        values.append(value)
-    return tuple(values)
-
-
-def _from_row(row: sqlite3.Row, key: str = "_id") -> Doc:
-    doc: Doc = {}
-    for column in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
-        value = row[column]
-        if column in JSON_COLUMNS and value is not None:
-            value = json.loads(value)
-        elif column in TIME_COLUMNS:
-            value = from_micros(value)
-        doc[column] = value
-    doc[key] = doc.pop("id")
-    return doc
-
-
-def _job_doc(job: Job) -> Doc:
-    doc = job_to_doc(job)
-    doc["id"] = doc.pop("_id")
-    return doc
-
-
-def job_row(job: Job) -> tuple[Any, ...]:
-    doc = _job_doc(job)
-    lease = doc.pop("lease") or {}
-    doc.update(
-        lease_owner=lease.get("owner"),
-        lease_token=lease.get("token"),
-        lease_until=lease.get("until"),
-    )
-    return _to_row(doc, JOB_COLUMNS)
-
-
-def job_from_row(row: sqlite3.Row) -> Job:
-    doc = _from_row(row)
-    owner, token, until = doc.pop("lease_owner"), doc.pop("lease_token"), doc.pop("lease_until")
-    doc["lease"] = None if token is None else {"owner": owner, "token": token, "until": until}
-    doc["misfire"] = doc["misfire"] or {}
-    return job_from_doc(doc)
-
-
-def execution_row(execution: Execution) -> tuple[Any, ...]:
-    doc = execution_to_doc(execution)
-    doc["id"] = doc.pop("_id")
-    return _to_row(doc, EXECUTION_COLUMNS)
-
-
-def execution_from_row(row: sqlite3.Row) -> Execution:
-    return execution_from_doc(_from_row(row))

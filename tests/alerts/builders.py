@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.product import Doc
+from handlers.product_store import Doc
 
 
 def part(part_id: str = "part-1", **values: Any) -> Doc:

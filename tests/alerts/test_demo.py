@@ -4,9 +4,9 @@ seeding again (a restart) changes nothing and fires nothing."""
 from __future__ import annotations
 
 from handlers.alert_scanner.scan import scan
+from handlers.product_store import ProductStore
 from scheduler.clock import FakeClock
 from scheduler.model import IntervalSchedule
-from scheduler.product import ProductStore
 from seed.demo_products import (
     DEMO_SCAN_EVERY_SECONDS,
     demo_alerts,

@@ -11,7 +11,7 @@ import pytest
 
 from handlers.alert_scanner.emails import compose, message_id, one_line, subject
 from handlers.alert_scanner.normalize import NormalizationError
-from scheduler.product import Notification
+from handlers.product_store import Notification
 from tests.fixtures.times import T0
 
 INJECTION = "LM317T\r\nBcc: eve@example.com\r\n\r\nfree text"

@@ -11,6 +11,7 @@ import pytest
 from handlers.alert_scanner import PARAMS, alert_scanner, limits_from
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits
+from handlers.product_store import PRODUCTS, open_product_store
 from scheduler.model import IntervalSchedule
 from scheduler.ports import Store
 from scheduler.registry import HandlerRegistry
@@ -114,12 +115,17 @@ async def test_the_system_job_is_seeded_once_and_ops_changes_are_kept(store: Sto
 
 
 async def test_the_handler_scans_with_the_contexts_ports(outbox: Outbox) -> None:
+    products = open_product_store("sqlite:///:memory:")
+    await products.open()
     async with handler_context(
-        params={"from_address": "alerts@tickd.example"}, outbox=str(outbox.folder)
+        params={"from_address": "alerts@tickd.example"},
+        outbox=str(outbox.folder),
+        resources={PRODUCTS: products},
     ) as ctx:
-        await seed_demo_products(ctx.products)
+        await seed_demo_products(ctx.resource(PRODUCTS))
         outcome = alert_scanner(ctx)
         assert inspect.isawaitable(outcome)
         result = await outcome
+    await products.close()
     assert result is not None and result["triggered"] == 9 and result["emails_sent"] == 3
     assert len(outbox.messages()) == 3

@@ -17,9 +17,9 @@ import pytest
 
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from handlers.product_store import Doc, ProductStore
 from scheduler.clock import FakeClock
 from scheduler.ports import Mailer
-from scheduler.product import Doc, ProductStore
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import Outbox, ProductDatabase
 

@@ -13,14 +13,14 @@ from bson import ObjectId
 from pymongo import AsyncMongoClient
 
 from handlers.alert_scanner.normalize import timestamp
-from scheduler.codec import Doc
-from scheduler.product import (
+from handlers.product_store import (
     Notification,
     ProductStore,
     Reschedule,
     RuleUpdate,
     open_product_store,
 )
+from scheduler.codec import Doc
 from scheduler.store import open_store
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import ProductDatabase
@@ -67,7 +67,7 @@ def update_of(
 def test_the_url_picks_the_backend() -> None:
     assert type(open_product_store("sqlite:///var/x.db")).__name__ == "SQLiteProductStore"
     assert type(open_product_store("mongodb://h/db")).__name__ == "MongoProductStore"
-    with pytest.raises(ValueError, match="store_url"):
+    with pytest.raises(ValueError, match=r"resource_urls\.products"):
         open_product_store("redis://h")
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.normalize import timestamp
 from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from handlers.product_store import Doc, ProductStore
 from scheduler.clock import FakeClock
-from scheduler.product import Doc, ProductStore
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import Outbox
 from tests.fixtures.times import T0

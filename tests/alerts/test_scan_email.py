@@ -7,9 +7,9 @@ from typing import Any
 
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from handlers.product_store import Notification, ProductStore
 from scheduler.clock import FakeClock
 from scheduler.mail.smtp import SmtpMailer
-from scheduler.product import Notification, ProductStore
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import SmtpServer, StartSmtp
 from tests.fixtures.times import T0

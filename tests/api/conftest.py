@@ -10,14 +10,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from api.app import create_app
-from api.v1 import ApiState
 from handlers.sleep import sleep
 from scheduler.clock import FakeClock
 from scheduler.config import ApiToken
 from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.ports import Store
 from tests.conftest import EngineFactory, Harness
+from tickd.app import build_api
 
 READ, WRITE, ADMIN = "r" * 20, "w" * 20, "a" * 20
 TOKENS = (
@@ -76,15 +75,11 @@ def api_app(make_engine: EngineFactory) -> tuple[Harness, web.Application]:
     harness = make_engine(
         {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
     )
-    state = ApiState(
-        store=harness.store,
-        registry=harness.registry,
-        settings=harness.settings,
-        clock=harness.clock,
-        metrics=harness.engine.metrics,
-        wake=harness.engine.wake,
+    engine = harness.engine
+    app = build_api(
+        harness.settings, harness.registry, engine.ports, engine.metrics, engine, dispatch=False
     )
-    return harness, create_app(state, probes={"store": harness.store.ping})
+    return harness, app
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from scheduler import cli
 from scheduler.clock import FakeClock
 from scheduler.ports import ExecutionQuery, JobQuery, Store
 from tests.api.conftest import ADMIN, READ, api_app
 from tests.conftest import EngineFactory, Harness
+from tickd import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "not-the-token-" + "x" * 12
@@ -60,7 +60,7 @@ class Live:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "scheduler",
+            "tickd",
             *args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -343,7 +343,7 @@ async def test_client_commands_need_no_settings_and_no_handlers(
         raise AssertionError("a client command loaded the daemon's settings or handlers")
 
     monkeypatch.setattr(cli, "load_settings", refuse)
-    monkeypatch.setattr("scheduler.daemon.load_registry", refuse)
+    monkeypatch.setattr("tickd.app.load_registry", refuse)
     monkeypatch.setenv("TICKD_URL", live.url)
     monkeypatch.setenv("TICKD_TOKEN", ADMIN)
     monkeypatch.setenv("TICKD_LOG_LEVEL", "not-a-level")  # would stop load_settings

@@ -45,15 +45,17 @@ import schemathesis
 from aiohttp import web
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from api.app import ALL_ROUTES, create_app
+from api.app import ALL_ROUTES
 from api.openapi import openapi_document
-from api.v1 import ApiState
 from handlers.http_check import http_check
 from handlers.noop import noop
 from handlers.sleep import sleep
 from handlers.webhook import webhook
 from scheduler.clock import SystemClock
 from scheduler.config import ApiToken, Settings
+from scheduler.events.log import NullPublisher
+from scheduler.lock.memory import MemoryLock
+from scheduler.mail.outbox import OutboxMailer
 from scheduler.metrics import Metrics
 from scheduler.model import (
     CronSchedule,
@@ -65,9 +67,10 @@ from scheduler.model import (
     Status,
     new_id,
 )
-from scheduler.ports import Store
+from scheduler.ports import Ports, Store
 from scheduler.registry import HandlerRegistry
 from scheduler.store import open_store
+from tickd.app import build_api
 
 T = TypeVar("T")
 ADMIN = "admin-token-" + "s" * 20
@@ -205,10 +208,15 @@ async def start(tmp_path: Path) -> tuple[web.AppRunner, Store, str]:
         await store.insert_job(job)
     await store.insert_executions(list(SEED_EXECUTIONS.values()))
     settings = Settings(api_port=0, api_tokens=TOKENS, max_timeout_seconds=MAX_TIMEOUT_SECONDS)
-    state = ApiState(
-        store=store, registry=registry(), settings=settings, clock=SystemClock(), metrics=Metrics()
+    ports = Ports(
+        store=store,
+        lock=MemoryLock(),
+        events=NullPublisher(),
+        mailer=OutboxMailer(tmp_path / "outbox"),
+        clock=SystemClock(),
     )
-    runner = web.AppRunner(create_app(state, probes={"store": store.ping}), access_log=None)
+    app = build_api(settings, registry(), ports, Metrics(), engine=None)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]

@@ -16,16 +16,13 @@ from urllib.parse import urlsplit
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-import scheduler.store.mongodb
+import scheduler.storage.mongodb
+from handlers.product_store.mongodb import ALERT_INDEXES, MongoProductStore
 from scheduler.codec import Doc, exact_micros
 from scheduler.model import Job
 from scheduler.ports import Claim, StoreError
-from scheduler.product.mongodb import ALERT_INDEXES, MongoProductStore
-from scheduler.store.mongodb import (
-    FERRETDB_STATEMENTS_PER_UPDATE,
-    MongoStore,
-    chunks,
-)
+from scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
+from scheduler.store.mongodb import MongoStore
 from tests.conftest import T0, make_job
 from tests.fixtures.services import MONGODB_URL
 from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
@@ -135,7 +132,7 @@ async def test_on_mongodb_a_batch_claim_is_one_update_command_and_nothing_free_i
     async def as_if_mongodb(client: object) -> tuple[None, contextlib.nullcontext[None]]:
         return None, contextlib.nullcontext()
 
-    monkeypatch.setattr(scheduler.store.mongodb, "server_limits", as_if_mongodb)
+    monkeypatch.setattr(scheduler.storage.mongodb, "server_limits", as_if_mongodb)
     recorder = CommandRecorder()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
     try:

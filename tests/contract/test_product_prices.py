@@ -14,9 +14,9 @@ import pytest
 from bson import ObjectId
 from pymongo import AsyncMongoClient
 
+from handlers.product_store import PriceCheck, ProductStore, open_product_store
+from handlers.product_store.mongodb import MongoProductStore
 from scheduler.codec import Doc, as_datetime
-from scheduler.product import PriceCheck, ProductStore, open_product_store
-from scheduler.product.mongodb import MongoProductStore
 from tests.fixtures.products import ProductDatabase
 from tests.fixtures.times import T0
 

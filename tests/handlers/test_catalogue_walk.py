@@ -26,13 +26,13 @@ from handlers.catalogue_walk.quota import QuotaPool
 from handlers.catalogue_walk.settings import WalkSettings
 from handlers.catalogue_walk.vendor import retry_after_seconds
 from handlers.catalogue_walk.walk import WalkFailed
+from handlers.product_store import PRODUCTS, Doc, ProductStore
+from handlers.product_store.mongodb import MongoProductStore
 from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext
 from scheduler.mail.outbox import OutboxMailer
 from scheduler.model import Status
 from scheduler.ports import ExecutionQuery, StoreError
-from scheduler.product import Doc, ProductStore
-from scheduler.product.mongodb import MongoProductStore
 from scheduler.testing import handler_context
 from tests.alerts.builders import alert, price_rule
 from tests.conftest import EngineFactory, make_job
@@ -121,7 +121,7 @@ async def walk_context(
     async with handler_context(
         params=params,
         config=settings | dict(config or {}),
-        products=products,
+        resources={PRODUCTS: products},
         scheduled_at=at,
         timeout_seconds=timeout_seconds,
         http_allow=["127.0.0.1"],
@@ -914,7 +914,7 @@ async def test_a_job_walks_with_the_vendor_of_the_daemons_configuration(
         http_allow=["127.0.0.1"],
         handler_settings={"catalogue_walk": configured},
     )
-    products = h.engine.ports.products
+    products = h.products
     await products.upsert_parts(catalogue(3))
     await h.add(make_job("prices", "catalogue_walk", params={"concurrency": 2}))
     await h.engine.drain()

@@ -37,7 +37,8 @@ from redis.exceptions import RedisError
 from scheduler.codec import Doc
 from scheduler.events.kafka import KafkaSettings
 from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy
-from scheduler.store.mongodb import MongoStore, from_micros
+from scheduler.storage.mongodb import from_micros
+from scheduler.store.mongodb import MongoStore
 from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,7 +256,7 @@ RUN_ALL = Misfire(policy=MisfirePolicy.RUN_ALL)
 
 @dataclass
 class Daemon:
-    """`python -m scheduler --config <file> run` in a process of its own, its log in a file."""
+    """`python -m tickd --config <file> run` in a process of its own, its log in a file."""
 
     name: str
     port: int
@@ -356,7 +357,7 @@ async def start_daemon(
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "scheduler",
+            "tickd",
             "--config",
             str(config),
             "run",

@@ -23,9 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, TypeVar
 
-from scheduler.codec import as_datetime, micros, to_json_ready
-from scheduler.ports import StoreError
-from scheduler.product import (
+from handlers.product_store import (
     Alert,
     Doc,
     Notification,
@@ -34,7 +32,7 @@ from scheduler.product import (
     RuleKey,
     RuleUpdate,
 )
-from scheduler.product.documents import (
+from handlers.product_store.documents import (
     PriceWrite,
     by_alert,
     is_scannable,
@@ -45,7 +43,8 @@ from scheduler.product.documents import (
     rule_fields,
     rule_is_as_read,
 )
-from scheduler.store.sqlite import SQLiteFile
+from scheduler.storage import StoreError, as_datetime, micros, to_json_ready
+from scheduler.storage.sqlite import SQLiteFile
 
 T = TypeVar("T")
 # Ids per `IN (...)`: well under SQLite's limit on bound parameters.

@@ -54,7 +54,7 @@ from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 
-from scheduler.product import (
+from handlers.product_store import (
     Alert,
     Doc,
     Notification,
@@ -63,7 +63,7 @@ from scheduler.product import (
     RuleKey,
     RuleUpdate,
 )
-from scheduler.product.documents import (
+from handlers.product_store.documents import (
     PriceWrite,
     by_alert,
     notification_from_doc,
@@ -73,7 +73,7 @@ from scheduler.product.documents import (
     rule_conditions,
     rule_fields,
 )
-from scheduler.store.mongodb import (
+from scheduler.storage.mongodb import (
     MongoDatabase,
     chunks,
     client_options,

@@ -3,27 +3,35 @@
 Alerts (a user's watch on a part, with its rules), parts (their current values), notifications
 (what the alert scanner produced), the parts' price history and vendors' daily quotas (what the
 catalogue walk writes), in the shape the product's TypeScript backend writes them: camelCase
-documents. Backends, chosen by the same URL as the job store:
+documents. It is a resource (scheduler.handler_api.Resource) of the handlers that use it, the
+alert scanner and the catalogue walk: `PRODUCTS`, opened once by the daemon on
+`[resource_urls] products` (TICKD_RESOURCE_URLS__PRODUCTS), by default the job store's URL.
+Backends, chosen by that URL:
 
-- `sqlite:///path`: the same SQLite file as the jobs, tables `alerts`, `parts`, `notifications`,
-  `price_history` and `quota_usage` of its own; documents kept as JSON (times as ISO 8601
-  strings) beside the few columns the queries need.
-- `mongodb://host/database`: the same database as the jobs, collections `alerts`, `parts`,
-  `notifications`, `priceHistory` and `quotaSlots`, documents exactly as the product writes them.
+- `sqlite:///path`: by default the same SQLite file as the jobs, tables `alerts`, `parts`,
+  `notifications`, `price_history` and `quota_usage` of its own; documents kept as JSON (times
+  as ISO 8601 strings) beside the few columns the queries need.
+- `mongodb://host/database`: by default the same database as the jobs, collections `alerts`,
+  `parts`, `notifications`, `priceHistory` and `quotaSlots`, documents exactly as the product
+  writes them.
 
 The store never interprets a rule: it hands alerts and parts over as stored, and writes back what
 the scanner computed, each write conditional on the state that was read. Every method takes or
 returns a batch, one round trip per batch (on FerretDB, updates go out in bounded commands).
-Failures are StoreError (scheduler.ports), `transient` when worth retrying.
+Failures are StoreError (scheduler.storage), `transient` when worth retrying.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
+
+from scheduler.handler_api import Resource, ResourceEnv
+from scheduler.storage import open_patiently
 
 Doc = dict[str, Any]
 # A rule by its alert's id and its position in the alert's `rules` as read.
@@ -236,22 +244,39 @@ class ProductStore(Protocol):
 
 
 def open_product_store(url: str) -> ProductStore:
-    """The product store for the job store's URL (not yet opened: `await store.open()`)."""
+    """The product store for a URL (not yet opened: `await store.open()`)."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
-        from scheduler.product.sqlite import SQLiteProductStore
+        from handlers.product_store.sqlite import SQLiteProductStore
 
         return SQLiteProductStore(url)
     if scheme in ("mongodb", "mongodb+srv"):
-        from scheduler.product.mongodb import MongoProductStore
+        from handlers.product_store.mongodb import MongoProductStore
 
         return MongoProductStore(url)
     raise ValueError(
-        f"store_url: unsupported scheme {scheme!r} (expected sqlite://, mongodb:// or mongodb+srv://)"
+        f"resource_urls.products: unsupported scheme {scheme!r}"
+        " (expected sqlite://, mongodb:// or mongodb+srv://)"
     )
 
 
+@asynccontextmanager
+async def opened_product_store(env: ResourceEnv) -> AsyncIterator[ProductStore]:
+    """The product store the daemon opens once for every handler that uses it, patiently (its
+    database may come up after tickd), closed on shutdown."""
+    store = await open_patiently(lambda: open_product_store(env.url(PRODUCTS_NAME)), env.stop)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+PRODUCTS_NAME = "products"
+PRODUCTS: Resource[ProductStore] = Resource(PRODUCTS_NAME, open=opened_product_store)
+
+
 __all__ = [
+    "PRODUCTS",
     "Alert",
     "Doc",
     "Notification",

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from scheduler.codec import as_datetime, exact_micros
-from scheduler.product import Doc, Notification, PriceCheck, RuleUpdate
+from handlers.product_store import Doc, Notification, PriceCheck, RuleUpdate
+from scheduler.storage import as_datetime, exact_micros
 
 
 def notification_to_doc(notification: Notification) -> Doc:

@@ -43,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(settings: Settings, *, dispatcher: bool) -> int:
     # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
-    from scheduler.daemon import load_registry, run_daemon, stop_on_signals
     from scheduler.registry import RegistryError
+    from tickd.app import load_registry
+    from tickd.daemon import run_daemon, stop_on_signals
 
     try:
         registry = load_registry()
@@ -66,8 +67,8 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
 
 
 def _list_handlers() -> int:
-    from scheduler.daemon import load_registry
     from scheduler.registry import RegistryError
+    from tickd.app import load_registry
 
     try:
         registry = load_registry()

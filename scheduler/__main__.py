@@ -1,5 +1,0 @@
-import sys
-
-from scheduler.cli import main
-
-sys.exit(main())

@@ -1,0 +1,59 @@
+"""Opening a store patiently: a database down at startup delays the daemon, never kills it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from scheduler.backoff import backoff_delay
+from scheduler.logs import log_event
+from scheduler.ports import StoreError
+from scheduler.secrets import scrub_text
+
+log = logging.getLogger("tickd.storage")
+
+
+class StartupAborted(Exception):
+    """Told to stop while still waiting for the store at startup."""
+
+
+class Openable(Protocol):
+    async def open(self) -> None: ...
+
+
+Backend = TypeVar("Backend", bound=Openable)
+
+
+async def open_patiently(make: Callable[[], Backend], stop: asyncio.Event | None) -> Backend:
+    """A store that is down at startup delays the daemon, it does not kill it: retry with
+    backoff (orchestrators start the database and tickd in any order, and FerretDB drops a
+    connection now and then while two instances create the same collections). Bad settings,
+    which no retry cures, still stop startup at once."""
+    for attempt in itertools.count(1):
+        backend = make()
+        try:
+            await backend.open()
+            return backend
+        except StoreError as exc:
+            if not exc.transient and attempt > 1:
+                raise
+            delay = backoff_delay(attempt, base=1.0, cap=30.0)
+            log_event(
+                log,
+                "store.unavailable",
+                level=logging.ERROR,
+                error=scrub_text(str(exc)),
+                retry_in_seconds=delay,
+            )
+            if stop is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                if stop.is_set():
+                    raise StartupAborted from exc
+            else:
+                await asyncio.sleep(delay)
+    raise AssertionError("unreachable")

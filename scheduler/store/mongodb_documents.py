@@ -1,0 +1,257 @@
+"""The job store's documents on MongoDB: how jobs, executions, history entries and run requests
+are written and read, their indexes, and the filters and updates of the engine's queries."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import ParamSpec, TypeVar
+
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, UpdateMany, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import DuplicateKeyError
+
+from scheduler.codec import (
+    Doc,
+    exact_micros,
+    execution_from_doc,
+    execution_to_doc,
+    job_from_doc,
+    job_to_doc,
+    micros,
+    summary_to_doc,
+)
+from scheduler.model import Execution, Job, Status
+from scheduler.ports import (
+    Advance,
+    Claim,
+    DuplicateJobName,
+    ExecutionQuery,
+    JobChange,
+    JobQuery,
+    RunRequest,
+    StoreError,
+)
+from scheduler.storage.mongodb import (
+    with_exact_times,
+    without_exact_times,
+)
+
+JOB_TIMES = (
+    "next_run_at",
+    "created_at",
+    "updated_at",
+    "lease.until",
+    "last_execution.finished_at",
+    "schedule.at",
+)
+EXECUTION_TIMES = ("scheduled_at", "started_at", "finished_at")
+ADVANCE_TIMES = ("next_run_at", "last_execution.finished_at")
+
+# Free to run: enabled and not leased (a lease, live or expired, is reaped before a rerun).
+FREE: Doc = {"enabled": True, "lease": None}
+URGENCY = [("priority", ASCENDING), ("next_run_at_us", ASCENDING)]
+NEWEST_FIRST = [("scheduled_at_us", DESCENDING), ("_id", DESCENDING)]
+LEASE_EXPIRED = {"type": "LeaseExpired", "message": "the lease expired before the run ended"}
+
+JOB_INDEXES = [
+    IndexModel([("name", ASCENDING)], name="jobs_name", unique=True),
+    # Equality on the free state, then the due query's sort order, then its range.
+    IndexModel([("enabled", ASCENDING), ("lease", ASCENDING), *URGENCY], name="jobs_due"),
+    IndexModel(
+        [("enabled", ASCENDING), ("lease", ASCENDING), ("next_run_at_us", ASCENDING)],
+        name="jobs_next",
+    ),
+    IndexModel([("lease.until_us", ASCENDING)], name="jobs_lease_expiry"),
+]
+CHANGE_INDEXES = [
+    IndexModel(
+        [("job_id", ASCENDING), ("at_us", DESCENDING), ("_id", DESCENDING)], name="changes_by_job"
+    ),
+]
+REQUEST_INDEXES = [
+    IndexModel([("not_before_us", ASCENDING)], name="requests_due"),
+    IndexModel([("job_id", ASCENDING), ("scheduled_at_us", ASCENDING)], name="requests_by_job"),
+]
+CHANGE_TIMES = ("at",)
+REQUEST_TIMES = ("scheduled_at", "not_before", "created_at")
+# What ops may change of a job (replace_job); the lease, fence and run state are the engine's.
+DEFINITION_FIELDS = (
+    "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
+    "max_retries", "priority", "misfire", "jitter_seconds", "consecutive_failures",
+    "paused_reason", "system", "updated_at",
+)  # fmt: skip
+
+EXECUTION_INDEXES = [
+    IndexModel([("job_id", ASCENDING), *NEWEST_FIRST], name="executions_by_job"),
+    IndexModel(NEWEST_FIRST, name="executions_by_time"),
+    IndexModel(
+        [("status", ASCENDING), ("scheduled_at_us", DESCENDING)], name="executions_by_status"
+    ),
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Client = AsyncMongoClient[Doc]
+Collection = AsyncCollection[Doc]
+Update = UpdateOne | UpdateMany
+
+
+def duplicate_job_error(job: Job, exc: DuplicateKeyError) -> StoreError:
+    """MongoDB names the index at fault; FerretDB does not, and then it is the name's."""
+    key_pattern = (exc.details or {}).get("keyPattern") or {}
+    if key_pattern and "name" not in key_pattern:
+        error = StoreError(f"a job with id {job.id!r} exists already")
+        error.transient = False
+        return error
+    return DuplicateJobName(job.name)
+
+
+# -- documents ----------------------------------------------------------------------------------
+
+
+def job_document(job: Job) -> Doc:
+    return with_exact_times(job_to_doc(job), JOB_TIMES)
+
+
+def job_from_document(doc: Doc) -> Job:
+    return job_from_doc(without_exact_times(doc, JOB_TIMES))
+
+
+def execution_document(execution: Execution) -> Doc:
+    return with_exact_times(execution_to_doc(execution), EXECUTION_TIMES)
+
+
+def execution_from_document(doc: Doc) -> Execution:
+    return execution_from_doc(without_exact_times(doc, EXECUTION_TIMES))
+
+
+def due_filter(now: datetime, exclude_handlers: Sequence[str] = ()) -> Doc:
+    due: Doc = {**FREE, "next_run_at_us": {"$lte": exact_micros(now)}}
+    if exclude_handlers:
+        due["handler"] = {"$nin": list(exclude_handlers)}
+    return due
+
+
+def claim_update(claim: Claim, token: int) -> UpdateOne:
+    """Lease the job with `token` only if it is still as read, fence included (token - 1)."""
+    lease = {"owner": claim.owner, "token": token, "until": claim.until}
+    return UpdateOne(
+        {
+            "_id": claim.job_id,
+            "revision": claim.revision,
+            "next_run_at_us": micros(claim.next_run_at),
+            "fence": token - 1,
+            **FREE,
+        },
+        {"$set": {"fence": token, "lease": with_exact_times(lease, ["until"])}},
+    )
+
+
+def release_update(advance: Advance | None, *, schedule: bool = True) -> Doc:
+    """Clear the lease; with an advance, record the run and (unless `schedule` is False: the
+    job changed during the run) move the job on to its next run."""
+    changes: Doc = {"lease": None}
+    if advance is not None:
+        state: Doc = {
+            "consecutive_failures": advance.consecutive_failures,
+            "last_execution": summary_to_doc(advance.last_execution),
+        }
+        if schedule:
+            state |= {
+                "next_run_at": advance.next_run_at,
+                "enabled": advance.enabled,
+                "paused_reason": advance.paused_reason,
+            }
+        changes |= with_exact_times(state, ADVANCE_TIMES)
+    return {"$set": changes}
+
+
+def abandon_running(job_id: str, token: int, now: datetime) -> UpdateMany:
+    """Mark `abandoned` the run the expired lease guarded, unless it has finished meanwhile."""
+    abandoned = {"status": Status.ABANDONED.value, "finished_at": now, "error": LEASE_EXPIRED}
+    return UpdateMany(
+        {"job_id": job_id, "token": token, "status": Status.RUNNING.value},
+        {"$set": with_exact_times(abandoned, ["finished_at"])},
+    )
+
+
+def release_lease(job_id: str, token: int) -> UpdateOne:
+    return UpdateOne({"_id": job_id, "lease.token": token}, {"$set": {"lease": None}})
+
+
+def executions_filter(query: ExecutionQuery) -> Doc:
+    wanted = {"job_id": query.job_id, "status": query.status, "handler": query.handler}
+    found: Doc = {field: str(value) for field, value in wanted.items() if value is not None}
+    window: Doc = {}
+    if query.since is not None:
+        window["$gte"] = exact_micros(query.since)
+    if query.until is not None:
+        window["$lt"] = exact_micros(query.until)
+    if window:
+        found["scheduled_at_us"] = window
+    if query.before is not None:
+        at, last_id = exact_micros(query.before[0]), query.before[1]
+        found["$or"] = [
+            {"scheduled_at_us": {"$lt": at}},
+            {"scheduled_at_us": at, "_id": {"$lt": last_id}},
+        ]
+    return found
+
+
+def jobs_filter(query: JobQuery) -> Doc:
+    found: Doc = {}
+    if query.handler is not None:
+        found["handler"] = query.handler
+    if query.enabled is not None:
+        found["enabled"] = query.enabled
+    name: Doc = {}
+    if query.name_prefix is not None:
+        name |= {"$gte": query.name_prefix, "$lt": query.name_prefix + "\U0010ffff"}
+    if query.after_name is not None:
+        name["$gt"] = query.after_name
+    if name:
+        found["name"] = name
+    window: Doc = {}
+    if query.next_run_from is not None:
+        window["$gte"] = exact_micros(query.next_run_from)
+    if query.next_run_to is not None:
+        window["$lt"] = exact_micros(query.next_run_to)
+    if window:
+        found["next_run_at_us"] = window
+    return found
+
+
+def change_document(change: JobChange) -> Doc:
+    doc = dataclasses.asdict(change)
+    doc["_id"] = doc.pop("id")
+    return with_exact_times(doc, CHANGE_TIMES)
+
+
+def change_from_document(doc: Doc) -> JobChange:
+    doc = without_exact_times(doc, CHANGE_TIMES)
+    doc["id"] = doc.pop("_id")
+    doc["at"] = doc["at"].astimezone(UTC)
+    return JobChange(**doc)
+
+
+def request_document(request: RunRequest) -> Doc:
+    doc = dataclasses.asdict(request)
+    doc["_id"] = doc.pop("id")
+    return with_exact_times(doc, REQUEST_TIMES)
+
+
+def request_from_document(doc: Doc) -> RunRequest:
+    doc = without_exact_times(doc, REQUEST_TIMES)
+    doc["id"] = doc.pop("_id")
+    return RunRequest(**doc)
+
+
+def request_claim(claim: Claim, token: int) -> UpdateOne:
+    """Like claim_update, whenever the job is due: a requested run ignores the schedule."""
+    lease = {"owner": claim.owner, "token": token, "until": claim.until}
+    return UpdateOne(
+        {"_id": claim.job_id, "revision": claim.revision, "fence": token - 1, "lease": None},
+        {"$set": {"fence": token, "lease": with_exact_times(lease, ["until"])}},
+    )

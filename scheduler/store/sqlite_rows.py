@@ -1,0 +1,323 @@
+"""The job store's tables on SQLite: the schema, and how jobs, executions, history entries and run
+requests become rows and back. Times are integer microseconds since the epoch."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from scheduler.codec import (
+    EPOCH,
+    Doc,
+    execution_from_doc,
+    execution_to_doc,
+    job_from_doc,
+    job_to_doc,
+    micros,
+    summary_to_doc,
+    to_json_ready,
+)
+from scheduler.model import Execution, Job
+from scheduler.ports import (
+    Advance,
+    ExecutionQuery,
+    JobChange,
+    JobQuery,
+)
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    handler TEXT NOT NULL,
+    params TEXT NOT NULL,
+    schedule TEXT NOT NULL,
+    enabled INTEGER NOT NULL,
+    next_run_at INTEGER,
+    timeout_seconds REAL NOT NULL,
+    max_retries INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    misfire TEXT NOT NULL,
+    jitter_seconds REAL NOT NULL,
+    lease_owner TEXT,
+    lease_token INTEGER,
+    lease_until INTEGER,
+    fence INTEGER NOT NULL,
+    revision INTEGER NOT NULL,
+    consecutive_failures INTEGER NOT NULL,
+    paused_reason TEXT,
+    last_execution TEXT,
+    system INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+-- The due query walks this index in order: free, enabled jobs by urgency.
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs (priority, next_run_at)
+    WHERE enabled = 1 AND lease_token IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_next ON jobs (next_run_at)
+    WHERE enabled = 1 AND lease_token IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (lease_until) WHERE lease_token IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS executions (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    job_name TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    scheduled_at INTEGER NOT NULL,
+    started_at INTEGER,
+    finished_at INTEGER,
+    duration_ms REAL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    error TEXT,
+    result TEXT,
+    owner TEXT,
+    token INTEGER
+);
+CREATE INDEX IF NOT EXISTS executions_by_job ON executions (job_id, scheduled_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS executions_by_time ON executions (scheduled_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS executions_by_status ON executions (status, scheduled_at DESC);
+
+CREATE TABLE IF NOT EXISTS job_changes (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    job_name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    changes TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_changes_by_job ON job_changes (job_id, at DESC, id DESC);
+
+CREATE TABLE IF NOT EXISTS run_requests (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    scheduled_at INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    not_before INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_requests_due ON run_requests (not_before);
+CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
+"""
+
+JOB_COLUMNS = [
+    "id",
+    "name",
+    "handler",
+    "params",
+    "schedule",
+    "enabled",
+    "next_run_at",
+    "timeout_seconds",
+    "max_retries",
+    "priority",
+    "misfire",
+    "jitter_seconds",
+    "lease_owner",
+    "lease_token",
+    "lease_until",
+    "fence",
+    "revision",
+    "consecutive_failures",
+    "paused_reason",
+    "last_execution",
+    "system",
+    "created_at",
+    "updated_at",
+]
+EXECUTION_COLUMNS = [
+    "id",
+    "job_id",
+    "job_name",
+    "handler",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "status",
+    "attempts",
+    "error",
+    "result",
+    "owner",
+    "token",
+]
+CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
+REQUEST_COLUMNS = ["id", "job_id", "scheduled_at", "reason", "not_before", "created_at"]
+# What ops may change of a job; the lease, fence and run state are the engine's.
+DEFINITION_COLUMNS = [
+    "name",
+    "handler",
+    "params",
+    "schedule",
+    "enabled",
+    "next_run_at",
+    "timeout_seconds",
+    "max_retries",
+    "priority",
+    "misfire",
+    "jitter_seconds",
+    "consecutive_failures",
+    "paused_reason",
+    "system",
+    "updated_at",
+]
+JSON_COLUMNS = {"params", "schedule", "misfire", "last_execution", "error", "result", "changes"}
+TIME_COLUMNS = {
+    "next_run_at",
+    "lease_until",
+    "created_at",
+    "updated_at",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+    "at",
+    "not_before",
+}
+FREE = "enabled = 1 AND lease_token IS NULL"
+
+
+def from_micros(value: int | None) -> datetime | None:
+    return None if value is None else EPOCH + timedelta(microseconds=value)
+
+
+def insert_sql(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def release_sql(execution: Execution, advance: Advance | None) -> tuple[str, tuple[Any, ...]]:
+    """The fenced update that ends a run: applies only while the run's token holds the lease."""
+    clear = "lease_owner = NULL, lease_token = NULL, lease_until = NULL"
+    fence = (execution.job_id, execution.token)
+    if advance is None:
+        return f"UPDATE jobs SET {clear} WHERE id = ? AND lease_token = ?", fence
+    summary = json.dumps(to_json_ready(summary_to_doc(advance.last_execution)))
+    # The schedule moves only if ops did not change the job during the run (see Advance).
+    unchanged = "CASE WHEN revision = ? THEN ? ELSE {0} END"
+    return (
+        f"UPDATE jobs SET {clear}, consecutive_failures = ?, last_execution = ?, "
+        f"next_run_at = {unchanged.format('next_run_at')}, "
+        f"enabled = {unchanged.format('enabled')}, "
+        f"paused_reason = {unchanged.format('paused_reason')} "
+        "WHERE id = ? AND lease_token = ?",
+        (
+            advance.consecutive_failures,
+            summary,
+            advance.revision,
+            micros(advance.next_run_at),
+            advance.revision,
+            int(advance.enabled),
+            advance.revision,
+            advance.paused_reason,
+            *fence,
+        ),
+    )
+
+
+def record_change_row(db: sqlite3.Connection, change: JobChange | None) -> None:
+    if change is not None:
+        db.execute(
+            insert_sql("job_changes", CHANGE_COLUMNS),
+            to_row(dataclasses.asdict(change), CHANGE_COLUMNS),
+        )
+
+
+def job_filters(query: JobQuery) -> tuple[list[str], list[Any]]:
+    conditions: list[tuple[str, Any]] = [
+        ("handler = ?", query.handler),
+        ("enabled = ?", None if query.enabled is None else int(query.enabled)),
+        ("name >= ? AND name < ? || char(1114111)", query.name_prefix),
+        ("next_run_at >= ?", micros(query.next_run_from)),
+        ("next_run_at < ?", micros(query.next_run_to)),
+        ("name > ?", query.after_name),
+    ]
+    where, args = [], []
+    for condition, value in conditions:
+        if value is not None:
+            where.append(condition)
+            args += [value] * condition.count("?")
+    return where, args
+
+
+def execution_filters(query: ExecutionQuery) -> tuple[list[str], list[Any]]:
+    conditions: list[tuple[str, Any]] = [
+        ("job_id = ?", query.job_id),
+        ("status = ?", None if query.status is None else str(query.status)),
+        ("handler = ?", query.handler),
+        ("scheduled_at >= ?", micros(query.since)),
+        ("scheduled_at < ?", micros(query.until)),
+    ]
+    where = [condition for condition, value in conditions if value is not None]
+    args = [value for _, value in conditions if value is not None]
+    if query.before is not None:
+        where.append("(scheduled_at, id) < (?, ?)")
+        args += [micros(query.before[0]), query.before[1]]
+    return where, args
+
+
+def to_row(doc: Doc, columns: Sequence[str]) -> tuple[Any, ...]:
+    values = []
+    for column in columns:
+        value = doc[column]
+        if column in JSON_COLUMNS:
+            value = None if value is None else json.dumps(to_json_ready(value))
+        elif column in TIME_COLUMNS:
+            value = micros(value)
+        elif isinstance(value, bool):
+            value = int(value)
+        values.append(value)
+    return tuple(values)
+
+
+def from_row(row: sqlite3.Row, key: str = "_id") -> Doc:
+    doc: Doc = {}
+    for column in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
+        value = row[column]
+        if column in JSON_COLUMNS and value is not None:
+            value = json.loads(value)
+        elif column in TIME_COLUMNS:
+            value = from_micros(value)
+        doc[column] = value
+    doc[key] = doc.pop("id")
+    return doc
+
+
+def job_doc(job: Job) -> Doc:
+    doc = job_to_doc(job)
+    doc["id"] = doc.pop("_id")
+    return doc
+
+
+def job_row(job: Job) -> tuple[Any, ...]:
+    doc = job_doc(job)
+    lease = doc.pop("lease") or {}
+    doc.update(
+        lease_owner=lease.get("owner"),
+        lease_token=lease.get("token"),
+        lease_until=lease.get("until"),
+    )
+    return to_row(doc, JOB_COLUMNS)
+
+
+def job_from_row(row: sqlite3.Row) -> Job:
+    doc = from_row(row)
+    owner, token, until = doc.pop("lease_owner"), doc.pop("lease_token"), doc.pop("lease_until")
+    doc["lease"] = None if token is None else {"owner": owner, "token": token, "until": until}
+    doc["misfire"] = doc["misfire"] or {}
+    return job_from_doc(doc)
+
+
+def execution_row(execution: Execution) -> tuple[Any, ...]:
+    doc = execution_to_doc(execution)
+    doc["id"] = doc.pop("_id")
+    return to_row(doc, EXECUTION_COLUMNS)
+
+
+def execution_from_row(row: sqlite3.Row) -> Execution:
+    return execution_from_doc(from_row(row))

@@ -1,0 +1,5 @@
+import sys
+
+from tickd.cli import main
+
+sys.exit(main())

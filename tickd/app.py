@@ -1,0 +1,176 @@
+"""The composition root: settings -> backends -> resources -> engine, API and seeds.
+
+The only module that knows every layer. The daemon, `tickd api`, the tests and the benchmarks all
+build through these functions, so what they run is what the daemon runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, cast
+
+from aiohttp import web
+
+from api.app import create_app
+from api.v1 import ApiState
+from handlers.product_store import PRODUCTS, ProductStore
+from scheduler.clock import Clock, SystemClock
+from scheduler.config import Settings
+from scheduler.engine import Engine
+from scheduler.events import open_publisher
+from scheduler.handler_api import Resource, ResourceEnv
+from scheduler.lock import open_lock
+from scheduler.mail import open_mailer
+from scheduler.metrics import Metrics
+from scheduler.ports import EventPublisher, Lock, Ports
+from scheduler.registry import HandlerRegistry
+from scheduler.storage import open_patiently
+from scheduler.store import open_store
+from seed.demo import demo_jobs
+from seed.demo_products import demo_scan_job, seed_demo_products
+from seed.jobs import seed_jobs
+from seed.system import system_jobs
+
+Resources = Mapping[str, object]
+log = logging.getLogger("tickd.daemon")
+
+
+def load_registry() -> HandlerRegistry:
+    """Every handler installed under the `tickd.handlers` entry points."""
+    registry = HandlerRegistry()
+    registry.load_entry_points()
+    return registry
+
+
+@contextlib.asynccontextmanager
+async def opened_ports(
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    clock: Clock | None = None,
+    stop: asyncio.Event | None = None,
+    lock: Lock | None = None,
+    events: EventPublisher | None = None,
+) -> AsyncIterator[Ports]:
+    """Open every backend the settings name (or use the lock and publisher given); close them
+    all, in reverse, on the way out. The store is opened patiently: it may come up after us."""
+    async with contextlib.AsyncExitStack() as stack:
+        store = await open_patiently(lambda: open_store(settings.store_url), stop)
+        stack.push_async_callback(store.close)
+        if lock is None:
+            lock = open_lock(settings.lock_url)
+            stack.push_async_callback(lock.close)
+        if events is None:
+            events = open_publisher(settings.events_url, metrics=metrics)
+            stack.push_async_callback(events.close, settings.events_flush_seconds)
+        mailer = open_mailer(settings.mail_url)
+        stack.push_async_callback(mailer.close)
+        yield Ports(
+            store=store, lock=lock, events=events, mailer=mailer, clock=clock or SystemClock()
+        )
+
+
+def declared_resources(registry: HandlerRegistry) -> list[Resource[Any]]:
+    """Each resource the registered handlers declare, once."""
+    found: dict[str, Resource[Any]] = {}
+    for registered in registry:
+        for resource in registered.handler.resources:
+            found.setdefault(resource.name, resource)
+    return list(found.values())
+
+
+@contextlib.asynccontextmanager
+async def opened_resources(
+    resources: list[Resource[Any]], settings: Settings, stop: asyncio.Event | None = None
+) -> AsyncIterator[Resources]:
+    """Open each resource once, for every handler that uses it; close them in reverse."""
+    env = ResourceEnv(store_url=settings.store_url, urls=settings.resource_urls, stop=stop)
+    async with contextlib.AsyncExitStack() as stack:
+        yield {r.name: await stack.enter_async_context(r.open(env)) for r in resources}
+
+
+def build_engine(
+    settings: Settings,
+    ports: Ports,
+    registry: HandlerRegistry,
+    *,
+    metrics: Metrics,
+    resources: Resources,
+    rng: random.Random | None = None,
+) -> Engine:
+    return Engine(
+        settings=settings,
+        ports=ports,
+        registry=registry,
+        metrics=metrics,
+        resources=resources,
+        rng=rng,
+    )
+
+
+def build_api(
+    settings: Settings,
+    registry: HandlerRegistry,
+    ports: Ports,
+    metrics: Metrics,
+    engine: Engine | None,
+    *,
+    dispatch: bool = True,
+) -> web.Application:
+    """The REST API on these ports. With an engine, the API wakes it and reports its health,
+    and unless `dispatch` is False (tests drain it themselves) its dispatcher starts and stops
+    with the application."""
+    state = ApiState(
+        store=ports.store,
+        registry=registry,
+        settings=settings,
+        clock=ports.clock,
+        metrics=metrics,
+        wake=engine.wake if engine else None,
+        dispatcher_health=(lambda: (engine.healthy, engine.last_error)) if engine else None,
+    )
+    app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
+    if engine is not None and dispatch:
+        app.cleanup_ctx.append(dispatching(engine))
+    return app
+
+
+def dispatching(engine: Engine) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The dispatcher starts with the application and stops with it, gracefully."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop), name="dispatcher")
+        task.add_done_callback(_dispatcher_ended)
+        yield
+        stop.set()
+        await task
+
+    return context
+
+
+def _dispatcher_ended(task: asyncio.Task[None]) -> None:
+    """The dispatcher only ends when asked to; if it dies, no job runs any more: fail loudly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("dispatcher.died", exc_info=task.exception())
+        signal.raise_signal(signal.SIGTERM)  # stop the daemon; its supervisor restarts it
+
+
+async def seed_at_boot(
+    ports: Ports, registry: HandlerRegistry, settings: Settings, resources: Resources
+) -> None:
+    """System jobs always; with `seed_demo`, the demo jobs and, where the alert scanner runs,
+    the demo product data it scans."""
+    now = ports.clock.now()
+    await seed_jobs(ports.store, system_jobs(registry, now, settings.handler_settings))
+    if not settings.seed_demo:
+        return
+    await seed_jobs(ports.store, demo_jobs(now))
+    if "alert_scanner" in registry and PRODUCTS.name in resources:
+        await seed_demo_products(cast(ProductStore, resources[PRODUCTS.name]))
+        await seed_jobs(ports.store, [demo_scan_job(now)])

@@ -1,0 +1,121 @@
+"""The daemon: open ports and resources, seed, serve the API, run the engine until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+
+from aiohttp import web
+
+from scheduler.config import ConfigError, Settings
+from scheduler.logs import log_event
+from scheduler.metrics import Metrics
+from scheduler.ports import Ports
+from scheduler.registry import HandlerRegistry
+from scheduler.secrets import scrub_text
+from scheduler.storage import StartupAborted
+from tickd.app import (
+    Resources,
+    build_api,
+    build_engine,
+    declared_resources,
+    opened_ports,
+    opened_resources,
+    seed_at_boot,
+)
+
+log = logging.getLogger("tickd.daemon")
+
+
+async def run_daemon(
+    settings: Settings, stop: asyncio.Event, registry: HandlerRegistry, *, dispatcher: bool = True
+) -> None:
+    """Serve the API and, unless `dispatcher` is False (`tickd api`), run the engine, until
+    `stop` is set. One process, one port: /v1, /metrics, /healthz, /readyz."""
+    check_exposure(settings)
+    log_event(
+        log,
+        "daemon.starting",
+        instance=settings.instance_id,
+        dispatcher=dispatcher,
+        store=scrub_text(settings.store_url),
+        lock=scrub_text(settings.lock_url),
+        events=scrub_text(settings.events_url),
+        handlers=[r.name for r in registry],
+    )
+    metrics = Metrics()
+    # `tickd api` runs no handler, so it opens no handler's resources.
+    resources = declared_resources(registry) if dispatcher else []
+    try:
+        async with (
+            opened_ports(settings, metrics, stop=stop) as ports,
+            opened_resources(resources, settings, stop) as opened,
+        ):
+            await _serve_on(ports, opened, settings, stop, registry, metrics, dispatcher=dispatcher)
+    except StartupAborted:
+        log_event(log, "daemon.stopped_before_start", instance=settings.instance_id)
+        return
+    log_event(log, "daemon.stopped", instance=settings.instance_id)
+
+
+async def _serve_on(
+    ports: Ports,
+    resources: Resources,
+    settings: Settings,
+    stop: asyncio.Event,
+    registry: HandlerRegistry,
+    metrics: Metrics,
+    *,
+    dispatcher: bool,
+) -> None:
+    engine = None
+    if dispatcher:
+        engine = build_engine(settings, ports, registry, metrics=metrics, resources=resources)
+        await seed_at_boot(ports, registry, settings, resources)
+    app = build_api(settings, registry, ports, metrics, engine)
+    await serve(app, settings, stop)
+
+
+def check_exposure(settings: Settings) -> None:
+    """Without tokens anyone who reaches the port may change jobs: loopback only, then."""
+    if settings.api_port and not settings.api_tokens and not is_loopback(settings.api_host):
+        raise ConfigError(
+            "api_host",
+            f"{settings.api_host} is reachable from elsewhere and no api_tokens are configured; "
+            "configure tokens or listen on 127.0.0.1",
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve(app: web.Application, settings: Settings, stop: asyncio.Event) -> None:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()  # starts the cleanup contexts: the dispatcher runs from here
+    try:
+        if settings.api_port:
+            await web.TCPSite(runner, settings.api_host, settings.api_port).start()
+            url = f"http://{settings.api_host}:{settings.api_port}"
+            log_event(log, "api.listening", url=url, docs=f"{url}/docs")
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _request_stop, stop, sig)
+
+
+def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
+    log_event(log, "daemon.stopping", signal=sig.name)
+    stop.set()
