@@ -33,6 +33,14 @@ from scheduler.runner import Outcome, Runner, Task, publish
 log = logging.getLogger("tickd.engine")
 
 
+@dataclass(frozen=True, slots=True)
+class DueRun:
+    """A job to run now: its schedule's occurrence, or one someone asked for (`request`)."""
+
+    job: Job
+    request: RunRequest | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tick:
     fetched: int  # due jobs read
@@ -158,21 +166,21 @@ class Engine:
         limit = min(self.settings.batch_size, self.pool.free_slots())
         if limit == 0:
             return Tick(fetched=0, claimed=0, full=True)
-        # Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
-        requested = await self.ports.store.due_run_requests(now, limit)
-        jobs = []
-        if len(requested) < limit:
-            jobs = await self.ports.store.due_jobs(
-                now, limit - len(requested), exclude_handlers=self._saturated()
-            )
+        runs = await self._due(now, limit)
         self.metrics.due_backlog.set(await self.ports.store.count_due(now))
-        claimed = 0
-        if requested:
-            claimed += await self._dispatch_requests(requested, now)
-        if jobs:
-            claimed += await self._dispatch(self._within_handler_limits(jobs), now)
-        fetched = len(requested) + len(jobs)
-        return Tick(fetched=fetched, claimed=claimed, full=fetched == limit)
+        claimed = await self._dispatch(runs, now) if runs else 0
+        return Tick(fetched=len(runs), claimed=claimed, full=len(runs) == limit)
+
+    async def _due(self, now: datetime, limit: int) -> list[DueRun]:
+        """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
+        A job with a request in this batch waits for its scheduled run until the next tick."""
+        store = self.ports.store
+        runs = [DueRun(job, request) for request, job in await store.due_run_requests(now, limit)]
+        if len(runs) < limit:
+            requested = {run.job.id for run in runs}
+            jobs = await store.due_jobs(now, limit - len(runs), exclude_handlers=self._saturated())
+            runs += [DueRun(job) for job in jobs if job.id not in requested]
+        return runs
 
     async def _reap(self, now: datetime) -> None:
         for execution in await self.ports.store.reap_expired_leases(now):
@@ -187,50 +195,41 @@ class Engine:
             )
             publish(self.ports, self.metrics, self.settings.instance_id, execution)
 
-    async def _dispatch(self, jobs: list[Job], now: datetime) -> int:
+    async def _dispatch(self, runs: list[DueRun], now: datetime) -> int:
+        """The one path of every run, scheduled or requested: handler limits, then lock, claim
+        (fenced), release what was lost, record, submit. A requested run goes through the same
+        lock and claim as a scheduled one, so the two never overlap; it leaves the schedule as
+        it is."""
         token = new_id()
-        locked = await self._lock(jobs, token)
-        claims = [self._claim_of(job, now, job.next_run_at) for job in locked]
-        claimed = await self.ports.store.claim_jobs(claims, now)
-        await self._release_lost(locked, claimed, token)
-        tasks = await self._record(claimed, now, token)
-        await self._submit(tasks)
-        return len(claimed)
-
-    async def _dispatch_requests(
-        self, requested: list[tuple[RunRequest, Job]], now: datetime
-    ) -> int:
-        """Run requests go through the same lock and fenced claim as scheduled runs, so a
-        triggered run never overlaps a scheduled one; the schedule itself does not move."""
-        token = new_id()
-        allowed = {job.id for job in self._within_handler_limits([job for _, job in requested])}
-        locked = {job.id for job in await self._lock([j for _, j in requested], token)}
-        candidates = [(r, job) for r, job in requested if job.id in allowed and job.id in locked]
-        claims = [self._claim_of(job, now, None) for _, job in candidates]
-        won = await self.ports.store.claim_run_requests([r for r, _ in candidates], claims, now)
-        await self._release_lost([job for _, job in candidates], [job for _, job in won], token)
-        tasks = [self._requested_task(request, job, now, token) for request, job in won]
-        await self.ports.store.insert_executions([task.execution for task in tasks])
-        for task in tasks:
-            publish(self.ports, self.metrics, self.settings.instance_id, task.execution)
+        allowed = self._within_handler_limits(runs)
+        locked = await self._lock(allowed, token)
+        won = await self._claim(locked, now)
+        await self._release_lost(locked, won, token)
+        tasks = await self._record(won, now, token)
         await self._submit(tasks)
         return len(won)
 
-    def _requested_task(self, request: RunRequest, job: Job, now: datetime, token: str) -> Task:
-        execution = self._execution(job, request.scheduled_at, Status.RUNNING, now)
-        plan = Plan(run_at=request.scheduled_at, advance_from=now)
-        return Task(
-            job=job,
-            execution=execution,
-            plan=plan,
-            lock_token=token,
-            claimed_at=now,
-            request=request,
-        )
+    async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
+        """A scheduled run claims its job as the due query read it; a requested one claims the
+        job whenever it is due, and takes its request off the queue with it."""
+        store = self.ports.store
+        requested = [run for run in runs if run.request is not None]
+        scheduled = [run.job for run in runs if run.request is None]
+        won: list[DueRun] = []
+        if requested:
+            requests = [run.request for run in requested if run.request is not None]
+            claims = [self._claim_of(run.job, now, None) for run in requested]
+            won += [
+                DueRun(job, r) for r, job in await store.claim_run_requests(requests, claims, now)
+            ]
+        if scheduled:
+            claims = [self._claim_of(job, now, job.next_run_at) for job in scheduled]
+            won += [DueRun(job) for job in await store.claim_jobs(claims, now)]
+        return won
 
-    async def _release_lost(self, locked: list[Job], claimed: list[Job], token: str) -> None:
-        won = {job.id for job in claimed}
-        lost = {job.id for job in locked if job.id not in won}
+    async def _release_lost(self, locked: list[DueRun], won: list[DueRun], token: str) -> None:
+        won_ids = {run.job.id for run in won}
+        lost = {run.job.id for run in locked if run.job.id not in won_ids}
         self.metrics.claims_lost.inc(len(lost))
         if lost:
             await self.ports.lock.release_many([lock_key(job_id) for job_id in lost], token)
@@ -240,12 +239,12 @@ class Engine:
         for task in tasks:
             await self.pool.submit(task)
 
-    async def _lock(self, jobs: list[Job], token: str) -> list[Job]:
+    async def _lock(self, runs: list[DueRun], token: str) -> list[DueRun]:
         margin = self.settings.lock_margin_seconds
-        ttls = {lock_key(job.id): job.timeout_seconds + margin for job in jobs}
+        ttls = {lock_key(run.job.id): run.job.timeout_seconds + margin for run in runs}
         held = await self.ports.lock.acquire_many(ttls, token)
-        self.metrics.lock_contention.inc(len(jobs) - len(held))
-        return [job for job in jobs if lock_key(job.id) in held]
+        self.metrics.lock_contention.inc(len(runs) - len(held))
+        return [run for run in runs if lock_key(run.job.id) in held]
 
     def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
         margin = self.settings.lease_margin_seconds
@@ -257,20 +256,28 @@ class Engine:
             until=now + timedelta(seconds=job.timeout_seconds + margin),
         )
 
-    async def _record(self, jobs: list[Job], now: datetime, token: str) -> list[Task]:
+    async def _record(self, runs: list[DueRun], now: datetime, token: str) -> list[Task]:
         """Write the batch's executions (running ones and misfire skips) in one insert."""
         tasks: list[Task] = []
         skipped: list[Execution] = []
         only_skips: list[tuple[Job, Plan, Execution]] = []
-        for job in jobs:
-            plan = plan_run(job, now)
+        for run in runs:
+            job = run.job
+            plan = self._plan(run, now)
             skipped += self._skipped_executions(job, plan, now)
             if plan.run_at is None:
                 only_skips.append((job, plan, skipped.pop()))
                 continue
             execution = self._execution(job, plan.run_at, Status.RUNNING, now)
             tasks.append(
-                Task(job=job, execution=execution, plan=plan, lock_token=token, claimed_at=now)
+                Task(
+                    job=job,
+                    execution=execution,
+                    plan=plan,
+                    lock_token=token,
+                    claimed_at=now,
+                    request=run.request,
+                )
             )
         await self.ports.store.insert_executions([t.execution for t in tasks] + skipped)
         for execution in [t.execution for t in tasks] + skipped:
@@ -278,6 +285,14 @@ class Engine:
         for job, plan, last_skip in only_skips:
             await self._finish_skipped(job, plan, last_skip, token)
         return tasks
+
+    @staticmethod
+    def _plan(run: DueRun, now: datetime) -> Plan:
+        """A requested run is its occurrence, never a misfire; a scheduled one follows the
+        job's misfire policy."""
+        if run.request is not None:
+            return Plan(run_at=run.request.scheduled_at, advance_from=now)
+        return plan_run(run.job, now)
 
     def _skipped_executions(self, job: Job, plan: Plan, now: datetime) -> list[Execution]:
         if not plan.skipped:
@@ -344,14 +359,15 @@ class Engine:
             if (limit := self._limit(handler)) is not None and count >= limit
         ]
 
-    def _within_handler_limits(self, jobs: Sequence[Job]) -> list[Job]:
+    def _within_handler_limits(self, runs: Sequence[DueRun]) -> list[DueRun]:
         taken: Counter[str] = Counter()
         kept = []
-        for job in jobs:
-            limit = self._limit(job.handler)
-            if limit is None or self.pool.inflight[job.handler] + taken[job.handler] < limit:
-                taken[job.handler] += 1
-                kept.append(job)
+        for run in runs:
+            handler = run.job.handler
+            limit = self._limit(handler)
+            if limit is None or self.pool.inflight[handler] + taken[handler] < limit:
+                taken[handler] += 1
+                kept.append(run)
         return kept
 
     # -- running ----------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ from scheduler.model import (
     OnceSchedule,
     Priority,
     Status,
+    new_id,
 )
-from scheduler.ports import ExecutionQuery, Store
+from scheduler.ports import ExecutionQuery, RunRequest, Store
 from tests.conftest import T0, EngineFactory, make_job
 
 # Bounds every wait on a real event in these tests.
@@ -402,6 +403,48 @@ async def test_a_handler_concurrency_limit_leaves_workers_for_others(
     await h.engine.drain()
     assert most == 2
     assert len([e for e in await executions(h.store) if e.status is Status.SUCCESS]) == 7
+
+
+async def test_a_triggered_run_over_its_handlers_limit_waits_unlocked_then_runs(
+    make_engine: EngineFactory,
+) -> None:
+    """Scheduled and requested runs take one path: a trigger whose handler is at its limit is
+    neither locked nor run; it runs as soon as the handler has room, not when a lock expires."""
+    release = asyncio.Event()
+
+    @handler(max_concurrency=1)
+    async def limited(ctx: HandlerContext) -> Result:
+        if ctx.job_name == "busy":
+            await release.wait()
+        return None
+
+    h = make_engine({"limited": limited})
+    await h.add(make_job("busy", "limited"))
+    triggered = await h.add(make_job("triggered", "limited", next_run_at=T0 + timedelta(days=1)))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1  # "busy" runs, and holds the handler's one slot
+    await h.store.insert_run_requests([trigger(triggered.id)])
+
+    assert (await h.engine.tick()).claimed == 0
+    assert lock_key(triggered.id) in await h.engine.ports.lock.acquire_many(
+        {lock_key(triggered.id): 1.0}, "probe"
+    ), "the job was locked although it could not run"
+    await h.engine.ports.lock.release_many([lock_key(triggered.id)], "probe")
+
+    release.set()
+    await h.engine.drain()  # the fake clock stands still: no lock or lease has expired
+    assert [e.status for e in await executions(h.store, triggered.id)] == [Status.SUCCESS]
+
+
+def trigger(job_id: str) -> RunRequest:
+    return RunRequest(
+        id=new_id(),
+        job_id=job_id,
+        scheduled_at=T0,
+        reason="trigger",
+        not_before=T0,
+        created_at=T0,
+    )
 
 
 async def test_the_configured_limit_overrides_the_handlers_own(make_engine: EngineFactory) -> None:
