@@ -41,6 +41,18 @@ class DueRun:
     request: RunRequest | None = None
 
 
+def one_per_job(runs: list[DueRun]) -> list[DueRun]:
+    """A job runs once at a time: of its runs due in one batch, the first (a request before
+    the schedule's own, the oldest request first) goes now, the others in a later tick."""
+    seen: set[str] = set()
+    first = []
+    for run in runs:
+        if run.job.id not in seen:
+            seen.add(run.job.id)
+            first.append(run)
+    return first
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tick:
     fetched: int  # due jobs read
@@ -166,20 +178,19 @@ class Engine:
         limit = min(self.settings.batch_size, self.pool.free_slots())
         if limit == 0:
             return Tick(fetched=0, claimed=0, full=True)
-        runs = await self._due(now, limit)
+        fetched = await self._due(now, limit)
         self.metrics.due_backlog.set(await self.ports.store.count_due(now))
+        runs = one_per_job(fetched)
         claimed = await self._dispatch(runs, now) if runs else 0
-        return Tick(fetched=len(runs), claimed=claimed, full=len(runs) == limit)
+        return Tick(fetched=len(fetched), claimed=claimed, full=len(fetched) == limit)
 
     async def _due(self, now: datetime, limit: int) -> list[DueRun]:
-        """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
-        A job with a request in this batch waits for its scheduled run until the next tick."""
+        """Run requests (trigger, retry, backfill) first: someone asked for them explicitly."""
         store = self.ports.store
         runs = [DueRun(job, request) for request, job in await store.due_run_requests(now, limit)]
         if len(runs) < limit:
-            requested = {run.job.id for run in runs}
             jobs = await store.due_jobs(now, limit - len(runs), exclude_handlers=self._saturated())
-            runs += [DueRun(job) for job in jobs if job.id not in requested]
+            runs += [DueRun(job) for job in jobs]
         return runs
 
     async def _reap(self, now: datetime) -> None:

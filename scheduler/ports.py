@@ -115,7 +115,19 @@ class RunRequest:
 
 
 class Store(Protocol):
-    """Jobs and their executions."""
+    """Jobs, their executions, their history and the runs asked of them.
+
+    The same on every backend, and pinned by tests/contract/test_store.py:
+    - Every failure is a StoreError (a driver's exception never escapes); `transient` says
+      whether the same call may succeed later (connection lost, database busy) or never will
+      (a constraint, a document the database cannot hold).
+    - Times go in and come out exactly, to the microsecond, in UTC.
+    - Writes that the engine may replay after a lost connection (inserting executions and run
+      requests) are idempotent by id: a duplicate is left as stored, and nothing is raised.
+    - Each method is one round trip for its whole batch, or a small fixed number of them.
+    - Only what a method says is atomic is atomic; on FerretDB a filtered update is not, which
+      is why the lock keeps instances apart there (scheduler/store/mongodb.py).
+    """
 
     async def open(self) -> None:
         """Connect and create the schema and the indexes the due and history queries need."""
@@ -139,9 +151,11 @@ class Store(Protocol):
 
         Returns the jobs that were added."""
 
-    async def get_job(self, job_id: str) -> Job | None: ...
+    async def get_job(self, job_id: str) -> Job | None:
+        """The job as stored now (lease and run state included); None if there is none."""
 
-    async def get_job_by_name(self, name: str) -> Job | None: ...
+    async def get_job_by_name(self, name: str) -> Job | None:
+        """The job of that exact name (names are unique); None if there is none."""
 
     async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
         """Jobs ordered by name, filtered and paged by the query."""
@@ -157,14 +171,17 @@ class Store(Protocol):
     async def record_change(self, change: JobChange) -> None:
         """A history entry for an action that does not change the job (trigger, retry...)."""
 
-    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None: ...
+    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
+        """Queue runs outside the schedule, in one batch. A request whose id is queued already
+        is left as it is (idempotent)."""
 
     async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
         """Whether a run of this occurrence is queued and not yet taken."""
 
     async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
-        """Requests whose not_before has passed, oldest first, for jobs with no lease, each with
-        its job as it is now."""
+        """Up to `limit` requests whose not_before has passed, of jobs with no lease, each with
+        its job as it is now; ordered by not_before, then id. Requests of a leased job are left
+        out before the limit applies. A job with several due requests appears once for each."""
 
     async def claim_run_requests(
         self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
@@ -199,7 +216,9 @@ class Store(Protocol):
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         """Move a held lease's expiry; False if the token no longer holds it (fenced off)."""
 
-    async def insert_executions(self, executions: Sequence[Execution]) -> None: ...
+    async def insert_executions(self, executions: Sequence[Execution]) -> None:
+        """Record executions (running ones, or skipped ones already final) in one batch. An
+        execution whose id is stored already is left as stored (idempotent)."""
 
     async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:
         """Write the execution's final state; then, if the job's lease token is still the
@@ -210,7 +229,8 @@ class Store(Protocol):
         """Clear every lease whose expiry has passed and mark the execution it guarded
         `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions."""
 
-    async def get_execution(self, execution_id: str) -> Execution | None: ...
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        """The execution as stored now; None if there is none."""
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         """Newest first (by scheduled_at, then id)."""

@@ -360,7 +360,7 @@ class MongoStore(MongoDatabase):
     @translating_errors
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
         if requests:
-            await self.requests.insert_many([request_document(r) for r in requests], ordered=False)
+            await insert_ignoring_duplicates(self.requests, [request_document(r) for r in requests])
 
     @translating_errors
     async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
@@ -369,19 +369,41 @@ class MongoStore(MongoDatabase):
 
     @translating_errors
     async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
-        """Two reads for the batch: the due requests, then their jobs (those not leased)."""
-        if limit <= 0:
-            return []
-        cursor = self.requests.find({"not_before_us": {"$lte": exact_micros(now)}})
-        cursor = in_one_batch(cursor.sort([("not_before_us", ASCENDING)]), limit)
-        requests = [request_from_document(doc) async for doc in cursor]
+        """Two reads a page: the due requests, then their jobs (those not leased). Usually one
+        page; another only while requests of leased jobs filled the one before."""
+        pairs: list[tuple[RunRequest, Job]] = []
+        after: RunRequest | None = None
+        while len(pairs) < limit:
+            page = await self._due_requests_page(now, after, limit)
+            pairs += (await self._with_free_jobs(page))[: limit - len(pairs)]
+            if len(page) < limit:
+                break
+            after = page[-1]
+        return pairs
+
+    async def _due_requests_page(
+        self, now: datetime, after: RunRequest | None, limit: int
+    ) -> list[RunRequest]:
+        due: Doc = {"not_before_us": {"$lte": exact_micros(now)}}
+        if after is not None:
+            at = exact_micros(after.not_before)
+            due = {
+                **due,
+                "$or": [
+                    {"not_before_us": {"$gt": at}},
+                    {"not_before_us": at, "_id": {"$gt": after.id}},
+                ],
+            }
+        cursor = self.requests.find(due).sort([("not_before_us", ASCENDING), ("_id", ASCENDING)])
+        return [request_from_document(doc) async for doc in in_one_batch(cursor, limit)]
+
+    async def _with_free_jobs(self, requests: list[RunRequest]) -> list[tuple[RunRequest, Job]]:
         if not requests:
             return []
         job_ids = list({r.job_id for r in requests})
-        jobs_cursor = self.jobs.find({"_id": {"$in": job_ids}, "lease": None})
+        cursor = self.jobs.find({"_id": {"$in": job_ids}, "lease": None})
         jobs = {
-            doc["_id"]: job_from_document(doc)
-            async for doc in in_one_batch(jobs_cursor, len(job_ids))
+            doc["_id"]: job_from_document(doc) async for doc in in_one_batch(cursor, len(job_ids))
         }
         return [(r, jobs[r.job_id]) for r in requests if r.job_id in jobs]
 

@@ -69,10 +69,11 @@ class SQLiteStore(SQLiteFile):
             try:
                 with self._db:  # one transaction: committed on return, rolled back on error
                     return fn(self._db)
-            except sqlite3.IntegrityError:
-                raise
             except sqlite3.Error as exc:
-                raise StoreError(f"sqlite: {exc}") from exc
+                error = StoreError(f"sqlite: {exc}")
+                # A constraint no retry satisfies; a busy or locked database is worth another go.
+                error.transient = not isinstance(exc, sqlite3.IntegrityError)
+                raise error from exc
 
         return await self._in_thread(call)
 
@@ -184,13 +185,13 @@ class SQLiteStore(SQLiteFile):
 
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
         rows = [to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
-        sql = insert_sql("run_requests", REQUEST_COLUMNS)
+        sql = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         await self._run(lambda db: db.executemany(sql, rows))
 
     async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
         sql = (
             "SELECT r.id AS request_id FROM run_requests r JOIN jobs j ON j.id = r.job_id "
-            "WHERE r.not_before <= ? AND j.lease_token IS NULL ORDER BY r.not_before LIMIT ?"
+            "WHERE r.not_before <= ? AND j.lease_token IS NULL ORDER BY r.not_before, r.id LIMIT ?"
         )
 
         def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
@@ -292,7 +293,7 @@ class SQLiteStore(SQLiteFile):
 
     async def insert_executions(self, executions: Sequence[Execution]) -> None:
         rows = [execution_row(e) for e in executions]
-        sql = insert_sql("executions", EXECUTION_COLUMNS)
+        sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         await self._run(lambda db: db.executemany(sql, rows))
 
     async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:

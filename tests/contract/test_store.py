@@ -30,6 +30,7 @@ from scheduler.ports import (
     JobQuery,
     RunRequest,
     Store,
+    StoreError,
 )
 from tests.conftest import T0, make_job
 
@@ -484,3 +485,67 @@ async def test_executions_filter_by_time_and_page_by_cursor(store: Store) -> Non
         ExecutionQuery(limit=2, before=(page[-1].scheduled_at, page[-1].id))
     )
     assert [e.scheduled_at.minute for e in page + after] == [5, 4, 3, 2]
+
+
+def request_for(
+    job: Job, *, not_before: datetime = T0, request_id: str | None = None
+) -> RunRequest:
+    return RunRequest(
+        id=request_id or new_id(),
+        job_id=job.id,
+        scheduled_at=T0,
+        reason="trigger",
+        not_before=not_before,
+        created_at=T0,
+    )
+
+
+async def test_inserting_an_execution_again_keeps_the_first_and_raises_nothing(
+    store: Store,
+) -> None:
+    """A batch replayed after a lost connection must not fail: duplicates are left alone."""
+    first = Execution(
+        job_id="j", job_name="j", handler="noop", scheduled_at=T0, status=Status.RUNNING
+    )
+    replayed = replace(first, status=Status.SUCCESS)
+    other = replace(first, id=new_id())
+    await store.insert_executions([first])
+    await store.insert_executions([replayed, other])
+    stored = await store.get_execution(first.id)
+    assert stored is not None and stored.status is Status.RUNNING
+    assert await store.get_execution(other.id) is not None
+
+
+async def test_inserting_a_run_request_again_queues_it_once(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    request = request_for(job)
+    await store.insert_run_requests([request])
+    await store.insert_run_requests([request])
+    assert [r.id for r, _ in await store.due_run_requests(T0, 10)] == [request.id]
+
+
+async def test_the_request_limit_counts_only_requests_of_jobs_free_to_run(store: Store) -> None:
+    """Requests of a leased job are left out before the limit applies, so a job with a long
+    queue cannot hide the requests of others; the order is not_before, then id."""
+    busy, free = make_job("busy"), make_job("free")
+    for job in (busy, free):
+        await store.insert_job(job)
+    await claimed(store, busy)
+    queued = [request_for(busy, not_before=T0 - timedelta(seconds=s)) for s in (3, 2)]
+    wanted = request_for(free, not_before=T0 - timedelta(seconds=1))
+    await store.insert_run_requests([*queued, wanted])
+    assert [(r.id, j.id) for r, j in await store.due_run_requests(T0, 1)] == [(wanted.id, free.id)]
+    tied = [request_for(free, request_id=f"r{i}") for i in (2, 1, 3)]
+    await store.insert_run_requests(tied)
+    due = await store.due_run_requests(T0, 10)
+    assert [r.id for r, _ in due] == [wanted.id, "r1", "r2", "r3"]
+
+
+async def test_a_constraint_violation_is_a_store_error_that_is_not_transient(store: Store) -> None:
+    """Whatever the backend, callers see StoreError, never a driver's exception."""
+    job = make_job()
+    await store.insert_job(job)
+    with pytest.raises(StoreError) as caught:
+        await store.insert_job(replace(job, name="another-name"))  # the same id
+    assert not caught.value.transient
