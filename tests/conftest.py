@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -88,6 +88,7 @@ async def make_engine(
         *,
         lock: MemoryLock | None = None,
         instance_id: str = "test-instance",
+        resources: Mapping[str, object] | None = None,
         **overrides: Any,
     ) -> Harness:
         registry = HandlerRegistry()
@@ -104,7 +105,11 @@ async def make_engine(
             clock=clock,
         )
         engine = build_engine(
-            settings, ports, registry, metrics=Metrics(), resources={PRODUCTS.name: products}
+            settings,
+            ports,
+            registry,
+            metrics=Metrics(),
+            resources={PRODUCTS.name: products, **(resources or {})},
         )
         built.append(engine)
         return Harness(engine, clock, store, events, registry, settings, products)

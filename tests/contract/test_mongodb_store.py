@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from pymongo import AsyncMongoClient, monitoring
+from pymongo.errors import InvalidOperation
 
 import scheduler.storage.mongodb
 from handlers.product_store.mongodb import ALERT_INDEXES, MongoProductStore
@@ -217,6 +218,25 @@ async def test_instances_starting_together_on_a_new_database_all_open(server: Se
         assert len(await db["alerts"].index_information()) == 1 + len(ALERT_INDEXES)
     finally:
         await asyncio.gather(*(store.close() for store in stores))
+
+
+async def test_stores_on_one_url_share_one_client_which_closes_with_the_last(
+    server: Server,
+) -> None:
+    url = mongodb_url(server.database)
+    first, second = MongoStore(url), MongoStore(url)
+    await first.open()
+    await second.open()
+    try:
+        assert first.database.client is second.database.client
+        client = first.database.client
+        await first.close()
+        await second.insert_job(make_job("still-served"))
+        assert await second.get_job_by_name("still-served") is not None
+    finally:
+        await second.close()
+    with pytest.raises(InvalidOperation):
+        await client.admin.command("ping")
 
 
 async def test_the_database_is_the_url_path(server: Server, store: MongoStore) -> None:
