@@ -27,29 +27,48 @@ from typing import Any
 import aiohttp
 
 from scheduler.clock import Clock
-from scheduler.http import AddressNotAllowed, failure_reason, read_prefix
+from scheduler.http import (
+    AddressNotAllowed,
+    DestinationPolicy,
+    failure_reason,
+    read_prefix,
+    request_refusal,
+)
+from scheduler.model import ValidationError
 from scheduler.ports import Mailer, Store
 from scheduler.product import ProductStore
 from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
 
-# What handlers may use besides the context: the HTTP guard's error and helpers, and masking.
+# What handlers may use besides the context: the HTTP guard's error, policy and helpers, and
+# masking.
 __all__ = [
     "MASK",
     "AddressNotAllowed",
+    "DestinationPolicy",
     "Handler",
     "HandlerContext",
     "HandlerFunc",
+    "InvalidParams",
+    "ParamsCheck",
     "Result",
     "failure_reason",
     "handler",
     "is_secret_name",
     "mask",
     "read_prefix",
+    "request_refusal",
     "scrub_text",
 ]
 
 Result = dict[str, Any] | None
 HandlerFunc = Callable[["HandlerContext"], Awaitable[Result]] | Callable[["HandlerContext"], Result]
+# Params checks beyond the schema, with the daemon's HTTP policy for handlers that take URLs.
+ParamsCheck = Callable[[Mapping[str, Any], DestinationPolicy], None]
+
+
+class InvalidParams(ValidationError):
+    """A job's params are refused: `field` names the param (`params.url`), `reason` says why
+    without quoting the value (it may be a secret)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +117,9 @@ class Handler:
     # Settings of [handler_settings.<name>] without which the system job is not seeded (a
     # vendor's URL and key): until ops configure them, there is nothing it could do.
     system_job_needs: frozenset[str] = field(default_factory=frozenset)
+    # Run when a job is created or changed, after the schema: raise InvalidParams for params
+    # that pass the schema but could never work (a destination the HTTP policy refuses...).
+    check_params: ParamsCheck | None = None
 
     def __call__(self, ctx: HandlerContext) -> Awaitable[Result] | Result:
         return self.func(ctx)
@@ -110,8 +132,10 @@ def handler(
     max_concurrency: int | None = None,
     system_job: Mapping[str, Any] | None = None,
     system_job_needs: frozenset[str] | set[str] = frozenset(),
+    check_params: ParamsCheck | None = None,
 ) -> Callable[[HandlerFunc], Handler]:
-    """Declare a handler's params schema, secret params, concurrency limit and system job."""
+    """Declare a handler's params schema and checks, secret params, concurrency limit and
+    system job."""
 
     def wrap(func: HandlerFunc) -> Handler:
         return Handler(
@@ -121,6 +145,7 @@ def handler(
             max_concurrency=max_concurrency,
             system_job=system_job,
             system_job_needs=frozenset(system_job_needs),
+            check_params=check_params,
         )
 
     return wrap
