@@ -26,6 +26,8 @@ from api.models import (
 from api.problems import ApiError, field_error, from_validation
 from scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
 from scheduler.config import Settings
+from scheduler.handler_api import ParamsCheck
+from scheduler.http import DestinationPolicy
 from scheduler.model import (
     CronSchedule,
     IntervalSchedule,
@@ -198,6 +200,21 @@ class JobBuilder:
         if error is not None:
             path = ".".join(str(p) for p in error.absolute_path)
             raise field_error(f"params.{path}" if path else "params", _safe_message(error))
+        if registered.handler.check_params is not None:
+            self._check_params(registered.handler.check_params, params)
+
+    def _check_params(self, check: ParamsCheck, params: Mapping[str, Any]) -> None:
+        """The handler's own checks, against the same HTTP policy its runs get."""
+        destinations = DestinationPolicy.build(
+            self.settings.http_allow, self.settings.http_allowed_ports
+        )
+        try:
+            check(params, destinations)
+        except ValidationError as exc:
+            raise from_validation(exc) from None
+        except ValueError:
+            # Not an InvalidParams: nothing says the message leaves the values (secrets) out.
+            raise field_error("params", "refused by the handler's own checks") from None
 
 
 def _safe_message(error: jsonschema.ValidationError) -> str:
@@ -267,7 +284,27 @@ def _tracked(job: Job | None, registry: HandlerRegistry) -> dict[str, Any]:
     return {k: doc[k] for k in TRACKED}
 
 
-def guard_system(job: Job, scope: str) -> None:
-    """Seeded system jobs (the alert scanner...) are changed with an admin token only."""
-    if job.system and scope != "admin":
-        raise ApiError(403, "Forbidden", "system jobs are changed with an admin token")
+def definition_changed(before: Job, after: Job) -> bool:
+    """Whether a tracked field moved, secrets compared as stored (the history masks them)."""
+    return any(getattr(before, name) != getattr(after, name) for name in TRACKED)
+
+
+def is_system_handler(registry: HandlerRegistry, handler: str) -> bool:
+    """A handler that declares a system job (the alert scanner, which mails customers)."""
+    registered = registry.get(handler)
+    return registered is not None and registered.handler.system_job is not None
+
+
+def guard_system(job: Job, scope: str, registry: HandlerRegistry) -> None:
+    """System jobs (seeded, `system`) and every job on a system handler are created, changed,
+    run and deleted with an admin token only."""
+    if scope == "admin":
+        return
+    if job.system:
+        raise ApiError(403, "Forbidden", "a system job: this needs a token with the admin scope")
+    if is_system_handler(registry, job.handler):
+        raise ApiError(
+            403,
+            "Forbidden",
+            f"{job.handler!r} is a system handler: its jobs need a token with the admin scope",
+        )

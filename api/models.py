@@ -16,6 +16,9 @@ from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Fiel
 from scheduler.model import MisfirePolicy, Status
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+# A run's deadline: below a second, the lock, the lease and the dispatcher's tick (one second)
+# leave no time for the handler itself.
+MIN_TIMEOUT_SECONDS = 1.0
 PriorityName = Literal["critical", "high", "normal", "low"]
 
 
@@ -105,7 +108,7 @@ class JobCreate(Strict):
     schedule: ScheduleIn
     params: dict[str, Any] = Field(default_factory=dict)
     enabled: bool = True
-    timeout_seconds: float = Field(default=60.0, gt=0)
+    timeout_seconds: float = Field(default=60.0, ge=MIN_TIMEOUT_SECONDS)
     max_retries: Retries = 0
     priority: PriorityName = "normal"
     misfire: MisfireIn = Field(default_factory=MisfireIn)
@@ -120,7 +123,7 @@ class JobPatch(Strict):
     schedule: ScheduleIn | None = None
     params: dict[str, Any] | None = None
     enabled: bool | None = None
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    timeout_seconds: float | None = Field(default=None, ge=MIN_TIMEOUT_SECONDS)
     max_retries: Retries | None = None
     priority: PriorityName | None = None
     misfire: MisfireIn | None = None
@@ -262,6 +265,10 @@ class BackfillRequest(Strict):
     per_second: float = Field(
         default=1.0, ge=0.001, le=100, description="Rate limit of the runs (runs a second)"
     )
+
+
+class TriggerRequest(Strict):
+    """A trigger takes no options yet: `{}` or no body."""
 
 
 class BackfillOut(BaseModel):

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from api.problems import ApiError, from_pydantic
+from api.problems import ApiError, field_error, from_pydantic
 from scheduler.config import SCOPES, ApiToken
 
 Handler = Callable[["Call"], Awaitable["Reply | web.StreamResponse"]]
@@ -122,7 +122,15 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
     if not raw:
         raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
     try:
-        json.loads(raw, parse_constant=_not_json, parse_float=_finite_float, parse_int=_int64)
+        json.loads(
+            raw,
+            parse_constant=_not_json,
+            parse_float=_finite_float,
+            parse_int=_int64,
+            object_pairs_hook=_unique_keys,
+        )
+    except DuplicateKey as exc:
+        raise field_error(exc.key[:100], "given more than once in one object", 400) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid_json(str(exc)) from None
     try:
@@ -138,6 +146,23 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
 
 def invalid_json(detail: str) -> ApiError:
     return ApiError(400, "Invalid JSON", detail, [("body", "not valid JSON")])
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key!r} given more than once in one object")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON parsers disagree on which of two equal keys wins; whichever tickd took, the client
+    # may have meant the other.
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen[key] = value
+    return seen
 
 
 def _not_json(constant: str) -> None:

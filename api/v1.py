@@ -12,7 +12,14 @@ from typing import Any
 
 from aiohttp import web
 
-from api.jobs import JobBuilder, change_entry, guard_system, masked_params, to_schedule
+from api.jobs import (
+    JobBuilder,
+    change_entry,
+    definition_changed,
+    guard_system,
+    masked_params,
+    to_schedule,
+)
 from api.models import (
     BackfillOut,
     BackfillRequest,
@@ -35,20 +42,24 @@ from api.models import (
     PreviewOut,
     PreviewRequest,
     RunRequestOut,
+    TriggerRequest,
 )
 from api.problems import ApiError, field_error
-from api.routing import Call, Reply, Route
+from api.routing import Call, Reply, Route, parse_body
 from scheduler.clock import Clock
 from scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
 from scheduler.config import Settings
 from scheduler.metrics import Metrics
-from scheduler.model import Execution, Job, Priority, Schedule, Status, new_id
+from scheduler.model import Execution, IntervalSchedule, Job, Priority, Schedule, Status, new_id
 from scheduler.ports import DuplicateJobName, ExecutionQuery, JobQuery, RunRequest, Store
 from scheduler.registry import HandlerRegistry
 from scheduler.schedules import next_fire, occurrences, zone
 
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED)
 MAX_BACKFILL = 1000
+# Triggers of one job queued and not yet run: a client looping on trigger must not queue
+# thousands of runs that then hold the job for hours.
+MAX_PENDING_TRIGGERS = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +194,7 @@ async def create_job(call: Call) -> Reply:
     s = state(call)
     now = s.clock.now()
     job = s.builder.create(call.body, now)
+    guard_system(job, call.scope, s.registry)
     try:
         await s.store.insert_job(
             job, change_entry("create", None, job, call.actor, now, s.registry)
@@ -234,8 +246,11 @@ async def save(call: Call, before: Job, after: Job, action: str) -> Reply:
     """Write a change if the job is still at the revision the client saw (If-Match) or, without
     If-Match, at the revision this request read: a concurrent write is never lost."""
     s = state(call)
-    guard_system(before, call.scope)
+    guard_system(before, call.scope, s.registry)
+    guard_system(after, call.scope, s.registry)
     expected = if_match(call, before)
+    if action == "update" and not definition_changed(before, after):
+        return job_reply(before, call)  # nothing to write: no revision, no history entry
     change = change_entry(action, before, after, call.actor, s.clock.now(), s.registry)
     try:
         stored = await s.store.replace_job(after, expected, change)
@@ -265,7 +280,7 @@ def if_match(call: Call, job: Job) -> int:
 async def delete_job(call: Call) -> Reply:
     s = state(call)
     job = await load_job(call)
-    guard_system(job, call.scope)
+    guard_system(job, call.scope, s.registry)
     change = change_entry("delete", job, None, call.actor, s.clock.now(), s.registry)
     if not await s.store.delete_job(job.id, change):
         raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
@@ -274,10 +289,26 @@ async def delete_job(call: Call) -> Reply:
 
 async def trigger_job(call: Call) -> Reply:
     s = state(call)
+    await refuse_trigger_options(call)
     job = await load_job(call)
-    now = s.clock.now()
-    request = await enqueue(call, job, [now], "trigger", per_second=None)
+    guard_system(job, call.scope, s.registry)
+    pending = await s.store.count_pending_requests(job.id, reason="trigger")
+    if pending >= MAX_PENDING_TRIGGERS:
+        raise ApiError(
+            409,
+            "Conflict",
+            f"{pending} triggers of this job are pending already (at most "
+            f"{MAX_PENDING_TRIGGERS}): they run first, trigger again once they have",
+        )
+    request = await enqueue(call, job, [s.clock.now()], "trigger", per_second=None)
     return Reply(run_request_out(request[0]), 202)
+
+
+async def refuse_trigger_options(call: Call) -> None:
+    """A trigger takes no options: no body, or `{}`. Anything else asked for something this
+    API would silently not do."""
+    if (await call.request.read()).strip():
+        await parse_body(call.request, TriggerRequest)
 
 
 async def enqueue(
@@ -363,7 +394,7 @@ async def backfill_job(call: Call) -> Reply:
     body: BackfillRequest = call.body
     s = state(call)
     job = await load_job(call)
-    guard_system(job, call.scope)
+    guard_system(job, call.scope, s.registry)
     now = s.clock.now()
     if body.end <= body.start:
         raise field_error("end", "must be after start")
@@ -371,7 +402,7 @@ async def backfill_job(call: Call) -> Reply:
         raise field_error("end", "must not be in the future: backfill runs past occurrences")
     found = occurrences(
         job.schedule,
-        _first_at_or_after(job, body.start),
+        _first_at_or_after(job, _backfill_start(job, body.start)),
         body.end - timedelta(microseconds=1),
         job_name=job.name,
         limit=MAX_BACKFILL + 1,
@@ -386,6 +417,15 @@ async def backfill_job(call: Call) -> Reply:
         dry_run=body.dry_run, occurrences=to_run, already_run=sorted(done), truncated=truncated
     )
     return Reply(out, 200 if body.dry_run else 202)
+
+
+def _backfill_start(job: Job, start: datetime) -> datetime:
+    """An interval job's occurrences count from its runs: before the job existed it had none.
+    (A cron job's calendar did, and filling in the days before it was created is what a
+    backfill is for.)"""
+    if isinstance(job.schedule, IntervalSchedule):
+        return max(start, job.created_at)
+    return start
 
 
 def _first_at_or_after(job: Job, start: datetime) -> datetime:
@@ -456,7 +496,7 @@ async def retry_execution(call: Call) -> Reply:
     job = await state(call).store.get_job(execution.job_id)
     if job is None:
         raise ApiError(409, "Conflict", "the job of this execution no longer exists")
-    guard_system(job, call.scope)
+    guard_system(job, call.scope, state(call).registry)
     pending = await state(call).store.executions_at(job.id, [execution.scheduled_at])
     if execution.scheduled_at in pending and await _retry_pending(call, execution):
         raise ApiError(409, "Conflict", "a retry of this occurrence is already queued or running")

@@ -16,9 +16,20 @@ from typing import Any
 
 import aiohttp
 
-from scheduler.handler_api import HandlerContext, Result, failure_reason, handler, read_prefix
+from scheduler.handler_api import (
+    DestinationPolicy,
+    HandlerContext,
+    InvalidParams,
+    Result,
+    failure_reason,
+    handler,
+    read_prefix,
+    request_refusal,
+)
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
+# Below this no check gets an answer: a timeout that fails every attempt.
+MIN_TIMEOUT_SECONDS = 0.1
 # `body_contains` looks at this much of the body, no more.
 BODY_SEARCH_BYTES = 1024 * 1024
 
@@ -37,7 +48,7 @@ PARAMS: dict[str, Any] = {
         "body_contains": {"type": "string", "minLength": 1},
         "timeout_seconds": {
             "type": "number",
-            "exclusiveMinimum": 0,
+            "minimum": MIN_TIMEOUT_SECONDS,
             "default": DEFAULT_TIMEOUT_SECONDS,
         },
         "headers": {**_HEADERS, "description": "values of secret-named headers are masked"},
@@ -62,9 +73,13 @@ class CheckParams:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> CheckParams:
+    def parse(
+        cls, params: Mapping[str, Any], destinations: DestinationPolicy | None = None
+    ) -> CheckParams:
         """Params as the schema describes them. The API checks the schema on the way in; this
-        guards against what reached the store another way, with a message naming the param."""
+        guards against what reached the store another way, with a message naming the param.
+        Refuses a request that could never be made (see `request_refusal`): with
+        `destinations`, also a URL whose address the policy refuses."""
         if not isinstance(params.get("url"), str):
             raise ValueError("params.url: a http:// or https:// URL is required")
         checked = cls(
@@ -79,6 +94,9 @@ class CheckParams:
             raise ValueError("params.method: GET or HEAD")
         if checked.method == "HEAD" and checked.body_contains:
             raise ValueError("params.body_contains: a HEAD response has no body to search")
+        refusal = request_refusal(checked.url, {"headers": checked.headers}, destinations)
+        if refusal is not None:
+            raise InvalidParams(f"params.{refusal[0]}", refusal[1])
         return checked
 
     def accepts(self, status: int) -> bool:
@@ -92,7 +110,11 @@ class CheckParams:
         return " or ".join(str(s) for s in sorted(self.expected_status))
 
 
-@handler(params_schema=PARAMS)
+def check_params(params: Mapping[str, Any], destinations: DestinationPolicy) -> None:
+    CheckParams.parse(params, destinations)
+
+
+@handler(params_schema=PARAMS, check_params=check_params)
 async def http_check(ctx: HandlerContext) -> Result:
     params = CheckParams.parse(ctx.params)
     return await check(ctx.http, params, time_left=ctx.remaining_seconds())

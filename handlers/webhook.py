@@ -28,15 +28,20 @@ from multidict import CIMultiDict
 
 from scheduler.handler_api import (
     MASK,
+    DestinationPolicy,
     HandlerContext,
+    InvalidParams,
     Result,
     failure_reason,
     handler,
     is_secret_name,
     read_prefix,
+    request_refusal,
 )
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
+# Below this no request gets an answer: a timeout that fails every attempt.
+MIN_TIMEOUT_SECONDS = 0.1
 BODY_PREVIEW_BYTES = 4096
 # How much of the body a failed attempt's error message quotes.
 ERROR_EXCERPT_CHARS = 200
@@ -58,7 +63,7 @@ PARAMS: dict[str, Any] = {
         },
         "timeout_seconds": {
             "type": "number",
-            "exclusiveMinimum": 0,
+            "minimum": MIN_TIMEOUT_SECONDS,
             "default": DEFAULT_TIMEOUT_SECONDS,
         },
     },
@@ -97,9 +102,13 @@ class WebhookParams:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> WebhookParams:
+    def parse(
+        cls, params: Mapping[str, Any], destinations: DestinationPolicy | None = None
+    ) -> WebhookParams:
         """Params as the schema describes them. The API checks the schema on the way in; this
-        guards against what reached the store another way, with a message naming the param."""
+        guards against what reached the store another way, with a message naming the param.
+        Refuses a request that could never be made (see `request_refusal`): with
+        `destinations`, also a URL whose address the policy refuses."""
         if not isinstance(params.get("url"), str):
             raise ValueError("params.url: a http:// or https:// URL is required")
         checked = cls(
@@ -112,6 +121,10 @@ class WebhookParams:
         )
         if checked.method not in METHODS:
             raise ValueError(f"params.method: one of {', '.join(METHODS)}")
+        groups = {"headers": checked.headers, "secret_headers": checked.secret_headers}
+        refusal = request_refusal(checked.url, groups, destinations)
+        if refusal is not None:
+            raise InvalidParams(f"params.{refusal[0]}", refusal[1])
         return checked
 
     def secret_values(self) -> list[bytes]:
@@ -139,7 +152,11 @@ class WebhookParams:
         return json.dumps(self.body).encode()
 
 
-@handler(params_schema=PARAMS, secret_params=SECRET_PARAMS)
+def check_params(params: Mapping[str, Any], destinations: DestinationPolicy) -> None:
+    WebhookParams.parse(params, destinations)
+
+
+@handler(params_schema=PARAMS, secret_params=SECRET_PARAMS, check_params=check_params)
 async def webhook(ctx: HandlerContext) -> Result:
     params = WebhookParams.parse(ctx.params)
     occurrence = Occurrence(

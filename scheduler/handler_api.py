@@ -29,20 +29,31 @@ from typing import Any, Generic, TypeVar, cast
 import aiohttp
 
 from scheduler.clock import Clock
-from scheduler.http import AddressNotAllowed, failure_reason, read_prefix
+from scheduler.http import (
+    AddressNotAllowed,
+    DestinationPolicy,
+    failure_reason,
+    read_prefix,
+    request_refusal,
+)
+from scheduler.model import ValidationError
 from scheduler.ports import Mailer, MailError
 from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
 
-# What handlers may use besides the context: the HTTP guard's error and helpers, and masking.
+# What handlers may use besides the context: the HTTP guard's error, policy and helpers, and
+# masking.
 __all__ = [
     "MASK",
     "AddressNotAllowed",
     "Clock",
+    "DestinationPolicy",
     "Handler",
     "HandlerContext",
     "HandlerFunc",
+    "InvalidParams",
     "MailError",
     "Mailer",
+    "ParamsCheck",
     "Resource",
     "ResourceEnv",
     "Result",
@@ -51,6 +62,7 @@ __all__ = [
     "is_secret_name",
     "mask",
     "read_prefix",
+    "request_refusal",
     "scrub_text",
 ]
 
@@ -90,6 +102,15 @@ class Resource(Generic[T]):
 
     name: str
     open: Callable[[ResourceEnv], AbstractAsyncContextManager[T]] = field(repr=False)
+
+
+# Params checks beyond the schema, with the daemon's HTTP policy for handlers that take URLs.
+ParamsCheck = Callable[[Mapping[str, Any], DestinationPolicy], None]
+
+
+class InvalidParams(ValidationError):
+    """A job's params are refused: `field` names the param (`params.url`), `reason` says why
+    without quoting the value (it may be a secret)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +166,9 @@ class Handler:
     system_job_needs: frozenset[str] = field(default_factory=frozenset)
     # The resources its runs use, opened by the daemon (see Resource).
     resources: tuple[Resource[Any], ...] = ()
+    # Run when a job is created or changed, after the schema: raise InvalidParams for params
+    # that pass the schema but could never work (a destination the HTTP policy refuses...).
+    check_params: ParamsCheck | None = None
 
     def __call__(self, ctx: HandlerContext) -> Awaitable[Result] | Result:
         return self.func(ctx)
@@ -158,9 +182,10 @@ def handler(
     system_job: Mapping[str, Any] | None = None,
     system_job_needs: frozenset[str] | set[str] = frozenset(),
     resources: tuple[Resource[Any], ...] = (),
+    check_params: ParamsCheck | None = None,
 ) -> Callable[[HandlerFunc], Handler]:
-    """Declare a handler's params schema, secret params, concurrency limit, system job and the
-    resources it uses."""
+    """Declare a handler's params schema and checks, secret params, concurrency limit, system
+    job and the resources it uses."""
 
     def wrap(func: HandlerFunc) -> Handler:
         return Handler(
@@ -171,6 +196,7 @@ def handler(
             system_job=system_job,
             system_job_needs=frozenset(system_job_needs),
             resources=tuple(resources),
+            check_params=check_params,
         )
 
     return wrap

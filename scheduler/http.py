@@ -27,18 +27,25 @@ its own checked connection. No cookie jar: one session serves every tenant's job
 tenant's cookies must not ride along on another's requests.
 
 Every refusal raises `AddressNotAllowed` with one fixed message, whatever was found: a tenant
-cannot use the error to map the inside.
+cannot use the error to map the inside. For the same reason a name that does not resolve fails
+with that message too: otherwise "not allowed" against "did not resolve" would tell which
+internal names exist.
+
+What the URL alone tells (`request_refusal`) is also checked when a job is created, so that a
+job that could never reach its destination is refused then, not failed at every run.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
+import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client_middlewares import ClientHandlerType
 
@@ -47,6 +54,12 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_PORTS = (80, 443)
 _NOT_ALLOWED = "destination not allowed"
+# What a run records when the destination was refused or its name did not resolve: one message,
+# so that the error does not tell a tenant which internal names exist.
+UNREACHABLE = "destination not allowed, or its name does not resolve"
+# RFC 9110: a header name is a token; a value holds no control character but HTAB.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class AddressNotAllowed(aiohttp.ClientConnectionError):
@@ -211,13 +224,81 @@ async def read_prefix(response: aiohttp.ClientResponse, limit: int) -> tuple[byt
 def failure_reason(exc: BaseException, timeout_seconds: float) -> str:
     """Why a request failed, in words that name neither the resolved address nor the URL
     (which may carry a token in its query)."""
-    if isinstance(exc, AddressNotAllowed):
-        return _NOT_ALLOWED
+    if isinstance(exc, AddressNotAllowed | aiohttp.ClientConnectorDNSError):
+        return UNREACHABLE
     if isinstance(exc, TimeoutError):
         return f"no response within {timeout_seconds:g} s"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return "the name did not resolve"
     if isinstance(exc, aiohttp.ClientConnectorError):
         why = os.strerror(exc.errno).lower() if exc.errno else "connection failed"
         return f"cannot connect ({why})"
     return type(exc).__name__
+
+
+# -- what a request can be known to fail on before it is made ------------------------------------
+
+
+def request_refusal(
+    url: str,
+    headers: Mapping[str, Mapping[str, str]],
+    policy: DestinationPolicy | None = None,
+) -> tuple[str, str] | None:
+    """Why a request to `url` with these headers could never be made by a safe session, as
+    (where, reason): `where` is "url" or "<group>.<header name>", `headers` maps a group
+    (`headers`, `secret_headers`...) to its headers. None if nothing is known to be wrong.
+
+    The URL: http or https, a host, and, with a `policy`, a host that is an address (in any of
+    its spellings) the policy permits; a name is judged on its answer when it is dialled. A
+    header: a valid name, no CR, LF or other control character in the value (that would
+    split the request). Credentials in the URL and an Authorization header: aiohttp refuses
+    the pair, and which one should win is not tickd's guess."""
+    problem = _url_refusal(url, policy)
+    if problem is not None:
+        return "url", problem
+    for group, fields in headers.items():
+        for name, value in fields.items():
+            reason = _header_refusal(name, value)
+            if reason is not None:
+                return f"{group}.{name}", reason
+    named = {name.lower() for fields in headers.values() for name in fields}
+    if "authorization" in named and _has_credentials(url):
+        return "url", "holds credentials and an Authorization header is given too: use one"
+    return None
+
+
+def _url_refusal(url: str, policy: DestinationPolicy | None) -> str | None:
+    try:
+        parsed = yarl.URL(url)
+        port = parsed.port
+    except (ValueError, TypeError):
+        return "not a valid URL"
+    if parsed.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    host = parsed.raw_host or ""
+    if not host or port is None:
+        return "must name a host"
+    if _is_legacy_ipv4_form(host):
+        return _NOT_ALLOWED  # as the client middleware refuses it, whatever the allowlist
+    if policy is not None and not _may_be_permitted(policy, host, port):
+        return _NOT_ALLOWED
+    return None
+
+
+def _may_be_permitted(policy: DestinationPolicy, host: str, port: int) -> bool:
+    """An address is judged now; a name may resolve to anything, so it passes unless its port
+    is one that no answer could make allowed (not a public port, and nothing allowlisted)."""
+    if _parse_address(host) is not None:
+        return policy.permits(host, port)
+    return port in policy.public_ports or bool(policy.allowed_networks)
+
+
+def _header_refusal(name: str, value: str) -> str | None:
+    if not _HEADER_NAME.fullmatch(name):
+        return "not a valid header name"
+    if _CONTROL.search(value):
+        return "a header value must not hold CR, LF or another control character"
+    return None
+
+
+def _has_credentials(url: str) -> bool:
+    parsed = yarl.URL(url)
+    return parsed.raw_user is not None or parsed.raw_password is not None

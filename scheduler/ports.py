@@ -178,6 +178,9 @@ class Store(Protocol):
     async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
         """Whether a run of this occurrence is queued and not yet taken."""
 
+    async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
+        """How many of a job's requests for this reason (trigger...) are queued, not yet taken."""
+
     async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
         """Up to `limit` requests whose not_before has passed, of jobs with no lease, each with
         its job as it is now; ordered by not_before, then id. Requests of a leased job are left

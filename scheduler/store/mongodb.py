@@ -368,6 +368,10 @@ class MongoStore(MongoDatabase):
         return await self.requests.find_one(wanted, {"_id": 1}) is not None
 
     @translating_errors
+    async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
+        return await self.requests.count_documents({"job_id": job_id, "reason": reason})
+
+    @translating_errors
     async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
         """Two reads a page: the due requests, then their jobs (those not leased). Usually one
         page; another only while requests of leased jobs filled the one before."""

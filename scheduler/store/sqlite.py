@@ -183,6 +183,11 @@ class SQLiteStore(SQLiteFile):
         args = (job_id, micros(scheduled_at))
         return await self._run(lambda db: db.execute(sql, args).fetchone()) is not None
 
+    async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
+        sql = "SELECT COUNT(*) FROM run_requests WHERE job_id = ? AND reason = ?"
+        row = await self._run(lambda db: db.execute(sql, (job_id, reason)).fetchone())
+        return int(row[0])
+
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
         rows = [to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
         sql = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)

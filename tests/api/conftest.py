@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from handlers.sleep import sleep
 from scheduler.clock import FakeClock
 from scheduler.config import ApiToken
-from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result, handler
 from scheduler.ports import Store
 from tests.conftest import EngineFactory, Harness
 from tickd.app import build_api
@@ -70,10 +70,18 @@ class Api:
             return response.status, body, {k.lower(): v for k, v in response.headers.items()}
 
 
-def api_app(make_engine: EngineFactory) -> tuple[Harness, web.Application]:
-    """The API over an engine in drain mode, with the test handlers and tokens."""
+def api_app(
+    make_engine: EngineFactory,
+    handlers: dict[str, Handler | HandlerFunc] | None = None,
+    **settings: Any,
+) -> tuple[Harness, web.Application]:
+    """The API over an engine in drain mode, with the test handlers (or `handlers`), tokens and
+    any other `settings`."""
     harness = make_engine(
-        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
+        handlers or {"ping": ping, "sleep": sleep, "boom": boom},
+        api_tokens=TOKENS,
+        max_timeout_seconds=600,
+        **settings,
     )
     engine = harness.engine
     app = build_api(

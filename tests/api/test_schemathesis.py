@@ -317,7 +317,7 @@ def realistic(case: schemathesis.Case[Any]) -> None:
         schedule["timezone"] = pick.choice(TIMEZONES)
     timeout = body.get("timeout_seconds")
     if isinstance(timeout, int | float) and timeout > MAX_TIMEOUT_SECONDS:
-        body["timeout_seconds"] = pick.uniform(0.001, MAX_TIMEOUT_SECONDS)
+        body["timeout_seconds"] = pick.uniform(1, MAX_TIMEOUT_SECONDS)
 
 
 # -- the run --------------------------------------------------------------------------------------

@@ -445,6 +445,30 @@ async def test_run_requests_claim_the_job_without_moving_its_schedule(store: Sto
     }
 
 
+async def test_pending_requests_are_counted_per_job_and_reason(store: Store) -> None:
+    job, other = make_job("job"), make_job("other")
+    await store.insert_job(job)
+    await store.insert_job(other)
+
+    def request(of: str, reason: str, minute: int) -> RunRequest:
+        at = T0 + timedelta(minutes=minute)
+        return RunRequest(
+            id=new_id(), job_id=of, scheduled_at=at, reason=reason, not_before=at, created_at=T0
+        )
+
+    await store.insert_run_requests(
+        [request(job.id, "trigger", m) for m in range(3)]
+        + [request(job.id, "backfill", 5), request(other.id, "trigger", 0)]
+    )
+    assert await store.count_pending_requests(job.id, reason="trigger") == 3
+    assert await store.count_pending_requests(job.id, reason="backfill") == 1
+    assert await store.count_pending_requests(other.id, reason="retry") == 0
+    [first] = [r for r, _ in await store.due_run_requests(T0, 10) if r.job_id == job.id]
+    claim = Claim(job_id=job.id, revision=job.revision, next_run_at=None, owner=OWNER, until=T0)
+    await store.claim_run_requests([first], [claim], T0)
+    assert await store.count_pending_requests(job.id, reason="trigger") == 2, "taken: not pending"
+
+
 async def test_deleting_a_job_drops_its_pending_requests(store: Store) -> None:
     job = make_job()
     await store.insert_job(job)

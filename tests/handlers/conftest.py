@@ -145,7 +145,8 @@ async def loopback_session() -> AsyncIterator[aiohttp.ClientSession]:
 
 class StaticResolver(AbstractResolver):
     """A DNS that answers from a table, one answer per call in turn (the last one repeats):
-    names that resolve inside, and names that rebind between lookups."""
+    names that resolve inside, and names that rebind between lookups. A name not in the table
+    does not resolve."""
 
     def __init__(self, table: dict[str, list[list[str]]]) -> None:
         self._table = table
@@ -154,6 +155,9 @@ class StaticResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        if host not in self._table:
+            self.lookups.append(host)
+            raise OSError(socket.EAI_NONAME, "Name or service not known")
         answers = self._table[host]
         answer = answers[min(self.lookups.count(host), len(answers) - 1)]
         self.lookups.append(host)

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from handlers.http_check import PARAMS, CheckFailed, CheckParams, check, http_check
-from scheduler.http import safe_client_session
-from tests.handlers.conftest import Dials, Serve, StartListener
+from scheduler.http import UNREACHABLE, safe_client_session
+from tests.handlers.conftest import Dials, Serve, StartListener, StaticResolver
 
 SLOW_SECONDS = 2.0
 
@@ -137,7 +137,21 @@ async def test_a_refused_destination_fails_with_the_generic_message(dials: Dials
         for url in ("http://169.254.169.254/latest/meta-data/", "http://localhost/"):
             with pytest.raises(CheckFailed) as failed:
                 await run_check(session, url=url)
-            assert str(failed.value) == "destination not allowed"
+            assert str(failed.value) == UNREACHABLE
+    assert dials == []
+
+
+async def test_a_name_that_does_not_resolve_fails_as_a_refused_one_does(dials: Dials) -> None:
+    """Were the messages different, a tenant could tell which internal names exist."""
+    resolver = StaticResolver({"db.corp.example": [["10.0.0.5"]]})
+    messages = []
+    async with safe_client_session(resolver=resolver) as session:
+        for url in ("http://db.corp.example/", "http://nothing.corp.example/"):
+            with pytest.raises(CheckFailed) as failed:
+                await run_check(session, url=url)
+            messages.append(str(failed.value))
+    assert resolver.lookups == ["db.corp.example", "nothing.corp.example"]
+    assert messages == [UNREACHABLE, UNREACHABLE]
     assert dials == []
 
 
@@ -148,6 +162,9 @@ async def test_a_refused_destination_fails_with_the_generic_message(dials: Dials
         ({"url": "http://x/", "method": "POST"}, "params.method"),
         ({"url": "http://x/", "method": "HEAD", "body_contains": "ok"}, "params.body_contains"),
         ({"url": "http://x/", "expected_status": "2xx"}, "params.expected_status"),
+        ({"url": "http:///health"}, "params.url: must name a host"),
+        ({"url": "http://x/", "headers": {"X-A": "a\r\nX-B: b"}}, "params.headers.X-A"),
+        ({"url": "http://u:p@x/", "headers": {"authorization": "b"}}, "params.url"),
     ],
 )
 def test_bad_params_are_named(params: dict[str, Any], message: str) -> None:

@@ -21,7 +21,7 @@ from handlers.webhook import (
     call,
     webhook,
 )
-from scheduler.http import safe_client_session
+from scheduler.http import UNREACHABLE, safe_client_session
 from scheduler.model import Execution, Status
 from scheduler.ports import ExecutionQuery
 from scheduler.secrets import MASK, mask
@@ -170,7 +170,7 @@ async def test_a_refused_destination_fails_with_the_generic_message(dials: Dials
     async with safe_client_session() as session:
         with pytest.raises(WebhookFailed) as failed:
             await send(session, url="http://[::ffff:169.254.169.254]/latest/api/token")
-    assert str(failed.value) == "destination not allowed"
+    assert str(failed.value) == UNREACHABLE
     assert dials == []
 
 
@@ -227,6 +227,9 @@ async def test_a_secret_cut_by_the_4_kb_boundary_is_masked_whole(
         ({}, "params.url"),
         ({"url": "http://x/", "method": "TRACE"}, "params.method"),
         ({"url": "http://x/", "headers": ["a"]}, "headers"),
+        ({"url": "http://"}, "params.url: must name a host"),
+        ({"url": "http://x/", "secret_headers": {"X-Sig": "s\n"}}, "params.secret_headers.X-Sig"),
+        ({"url": "http://u@x/", "secret_headers": {"Authorization": "b"}}, "params.url"),
     ],
 )
 def test_bad_params_are_named(params: dict[str, Any], message: str) -> None:
