@@ -25,10 +25,14 @@ from scheduler.lock import lock_key
 from scheduler.logs import log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, Job, Status, new_id
+from scheduler.observers import Observers, RunObserver
+from scheduler.observers.events import EventObserver
+from scheduler.observers.logs import LogObserver
+from scheduler.observers.metrics import MetricsObserver
 from scheduler.planning import Plan, plan_run
 from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
-from scheduler.runner import Outcome, Runner, Task, publish
+from scheduler.runner import Outcome, Runner, Task
 
 log = logging.getLogger("tickd.engine")
 
@@ -139,17 +143,32 @@ class Engine:
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
         resources: Mapping[str, object] | None = None,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self.settings = settings
         self.ports = ports
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
+        # A run's life becomes metrics, events and logs here, and whatever else is listening.
+        self.observer = Observers(
+            [
+                MetricsObserver(self.metrics),
+                EventObserver(
+                    ports.events,
+                    source=settings.instance_id,
+                    clock=ports.clock,
+                    metrics=self.metrics,
+                ),
+                LogObserver(),
+                *observers,
+            ]
+        )
         self.runner = Runner(
             settings=settings,
             ports=ports,
             registry=registry,
-            metrics=self.metrics,
+            observer=self.observer,
             rng=self.rng,
             resources=resources or {},
         )
@@ -195,16 +214,7 @@ class Engine:
 
     async def _reap(self, now: datetime) -> None:
         for execution in await self.ports.store.reap_expired_leases(now):
-            self.metrics.leases_reaped.inc()
-            log_event(
-                log,
-                "lease.reaped",
-                level=logging.WARNING,
-                job=execution.job_name,
-                execution=execution.id,
-                owner=execution.owner,
-            )
-            publish(self.ports, self.metrics, self.settings.instance_id, execution)
+            self.observer.reaped(execution)
 
     async def _dispatch(self, runs: list[DueRun], now: datetime) -> int:
         """The one path of every run, scheduled or requested: handler limits, then lock, claim
@@ -270,14 +280,17 @@ class Engine:
     async def _record(self, runs: list[DueRun], now: datetime, token: str) -> list[Task]:
         """Write the batch's executions (running ones and misfire skips) in one insert."""
         tasks: list[Task] = []
-        skipped: list[Execution] = []
+        skipped: list[tuple[Job, Execution]] = []
         only_skips: list[tuple[Job, Plan, Execution]] = []
         for run in runs:
             job = run.job
             plan = self._plan(run, now)
-            skipped += self._skipped_executions(job, plan, now)
+            missed = self._skipped_executions(job, plan, now)
+            if plan.run_at is None:  # every due occurrence skipped: the last one advances the job
+                *missed, last = missed
+                only_skips.append((job, plan, last))
+            skipped += [(job, execution) for execution in missed]
             if plan.run_at is None:
-                only_skips.append((job, plan, skipped.pop()))
                 continue
             execution = self._execution(job, plan.run_at, Status.RUNNING, now)
             tasks.append(
@@ -290,9 +303,10 @@ class Engine:
                     request=run.request,
                 )
             )
-        await self.ports.store.insert_executions([t.execution for t in tasks] + skipped)
-        for execution in [t.execution for t in tasks] + skipped:
-            publish(self.ports, self.metrics, self.settings.instance_id, execution)
+        recorded = [(task.job, task.execution) for task in tasks] + skipped
+        await self.ports.store.insert_executions([execution for _, execution in recorded])
+        for job, execution in recorded:
+            self.observer.recorded(job, execution)
         for job, plan, last_skip in only_skips:
             await self._finish_skipped(job, plan, last_skip, token)
         return tasks
@@ -308,7 +322,7 @@ class Engine:
     def _skipped_executions(self, job: Job, plan: Plan, now: datetime) -> list[Execution]:
         if not plan.skipped:
             return []
-        self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(len(plan.skipped))
+        self.observer.misfired(job, len(plan.skipped))
         message = f"missed by more than the grace period ({job.misfire.grace_seconds:g} s)"
         if plan.skipped_truncated:
             message += "; more occurrences were missed than are recorded"

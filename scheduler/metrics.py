@@ -29,7 +29,7 @@ class Metrics:
         self.fire_lag = Histogram(
             "tickd_fire_lag_seconds",
             "Handler start minus the time the job was due",
-            ["handler"],
+            ["handler", "priority"],
             buckets=LAG_BUCKETS,
             registry=r,
         )

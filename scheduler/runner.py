@@ -22,13 +22,12 @@ import aiohttp
 
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
-from scheduler.events import execution_event
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.lock import lock_key
 from scheduler.logs import FIELDS, log_event
-from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
+from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
 from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
@@ -70,14 +69,15 @@ class Runner:
         settings: Settings,
         ports: Ports,
         registry: HandlerRegistry,
-        metrics: Metrics,
+        observer: RunObserver,
         rng: random.Random,
         resources: Mapping[str, object],
     ) -> None:
         self.settings = settings
         self.ports = ports
         self.registry = registry
-        self.metrics = metrics
+        # Told of every step of a run: metrics, events and logs are its business.
+        self.observer = observer
         self.rng = rng
         # Opened by the daemon, by name: each run sees those its handler declared.
         self.resources = resources
@@ -138,12 +138,9 @@ class Runner:
         except (StoreError, LockUnavailable) as exc:
             # Not started, so nothing is lost: the lease expires, the reaper marks the execution
             # abandoned and the occurrence runs again.
-            log_event(
-                log, "run.not_started", level=logging.WARNING, job=task.job.name, error=str(exc)
-            )
+            self.observer.not_started(task.job, str(exc))
             return False
-        self.metrics.fenced.inc()
-        log_event(log, "run.fenced_before_start", level=logging.WARNING, job=task.job.name)
+        self.observer.fenced(task.job, task.execution, before_start=True)
         return False
 
     # -- the handler, its deadline and its retries ----------------------------------------------
@@ -151,17 +148,11 @@ class Runner:
     async def _run_handler(self, task: Task, started: datetime) -> Outcome:
         registered = self.registry.get(task.job.handler)
         if registered is None:
-            log_event(
-                log,
-                "run.unknown_handler",
-                level=logging.WARNING,
-                job=task.job.name,
-                handler=task.job.handler,
-            )
+            self.observer.unknown_handler(task.job)
             message = f"no handler named {task.job.handler!r} is registered"
             return Outcome(status=Status.SKIPPED, error=_error("UnknownHandler", message))
         lag = (started - task.execution.scheduled_at).total_seconds()
-        self.metrics.fire_lag.labels(task.job.handler).observe(max(0.0, lag))
+        self.observer.started(task.job, task.execution, lag)
         deadline = started + timedelta(seconds=task.job.timeout_seconds)
         return await self._attempts(task, registered.handler, deadline)
 
@@ -169,25 +160,19 @@ class Runner:
         attempt = 0
         while True:
             attempt += 1
-            outcome = await self._attempt(handler, self._context(task, handler, attempt, deadline))
+            context = self._context(task, handler, attempt, deadline)
+            outcome = await self._attempt(task.job, handler, context)
             outcome = replace(outcome, attempts=attempt)
             if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
                 return outcome
             delay = backoff_delay(attempt)
             if self.ports.clock.now() + timedelta(seconds=delay) >= deadline:
                 return outcome  # no time left for another attempt inside the deadline
-            self.metrics.retries.labels(task.job.handler).inc()
-            log_event(
-                log,
-                "run.retry",
-                job=task.job.name,
-                attempt=attempt,
-                delay_seconds=delay,
-                error=outcome.error.message if outcome.error else None,
-            )
+            error = outcome.error.message if outcome.error else None
+            self.observer.retrying(task.job, task.execution, attempt, delay, error)
             await self.ports.clock.sleep(delay)
 
-    async def _attempt(self, handler: Handler, ctx: HandlerContext) -> Outcome:
+    async def _attempt(self, job: Job, handler: Handler, ctx: HandlerContext) -> Outcome:
         remaining = ctx.remaining_seconds()
         if remaining <= 0:
             return Outcome(status=Status.TIMEOUT, error=_error("Timeout", "deadline reached"))
@@ -198,7 +183,7 @@ class Runner:
             future.cancel()
             raise
         if not done:
-            await self._cancel(future, ctx)
+            await self._cancel(future, job)
             message = f"still running at its deadline ({ctx.deadline.isoformat()})"
             return Outcome(status=Status.TIMEOUT, error=_error("Timeout", message))
         return _outcome_of(future)
@@ -209,7 +194,7 @@ class Runner:
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
 
-    async def _cancel(self, future: asyncio.Future[Result], ctx: HandlerContext) -> None:
+    async def _cancel(self, future: asyncio.Future[Result], job: Job) -> None:
         future.cancel()
         await asyncio.wait({future}, timeout=CANCEL_GRACE_SECONDS)
         if future.done():
@@ -218,8 +203,7 @@ class Runner:
         # a reference until it ends, and free the worker.
         self._stuck.add(future)
         future.add_done_callback(self._forget_stuck)
-        self.metrics.stuck_handlers.labels(ctx.job_name).inc()
-        log_event(log, "run.handler_ignores_deadline", level=logging.ERROR, job=ctx.job_name)
+        self.observer.stuck(job)
 
     def _forget_stuck(self, future: asyncio.Future[Any]) -> None:
         self._stuck.discard(future)
@@ -268,18 +252,13 @@ class Runner:
             result=outcome.result,
         )
         advance = self._advance(task, execution)
-        applied = await self._write_finish(execution, advance)
+        applied = await self._write_finish(task.job, execution, advance)
         await self._release_lock(task)
-        self._report(task, execution, applied)
+        if not applied:
+            self.observer.fenced(task.job, execution, before_start=False)
+        self.observer.finished(task.job, execution)
         if applied and advance is not None and advance.paused_reason:
-            self.metrics.breaker_trips.labels(task.job.handler).inc()
-            log_event(
-                log,
-                "job.paused",
-                level=logging.WARNING,
-                job=task.job.name,
-                reason=advance.paused_reason,
-            )
+            self.observer.paused(task.job, advance.paused_reason)
 
     def _advance(self, task: Task, execution: Execution) -> Advance | None:
         if execution.status is Status.ABANDONED:
@@ -301,23 +280,15 @@ class Runner:
             rng=self.rng,
         )
 
-    async def _write_finish(self, execution: Execution, advance: Advance | None) -> bool:
+    async def _write_finish(self, job: Job, execution: Execution, advance: Advance | None) -> bool:
         """Retries transient store errors; if the store stays away, the lease expires and the
         occurrence is reaped and run again: delayed, never lost."""
         for attempt in range(1, FINISH_ATTEMPTS + 1):
             try:
                 return await self.ports.store.finish_execution(execution, advance)
             except StoreError as exc:
-                self.metrics.store_errors.labels("finish_execution").inc()
                 if not exc.transient or attempt == FINISH_ATTEMPTS:
-                    log_event(
-                        log,
-                        "run.finish_not_recorded",
-                        level=logging.ERROR,
-                        job=execution.job_name,
-                        execution=execution.id,
-                        error=str(exc),
-                    )
+                    self.observer.not_recorded(job, execution, str(exc))
                     return False
                 await asyncio.sleep(backoff_delay(attempt, base=0.2, cap=5.0))
         return False
@@ -329,37 +300,6 @@ class Runner:
             log_event(
                 log, "lock.release_failed", level=logging.WARNING, job=task.job.name, error=str(exc)
             )
-
-    def _report(self, task: Task, execution: Execution, applied: bool) -> None:
-        handler = task.job.handler
-        if not applied:
-            self.metrics.fenced.inc()
-            log_event(
-                log, "run.fenced", level=logging.WARNING, job=task.job.name, execution=execution.id
-            )
-        self.metrics.executions.labels(handler, str(execution.status)).inc()
-        if execution.duration_ms is not None:
-            self.metrics.duration.labels(handler).observe(execution.duration_ms / 1000)
-        publish(self.ports, self.metrics, self.settings.instance_id, execution)
-        log_event(
-            log,
-            "run.finished",
-            job=task.job.name,
-            execution=execution.id,
-            status=str(execution.status),
-            attempts=execution.attempts,
-            duration_ms=execution.duration_ms,
-            error=execution.error.message if execution.error else None,
-        )
-
-
-def publish(ports: Ports, metrics: Metrics, source: str, execution: Execution) -> None:
-    """Hand an execution event to the publisher; an outage is counted, never raised."""
-    try:
-        ports.events.publish(execution_event(execution, source=source, time=ports.clock.now()))
-    except Exception:
-        metrics.events_failed.inc()
-        log.exception("event.publish_failed")
 
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:

@@ -18,7 +18,8 @@ from scheduler.handler_api import Handler, HandlerFunc
 from scheduler.lock.memory import MemoryLock
 from scheduler.mail.outbox import OutboxMailer
 from scheduler.metrics import Metrics
-from scheduler.model import IntervalSchedule, Job, Schedule
+from scheduler.model import Execution, IntervalSchedule, Job, Schedule
+from scheduler.observers import RunObserver
 from scheduler.ports import CloudEvent, Ports, Store
 from scheduler.registry import HandlerRegistry
 from tests.fixtures.times import T0 as T0
@@ -36,6 +37,39 @@ pytest_plugins = [
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(T0)
+
+
+class RecordingObserver(RunObserver):
+    """Hears a run's life as the engine announces it: (hook, job name, status or detail)."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, str]] = []
+
+    def of(self, job_name: str) -> list[tuple[str, str]]:
+        return [(hook, detail) for hook, name, detail in self.heard if name == job_name]
+
+    def recorded(self, job: Job, execution: Execution) -> None:
+        self.heard.append(("recorded", job.name, str(execution.status)))
+
+    def started(self, job: Job, execution: Execution, lag_seconds: float) -> None:
+        self.heard.append(("started", job.name, f"lag={lag_seconds:g}"))
+
+    def retrying(
+        self, job: Job, execution: Execution, attempt: int, delay_seconds: float, error: str | None
+    ) -> None:
+        self.heard.append(("retrying", job.name, f"attempt={attempt}"))
+
+    def stuck(self, job: Job) -> None:
+        self.heard.append(("stuck", job.name, job.handler))
+
+    def fenced(self, job: Job, execution: Execution, *, before_start: bool) -> None:
+        self.heard.append(("fenced", job.name, "before start" if before_start else "at the end"))
+
+    def finished(self, job: Job, execution: Execution) -> None:
+        self.heard.append(("finished", job.name, str(execution.status)))
+
+    def reaped(self, execution: Execution) -> None:
+        self.heard.append(("reaped", execution.job_name, str(execution.status)))
 
 
 class RecordingPublisher:
@@ -65,6 +99,7 @@ class Harness:
     registry: HandlerRegistry
     settings: Settings
     products: ProductStore
+    observed: RecordingObserver
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def add(self, job: Job) -> Job:
@@ -97,6 +132,7 @@ async def make_engine(
         overrides.setdefault("shutdown_grace_seconds", 0.5)
         settings = Settings(instance_id=instance_id, api_port=0, **overrides)
         events = RecordingPublisher()
+        observed = RecordingObserver()
         ports = Ports(
             store=store,
             lock=lock or MemoryLock(monotonic=lambda: clock.now().timestamp()),
@@ -110,9 +146,10 @@ async def make_engine(
             registry,
             metrics=Metrics(),
             resources={PRODUCTS.name: products, **(resources or {})},
+            observers=[observed],
         )
         built.append(engine)
-        return Harness(engine, clock, store, events, registry, settings, products)
+        return Harness(engine, clock, store, events, registry, settings, products, observed)
 
     yield build
     for engine in built:

@@ -8,11 +8,14 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
+
 from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.lock import lock_key
 from scheduler.model import (
     CronSchedule,
     Execution,
+    Job,
     Misfire,
     MisfirePolicy,
     OnceSchedule,
@@ -20,6 +23,7 @@ from scheduler.model import (
     Status,
     new_id,
 )
+from scheduler.observers import RunObserver
 from scheduler.ports import ExecutionQuery, RunRequest, Store
 from tests.conftest import T0, EngineFactory, make_job
 
@@ -94,7 +98,14 @@ async def test_errors_are_retried_with_backoff_inside_the_deadline(
     assert [a[1] for a in attempts] == [0, 1, 3, 7]
     assert len({a[2] for a in attempts}) == 1, "one idempotency key for every attempt"
     assert h.engine.metrics.retries.labels("flaky")._value.get() == 3
-    assert job.id
+    assert h.observed.of(job.name) == [
+        ("recorded", "running"),
+        ("started", "lag=0"),
+        ("retrying", "attempt=1"),
+        ("retrying", "attempt=2"),
+        ("retrying", "attempt=3"),
+        ("finished", "success"),
+    ], "each step of the run is announced once, in order"
 
 
 async def test_retries_stop_at_max_retries_with_the_last_error(make_engine: EngineFactory) -> None:
@@ -182,15 +193,19 @@ async def test_a_handler_that_ignores_cancellation_does_not_keep_its_worker(
         return None
 
     h = make_engine({"stubborn": stubborn, "noop": noop}, workers=1)
-    await h.add(make_job("stubborn", "stubborn", timeout_seconds=0.05))
+    await h.add(make_job("a-stubborn-job", "stubborn", timeout_seconds=0.05))
     await h.add(make_job("after", "noop", next_run_at=T0 + timedelta(seconds=1)))
     await h.engine.drain()
     h.clock.advance(1)
     await h.engine.drain()  # the single worker is free again
     finish.set()
     by_name = {e.job_name: e.status for e in await executions(h.store)}
-    assert by_name == {"stubborn": Status.TIMEOUT, "after": Status.SUCCESS}
-    assert h.engine.metrics.stuck_handlers.labels("stubborn")._value.get() == 1
+    assert by_name == {"a-stubborn-job": Status.TIMEOUT, "after": Status.SUCCESS}
+    # Counted by handler, never by job name (which would make a series per job).
+    stuck = h.engine.metrics.registry.get_sample_value
+    assert stuck("tickd_stuck_handlers_total", {"handler": "stubborn"}) == 1
+    assert stuck("tickd_stuck_handlers_total", {"handler": "a-stubborn-job"}) is None
+    assert ("stuck", "stubborn") in h.observed.of("a-stubborn-job")
 
 
 async def test_a_result_that_is_not_a_dict_fails_the_run(make_engine: EngineFactory) -> None:
@@ -626,3 +641,21 @@ async def test_a_full_batch_fetches_again_at_once_not_a_tick_later(
         stop.set()
         await asyncio.wait_for(running, WAIT)
     assert sorted(ran) == ["j0", "j1", "j2"]
+
+
+async def test_an_observer_that_raises_fails_no_run_and_the_others_still_hear(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(RunObserver):
+        def finished(self, job: Job, execution: Execution) -> None:
+            raise RuntimeError("dashboard down")
+
+    h = make_engine({"noop": noop})
+    h.engine.observer.observers.insert(0, Broken())
+    await h.add(make_job("observed", "noop"))
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    assert run.status is Status.SUCCESS
+    assert ("finished", "success") in h.observed.of("observed")
+    assert h.events.types() == ["job.execution.started", "job.execution.success"]
+    assert "observer.failed" in caplog.text

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import random
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from aiohttp import web
@@ -27,6 +27,7 @@ from scheduler.handler_api import Resource, ResourceEnv
 from scheduler.lock import open_lock
 from scheduler.mail import open_mailer
 from scheduler.metrics import Metrics
+from scheduler.observers import RunObserver
 from scheduler.ports import EventPublisher, Lock, Ports
 from scheduler.registry import HandlerRegistry
 from scheduler.storage import open_patiently
@@ -102,7 +103,9 @@ def build_engine(
     metrics: Metrics,
     resources: Resources,
     rng: random.Random | None = None,
+    observers: Sequence[RunObserver] = (),
 ) -> Engine:
+    """The engine, its runs announced to the metrics, events and logs, and to `observers`."""
     return Engine(
         settings=settings,
         ports=ports,
@@ -110,6 +113,7 @@ def build_engine(
         metrics=metrics,
         resources=resources,
         rng=rng,
+        observers=observers,
     )
 
 

@@ -1,0 +1,44 @@
+"""Prometheus counts of a run's life (scheduler/metrics.py holds the instruments)."""
+
+from __future__ import annotations
+
+from scheduler.metrics import Metrics
+from scheduler.model import Execution, Job
+from scheduler.observers import RunObserver
+
+
+class MetricsObserver(RunObserver):
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def misfired(self, job: Job, count: int) -> None:
+        self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(count)
+
+    def started(self, job: Job, execution: Execution, lag_seconds: float) -> None:
+        lag = self.metrics.fire_lag.labels(job.handler, str(job.priority))
+        lag.observe(max(0.0, lag_seconds))
+
+    def retrying(
+        self, job: Job, execution: Execution, attempt: int, delay_seconds: float, error: str | None
+    ) -> None:
+        self.metrics.retries.labels(job.handler).inc()
+
+    def stuck(self, job: Job) -> None:
+        self.metrics.stuck_handlers.labels(job.handler).inc()
+
+    def fenced(self, job: Job, execution: Execution, *, before_start: bool) -> None:
+        self.metrics.fenced.inc()
+
+    def finished(self, job: Job, execution: Execution) -> None:
+        self.metrics.executions.labels(job.handler, str(execution.status)).inc()
+        if execution.duration_ms is not None:
+            self.metrics.duration.labels(job.handler).observe(execution.duration_ms / 1000)
+
+    def not_recorded(self, job: Job, execution: Execution, error: str) -> None:
+        self.metrics.store_errors.labels("finish_execution").inc()
+
+    def paused(self, job: Job, reason: str) -> None:
+        self.metrics.breaker_trips.labels(job.handler).inc()
+
+    def reaped(self, execution: Execution) -> None:
+        self.metrics.leases_reaped.inc()
