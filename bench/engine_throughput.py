@@ -28,7 +28,7 @@ from scheduler.lock.memory import MemoryLock
 from scheduler.mail.outbox import OutboxMailer
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
-from scheduler.ports import Advance, Claim, Ports, Store
+from scheduler.ports import Advance, Claim, Finish, Ports, Store
 from scheduler.registry import HandlerRegistry
 from scheduler.store import open_store
 from tickd.app import build_engine
@@ -86,9 +86,8 @@ async def store_floor(store: Store, count: int, batch: int) -> float:
         claimed = await store.claim_jobs(claims, now)
         runs = [_running(j, now) for j in claimed]
         await store.insert_executions(runs)
-        for run in runs:
-            done = replace(run, status=Status.SUCCESS, finished_at=now, duration_ms=0.0)
-            await store.finish_execution(done, _advance(done, now))
+        done = [replace(r, status=Status.SUCCESS, finished_at=now, duration_ms=0.0) for r in runs]
+        await store.finish_executions([Finish(d, _advance(d, now)) for d in done])
     return time.perf_counter() - started
 
 

@@ -65,6 +65,9 @@ class Settings:
     # The dispatcher wakes this often, and earlier when a job falls due sooner.
     tick_seconds: float = 1.0
     batch_size: int = 100
+    # A finished run waits this long for others to end, so that their ends go to the store in
+    # one batch (at most batch_size); 0 batches only the runs that end at the same moment.
+    finish_linger_seconds: float = 0.002
     workers: int = 30
     # Tasks waiting for a worker; 0 means twice the number of workers.
     queue_size: int = 0

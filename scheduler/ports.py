@@ -62,6 +62,15 @@ class Advance:
     last_execution: ExecutionSummary
 
 
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A run's end: its execution as final, and the job's new state (None: give the occurrence
+    back, as after a shutdown)."""
+
+    execution: Execution
+    advance: Advance | None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutionQuery:
     """Newest first; `before` is the (scheduled_at, id) of the last row of the previous page."""
@@ -223,10 +232,13 @@ class Store(Protocol):
         """Record executions (running ones, or skipped ones already final) in one batch. An
         execution whose id is stored already is left as stored (idempotent)."""
 
-    async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:
-        """Write the execution's final state; then, if the job's lease token is still the
-        execution's, apply `advance` (None leaves the schedule as it is, so the occurrence runs
-        again) and clear the lease. Returns False when the run had been fenced off."""
+    async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
+        """End a batch of runs: write each execution's final state; then, for each whose job's
+        lease token is still the execution's, apply its `advance` (None leaves the schedule as
+        it is, so the occurrence runs again) and clear the lease. Returns, for each in order,
+        whether its advance applied (False: the run had been fenced off). The executions are
+        written before the jobs, so a crash in between leaves a lease to reap, never a job
+        moved on without its record. A few round trips for the whole batch."""
 
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         """Clear every lease whose expiry has passed and mark the execution it guarded

@@ -22,14 +22,15 @@ import aiohttp
 
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
+from scheduler.finishing import Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.lock import lock_key
-from scheduler.logs import FIELDS, log_event
+from scheduler.logs import FIELDS
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
-from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
+from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text
 
@@ -39,8 +40,6 @@ log = logging.getLogger("tickd.runner")
 CANCEL_GRACE_SECONDS = 1.0
 MAX_RESULT_BYTES = 16 * 1024
 MAX_ERROR_CHARS = 2000
-# A store write that ends a run is retried this many times before the lease is left to expire.
-FINISH_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +80,13 @@ class Runner:
         self.rng = rng
         # Opened by the daemon, by name: each run sees those its handler declared.
         self.resources = resources
+        # Runs end in batches: one store write and one lock release for many.
+        self.finisher = Finisher(
+            ports.store,
+            ports.lock,
+            batch_size=settings.batch_size,
+            linger_seconds=settings.finish_linger_seconds,
+        )
         # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
         self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
         # Handlers that outlived their cancellation: kept referenced until they end.
@@ -103,6 +109,7 @@ class Runner:
         await self.finish(task, outcome, started)
 
     async def close(self) -> None:
+        await self.finisher.close()
         for future in self._stuck:
             future.cancel()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -252,12 +259,13 @@ class Runner:
             result=outcome.result,
         )
         advance = self._advance(task, execution)
-        applied = await self._write_finish(task.job, execution, advance)
-        await self._release_lock(task)
-        if not applied:
+        ending = await self.finisher.finish(Finish(execution, advance), task.lock_token)
+        if ending.error is not None:
+            self.observer.not_recorded(task.job, execution, ending.error)
+        elif not ending.applied:
             self.observer.fenced(task.job, execution, before_start=False)
         self.observer.finished(task.job, execution)
-        if applied and advance is not None and advance.paused_reason:
+        if ending.applied and advance is not None and advance.paused_reason:
             self.observer.paused(task.job, advance.paused_reason)
 
     def _advance(self, task: Task, execution: Execution) -> Advance | None:
@@ -279,27 +287,6 @@ class Runner:
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
-
-    async def _write_finish(self, job: Job, execution: Execution, advance: Advance | None) -> bool:
-        """Retries transient store errors; if the store stays away, the lease expires and the
-        occurrence is reaped and run again: delayed, never lost."""
-        for attempt in range(1, FINISH_ATTEMPTS + 1):
-            try:
-                return await self.ports.store.finish_execution(execution, advance)
-            except StoreError as exc:
-                if not exc.transient or attempt == FINISH_ATTEMPTS:
-                    self.observer.not_recorded(job, execution, str(exc))
-                    return False
-                await asyncio.sleep(backoff_delay(attempt, base=0.2, cap=5.0))
-        return False
-
-    async def _release_lock(self, task: Task) -> None:
-        try:
-            await self.ports.lock.release_many([lock_key(task.job.id)], task.lock_token)
-        except Exception as exc:  # the lock expires by itself; never fail a finished run on it
-            log_event(
-                log, "lock.release_failed", level=logging.WARNING, job=task.job.name, error=str(exc)
-            )
 
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:

@@ -311,7 +311,7 @@ async def test_running_jobs_are_not_fetched_again_so_they_cannot_starve_others(
     assert (next_tick.fetched, next_tick.claimed) == (1, 1)  # it sees only the 101st
     await asyncio.wait_for(_until(lambda: ran == ["the-101st"]), WAIT)
     assert (await h.engine.tick()).fetched == 0
-    assert h.engine.pool.busy == 100
+    await asyncio.wait_for(_until(lambda: h.engine.pool.busy == 100), WAIT)  # its end written
     release.set()
     await asyncio.wait_for(h.engine.pool.join(), WAIT)
     statuses = [e.status for e in await executions(h.store)]

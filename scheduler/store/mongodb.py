@@ -25,7 +25,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import ClassVar, ParamSpec, TypeVar
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, UpdateMany, UpdateOne
+from pymongo import (
+    ASCENDING,
+    DESCENDING,
+    AsyncMongoClient,
+    IndexModel,
+    ReplaceOne,
+    UpdateMany,
+    UpdateOne,
+)
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
@@ -35,10 +43,10 @@ from scheduler.codec import (
 )
 from scheduler.model import Execution, Job, Status
 from scheduler.ports import (
-    Advance,
     Claim,
     DuplicateJobName,
     ExecutionQuery,
+    Finish,
     JobChange,
     JobQuery,
     RunRequest,
@@ -71,11 +79,12 @@ from scheduler.store.mongodb_documents import (
     execution_document,
     execution_from_document,
     executions_filter,
+    finish_update,
+    finished_document,
     job_document,
     job_from_document,
     jobs_filter,
     release_lease,
-    release_update,
     request_claim,
     request_document,
     request_from_document,
@@ -85,7 +94,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 Client = AsyncMongoClient[Doc]
 Collection = AsyncCollection[Doc]
-Update = UpdateOne | UpdateMany
+Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 
 
 class MongoStore(MongoDatabase):
@@ -279,25 +288,31 @@ class MongoStore(MongoDatabase):
             )
 
     @translating_errors
-    async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:
-        """The execution first: if we stop between the two writes, the lease expires and the
-        reaper gives the occurrence back, which is late but never lost."""
-        doc = execution_document(execution)
-        await self.executions.replace_one({"_id": execution.id}, doc, upsert=True)
-        if execution.token is None:  # never held a lease, so it cannot release one
-            return False
-        fenced = {"_id": execution.job_id, "lease.token": execution.token}
-        if advance is None:
-            result = await self.jobs.update_one(fenced, release_update(None))
-            return result.matched_count == 1
-        # The schedule moves only if ops did not change the job during the run (see Advance);
-        # without pipeline updates that takes a second statement when they did.
-        unchanged = {**fenced, "revision": advance.revision}
-        result = await self.jobs.update_one(unchanged, release_update(advance))
-        if result.matched_count == 1:
-            return True
-        result = await self.jobs.update_one(fenced, release_update(advance, schedule=False))
-        return result.matched_count == 1
+    async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
+        """The executions, then the fenced job updates, then one read of which applied (a bulk
+        write reports only counts): each applied update leaves its execution's id in the job's
+        `last_release`. The schedule moves only if ops did not change the job during the run
+        (see Advance); without pipeline updates that takes a second command for those that did."""
+        if not finishes:
+            return []
+        await self._update_each(self.executions, [finished_document(f) for f in finishes])
+        fenced = [f for f in finishes if f.execution.token is not None]
+        await self._update_each(self.jobs, [finish_update(f, schedule=True) for f in fenced])
+        released = await self._released(fenced)
+        changed = [f for f in fenced if f.advance and f.execution.id not in released]
+        if changed:
+            await self._update_each(self.jobs, [finish_update(f, schedule=False) for f in changed])
+            released |= await self._released(changed)
+        return [f.execution.id in released for f in finishes]
+
+    async def _released(self, finishes: Sequence[Finish]) -> set[str]:
+        """Which of these runs' updates applied: their ids, as the jobs now name them."""
+        if not finishes:
+            return set()
+        job_ids = list({f.execution.job_id for f in finishes})
+        cursor = self.jobs.find({"_id": {"$in": job_ids}}, {"last_release": 1})
+        named = {doc.get("last_release") async for doc in in_one_batch(cursor, len(job_ids))}
+        return {f.execution.id for f in finishes} & named
 
     @translating_errors
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:

@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ParamSpec, TypeVar
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, UpdateMany, UpdateOne
+from pymongo import (
+    ASCENDING,
+    DESCENDING,
+    AsyncMongoClient,
+    IndexModel,
+    ReplaceOne,
+    UpdateMany,
+    UpdateOne,
+)
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
@@ -28,6 +36,7 @@ from scheduler.ports import (
     Claim,
     DuplicateJobName,
     ExecutionQuery,
+    Finish,
     JobChange,
     JobQuery,
     RunRequest,
@@ -166,6 +175,25 @@ def release_update(advance: Advance | None, *, schedule: bool = True) -> Doc:
             }
         changes |= with_exact_times(state, ADVANCE_TIMES)
     return {"$set": changes}
+
+
+def finished_document(finish: Finish) -> ReplaceOne[Doc]:
+    """A run's execution as final, whether or not it was recorded as running before."""
+    execution = finish.execution
+    return ReplaceOne({"_id": execution.id}, execution_document(execution), upsert=True)
+
+
+def finish_update(finish: Finish, *, schedule: bool) -> UpdateOne:
+    """The fenced update that ends a run: only while its token holds the lease, and with the
+    schedule only while the job is at the revision the run claimed. It names the execution in
+    `last_release`, so the store can tell afterwards which of a batch applied."""
+    execution, advance = finish.execution, finish.advance
+    fenced: Doc = {"_id": execution.job_id, "lease.token": execution.token}
+    if schedule and advance is not None:
+        fenced["revision"] = advance.revision
+    update = release_update(advance, schedule=schedule)
+    update["$set"]["last_release"] = execution.id
+    return UpdateOne(fenced, update)
 
 
 def abandon_running(job_id: str, token: int, now: datetime) -> UpdateMany:

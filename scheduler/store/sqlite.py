@@ -20,10 +20,10 @@ from scheduler.codec import (
 )
 from scheduler.model import Execution, ExecutionError, Job, Status
 from scheduler.ports import (
-    Advance,
     Claim,
     DuplicateJobName,
     ExecutionQuery,
+    Finish,
     JobChange,
     JobQuery,
     RunRequest,
@@ -301,16 +301,17 @@ class SQLiteStore(SQLiteFile):
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         await self._run(lambda db: db.executemany(sql, rows))
 
-    async def finish_execution(self, execution: Execution, advance: Advance | None) -> bool:
-        row = execution_row(execution)
+    async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
+        """One transaction for the batch: the executions, then each job's fenced release."""
+        rows = [execution_row(f.execution) for f in finishes]
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "REPLACE", 1)
-        release, args = release_sql(execution, advance)
+        releases = [release_sql(f.execution, f.advance) for f in finishes]
 
-        def finish(db: sqlite3.Connection) -> bool:
-            db.execute(sql, row)
-            return bool(db.execute(release, args).rowcount)
+        def finish(db: sqlite3.Connection) -> list[bool]:
+            db.executemany(sql, rows)
+            return [bool(db.execute(release, args).rowcount) for release, args in releases]
 
-        return await self._run(finish)
+        return await self._run(finish) if finishes else []
 
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         error = ExecutionError(

@@ -26,6 +26,7 @@ from scheduler.ports import (
     Claim,
     DuplicateJobName,
     ExecutionQuery,
+    Finish,
     JobChange,
     JobQuery,
     RunRequest,
@@ -73,6 +74,11 @@ def advance_to(when: datetime | None, execution: Execution, revision: int = 1) -
             execution_id=execution.id, status=Status.SUCCESS, finished_at=T0
         ),
     )
+
+
+async def finish_one(store: Store, execution: Execution, advance: Advance | None) -> bool:
+    [applied] = await store.finish_executions([Finish(execution, advance)])
+    return applied
 
 
 async def claimed(store: Store, job: Job) -> Job:
@@ -196,7 +202,7 @@ async def test_finish_applies_the_advance_and_frees_the_job(store: Store) -> Non
     execution = running(won, won.lease.token)  # type: ignore[union-attr]
     await store.insert_executions([execution])
     done = replace(execution, status=Status.SUCCESS, finished_at=T0, duration_ms=5.0, attempts=1)
-    assert await store.finish_execution(done, advance_to(T0 + timedelta(minutes=1), done))
+    assert await finish_one(store, done, advance_to(T0 + timedelta(minutes=1), done))
     after = await store.get_job(job.id)
     assert after is not None and after.lease is None
     assert after.next_run_at == T0 + timedelta(minutes=1)
@@ -214,7 +220,7 @@ async def test_finish_with_a_stale_token_changes_nothing_but_its_execution(store
     await store.reap_expired_leases(T0 + timedelta(hours=1))  # our lease expires...
     retaken = await claimed(store, won)  # ...and someone else claims the job
     late = replace(execution, status=Status.SUCCESS, finished_at=T0)
-    assert not await store.finish_execution(late, advance_to(T0 + timedelta(days=1), late))
+    assert not await finish_one(store, late, advance_to(T0 + timedelta(days=1), late))
     job_now = await store.get_job(job.id)
     assert job_now is not None and job_now.lease == retaken.lease
     assert job_now.next_run_at == job.next_run_at
@@ -228,7 +234,7 @@ async def test_finish_without_advance_gives_the_occurrence_back(store: Store) ->
     execution = running(won, won.lease.token)  # type: ignore[union-attr]
     await store.insert_executions([execution])
     abandoned = replace(execution, status=Status.ABANDONED, finished_at=T0)
-    assert await store.finish_execution(abandoned, None)
+    assert await finish_one(store, abandoned, None)
     assert [j.id for j in await store.due_jobs(T0, 10)] == [job.id]
 
 
@@ -375,7 +381,7 @@ async def test_a_change_made_during_a_run_wins_over_its_advance(store: Store) ->
     paused = replace(job, enabled=False, paused_reason="maintenance")
     assert await store.replace_job(paused, job.revision, change_of(job, "pause"))
     done = replace(execution, status=Status.SUCCESS, finished_at=T0)
-    assert await store.finish_execution(done, advance_to(T0 + timedelta(minutes=1), done, 1))
+    assert await finish_one(store, done, advance_to(T0 + timedelta(minutes=1), done, 1))
     after = await store.get_job(job.id)
     assert after is not None
     assert (after.enabled, after.paused_reason, after.next_run_at) == (False, "maintenance", T0)
@@ -573,3 +579,39 @@ async def test_a_constraint_violation_is_a_store_error_that_is_not_transient(sto
     with pytest.raises(StoreError) as caught:
         await store.insert_job(replace(job, name="another-name"))  # the same id
     assert not caught.value.transient
+
+
+async def test_a_batch_of_ends_says_which_applied_in_order(store: Store) -> None:
+    """One call ends many runs; each is fenced by its own token, and a change ops made during a
+    run keeps its schedule while the run's record still lands."""
+    ours, taken_over, paused = (make_job(n) for n in ("ours", "taken-over", "paused-meanwhile"))
+    for job in (ours, taken_over, paused):
+        await store.insert_job(job)
+    short = T0 + timedelta(seconds=1)
+    won = [
+        *await store.claim_jobs([claim_of(ours), claim_of(paused)], T0),
+        *await store.claim_jobs([claim_of(taken_over, until=short)], T0),
+    ]
+    runs = [running(job, job.lease.token) for job in won]  # type: ignore[union-attr]
+    await store.insert_executions(runs)
+    later = T0 + timedelta(minutes=1)
+    await store.reap_expired_leases(later)  # the short lease only: another instance...
+    await store.claim_jobs([claim_of(taken_over, until=later + timedelta(hours=1))], later)
+    stopped = replace(paused, enabled=False, paused_reason="maintenance")
+    assert await store.replace_job(stopped, paused.revision, change_of(paused, "pause"))
+
+    done = [replace(r, status=Status.SUCCESS, finished_at=later) for r in runs]
+    ends = [Finish(d, advance_to(T0 + timedelta(hours=1), d)) for d in done]
+    by_name = dict(zip([j.name for j in won], await store.finish_executions(ends), strict=True))
+    assert by_name == {"ours": True, "paused-meanwhile": True, "taken-over": False}
+    after = {name: await store.get_job_by_name(name) for name in by_name}
+    assert after["ours"] is not None and after["ours"].lease is None
+    assert after["ours"].next_run_at == T0 + timedelta(hours=1)
+    assert after["taken-over"] is not None and after["taken-over"].lease is not None
+    kept = after["paused-meanwhile"]
+    assert kept is not None and (kept.enabled, kept.next_run_at, kept.lease) == (False, T0, None)
+    assert kept.last_execution is not None
+    for end in ends:
+        stored = await store.get_execution(end.execution.id)
+        assert stored is not None and stored.status is Status.SUCCESS
+    assert await store.finish_executions([]) == []
