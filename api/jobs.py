@@ -41,7 +41,7 @@ from scheduler.model import (
 from scheduler.ports import JobChange
 from scheduler.registry import HandlerRegistry
 from scheduler.schedules import first_fire, next_fire, validate
-from scheduler.secrets import MASK, is_secret_name, mask
+from scheduler.secrets import MASK, is_secret_name, mask, restore_masked
 
 T = TypeVar("T")
 # Where a cron expression is first evaluated, to refuse one that never fires.
@@ -72,20 +72,41 @@ def masked_params(job: Job, registry: HandlerRegistry) -> dict[str, Any]:
 
 
 def keep_masked_secrets(
-    new: Mapping[str, Any], old: Mapping[str, Any], declared: frozenset[str]
+    new: Mapping[str, Any], old: Mapping[str, Any], declared: frozenset[str], where: str = "params"
 ) -> dict[str, Any]:
     """A client that read a job (secrets shown as ***) and sends it back must not overwrite the
-    secrets with ***: a masked value means "unchanged"."""
+    secrets with ***: a masked value, or a masked part of a string (`user:***@`, `?token=***`),
+    means "unchanged"."""
     kept: dict[str, Any] = {}
     for key, value in new.items():
-        previous = old.get(key)
         if value == MASK and is_secret_name(key, declared) and key in old:
-            kept[key] = previous
-        elif isinstance(value, Mapping) and isinstance(previous, Mapping):
-            kept[key] = keep_masked_secrets(value, previous, declared)
+            kept[key] = old[key]
         else:
-            kept[key] = value
+            kept[key] = _kept(value, old.get(key), declared, f"{where}.{key}")
     return kept
+
+
+def _kept(new: Any, old: Any, declared: frozenset[str], where: str) -> Any:
+    if isinstance(new, Mapping):
+        return keep_masked_secrets(new, old if isinstance(old, Mapping) else {}, declared, where)
+    if isinstance(new, list):
+        olds = old if isinstance(old, list) else []
+        return [
+            _kept(item, olds[i] if i < len(olds) else None, declared, f"{where}.{i}")
+            for i, item in enumerate(new)
+        ]
+    if isinstance(new, str):
+        restored = restore_masked(new, old if isinstance(old, str) else None)
+        if restored is None:
+            # Kept as sent, the stored secret would become "***"; put back into another URL,
+            # it would go to another host.
+            raise field_error(
+                where,
+                f"holds a masked secret ({MASK}) that can only be kept unchanged, in a value "
+                "otherwise as stored: send the secret itself",
+            )
+        return restored
+    return new
 
 
 class JobBuilder:

@@ -11,7 +11,7 @@ import inspect
 import json
 import logging
 import random
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -32,7 +32,7 @@ from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
 from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
-from scheduler.secrets import mask, scrub_text
+from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
 
 log = logging.getLogger("tickd.runner")
 
@@ -164,11 +164,16 @@ class Runner:
         return await self._attempts(task, registered.handler, deadline)
 
     async def _attempts(self, task: Task, handler: Handler, deadline: datetime) -> Outcome:
+        # What the handler returns or raises passes through here only, on its way to the
+        # execution record, its events, its logs and the job's last error: the job's own
+        # secrets are masked in it, should the far end echo them back. Off the event loop: the
+        # params may be large.
+        secrets = await asyncio.to_thread(secret_values, task.job.params, handler.secret_params)
         attempt = 0
         while True:
             attempt += 1
             context = self._context(task, handler, attempt, deadline)
-            outcome = await self._attempt(task.job, handler, context)
+            outcome = await self._attempt(task.job, handler, context, secrets)
             outcome = replace(outcome, attempts=attempt)
             if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
                 return outcome
@@ -179,7 +184,9 @@ class Runner:
             self.observer.retrying(task.job, task.execution, attempt, delay, error)
             await self.ports.clock.sleep(delay)
 
-    async def _attempt(self, job: Job, handler: Handler, ctx: HandlerContext) -> Outcome:
+    async def _attempt(
+        self, job: Job, handler: Handler, ctx: HandlerContext, secrets: list[str]
+    ) -> Outcome:
         remaining = ctx.remaining_seconds()
         if remaining <= 0:
             return Outcome(status=Status.TIMEOUT, error=_error("Timeout", "deadline reached"))
@@ -193,7 +200,14 @@ class Runner:
             await self._cancel(future, job)
             message = f"still running at its deadline ({ctx.deadline.isoformat()})"
             return Outcome(status=Status.TIMEOUT, error=_error("Timeout", message))
-        return _outcome_of(future)
+        if future.cancelled():
+            return Outcome(
+                status=Status.FAILED, error=_error("Cancelled", "the handler was cancelled")
+            )
+        raised = future.exception()
+        returned = None if raised else future.result()
+        # Masking a large result is work for a thread, not for the event loop.
+        return await asyncio.to_thread(_outcome_of, returned, raised, secrets)
 
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
         if inspect.iscoroutinefunction(handler.func) or _is_async_callable(handler.func):
@@ -299,16 +313,15 @@ def _is_async_callable(func: object) -> bool:
     return inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004
 
 
-def _outcome_of(future: asyncio.Future[Result]) -> Outcome:
-    if future.cancelled():
-        return Outcome(status=Status.FAILED, error=_error("Cancelled", "the handler was cancelled"))
-    exc = future.exception()
-    if exc is not None:
-        return Outcome(status=Status.FAILED, error=_error(type(exc).__name__, str(exc)))
-    return _checked_result(future.result())
+def _outcome_of(returned: object, raised: BaseException | None, secrets: list[str]) -> Outcome:
+    if raised is not None:
+        return Outcome(
+            status=Status.FAILED, error=_error(type(raised).__name__, str(raised), secrets)
+        )
+    return _checked_result(returned, secrets)
 
 
-def _checked_result(value: object) -> Outcome:
+def _checked_result(value: object, secrets: list[str]) -> Outcome:
     if value is not None and not isinstance(value, dict):
         message = f"a handler returns a dict or None, not {type(value).__name__}"
         return Outcome(status=Status.FAILED, error=_error("BadResult", message))
@@ -317,9 +330,11 @@ def _checked_result(value: object) -> Outcome:
     safe: dict[str, Any] = json.loads(json.dumps(mask(value), default=str))
     size = len(json.dumps(safe))
     if size > MAX_RESULT_BYTES:
-        safe = {"truncated": True, "size_bytes": size}
-    return Outcome(status=Status.SUCCESS, result=safe)
+        return Outcome(status=Status.SUCCESS, result={"truncated": True, "size_bytes": size})
+    return Outcome(status=Status.SUCCESS, result=scrub_values(safe, secrets))
 
 
-def _error(kind: str, message: str) -> ExecutionError:
-    return ExecutionError(type=kind, message=scrub_text(message)[:MAX_ERROR_CHARS])
+def _error(kind: str, message: str, secrets: Collection[str] = ()) -> ExecutionError:
+    # Masked whole before it is cut, so that no secret is left half shown at the cut.
+    masked: str = scrub_values(scrub_text(message), secrets)
+    return ExecutionError(type=kind, message=masked[:MAX_ERROR_CHARS])

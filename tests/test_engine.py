@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from scheduler.model import (
     new_id,
 )
 from scheduler.observers import RunObserver
-from scheduler.ports import ExecutionQuery, RunRequest, Store
+from scheduler.ports import ExecutionQuery, JobQuery, RunRequest, Store
 from tests.conftest import T0, EngineFactory, make_job
 
 # Bounds every wait on a real event in these tests.
@@ -236,6 +237,44 @@ async def test_secrets_in_results_and_errors_are_masked(make_engine: EngineFacto
     assert "hunter2" not in runs["fails"].error.message
     assert "redis://tickd:***@cache" in runs["fails"].error.message
     assert "hunter2" not in repr(h.events.events) and "sk-live" not in repr(h.events.events)
+
+
+async def test_secrets_of_the_params_echoed_back_are_masked(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A far end that quotes the job's own credentials back: in the result, in the error of
+    each attempt (logged on retry), on the job, in events."""
+    secrets = ("s3cret-pw", "tok-123", "vendor-key-9", "sk-declared-1")
+
+    @handler(secret_params={"vendor"})
+    async def echo(ctx: HandlerContext) -> Result:
+        said = f"hello alice, your password is s3cret-pw, token tok-123, keys {ctx.params}"
+        if ctx.params["fail"]:
+            raise RuntimeError(said + " " + "x" * 3000)  # past the cut of an error message
+        return {"body": said, "tok-123": True}
+
+    params = {
+        "url": "https://alice:s3cret-pw@example.com/hook?token=tok-123",
+        "headers": {"X-Api-Key": "vendor-key-9"},
+        "vendor": "sk-declared-1",
+    }
+    h = make_engine({"echo": echo})
+    ok = await h.add(make_job("ok", "echo", params={**params, "fail": False}))
+    await h.add(make_job("fails", "echo", params={**params, "fail": True}, max_retries=1))
+    with caplog.at_level(logging.INFO):
+        await h.engine.drain()
+
+    runs = {e.job_name: e for e in await executions(h.store)}
+    assert runs["ok"].result is not None and runs["fails"].error is not None
+    assert "hello alice, your password is ***, token ***" in runs["ok"].result["body"]
+    assert runs["ok"].result["***"] is True
+    assert runs["fails"].error.message.startswith("hello alice, your password is ***")
+    job = await h.store.get_job(ok.id)
+    last = [j.last_execution for j in await h.store.list_jobs(JobQuery())]
+    seen = [runs, h.events.events, caplog.text, last]
+    for secret in secrets:
+        assert secret not in repr(seen), secret
+    assert job is not None and job.params["url"] == params["url"], "the job itself keeps them"
 
 
 async def test_an_unknown_handler_is_skipped_and_the_schedule_moves_on(

@@ -44,7 +44,11 @@ _SEPARATORS = re.compile(r"[\s_\-]+")
 _NOT_ALPHANUMERIC = re.compile(r"[^0-9a-z]+")
 _WHITESPACE = re.compile(r"\s+")
 _LIST_SEPARATORS = re.compile(r"[,;]")
-_EMAIL = re.compile(r"[^@\s<>,;\"()\[\]\\]+@[^@\s<>,;\"()\[\]\\]+\.[^@\s<>,;\"()\[\]\\]+")
+# local@domain.tld, the domain with a dot neither first nor last. Linear: each part ends at a
+# character the next one needs (the first dot of the domain after its first character), so no
+# part gives characters back to try again.
+_EMAIL_CHAR = r"[^@\s<>,;\"()\[\]\\]"
+_EMAIL = re.compile(rf"{_EMAIL_CHAR}++@{_EMAIL_CHAR}(?:(?!\.){_EMAIL_CHAR})*+\.{_EMAIL_CHAR}++")
 _STAGE_BY_KEY = {alias: stage for stage, aliases in LIFECYCLE_ALIASES.items() for alias in aliases}
 _PART_NUMBER_FIELDS = ("partNumber", "mpn", "partId")
 

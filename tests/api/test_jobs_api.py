@@ -162,6 +162,53 @@ async def test_patch_changes_only_what_is_given_and_keeps_masked_secrets(api: Ap
     assert stored.timeout_seconds == 30
 
 
+SECRET_URL = "https://alice:s3cret-pw@example.com/health?token=tok-123&page=2"
+
+
+async def test_a_job_saved_back_as_read_keeps_the_secrets_inside_its_strings(api: Api) -> None:
+    job = await create(api, params={"url": SECRET_URL, "api_key": "sk-live-secret"})
+    _, read, _ = await api.call("GET", f"/v1/jobs/{job['id']}")
+    assert read["params"]["url"] == "https://alice:***@example.com/health?token=***&page=2"
+    as_read = {k: read[k] for k in CRON_JOB}
+
+    status, body, _ = await api.call("PUT", f"/v1/jobs/{job['id']}", json=as_read)
+    assert status == 200, body
+    status, body, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"params": read["params"]}
+    )
+    assert status == 200, body
+
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None
+    assert stored.params == {"url": SECRET_URL, "api_key": "sk-live-secret"}
+
+
+async def test_a_new_password_in_a_url_replaces_the_stored_one(api: Api) -> None:
+    job = await create(api, params={"url": SECRET_URL})
+    new_url = "https://alice:n3w-pw@example.com/health?token=***&page=2"
+    status, body, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"params": {"url": new_url}}
+    )
+    assert status == 200, body
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None
+    assert stored.params["url"] == "https://alice:n3w-pw@example.com/health?token=tok-123&page=2"
+
+
+async def test_a_masked_password_in_a_changed_url_is_refused(api: Api) -> None:
+    """Restored there, the stored password would go to another host; kept as sent, it would
+    become "***"."""
+    job = await create(api, params={"url": SECRET_URL})
+    elsewhere = "https://alice:***@attacker.example/health?token=***&page=2"
+    status, body, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"params": {"url": elsewhere}}
+    )
+    assert status == 422, body
+    assert [e["field"] for e in body["errors"]] == ["params.url"]
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.params["url"] == SECRET_URL and stored.revision == 1
+
+
 async def test_put_replaces_the_definition_and_reschedules(api: Api) -> None:
     job = await create(api)
     every_minute = {**CRON_JOB, "schedule": {"kind": "interval", "every_seconds": 60}}

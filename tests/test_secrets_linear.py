@@ -1,0 +1,111 @@
+"""Masking runs on whatever clients and far ends send, up to the 1 MiB request limit: it must
+be linear in the length of its input, and fast, for the worst inputs too.
+
+Each hostile input is timed at n and 16 n characters: linear work grows 16-fold, quadratic work
+256-fold; the bound (64-fold) sits far from both. The best of three runs keeps a busy machine
+from failing the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from handlers.alert_scanner.normalize import email_address
+from scheduler.secrets import is_secret_name, mask, restore_masked, scrub_text, secret_values
+
+MIB = 1 << 20
+SMALL = 8 * 1024
+GROWTH = 16
+# Far below the 256-fold of quadratic work, far above the 16-fold of linear work.
+MAX_RATIO = 64
+
+
+def best_of_three(work: Callable[[], object]) -> float:
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def assert_linear(run: Callable[[str], object], make: Callable[[int], str]) -> None:
+    small, large = make(SMALL), make(SMALL * GROWTH)
+    ratio = best_of_three(lambda: run(large)) / max(best_of_three(lambda: run(small)), 1e-4)
+    assert ratio < MAX_RATIO, f"{GROWTH}x the input took {ratio:.0f}x the time"
+
+
+def repeated(unit: str) -> Callable[[int], str]:
+    return lambda n: (unit * (n // len(unit) + 1))[:n]
+
+
+HOSTILE = {
+    # URL passwords: schemes without end, authorities that never reach an @
+    "scheme run": lambda n: "a" * n,
+    "authority run": lambda n: "a://" + "a" * n,
+    "colons": repeated("a://a:"),
+    "many @": lambda n: "://u:" + "@" * n,
+    "many ://": repeated("://"),
+    # bearer tokens
+    "bearers": repeated("Bearer "),
+    "bearer, spaces": lambda n: "Bearer" + " " * n,
+    # name=value and "name": "value"
+    "secret names": repeated("token"),
+    "secret names, no =": lambda n: "token" + "a" * n,
+    "empty values": repeated("token=&"),
+    "many names": repeated("a="),
+    "quoted names": repeated('"token":"'),
+    "escapes": lambda n: '"password": "' + '\\"' * (n // 2),
+    "words": repeated("pass_"),
+    "camel humps": repeated("aPass"),
+    "keys": repeated("key."),
+    "signatures": repeated("sig="),
+}
+
+
+@pytest.mark.parametrize("make", HOSTILE.values(), ids=HOSTILE.keys())
+def test_scrubbing_is_linear(make: Callable[[int], str]) -> None:
+    assert_linear(scrub_text, make)
+
+
+@pytest.mark.parametrize("make", HOSTILE.values(), ids=HOSTILE.keys())
+def test_secret_names_are_recognised_in_linear_time(make: Callable[[int], str]) -> None:
+    assert_linear(is_secret_name, make)
+
+
+@pytest.mark.parametrize("make", HOSTILE.values(), ids=HOSTILE.keys())
+def test_restoring_a_masked_value_is_linear(make: Callable[[int], str]) -> None:
+    assert_linear(lambda text: restore_masked(scrub_text(text), text), make)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet="ab:/@ =&?#\"'\\*.-_tokenpasBearKy", min_size=1, max_size=8))
+def test_any_repeated_unit_of_the_patterns_alphabet_is_scrubbed_in_linear_time(
+    unit: str,
+) -> None:
+    assert_linear(scrub_text, repeated(unit))
+
+
+def test_a_hostile_document_of_a_mebibyte_is_masked_in_well_under_a_second() -> None:
+    share = MIB // len(HOSTILE)
+    body = "".join(make(share) for make in HOSTILE.values())
+    params = {"url": "https://u:p@h/x", "body": body, body[:share]: body[share : 2 * share]}
+    started = time.perf_counter()
+    mask(params)
+    secret_values(params)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_an_email_address_is_checked_in_linear_time() -> None:
+    def check(text: str) -> None:
+        with contextlib.suppress(ValueError):
+            email_address(text)
+
+    assert_linear(check, lambda n: "a@" + "b." * (n // 2) + "@")
+    assert_linear(check, lambda n: "a@" + "." * n)
