@@ -138,6 +138,8 @@ def _problem_statuses(route: Route) -> list[tuple[str, str]]:
         wanted |= {"409", "413", "422"}
     if route.method in ("PUT", "PATCH", "POST") and PATH_PARAM.search(route.path):
         wanted |= {"409", "412", "422"}
+    if route.method == "DELETE":
+        wanted.add("412")
     return [(s, PROBLEMS[s]) for s in sorted(wanted)]
 
 
