@@ -60,6 +60,9 @@ class Route:
 
 
 TOKENS = web.AppKey("tokens", tuple)
+JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
@@ -91,6 +94,30 @@ def _bearer(request: web.Request) -> str:
     header = request.headers.get("Authorization", "")
     kind, _, value = header.partition(" ")
     return value.strip() if kind.lower() == "bearer" else ""
+
+
+def check_content_type(request: web.Request, *, takes_body: bool) -> None:
+    """415 for a write whose body is not declared application/json: no HTML form can send that,
+    nor a page of another origin without a CORS preflight (which the API never allows). A write
+    that takes no body (pause, trigger...) may come without Content-Type, as `curl -X POST`
+    sends it, or as application/octet-stream, as aiohttp's client does: no form sends either."""
+    if request.method not in WRITES:
+        return
+    given = request.headers.get("Content-Type")
+    accepted = {JSON} if takes_body else {JSON, OCTET_STREAM, None}
+    if (given if given is None else media_type(given)) not in accepted:
+        reason = "must be application/json"
+        raise ApiError(
+            415,
+            "Unsupported Media Type",
+            f"Content-Type: {reason}",
+            [("Content-Type", reason)],
+            headers={"Accept": JSON},
+        )
+
+
+def media_type(content_type: str) -> str:
+    return content_type.partition(";")[0].strip().lower()
 
 
 def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
@@ -164,6 +191,7 @@ def _int64(text: str) -> int:
 def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         actor, scope = authenticate(request, route.scope)
+        check_content_type(request, takes_body=route.body is not None)
         query = parse_query(request, route.query)
         body = await parse_body(request, route.body)
         reply = await route.handler(Call(request, actor, scope, query, body))

@@ -71,10 +71,12 @@ class Api:
             return response.status, body, {k.lower(): v for k, v in response.headers.items()}
 
 
-def api_app(make_engine: EngineFactory) -> tuple[Harness, web.Application]:
+def api_app(
+    make_engine: EngineFactory, tokens: tuple[ApiToken, ...] = TOKENS
+) -> tuple[Harness, web.Application]:
     """The API over an engine in drain mode, with the test handlers and tokens."""
     harness = make_engine(
-        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
+        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=tokens, max_timeout_seconds=600
     )
     state = ApiState(
         store=harness.store,
@@ -87,12 +89,24 @@ def api_app(make_engine: EngineFactory) -> tuple[Harness, web.Application]:
     return harness, create_app(state, probes={"store": harness.store.ping})
 
 
-@pytest.fixture
-async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
-    harness, app = api_app(make_engine)
+async def serve(make_engine: EngineFactory, tokens: tuple[ApiToken, ...]) -> AsyncIterator[Api]:
+    harness, app = api_app(make_engine, tokens)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
         yield Api(client, harness, harness.clock, harness.store)
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    async for served in serve(make_engine, TOKENS):
+        yield served
+
+
+@pytest.fixture
+async def open_api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    """The API without tokens, as `make run` serves it on 127.0.0.1."""
+    async for served in serve(make_engine, ()):
+        yield served
