@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from api import safejson
 from api.jobs import JobBuilder, change_entry, guard_system, masked_params, to_schedule
 from api.models import (
     BackfillOut,
@@ -89,7 +90,7 @@ def encode_cursor(**fields: Any) -> str:
 
 def decode_cursor(cursor: str, *keys: str) -> dict[str, Any]:
     try:
-        fields = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        fields = safejson.loads(base64.urlsafe_b64decode(cursor.encode()))
         # Lone surrogates (\ud800) read as JSON, but no store takes them.
         json.dumps(fields, ensure_ascii=False).encode()
     except (binascii.Error, ValueError, UnicodeError):
