@@ -19,7 +19,10 @@ from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.ports import Store
 from tests.conftest import EngineFactory, Harness
 
-READ, WRITE, ADMIN = "r" * 20, "w" * 20, "a" * 20
+# Random, as configured tokens must be (scheduler/config.py refuses placeholders).
+READ = "read-wtNTScKPlO_QXKa38qNlRhsJKMOc"
+WRITE = "write-q92mXuWVxt2ZvXJbq8kMk5GuszSY"
+ADMIN = "admin-1qkJCPC7Om2NHQwdJ9s454rHnghM"
 TOKENS = (
     ApiToken(name="viewer", scope="read", token=READ),
     ApiToken(name="deployer", scope="write", token=WRITE),

@@ -73,9 +73,9 @@ from scheduler.registry import HandlerRegistry
 from scheduler.store import open_store
 
 T = TypeVar("T")
-ADMIN = "admin-token-" + "s" * 20
+ADMIN = "admin-Vb3rX9qLm2TzK7wPy4Hc8NdJf6Gs1Ra5"
 TOKENS = (
-    ApiToken(name="viewer", scope="read", token="read-token-" + "r" * 20),
+    ApiToken(name="viewer", scope="read", token="read-Kd83nQzW1xLp5RvT9mYc2HbF7gJs4Ae6"),
     ApiToken(name="root", scope="admin", token=ADMIN),
 )
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
