@@ -15,6 +15,8 @@ RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 COPY config /etc/tickd
 USER tickd
 WORKDIR /home/tickd
+# The API listens beyond loopback, so the daemon starts only once TICKD_API_TOKENS is given
+# (config/production.toml ships no token): docker run -e TICKD_API_TOKENS="ops:admin:..." ...
 ENV TICKD_API_HOST=0.0.0.0 TICKD_LOG_FORMAT=json PYTHONUNBUFFERED=1
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \

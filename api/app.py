@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
 
+from api.edge import edge_middleware
 from api.openapi import openapi_document
 from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
 from api.problems import problems_middleware
@@ -21,7 +22,9 @@ ALL_ROUTES = ROUTES + OPS_ROUTES
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:
-    app = web.Application(middlewares=[problems_middleware], client_max_size=MAX_BODY_BYTES)
+    # Problems outermost: the edge's refusals are problem details too.
+    middlewares = [problems_middleware, edge_middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[STATE] = api_state
     app[TOKENS] = api_state.settings.api_tokens
     app[PROBES] = probes

@@ -2,9 +2,10 @@
 
 Readable tables by default, the API's own JSON with `--json`. An error of the API is printed as
 it came (title, detail, each field at fault) on stderr, and the command exits with 1; so does a
-server that cannot be reached. A mistake on the command line exits with 2. Jobs are named by id
-or by name. The URL comes from --url or TICKD_URL, the token from --token or TICKD_TOKEN; the
-token is never printed.
+server that cannot be reached, or that answers but not as the API does. A mistake on the command
+line (a malformed URL too) exits with 2; every failure is one line, never a traceback. Jobs are
+named by id or by name. The URL comes from --url or TICKD_URL, the token from --token or
+TICKD_TOKEN; the token is never printed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from api.client import (
     TOKEN_ENV,
     URL_ENV,
     ApiProblem,
+    BadUrl,
     Client,
     ClientError,
     Json,
@@ -147,7 +149,7 @@ def run_client(args: argparse.Namespace, environ: dict[str, str] | None = None) 
         )
         act: Action = args.act
         act(client, args)
-    except UsageError as exc:
+    except (UsageError, BadUrl) as exc:
         print(f"tickd {args.command} {args.action}: error: {exc}", file=sys.stderr)
         return 2
     except ApiProblem as exc:

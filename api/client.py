@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import Any
 
+from api import safejson
 from scheduler.secrets import scrub_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -25,6 +26,8 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 URL_ENV = "TICKD_URL"
 TOKEN_ENV = "TICKD_TOKEN"
 PROBLEM_JSON = "application/problem+json"
+# What the commands read of a job: without them an answer is not the API's.
+JOB_FIELDS = ("id", "name")
 
 Json = dict[str, Any]
 
@@ -34,7 +37,15 @@ class ClientError(Exception):
 
 
 class Unreachable(ClientError):
-    """No HTTP answer: refused, timed out, not HTTP, a bad URL."""
+    """No HTTP answer: refused, timed out, not HTTP."""
+
+
+class BadUrl(ClientError):
+    """A base URL that is not an http:// or https:// URL: a mistake of the caller's."""
+
+
+class NotTickd(ClientError):
+    """An answer, but not one the tickd API gives: some other server, or a proxy's page."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,7 @@ class ApiProblem(ClientError):
     def from_response(cls, status: int, reason: str, content_type: str, raw: bytes) -> ApiProblem:
         text = raw.decode("utf-8", errors="replace")
         try:
-            body = json.loads(text) if "json" in content_type else None
+            body = safejson.loads(raw) if "json" in content_type else None
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -102,12 +113,16 @@ class Client:
     timeout: float = DEFAULT_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
-        parts = urllib.parse.urlsplit(self.base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise Unreachable(
-                f"{scrub_text(self.base_url)!r} is not an http:// or https:// URL "
-                f"(set --url or {URL_ENV})"
-            )
+        try:
+            parts = urllib.parse.urlsplit(self.base_url)
+            parts.port  # noqa: B018 - read for its ValueError: a port that is no number
+        except ValueError as exc:
+            raise BadUrl(self._not_a_url(str(exc))) from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadUrl(self._not_a_url("not an http:// or https:// URL with a host"))
+
+    def _not_a_url(self, why: str) -> str:
+        return f"{scrub_text(self.base_url)!r}: {why} (set --url or {URL_ENV})"
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -137,14 +152,50 @@ class Client:
         try:
             with opener.open(request, timeout=self.timeout) as answer:
                 raw = answer.read()
-                return Response(answer.status, dict(answer.headers.items()), _decode(raw))
+                body = self._decode(raw, answer.status)
+                return Response(answer.status, dict(answer.headers.items()), body)
         except urllib.error.HTTPError as exc:
             with exc:
                 raw = exc.read()
                 content_type = exc.headers.get("Content-Type", "") if exc.headers else ""
+            if 300 <= exc.code < 400:
+                why = f"answered {exc.code}, a redirect, which the API never sends"
+                raise self.not_tickd(why) from None
             raise ApiProblem.from_response(exc.code, exc.reason, content_type, raw) from None
         except (urllib.error.URLError, OSError, HTTPException, ValueError) as exc:
             raise Unreachable(self._unreachable(exc)) from None
+
+    def _decode(self, raw: bytes, status: int) -> Any:
+        if not raw:
+            return None
+        try:
+            return safejson.loads(raw)
+        except ValueError:
+            raise self.not_tickd(f"answered {status} with something that is not JSON") from None
+
+    def not_tickd(self, what: str) -> NotTickd:
+        where = scrub_text(self.base_url)
+        return NotTickd(
+            f"the server at {where} {what}: is it the tickd API? (set --url or {URL_ENV})"
+        )
+
+    def _object(self, response: Response, *required: str) -> Json:
+        """The answer as the JSON object an operation returns, with the fields the commands
+        read; anything else is some other server's answer."""
+        body = response.body
+        if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in required):
+            fields = ", ".join(required)
+            raise self.not_tickd(f"answered {response.status} without a JSON object of {fields}")
+        return body
+
+    def _page(self, response: Response) -> Json:
+        page = self._object(response)
+        items = page.get("items")
+        if not isinstance(items, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("id"), str) for i in items
+        ):
+            raise self.not_tickd(f"answered {response.status} without a page of items")
+        return page
 
     def _unreachable(self, exc: BaseException) -> str:
         reason: Any = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -176,7 +227,7 @@ class Client:
             "limit": limit,
             "cursor": cursor,
         }
-        return _object(self.request("GET", "/v1/jobs", query=query))
+        return self._page(self.request("GET", "/v1/jobs", query=query))
 
     def iter_job_pages(self, **filters: Any) -> Iterator[Json]:
         """Every page, following next_cursor."""
@@ -189,7 +240,7 @@ class Client:
                 return
 
     def get_job(self, job_id: str) -> Json:
-        return _object(self.request("GET", f"/v1/jobs/{_segment(job_id)}"))
+        return self._object(self.request("GET", f"/v1/jobs/{_segment(job_id)}"), *JOB_FIELDS)
 
     def find_job(self, ref: str) -> Json:
         """A job by id or, failing that, by name: ops think in names."""
@@ -199,22 +250,24 @@ class Client:
             if exc.status != 404:
                 raise
             page = self.list_jobs(name_prefix=ref, limit=1)
-            named: list[Json] = [j for j in page.get("items", []) if j.get("name") == ref]
+            named: list[Json] = [j for j in page["items"] if j.get("name") == ref]
             if not named:
                 raise ApiProblem(404, "Not Found", f"no job with id or name {ref!r}") from None
             return named[0]
 
     def create_job(self, job: Json) -> Json:
-        return _object(self.request("POST", "/v1/jobs", body=job))
+        return self._object(self.request("POST", "/v1/jobs", body=job), *JOB_FIELDS)
 
     def pause_job(self, job_id: str) -> Json:
-        return _object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/pause"))
+        return self._object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/pause"), *JOB_FIELDS)
 
     def resume_job(self, job_id: str) -> Json:
-        return _object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/resume"))
+        return self._object(
+            self.request("POST", f"/v1/jobs/{_segment(job_id)}/resume"), *JOB_FIELDS
+        )
 
     def trigger_job(self, job_id: str) -> Json:
-        return _object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/trigger"))
+        return self._object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/trigger"), "id")
 
     def delete_job(self, job_id: str) -> None:
         self.request("DELETE", f"/v1/jobs/{_segment(job_id)}")
@@ -237,13 +290,15 @@ class Client:
             "limit": limit,
             "cursor": cursor,
         }
-        return _object(self.request("GET", "/v1/executions", query=query))
+        return self._page(self.request("GET", "/v1/executions", query=query))
 
     def get_execution(self, execution_id: str) -> Json:
-        return _object(self.request("GET", f"/v1/executions/{_segment(execution_id)}"))
+        return self._object(self.request("GET", f"/v1/executions/{_segment(execution_id)}"), "id")
 
     def retry_execution(self, execution_id: str) -> Json:
-        return _object(self.request("POST", f"/v1/executions/{_segment(execution_id)}/retry"))
+        return self._object(
+            self.request("POST", f"/v1/executions/{_segment(execution_id)}/retry"), "id"
+        )
 
 
 def _segment(value: str) -> str:
@@ -254,18 +309,3 @@ def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _decode(raw: bytes) -> Any:
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise ClientError("the API answered something that is not JSON") from None
-
-
-def _object(response: Response) -> Json:
-    if not isinstance(response.body, dict):
-        raise ClientError(f"the API answered {response.status} without a JSON object")
-    return response.body

@@ -10,19 +10,22 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from api.edge import PROBE_PATHS
 from api.models import Problem
-from api.routing import Route
+from api.routing import WRITES, Route
 
 REF = "#/components/schemas/{model}"
 PATH_PARAM = re.compile(r"{(\w+)}")
 PROBLEMS = {
     "400": "Invalid request (query, JSON or cursor)",
     "401": "Missing or wrong token",
-    "403": "Token scope too low",
+    "403": "Token scope too low, or a write from another origin's page (without tokens)",
     "404": "Not found",
     "409": "Conflict",
     "412": "If-Match does not match the current revision",
     "413": "Body over 1 MiB",
+    "415": "A write whose Content-Type is not application/json",
+    "421": "Host is not a loopback name or address (only when the API has no tokens)",
     "422": "Validation failed",
 }
 
@@ -132,12 +135,18 @@ def _problem_statuses(route: Route) -> list[tuple[str, str]]:
     if route.raw and route.scope is None:
         return []
     wanted = {"400", "401", "403"} if route.scope else {"400"}
+    if route.path not in PROBE_PATHS:
+        wanted.add("421")
+    if route.method in WRITES:
+        wanted |= {"403", "415"}
     if PATH_PARAM.search(route.path):
         wanted.add("404")
     if route.body is not None:
         wanted |= {"409", "413", "422"}
     if route.method in ("PUT", "PATCH", "POST") and PATH_PARAM.search(route.path):
         wanted |= {"409", "412", "422"}
+    if route.method == "DELETE":
+        wanted.add("412")
     return [(s, PROBLEMS[s]) for s in sorted(wanted)]
 
 

@@ -9,7 +9,6 @@ from the same models, so it cannot drift from what the server does.
 from __future__ import annotations
 
 import hmac
-import json
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from api import safejson
 from api.problems import ApiError, field_error, from_pydantic
 from scheduler.config import SCOPES, ApiToken
 
@@ -60,6 +60,9 @@ class Route:
 
 
 TOKENS = web.AppKey("tokens", tuple)
+JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
@@ -73,7 +76,7 @@ def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
         return "anonymous", "none"
     presented = _bearer(request)
     # Compare against every token, in constant time each, so timing tells nothing.
-    matches = [t for t in tokens if hmac.compare_digest(t.token.encode(), presented.encode())]
+    matches = [t for t in tokens if hmac.compare_digest(t.token.encode(), presented)]
     if not presented or not matches:
         raise ApiError(
             401,
@@ -87,10 +90,38 @@ def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
     return token.name, token.scope
 
 
-def _bearer(request: web.Request) -> str:
+def _bearer(request: web.Request) -> bytes:
     header = request.headers.get("Authorization", "")
     kind, _, value = header.partition(" ")
-    return value.strip() if kind.lower() == "bearer" else ""
+    if kind.lower() != "bearer":
+        return b""
+    # Header bytes that are not UTF-8 arrive as lone surrogates, which no codec encodes as they
+    # are; escaped, they match no token (tokens are printable ASCII) and fail nothing.
+    return value.strip().encode("utf-8", "backslashreplace")
+
+
+def check_content_type(request: web.Request, *, takes_body: bool) -> None:
+    """415 for a write whose body is not declared application/json: no HTML form can send that,
+    nor a page of another origin without a CORS preflight (which the API never allows). A write
+    that takes no body (pause, trigger...) may come without Content-Type, as `curl -X POST`
+    sends it, or as application/octet-stream, as aiohttp's client does: no form sends either."""
+    if request.method not in WRITES:
+        return
+    given = request.headers.get("Content-Type")
+    accepted = {JSON} if takes_body else {JSON, OCTET_STREAM, None}
+    if (given if given is None else media_type(given)) not in accepted:
+        reason = "must be application/json"
+        raise ApiError(
+            415,
+            "Unsupported Media Type",
+            f"Content-Type: {reason}",
+            [("Content-Type", reason)],
+            headers={"Accept": JSON},
+        )
+
+
+def media_type(content_type: str) -> str:
+    return content_type.partition(";")[0].strip().lower()
 
 
 def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
@@ -118,11 +149,11 @@ def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
 async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any:
     if model is None:
         return None
-    raw = await request.read()  # over client_max_size: 413, before anything is parsed
+    raw = await read_body(request)
     if not raw:
         raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
     try:
-        json.loads(
+        safejson.loads(
             raw,
             parse_constant=_not_json,
             parse_float=_finite_float,
@@ -131,7 +162,9 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
         )
     except DuplicateKey as exc:
         raise field_error(exc.key[:100], "given more than once in one object", 400) from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    except safejson.TooDeep as exc:
+        raise ApiError(400, "Invalid request", f"body: {exc}", [("body", str(exc))]) from None
+    except ValueError as exc:  # UnicodeDecodeError too
         raise invalid_json(str(exc)) from None
     try:
         # Strict, as JSON: a number is not taken for a string, nor `false` or "5" for a number.
@@ -142,6 +175,16 @@ async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any
         if unreadable:
             raise invalid_json(unreadable[0]) from None
         raise from_pydantic(exc, "") from None
+
+
+async def read_body(request: web.Request) -> bytes:
+    try:
+        return await request.read()  # over client_max_size: 413, before anything is parsed
+    except ConnectionError:
+        # The client went away before sending the Content-Length it announced: nobody reads
+        # the answer, and nothing failed here.
+        reason = "ended before its Content-Length"
+        raise ApiError(400, "Invalid request", f"body: {reason}", [("body", reason)]) from None
 
 
 def invalid_json(detail: str) -> ApiError:
@@ -189,6 +232,7 @@ def _int64(text: str) -> int:
 def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         actor, scope = authenticate(request, route.scope)
+        check_content_type(request, takes_body=route.body is not None)
         query = parse_query(request, route.query)
         body = await parse_body(request, route.body)
         reply = await route.handler(Call(request, actor, scope, query, body))

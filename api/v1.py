@@ -6,12 +6,14 @@ import base64
 import binascii
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 
+from api import safejson
 from api.jobs import (
     JobBuilder,
     change_entry,
@@ -99,7 +101,7 @@ def encode_cursor(**fields: Any) -> str:
 
 def decode_cursor(cursor: str, *keys: str) -> dict[str, Any]:
     try:
-        fields = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        fields = safejson.loads(base64.urlsafe_b64decode(cursor.encode()))
         # Lone surrogates (\ud800) read as JSON, but no store takes them.
         json.dumps(fields, ensure_ascii=False).encode()
     except (binascii.Error, ValueError, UnicodeError):
@@ -263,27 +265,67 @@ async def save(call: Call, before: Job, after: Job, action: str) -> Reply:
 
 
 def if_match(call: Call, job: Job) -> int:
+    """The revision a write may apply to: the client's (If-Match) or, without If-Match, the one
+    this request read. `If-Match: *` is any current revision (RFC 9110); so weak tags, compared
+    strongly, never match."""
     header = call.request.headers.get("If-Match")
     if header is None:
         return job.revision
-    value = header.strip().removeprefix("W/").strip('"')
-    if not value.isdigit() or int(value) != job.revision:
+    tags = entity_tags(header)
+    if tags is not None and str(job.revision) not in tags:
         raise ApiError(
             412,
             "Precondition Failed",
-            f"If-Match {header} does not match the job's revision {job.revision}",
-            [("If-Match", "stale or malformed revision")],
+            f"If-Match does not match the job's revision {job.revision}: read it again",
+            [("If-Match", "stale revision")],
         )
     return job.revision
 
 
+# One entity-tag of a list (RFC 9110 8.8.3), with the blanks around it; no `"` inside, so a
+# match never backtracks.
+_ENTITY_TAG = re.compile(r'[ \t]*(W/)?"([\x21\x23-\x7e]*)"[ \t]*')
+
+
+def entity_tags(header: str) -> set[str] | None:
+    """The strong tags of an If-Match header, None for `*`; 400 when it is neither."""
+    if header.strip() == "*":
+        return None
+    strong: set[str] = set()
+    position, found = 0, 0
+    while position < len(header):
+        match = _ENTITY_TAG.match(header, position)
+        if match is None:
+            raise _malformed_if_match()
+        found += 1
+        if not match[1]:
+            strong.add(match[2])
+        position = match.end()
+        if position < len(header) and header[position] != ",":
+            raise _malformed_if_match()
+        position += 1
+    if not found:
+        raise _malformed_if_match()
+    return strong
+
+
+def _malformed_if_match() -> ApiError:
+    reason = 'expected * or a list of entity tags, e.g. "3" (the ETag of a read)'
+    return ApiError(400, "Invalid request", f"If-Match: {reason}", [("If-Match", reason)])
+
+
 async def delete_job(call: Call) -> Reply:
+    """Deleted only at the revision the client saw (If-Match) or this request read: a job that
+    changed meanwhile is not deleted on the strength of a stale read."""
     s = state(call)
     job = await load_job(call)
     guard_system(job, call.scope, s.registry)
+    expected = if_match(call, job)
     change = change_entry("delete", job, None, call.actor, s.clock.now(), s.registry)
-    if not await s.store.delete_job(job.id, change):
-        raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
+    if not await s.store.delete_job(job.id, change, expected_revision=expected):
+        if await s.store.get_job(job.id) is None:
+            raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
+        raise ApiError(412, "Precondition Failed", "the job changed meanwhile: read it again")
     return Reply(None, 204)
 
 

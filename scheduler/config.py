@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
+
+from scheduler.secrets import scrub_text
 
 ENV_PREFIX = "TICKD_"
 # TICKD_HANDLER_SETTINGS__<HANDLER>__<SETTING>=value: one handler's setting.
@@ -36,22 +39,55 @@ def default_instance_id() -> str:
 
 
 SCOPES = ("read", "write", "admin")
+MIN_TOKEN_LENGTH = 32
+# What a token copied from an example or left to be filled in holds. The long words anywhere, in
+# any case: a random token of 32 characters holds one by a chance of about one in 50,000; the
+# short ones only as words of their own ("your-token", "XXXX-XXXX"), which random tokens hardly
+# ever form. Literals and fixed-width look-arounds: linear in the token's length.
+PLACEHOLDER = re.compile(
+    r"change|example|placeholder|replace|secret|token|password|dummy|sample|fixme|default"
+    r"|insert|(?<![a-z0-9])(?:xxxx*|your|test|todo|abc|123)(?![a-z0-9])",
+    re.IGNORECASE,
+)
+# Fewer different characters than this in 32 or more: typed by hand (aaaa..., abcabc...), not drawn.
+MIN_DISTINCT_CHARACTERS = 8
+TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MAKE_A_TOKEN = "e.g. from `openssl rand -base64 32`"
 
 
 @dataclass(frozen=True, kw_only=True)
 class ApiToken:
     """A bearer token of the REST API. `read` sees, `write` changes jobs, `admin` also changes
-    system jobs. The token itself never appears in a repr, a log or a response."""
+    system jobs. The token itself never appears in a repr, a log, an error or a response."""
 
     name: str
     scope: str
     token: str = field(repr=False)
 
     def __post_init__(self) -> None:
+        if not TOKEN_NAME.fullmatch(self.name):
+            raise ConfigError(
+                "api_tokens", "a token's name is 1 to 64 letters, digits, '.', '_' or '-'"
+            )
         if self.scope not in SCOPES:
             raise ConfigError(f"api_tokens.{self.name}.scope", "must be read, write or admin")
-        if len(self.token) < 16:
-            raise ConfigError(f"api_tokens.{self.name}.token", "must be at least 16 characters")
+        problem = token_problem(self.token)
+        if problem:
+            raise ConfigError(f"api_tokens.{self.name}.token", problem)
+
+
+def token_problem(token: str) -> str | None:
+    """Why a token would not keep strangers out, in words that do not repeat it; None if fine."""
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"must be at least {MIN_TOKEN_LENGTH} characters, {MAKE_A_TOKEN}"
+    if not all("!" <= c <= "~" for c in token):
+        return "must be printable ASCII without spaces (what a bearer token can carry)"
+    if PLACEHOLDER.search(token) or len(set(token)) < MIN_DISTINCT_CHARACTERS:
+        return (
+            "looks like a placeholder (a word such as change, example, token or xxxx, or few "
+            f"different characters): draw a random one, {MAKE_A_TOKEN}"
+        )
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,9 +153,7 @@ class Settings:
                 raise ConfigError(name, "must not be negative")
         if not 0 <= self.api_port <= 65535:
             raise ConfigError("api_port", "must be a port number (0 to 65535)")
-        names = [t.name for t in self.api_tokens]
-        if len(set(names)) != len(names):
-            raise ConfigError("api_tokens", "token names must be unique")
+        _check_tokens_differ(self.api_tokens)
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format", "must be text or json")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -143,6 +177,20 @@ class Settings:
     @property
     def effective_queue_size(self) -> int:
         return self.queue_size or 2 * self.workers
+
+
+def _check_tokens_differ(tokens: tuple[ApiToken, ...]) -> None:
+    names = [t.name for t in tokens]
+    if len(set(names)) != len(names):
+        raise ConfigError("api_tokens", "token names must be unique")
+    first_name_of: dict[str, str] = {}
+    for token in tokens:
+        other = first_name_of.setdefault(token.token, token.name)
+        if other != token.name:
+            # One value under two names: the history could not tell who acted, nor a scope hold.
+            raise ConfigError(
+                "api_tokens", f"{other} and {token.name} have the same token: give each its own"
+            )
 
 
 def _positive(name: str, value: float) -> None:
@@ -248,20 +296,27 @@ def _parse_env(name: str, raw: str, hint: Any) -> Any:
         if hint == tuple[int, ...]:
             return tuple(int(item) for item in raw.split(",") if item.strip())
         if hint == tuple[ApiToken, ...]:
-            return tuple(_token_from_env(item) for item in raw.split(",") if item.strip())
+            return _tokens_from_env(setting, raw)
         if hint == tuple[str, ...]:
             return tuple(item.strip() for item in raw.split(",") if item.strip())
+    except ConfigError:
+        raise
     except ValueError as exc:
-        raise ConfigError(setting, f"cannot read {raw!r}: {exc}") from None
+        # The value is shown to help, but credentials in it are not (a URL's password...).
+        raise ConfigError(setting, scrub_text(f"cannot read {raw!r}: {exc}")) from None
     return raw
 
 
-def _token_from_env(item: str) -> ApiToken:
-    """`name:scope:token`; the token may itself contain colons."""
-    parts = item.strip().split(":", 2)
-    if len(parts) != 3:
-        raise ValueError("expected name:scope:token")
-    return ApiToken(name=parts[0], scope=parts[1], token=parts[2])
+def _tokens_from_env(setting: str, raw: str) -> tuple[ApiToken, ...]:
+    """`name:scope:token,...`; a token may itself contain colons. Errors never repeat the value:
+    it is made of tokens."""
+    tokens = []
+    for position, item in enumerate((i for i in raw.split(",") if i.strip()), start=1):
+        parts = item.strip().split(":", 2)
+        if len(parts) != 3:
+            raise ConfigError(setting, f"entry {position}: expected name:scope:token")
+        tokens.append(ApiToken(name=parts[0], scope=parts[1], token=parts[2]))
+    return tuple(tokens)
 
 
 def _tokens_from_file(value: Any) -> tuple[ApiToken, ...]:
@@ -301,14 +356,16 @@ def _check_type(name: str, value: Any, hint: Any) -> None:
         if isinstance(value, list | tuple) and not all(
             isinstance(item, item_type) and not isinstance(item, bool) for item in value
         ):
-            raise ConfigError(name, f"expected a list of {_type_name(item_type)}s, got {value!r}")
+            got = scrub_text(repr(value))
+            raise ConfigError(name, f"expected a list of {_type_name(item_type)}s, got {got}")
     else:
         expected = (hint,)
     if isinstance(value, bool) and bool not in expected:
         expected = ()  # TOML true is not a number
     if not isinstance(value, expected):
-        # Handlers' settings hold secrets: their values are not repeated back.
-        got = "something else" if name in TABLES_FROM_ENV else repr(value)
+        # Handlers' settings and resource URLs hold secrets: their values are not repeated
+        # back; nor anywhere the credentials in a URL.
+        got = "something else" if name in TABLES_FROM_ENV else scrub_text(repr(value))
         raise ConfigError(name, f"expected {_type_name(hint)}, got {got}")
 
 

@@ -169,8 +169,12 @@ class Store(Protocol):
     async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
         """Jobs ordered by name, filtered and paged by the query."""
 
-    async def delete_job(self, job_id: str, change: JobChange | None = None) -> bool:
-        """Remove a job (its executions and history stay); False if there was none."""
+    async def delete_job(
+        self, job_id: str, change: JobChange | None = None, *, expected_revision: int | None = None
+    ) -> bool:
+        """Remove a job (its executions and history stay), and with it its pending run requests;
+        False if there was none. With `expected_revision`, only if the job is still at that
+        revision (compare-and-set, as replace_job): False, and nothing removed, otherwise."""
 
     async def list_changes(
         self, job_id: str, *, limit: int = 100, before: tuple[datetime, str] | None = None

@@ -148,3 +148,103 @@ def test_a_malformed_handler_settings_value_is_not_repeated_in_the_error(tmp_pat
         load_settings(write(tmp_path, 'handler_settings = ["s3cret-vendor-key"]\n'), environ={})
     assert error.value.setting == "handler_settings"
     assert "s3cret-vendor-key" not in str(error.value)
+
+
+# -- API tokens ----------------------------------------------------------------------------------
+
+PRODUCTION = ROOT / "config" / "production.toml"
+# Random, as a real token is; none of the tests below may see it in an error.
+GOOD = "Zq7Lx2Vm9Kt4Rw8Hn3Cj6Bp1Fs5Dy0Ga4E"
+OTHER = "Pm4Ts9Wq2Xv7Kb3Nd8Lh1Rc6Jf5Gz0Ya2U"
+
+
+def test_production_ships_no_token_and_starts_only_with_tokens_from_the_environment() -> None:
+    from tickd.daemon import check_exposure
+
+    settings = load_settings(PRODUCTION, environ={})
+    assert settings.api_tokens == ()
+    assert settings.api_host == "0.0.0.0"
+    with pytest.raises(ConfigError) as refused:
+        check_exposure(settings)
+    assert refused.value.setting == "api_host"
+    assert "TICKD_API_TOKENS" in str(refused.value), "the message says what to do"
+
+    # With tokens from the environment, as the file says to give them, it starts.
+    environ = {"TICKD_API_TOKENS": f"ops:admin:{GOOD},grafana:read:{OTHER}"}
+    settings = load_settings(PRODUCTION, environ=environ)
+    assert [(t.name, t.scope) for t in settings.api_tokens] == [
+        ("ops", "admin"),
+        ("grafana", "read"),
+    ]
+    check_exposure(settings)
+    assert GOOD not in repr(settings)
+
+
+PLACEHOLDERS = [
+    "replace-me-with-a-long-random-token",  # what production.toml used to ship
+    "change-me-change-me-change-me-change-me",
+    "https://example.com/some-long-value-here-0123",
+    "my-secret-admin-value-4fG8kQ2zLp9Xw3Rt",
+    "XXXX-XXXX-XXXX-XXXX-XXXX-XXXX-XXXX-XXXX",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "abcabcabcabcabcabcabcabcabcabcabcabc",
+    "put-your-own-value-in-here-0123456789",
+    "Q9v2mK7xR4tL8wZ3nB6yH1c",  # random, but shorter than 32
+    "Q9v2mK7xR4tL8wZ3 nB6yH1cF5jD0sG2pA7e",  # a space: no bearer token holds one
+]
+
+
+@pytest.mark.parametrize("token", PLACEHOLDERS)
+def test_a_placeholder_or_short_token_is_refused_without_being_shown(
+    tmp_path: Path, token: str
+) -> None:
+    from_file = write(
+        tmp_path, f'[[api_tokens]]\nname = "ops"\nscope = "admin"\ntoken = "{token}"\n'
+    )
+    for path, environ in [(from_file, {}), (None, {"TICKD_API_TOKENS": f"ops:admin:{token}"})]:
+        with pytest.raises(ConfigError) as refused:
+            load_settings(path, environ=environ)
+        assert refused.value.setting == "api_tokens.ops.token"
+        assert token not in str(refused.value)
+
+
+def test_one_token_under_two_names_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={"TICKD_API_TOKENS": f"ci:write:{GOOD},ops:admin:{GOOD}"})
+    assert refused.value.setting == "api_tokens"
+    assert "ci and ops" in str(refused.value)
+    assert GOOD not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        f"ops:{GOOD}",
+        f"ops:root:{GOOD}",
+        f":admin:{GOOD}",
+        f"ops admin:admin:{GOOD}",
+        f"ops:admin:{GOOD},ci:{OTHER}",
+        f"ops:admin:{GOOD},ci:write:{OTHER[:20]}",
+        f"ops:admin:{GOOD},ops:read:{OTHER}",
+        f"ops:admin:{GOOD} {OTHER}",
+        f"{GOOD}",
+    ],
+)
+def test_no_error_about_tokens_shows_a_token(raw: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={"TICKD_API_TOKENS": raw})
+    message = str(refused.value)
+    assert refused.value.setting.startswith(("TICKD_API_TOKENS", "api_tokens"))
+    for secret in (GOOD, OTHER, OTHER[:20], GOOD[:16]):
+        assert secret not in message
+
+
+def test_a_password_in_a_misplaced_url_is_not_shown(tmp_path: Path) -> None:
+    path = write(tmp_path, 'store_url = ["mongodb://tickd:hunter2-pw@mongo-1/tickd"]\n')
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, environ={})
+    assert refused.value.setting == "store_url"
+    assert "hunter2-pw" not in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={"TICKD_HTTP_ALLOWED_PORTS": "redis://:hunter2-pw@redis:6379"})
+    assert "hunter2-pw" not in str(refused.value)

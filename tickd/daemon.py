@@ -83,8 +83,10 @@ def check_exposure(settings: Settings) -> None:
     if settings.api_port and not settings.api_tokens and not is_loopback(settings.api_host):
         raise ConfigError(
             "api_host",
-            f"{settings.api_host} is reachable from elsewhere and no api_tokens are configured; "
-            "configure tokens or listen on 127.0.0.1",
+            f"{settings.api_host} is reachable from elsewhere and no api_tokens are configured: "
+            'set TICKD_API_TOKENS="name:scope:token" (scope read, write or admin; a random '
+            "token of 32 characters or more, e.g. from `openssl rand -base64 32`), or listen on "
+            "loopback only (TICKD_API_HOST=127.0.0.1)",
         )
 
 

@@ -217,8 +217,13 @@ class MongoStore(MongoDatabase):
         return [job_from_document(doc) async for doc in cursor]
 
     @translating_errors
-    async def delete_job(self, job_id: str, change: JobChange | None = None) -> bool:
-        if (await self.jobs.delete_one({"_id": job_id})).deleted_count != 1:
+    async def delete_job(
+        self, job_id: str, change: JobChange | None = None, *, expected_revision: int | None = None
+    ) -> bool:
+        query: Doc = {"_id": job_id}
+        if expected_revision is not None:
+            query["revision"] = expected_revision
+        if (await self.jobs.delete_one(query)).deleted_count != 1:
             return False
         await self.requests.delete_many({"job_id": job_id})
         await self._record(change)

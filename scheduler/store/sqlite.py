@@ -151,9 +151,17 @@ class SQLiteStore(SQLiteFile):
         rows = await self._run(lambda db: db.execute(sql, args).fetchall())
         return [job_from_row(row) for row in rows]
 
-    async def delete_job(self, job_id: str, change: JobChange | None = None) -> bool:
+    async def delete_job(
+        self, job_id: str, change: JobChange | None = None, *, expected_revision: int | None = None
+    ) -> bool:
+        sql = "DELETE FROM jobs WHERE id = ?"
+        args: list[Any] = [job_id]
+        if expected_revision is not None:
+            sql += " AND revision = ?"
+            args.append(expected_revision)
+
         def delete(db: sqlite3.Connection) -> bool:
-            if not db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount:
+            if not db.execute(sql, args).rowcount:
                 return False
             db.execute("DELETE FROM run_requests WHERE job_id = ?", (job_id,))
             record_change_row(db, change)

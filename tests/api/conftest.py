@@ -18,7 +18,10 @@ from scheduler.ports import Store
 from tests.conftest import EngineFactory, Harness
 from tickd.app import build_api
 
-READ, WRITE, ADMIN = "r" * 20, "w" * 20, "a" * 20
+# Random, as configured tokens must be (scheduler/config.py refuses placeholders).
+READ = "read-wtNTScKPlO_QXKa38qNlRhsJKMOc"
+WRITE = "write-q92mXuWVxt2ZvXJbq8kMk5GuszSY"
+ADMIN = "admin-1qkJCPC7Om2NHQwdJ9s454rHnghM"
 TOKENS = (
     ApiToken(name="viewer", scope="read", token=READ),
     ApiToken(name="deployer", scope="write", token=WRITE),
@@ -73,13 +76,14 @@ class Api:
 def api_app(
     make_engine: EngineFactory,
     handlers: dict[str, Handler | HandlerFunc] | None = None,
+    tokens: tuple[ApiToken, ...] = TOKENS,
     **settings: Any,
 ) -> tuple[Harness, web.Application]:
-    """The API over an engine in drain mode, with the test handlers (or `handlers`), tokens and
-    any other `settings`."""
+    """The API over an engine in drain mode, with the test handlers (or `handlers`), `tokens`
+    and any other `settings`."""
     harness = make_engine(
         handlers or {"ping": ping, "sleep": sleep, "boom": boom},
-        api_tokens=TOKENS,
+        api_tokens=tokens,
         max_timeout_seconds=600,
         **settings,
     )
@@ -90,12 +94,24 @@ def api_app(
     return harness, app
 
 
-@pytest.fixture
-async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
-    harness, app = api_app(make_engine)
+async def serve(make_engine: EngineFactory, tokens: tuple[ApiToken, ...]) -> AsyncIterator[Api]:
+    harness, app = api_app(make_engine, tokens=tokens)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
         yield Api(client, harness, harness.clock, harness.store)
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    async for served in serve(make_engine, TOKENS):
+        yield served
+
+
+@pytest.fixture
+async def open_api(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    """The API without tokens, as `make run` serves it on 127.0.0.1."""
+    async for served in serve(make_engine, ()):
+        yield served

@@ -354,3 +354,104 @@ async def test_client_commands_need_no_settings_and_no_handlers(
     assert code == 0
     run = await live.tickd("--config", "/no/such/file.toml", "jobs", "list")
     assert run.code == 0 and run.out == "No jobs.\n"
+
+
+# -- a URL that is no URL, a server that is not tickd ---------------------------------------------
+
+
+async def run_tickd(*args: str, url: str) -> Run:
+    """The command in a subprocess, with TICKD_URL and nothing else of the caller's TICKD_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKD_")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tickd", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**env, "TICKD_URL": url}, cwd=ROOT,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode is not None
+    return Run(process.returncode, out.decode(), err.decode())
+
+
+def one_line(run: Run) -> str:
+    assert "Traceback" not in run.err, run.err
+    assert run.err.count("\n") == 1 and run.err.startswith("tickd"), run.err
+    return run.err
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1", "ftp://x", "localhost:8080", "http://", "http://host:99999", "http://h:port"],
+)
+async def test_a_malformed_url_is_one_line_and_exit_2(url: str) -> None:
+    run = await run_tickd("jobs", "list", url=url)
+    assert run.code == 2, run
+    assert "TICKD_URL" in one_line(run)
+
+
+def impostor_app() -> web.Application:
+    """Servers that answer, but not as tickd does: each under a prefix of its own."""
+
+    async def html(request: web.Request) -> web.Response:
+        return web.Response(
+            text="<html><body>Welcome to nginx!</body></html>", content_type="text/html"
+        )
+
+    async def other_json(request: web.Request) -> web.Response:
+        return web.json_response({"hello": "world"})
+
+    async def odd_items(request: web.Request) -> web.Response:
+        return web.json_response({"items": [1, "two"], "next_cursor": None})
+
+    async def bad_gateway(request: web.Request) -> web.Response:
+        page = "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>"
+        return web.Response(status=502, text=page, content_type="text/html")
+
+    async def redirect_loop(request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.path)
+
+    async def deep_json(request: web.Request) -> web.Response:
+        return web.Response(body=b"[" * 5000 + b"]" * 5000, content_type="application/json")
+
+    async def not_utf8(request: web.Request) -> web.Response:
+        return web.Response(body=b'{"items": ["\xff"]}', content_type="application/json")
+
+    app = web.Application()
+    for prefix, serve in [
+        ("html", html),
+        ("other-json", other_json),
+        ("odd-items", odd_items),
+        ("bad-gateway", bad_gateway),
+        ("redirect-loop", redirect_loop),
+        ("deep-json", deep_json),
+        ("not-utf8", not_utf8),
+    ]:
+        app.router.add_route("*", f"/{prefix}/{{tail:.*}}", serve)
+    return app
+
+
+@pytest.fixture
+async def impostor() -> AsyncIterator[str]:
+    runner = web.AppRunner(impostor_app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["html", "other-json", "odd-items", "bad-gateway", "redirect-loop", "deep-json", "not-utf8"],
+)
+@pytest.mark.parametrize(
+    "command", [("jobs", "list"), ("jobs", "show", "x"), ("executions", "retry", "x")]
+)
+async def test_a_server_that_is_not_tickd_is_one_line_and_exit_1(
+    impostor: str, prefix: str, command: tuple[str, ...]
+) -> None:
+    run = await run_tickd(*command, url=f"{impostor}/{prefix}")
+    assert run.code == 1, run
+    line = one_line(run)
+    assert "tickd API" in line or "502" in line, line

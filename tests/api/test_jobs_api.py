@@ -232,6 +232,89 @@ async def test_a_stale_if_match_loses_and_changes_nothing(api: Api) -> None:
     assert stored is not None and stored.max_retries == 4
 
 
+async def test_a_stale_delete_is_refused_and_deletes_nothing(api: Api) -> None:
+    job = await create(api)
+    await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4})
+    status, body, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}", headers={"If-Match": '"1"'})
+    assert status == 412, body
+    assert body["errors"] == [{"field": "If-Match", "reason": "stale revision"}]
+    assert await api.store.get_job(job["id"]) is not None
+    status, _, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}", headers={"If-Match": '"2"'})
+    assert status == 204
+    assert await api.store.get_job(job["id"]) is None
+
+
+async def test_a_job_changed_between_read_and_delete_is_not_deleted(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await create(api)
+    read_before_the_change = await api.store.get_job(job["id"])
+    await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4})
+
+    async def stale_read(job_id: str) -> Any:
+        return read_before_the_change
+
+    monkeypatch.setattr(api.store, "get_job", stale_read)
+    status, body, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}")
+    assert status == 412, body
+    monkeypatch.undo()
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.max_retries == 4
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix", "kwargs", "status"),
+    [
+        ("PATCH", "", {"json": {"max_retries": 4}}, 200),
+        ("PUT", "", {"json": CRON_JOB}, 200),
+        ("POST", "/pause", {}, 200),
+        ("DELETE", "", {}, 204),
+    ],
+)
+@pytest.mark.parametrize("header", ["*", ' "7", "1" ', 'W/"9", "1"'])
+async def test_if_match_star_or_a_list_holding_the_revision_lets_a_write_through(
+    api: Api, method: str, suffix: str, kwargs: dict[str, Any], status: int, header: str
+) -> None:
+    job = await create(api)
+    got, body, _ = await api.call(
+        method, f"/v1/jobs/{job['id']}{suffix}", headers={"If-Match": header}, **kwargs
+    )
+    assert got == status, body
+
+
+@pytest.mark.parametrize("method", ["PATCH", "DELETE"])
+@pytest.mark.parametrize("header", ['W/"1"', '"2"', '"01"'])
+async def test_an_if_match_without_the_current_strong_tag_is_412(
+    api: Api, method: str, header: str
+) -> None:
+    job = await create(api)
+    kwargs: dict[str, Any] = {"json": {"max_retries": 4}} if method == "PATCH" else {}
+    got, body, _ = await api.call(
+        method, f"/v1/jobs/{job['id']}", headers={"If-Match": header}, **kwargs
+    )
+    assert got == 412, body
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.revision == 1
+
+
+@pytest.mark.parametrize("method", ["PATCH", "PUT", "DELETE"])
+@pytest.mark.parametrize("header", ["1", "", '"1" "1"', '"1', "**", '"1";x', '"a b"'])
+async def test_a_malformed_if_match_is_400_naming_the_header(
+    api: Api, method: str, header: str
+) -> None:
+    job = await create(api)
+    kwargs: dict[str, Any] = {"json": {"max_retries": 4}} if method == "PATCH" else {}
+    if method == "PUT":
+        kwargs = {"json": CRON_JOB}
+    got, body, _ = await api.call(
+        method, f"/v1/jobs/{job['id']}", headers={"If-Match": header}, **kwargs
+    )
+    assert got == 400, body
+    assert [e["field"] for e in body["errors"]] == ["If-Match"]
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.revision == 1
+
+
 async def test_pause_and_resume_are_recorded_in_the_history(api: Api) -> None:
     job = await create(api)
     status, paused, _ = await api.call("POST", f"/v1/jobs/{job['id']}/pause", token=WRITE)

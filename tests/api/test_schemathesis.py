@@ -9,6 +9,9 @@ seeded, and path parameters take their ids most of the time, so that the operati
 one execution reach their logic instead of answering 404; positive job bodies mostly get a real
 handler, valid params and a cron expression that parses (`realistic`), so that creates succeed.
 
+Hand-written cases follow: inputs that once made the server fail (an Authorization header that
+is not UTF-8, JSON nested a thousand levels deep), sent as they are and checked the same way.
+
 The document is built at import, by the code the server serves it with, so that each operation
 is a test of its own (schemathesis's lazy fixture loader fails on pytest 9.2, whose nodes have
 no `_nodeid`); the first test checks that the served /openapi.json is that document.
@@ -73,9 +76,9 @@ from scheduler.store import open_store
 from tickd.app import build_api
 
 T = TypeVar("T")
-ADMIN = "admin-token-" + "s" * 20
+ADMIN = "admin-Vb3rX9qLm2TzK7wPy4Hc8NdJf6Gs1Ra5"
 TOKENS = (
-    ApiToken(name="viewer", scope="read", token="read-token-" + "r" * 20),
+    ApiToken(name="viewer", scope="read", token="read-Kd83nQzW1xLp5RvT9mYc2HbF7gJs4Ae6"),
     ApiToken(name="root", scope="admin", token=ADMIN),
 )
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -421,3 +424,51 @@ def test_the_api_keeps_to_its_document(case: schemathesis.Case[Any], server: Ser
         excluded_checks=[positive_data_acceptance],
         additional_checks=[schema_valid_data_accepted],
     )
+
+
+# -- hand-written cases ---------------------------------------------------------------------------
+
+# Inputs that once made the server fail (500, a traceback in the log): each must be refused as
+# the document says, with problem details.
+NESTED_A_THOUSAND_DEEP = b'{"name": "deep", "params": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+HOSTILE_CASES = [
+    pytest.param(
+        "GET", "/v1/jobs", {"Authorization": b"Bearer \xff\xfe"}, None, 401, id="auth-not-utf8"
+    ),
+    pytest.param(
+        "GET", "/v1/jobs", {"Authorization": b"Bearer caf\xe9"}, None, 401, id="auth-latin-1"
+    ),
+    pytest.param(
+        "POST",
+        "/v1/jobs",
+        {**AUTH, "Content-Type": "application/json"},
+        NESTED_A_THOUSAND_DEEP,
+        400,
+        id="json-a-thousand-deep",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/schedules/preview",
+        {**AUTH, "Content-Type": "application/json"},
+        b'{"schedule": ' + b'{"kind": ' * 1000 + b"1" + b"}" * 1000 + b"}",
+        400,
+        id="json-a-thousand-deep-objects",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "data", "status"), HOSTILE_CASES)
+def test_hostile_inputs_are_refused_as_documented(
+    server: Server,
+    method: str,
+    path: str,
+    headers: dict[str, Any],
+    data: bytes | None,
+    status: int,
+) -> None:
+    case = schema[path][method].Case(headers=headers)
+    # Sent as they are: the client would neither encode such a header nor nest JSON that deep.
+    response = case.call(base_url=server.url, headers=headers, data=data)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"][0].startswith("application/problem+json")
+    case.validate_response(response, headers=headers)

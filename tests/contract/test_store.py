@@ -303,6 +303,38 @@ async def test_delete_job(store: Store) -> None:
     assert await store.get_job(job.id) is None
 
 
+async def test_delete_job_at_a_revision_is_a_compare_and_set(store: Store) -> None:
+    job = make_job("nightly")
+    await store.insert_job(job, change_of(job, "create"))
+    edited = await store.replace_job(
+        replace(job, timeout_seconds=20), job.revision, change_of(job, "update")
+    )
+    assert edited is not None and edited.revision == 2
+    # A client that read revision 1 does not delete what another changed since, nor records it.
+    stale = change_of(job, "delete", T0 + timedelta(minutes=1))
+    assert not await store.delete_job(job.id, stale, expected_revision=1)
+    assert await store.get_job(job.id) == edited
+    assert [c.action for c in await store.list_changes(job.id)] == ["update", "create"]
+    current = change_of(job, "delete", T0 + timedelta(minutes=2))
+    assert await store.delete_job(job.id, current, expected_revision=2)
+    assert await store.get_job(job.id) is None
+    assert [c.action for c in await store.list_changes(job.id)] == ["delete", "update", "create"]
+    assert not await store.delete_job(job.id, expected_revision=2)
+
+
+async def test_delete_job_at_a_stale_revision_keeps_its_run_requests(store: Store) -> None:
+    job = make_job("nightly")
+    await store.insert_job(job)
+    request = RunRequest(
+        id=new_id(), job_id=job.id, scheduled_at=T0, reason="trigger", not_before=T0, created_at=T0
+    )
+    await store.insert_run_requests([request])
+    assert not await store.delete_job(job.id, expected_revision=job.revision + 1)
+    assert await store.run_request_pending(job.id, T0)
+    assert await store.delete_job(job.id, expected_revision=job.revision)
+    assert not await store.run_request_pending(job.id, T0)
+
+
 def change_of(job: Job, action: str, at: datetime = T0, **changes: Any) -> JobChange:
     return JobChange(
         id=new_id(),
