@@ -3,7 +3,7 @@
 import { all, get, post } from "./api.js";
 import { scheduleAsWritten, scheduleInWords } from "./cron.js";
 import { badge, h, jobHash, link, replace } from "./dom.js";
-import { dateTime, millis, relative } from "./format.js";
+import { dateTime, millis, now, relative } from "./format.js";
 import { canChange, canWrite } from "./session.js";
 import { notify } from "./notify.js";
 
@@ -15,7 +15,7 @@ export async function jobsView(main) {
   const count = h("span", { class: "muted" });
   const tbody = h("tbody");
   let jobs = [];
-  let durations = new Map();
+  let latest = new Map(); // job id -> its newest finished execution
 
   const toolbar = h("div", { class: "toolbar" }, search, stateFilter, handlerFilter, count,
     h("span", { class: "spacer" }),
@@ -37,15 +37,15 @@ export async function jobsView(main) {
   function draw() {
     const shown = jobs.filter(visible);
     count.textContent = `${shown.length} of ${jobs.length}`;
-    replace(tbody, shown.length ? shown.map((job) => row(job, durations.get(job.id), load))
+    replace(tbody, shown.length ? shown.map((job) => row(job, latest.get(job.id), load))
       : h("tr", {}, h("td", { colspan: 7, class: "muted" }, jobs.length ? "No job matches." : "No jobs yet.")));
   }
 
   async function load() {
     const [found, recent] = await Promise.all([all("/v1/jobs?limit=500"), get("/v1/executions?limit=500")]);
     jobs = found;
-    durations = new Map();
-    for (const run of recent.items) if (!durations.has(run.job_id) && run.duration_ms !== null) durations.set(run.job_id, run.duration_ms);
+    latest = new Map();
+    for (const run of recent.items) if (!latest.has(run.job_id) && run.status !== "running") latest.set(run.job_id, run);
     const handlers = [...new Set(jobs.map((j) => j.handler))].sort();
     const chosen = handlerFilter.value;
     replace(handlerFilter, h("option", { value: "" }, "Every handler"), handlers.map((name) => h("option", { value: name }, name)));
@@ -58,16 +58,25 @@ export async function jobsView(main) {
   return load;
 }
 
-function row(job, durationMs, reload) {
-  const last = job.last_execution;
+function nextRun(job) {
+  if (!job.enabled || !job.next_run_at) return h("td", { class: "muted" }, "—");
+  const lateBy = (now() - Date.parse(job.next_run_at)) / 1000;
+  return h("td", { class: `nowrap ${lateBy > 5 ? "late" : ""}`, title: dateTime(job.next_run_at) },
+    lateBy > 5 ? `due ${relative(job.next_run_at)}` : relative(job.next_run_at));
+}
+
+function row(job, newest, reload) {
+  // The job's own record of its last run; the newest execution listed when it has none yet.
+  const last = job.last_execution || newest;
+  const durationMs = newest && (!job.last_execution || newest.id === job.last_execution.execution_id) ? newest.duration_ms : null;
   return h("tr", { "data-job": job.name },
     h("td", {}, link(jobHash(job.id), job.name), job.system ? h("span", { class: "tag" }, "system") : null),
     h("td", {}, job.handler),
     h("td", {}, h("div", {}, scheduleInWords(job.schedule)), h("code", { class: "small" }, scheduleAsWritten(job.schedule))),
-    h("td", { class: "nowrap", title: dateTime(job.next_run_at) }, job.enabled ? relative(job.next_run_at) : "—"),
+    nextRun(job),
     h("td", { class: "nowrap" }, last ? [badge(last.status), " ", h("span", { class: "muted" }, millis(durationMs))] : h("span", { class: "muted" }, "never ran")),
     h("td", {}, job.enabled ? h("span", { class: "pill on" }, "enabled") : h("span", { class: "pill off", title: job.paused_reason || "" }, "paused")),
-    h("td", { class: "actions" }, canChange(job) ? jobActions(job, reload) : null));
+    h("td", {}, canChange(job) ? h("div", { class: "actions" }, jobActions(job, reload)) : null));
 }
 
 /** Pause or resume, and trigger: the buttons of the table and of a job's page. */

@@ -16,11 +16,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 from playwright.async_api import Browser, ConsoleMessage, Page, ViewportSize, async_playwright
 
+from handlers.sleep import sleep
 from scheduler.ports import Store
-from tests.api.conftest import api_app
+from tests.api.conftest import api_app, boom, ping
 from tests.conftest import EngineFactory, Harness
 from tests.fixtures.services import service_missing
 from tests.fixtures.stores import opened
+from tickd.app import build_api
 
 # A laptop screen.
 VIEWPORT: ViewportSize = {"width": 1440, "height": 900}
@@ -79,3 +81,19 @@ def _is_error(message: ConsoleMessage) -> bool:
     # The browser logs every 4xx it is answered; the 401 before signing in and the 422 of a form
     # are expected answers, shown on the page, not errors of the page.
     return message.type == "error" and not message.text.startswith("Failed to load resource")
+
+
+@pytest.fixture
+async def open_daemon(make_engine: EngineFactory) -> AsyncIterator[tuple[Harness, str]]:
+    """As `daemon`, with no tokens: the API open on loopback, as `make run` serves it."""
+    harness = make_engine({"ping": ping, "sleep": sleep, "boom": boom}, max_timeout_seconds=600)
+    engine = harness.engine
+    app = build_api(
+        harness.settings, harness.registry, engine.ports, engine.metrics, engine, dispatch=False
+    )
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield harness, str(server.make_url(""))
+    finally:
+        await server.close()

@@ -195,3 +195,26 @@ async def test_a_read_token_sees_but_is_offered_no_changes(
     assert await page.evaluate("sessionStorage.getItem('tickd.token')") == "r" * 20
     assert await page.evaluate("localStorage.length") == 0
     assert "r" * 20 not in await page.evaluate("document.cookie")
+
+
+async def test_without_tokens_it_opens_at_once_and_edits_a_job(
+    open_daemon: tuple[Harness, str], page: Page
+) -> None:
+    harness, url = open_daemon
+    harness.clock.set(T0)
+    await seed_last_hour(harness)
+    await page.goto(f"{url}/ui#/jobs")
+    await expect(page.locator("#session")).to_contain_text("open API")
+    await expect(page.get_by_test_id("jobs").locator("tbody tr")).to_have_count(5)
+    await page.screenshot(path=SCREENSHOTS / "dashboard-jobs.png")
+
+    await page.get_by_role("link", name="billing.invoices").click()
+    await page.get_by_role("link", name="Edit").click()
+    await page.get_by_label("Cron expression (seconds first)").fill("0 15 6 * * MON-FRI")
+    await expect(page.get_by_test_id("schedule-words")).to_have_text("at 06:15, Monday to Friday")
+    await page.get_by_role("button", name="Save changes").click()
+    await expect(page.locator(".job-head")).to_contain_text("at 06:15, Monday to Friday (UTC)")
+    await expect(page.get_by_test_id("history")).to_contain_text("0 15 6 * * MON-FRI")
+    saved = await harness.store.get_job_by_name("billing.invoices")
+    assert saved is not None and saved.revision == 2
+    assert saved.params == {"url": "https://billing.example/run"}
