@@ -6,6 +6,7 @@ COPY scheduler scheduler
 COPY handlers handlers
 COPY api api
 COPY seed seed
+COPY tickd tickd
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit install services services-stop bench clean
+.PHONY: run test lint typecheck unit install services services-stop browser bench clean
 
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,9 @@ install: $(STAMP)
 run: install
 	$(BIN)/tickd --config config/tickd.toml run
 
-## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka.
-test: services lint typecheck unit
+## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka, and the
+## dashboard in Chromium.
+test: services browser lint typecheck unit
 
 ## FerretDB (MongoDB protocol), Redis and Kafka on loopback, installed and started if missing.
 services:
@@ -30,6 +31,13 @@ services:
 
 services-stop:
 	scripts/services.sh stop
+
+## Debian's Chromium, which tests/ui drive through Playwright (never `playwright install`: the
+## browser comes from apt, like everything else). Installed only when missing.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; }
 
 ## Ruff, and the layer contracts of .importlinter (dependencies point one way, no cycles).
 lint: install

@@ -1,4 +1,5 @@
-"""The HTTP application: /v1, the operations endpoints and the OpenAPI document, one route table.
+"""The HTTP application: /v1, the operations endpoints and the OpenAPI document, one route table;
+the dashboard's static files at /ui.
 
 `create_app` takes what the API runs on; the composition root (tickd/app.py) ties the application's
 startup and shutdown to the dispatcher's with aiohttp cleanup contexts.
@@ -15,10 +16,12 @@ from api.openapi import openapi_document
 from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
 from api.problems import problems_middleware
 from api.routing import TOKENS, add_routes
+from api.stats import STATS_ROUTES
+from api.ui import add_ui_routes
 from api.v1 import ROUTES, STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
-ALL_ROUTES = ROUTES + OPS_ROUTES
+ALL_ROUTES = ROUTES + OPS_ROUTES + STATS_ROUTES
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:
@@ -30,6 +33,7 @@ def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application
     app[PROBES] = probes
     app[DOCUMENT] = openapi_document(ALL_ROUTES, version=_version())
     add_routes(app, ALL_ROUTES)
+    add_ui_routes(app)  # the dashboard: static files, its data from /v1 with the same tokens
     return app
 
 

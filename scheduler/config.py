@@ -94,16 +94,22 @@ def token_problem(token: str) -> str | None:
 class Settings:
     # Names this daemon in leases, executions and events; unique per running process.
     instance_id: str = field(default_factory=default_instance_id)
+    # Jobs, executions and history: sqlite:///path or mongodb://host/database.
     store_url: str = "sqlite:///var/tickd.db"
+    # One runner per job across instances: memory:// (one process) or redis://host:6379/0.
     lock_url: str = "memory://"
+    # Execution events: log://, none:// or kafka://host:9092/topic.
     events_url: str = "log://"
+    # Mail handlers send: outbox:///folder (files) or smtp://host:587.
     mail_url: str = "outbox:///var/outbox"
     # The dispatcher wakes this often, and earlier when a job falls due sooner.
     tick_seconds: float = 1.0
+    # Most due jobs fetched and claimed per tick.
     batch_size: int = 100
     # A finished run waits this long for others to end, so that their ends go to the store in
     # one batch (at most batch_size); 0 batches only the runs that end at the same moment.
     finish_linger_seconds: float = 0.002
+    # Runs at once in this process.
     workers: int = 30
     # Tasks waiting for a worker; 0 means twice the number of workers.
     queue_size: int = 0
@@ -122,9 +128,13 @@ class Settings:
     # The REST API, /metrics, /healthz and /readyz; port 0 turns the listener off. Without
     # tokens the API refuses to listen anywhere but on loopback.
     api_host: str = "127.0.0.1"
+    # The API's port (also /ui, the dashboard).
     api_port: int = 8080
+    # Bearer tokens of the API and the dashboard: [[api_tokens]] name, scope, token.
     api_tokens: tuple[ApiToken, ...] = field(default=(), repr=False)
+    # text, or json for one JSON object per line.
     log_format: str = "text"
+    # DEBUG, INFO, WARNING or ERROR.
     log_level: str = "INFO"
     # Seed demo jobs at boot (what `make run` does).
     seed_demo: bool = False

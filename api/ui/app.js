@@ -1,0 +1,91 @@
+// The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new), the
+// token (asked for when the API says 401, kept in sessionStorage only) and a refresh every few
+// seconds of whatever view is open.
+
+import { ApiError, setToken, token } from "./api.js";
+import { h, replace } from "./dom.js";
+import { formView } from "./form.js";
+import { jobView } from "./job.js";
+import { jobsView } from "./jobs.js";
+import { nowView } from "./now.js";
+import { loadSession, session } from "./session.js";
+
+const REFRESH_MS = 5000;
+const main = document.getElementById("main");
+let refresh = null;
+let generation = 0;
+
+function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];
+  if (parts[0] === "jobs" && parts[1]) return ["jobs", () => jobView(main, parts[1])];
+  if (parts[0] === "jobs") return ["jobs", () => jobsView(main)];
+  if (parts[0] === "new") return ["jobs", () => formView(main, null)];
+  return ["now", () => nowView(main)];
+}
+
+async function show() {
+  const mine = ++generation;
+  refresh = null;
+  try {
+    const [tab, view] = route();
+    for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === tab);
+    if (session.actor === null) await loadSession();
+    drawSession();
+    const again = await view();
+    if (mine === generation) refresh = again;
+  } catch (err) {
+    if (mine === generation) failed(err);
+  }
+}
+
+function failed(err) {
+  if (err instanceof ApiError && err.status === 401) return login(token() ? "That token was not accepted." : "");
+  replace(main, h("section", { class: "panel" }, h("h2", {}, "Something went wrong"),
+    h("p", { class: "error-text" }, err.message || String(err))));
+}
+
+function drawSession() {
+  const box = document.getElementById("session");
+  if (!token()) {
+    replace(box, h("span", { class: "muted" }, session.actor === "anonymous" ? "open API (loopback, no tokens)" : ""));
+    return;
+  }
+  replace(box, h("span", {}, `${session.actor} · ${session.scope}`),
+    h("button", { type: "button", class: "link", onclick: () => { setToken(""); session.actor = null; login(""); } }, "Sign out"));
+}
+
+function login(message) {
+  refresh = null;
+  replace(document.getElementById("session"));
+  const input = h("input", { type: "password", name: "token", autocomplete: "off", required: true, "aria-label": "API token" });
+  const form = h("form", { class: "panel login" },
+    h("h2", {}, "Sign in"),
+    h("p", { class: "muted" }, "This tickd asks for an API token. It is kept in this browser tab only."),
+    h("label", {}, h("span", { class: "label" }, "Token"), input),
+    h("p", { class: "error-text" }, message || ""),
+    h("button", { type: "submit", class: "primary" }, "Sign in"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    setToken(input.value.trim());
+    session.actor = null;
+    show();
+  });
+  replace(main, form);
+  input.focus();
+}
+
+async function tick() {
+  // Not while the tab is hidden, nor under a user's hands in a form.
+  if (!refresh || document.hidden) return;
+  const mine = generation;
+  try {
+    await refresh();
+  } catch (err) {
+    if (mine === generation) failed(err);
+  }
+}
+
+window.addEventListener("hashchange", show);
+setInterval(tick, REFRESH_MS);
+show();

@@ -1,0 +1,190 @@
+// Create or edit a job. The API validates (a 422 names each field at fault, shown beside it);
+// the schedule's next fire times are previewed through the API as it is typed, DST changes marked.
+
+import { ApiError, api, get, post } from "./api.js";
+import { cronInWords, intervalInWords } from "./cron.js";
+import { h, jobHash, replace } from "./dom.js";
+import { previewList } from "./job.js";
+
+const PREVIEW_COUNT = 8;
+const PREVIEW_DELAY_MS = 300;
+
+function field(key, label, input, hint) {
+  return h("div", { class: "field", "data-field": key },
+    h("label", {}, h("span", { class: "label" }, label), input),
+    hint || null, h("div", { class: "field-error", role: "alert" }));
+}
+
+function option(value, label, selected) {
+  return h("option", { value, selected: value === selected }, label);
+}
+
+export async function formView(main, id) {
+  const [handlers, job] = await Promise.all([
+    get("/v1/handlers"), id ? get(`/v1/jobs/${encodeURIComponent(id)}`) : null]);
+  const schedule = job ? job.schedule : { kind: "cron", expr: "0 */5 * * * *", timezone: "UTC" };
+  const inputs = {
+    name: h("input", { name: "name", required: true, value: job ? job.name : "", autocomplete: "off", placeholder: "nightly-report" }),
+    handler: h("select", { name: "handler" }, handlers.items.map((hd) => option(hd.name, hd.name, job ? job.handler : "noop"))),
+    kind: h("select", { name: "kind" }, option("cron", "cron", schedule.kind), option("interval", "interval", schedule.kind), option("once", "once", schedule.kind)),
+    expr: h("input", { name: "expr", value: schedule.expr || "0 */5 * * * *", class: "mono", autocomplete: "off" }),
+    timezone: h("input", { name: "timezone", value: schedule.timezone || "UTC", autocomplete: "off" }),
+    every: h("input", { name: "every_seconds", type: "number", min: 1, step: "any", value: schedule.every_seconds || 60 }),
+    at: h("input", { name: "at", type: "datetime-local", step: 1, value: schedule.at ? localInput(schedule.at) : "" }),
+    params: h("textarea", { name: "params", rows: 5, class: "mono", spellcheck: "false" }),
+    timeout: h("input", { name: "timeout_seconds", type: "number", step: "any", value: job ? job.timeout_seconds : 60 }),
+    retries: h("input", { name: "max_retries", type: "number", value: job ? job.max_retries : 0 }),
+    priority: h("select", { name: "priority" }, ["critical", "high", "normal", "low"].map((p) => option(p, p, job ? job.priority : "normal"))),
+    misfire: h("select", { name: "misfire" }, ["coalesce", "run_all", "skip"].map((p) => option(p, p, job ? job.misfire.policy : "coalesce"))),
+    grace: h("input", { name: "grace_seconds", type: "number", step: "any", value: job ? job.misfire.grace_seconds : 60 }),
+    enabled: h("input", { name: "enabled", type: "checkbox", checked: job ? job.enabled : true }),
+  };
+  inputs.params.value = JSON.stringify(job ? job.params : {}, null, 2);
+  const words = h("div", { class: "hint", "data-testid": "schedule-words" });
+  const paramsHint = h("div", { class: "hint" });
+  const preview = h("div", { class: "preview" });
+  const general = h("div", { class: "form-error", role: "alert" });
+  const submit = h("button", { type: "submit", class: "primary" }, job ? "Save changes" : "Create job");
+
+  const cronFields = h("div", { class: "row" }, field("schedule.expr", "Cron expression (seconds first)", inputs.expr), field("schedule.timezone", "Time zone", inputs.timezone));
+  const intervalFields = h("div", { class: "row" }, field("schedule.every_seconds", "Every (seconds)", inputs.every));
+  const onceFields = h("div", { class: "row" }, field("schedule.at", "At (your local time)", inputs.at));
+  const form = h("form", { class: "panel job-form", novalidate: true },
+    h("h2", {}, job ? `Edit ${job.name}` : "New job"),
+    h("div", { class: "row" }, field("name", "Name", inputs.name), field("handler", "Handler", inputs.handler)),
+    h("div", { class: "row" }, field("schedule", "Schedule", inputs.kind)),
+    cronFields, intervalFields, onceFields, words,
+    field("params", "Params (JSON)", inputs.params, paramsHint),
+    h("div", { class: "row" }, field("timeout_seconds", "Timeout (s)", inputs.timeout), field("max_retries", "Retries", inputs.retries),
+      field("priority", "Priority", inputs.priority)),
+    h("div", { class: "row" }, field("misfire.policy", "Missed runs", inputs.misfire), field("misfire.grace_seconds", "Grace (s)", inputs.grace),
+      field("enabled", "Enabled", inputs.enabled)),
+    general,
+    h("div", { class: "form-actions" }, submit, h("a", { class: "button", href: job ? jobHash(job.id) : "#/jobs" }, "Cancel")));
+  replace(main, h("div", { class: "columns form-layout" }, form,
+    h("section", { class: "panel" }, h("h2", {}, "Next fire times"), preview)));
+
+  function scheduleBody() {
+    const kind = inputs.kind.value;
+    if (kind === "cron") return { kind, expr: inputs.expr.value.trim(), timezone: inputs.timezone.value.trim() || "UTC" };
+    if (kind === "interval") return { kind, every_seconds: Number(inputs.every.value) };
+    const at = inputs.at.value ? new Date(inputs.at.value) : null;
+    return { kind, at: at && !Number.isNaN(at.getTime()) ? at.toISOString() : inputs.at.value };
+  }
+
+  function showKind() {
+    const kind = inputs.kind.value;
+    cronFields.hidden = kind !== "cron";
+    intervalFields.hidden = kind !== "interval";
+    onceFields.hidden = kind !== "once";
+    const body = scheduleBody();
+    words.textContent = kind === "cron" ? cronInWords(body.expr) : kind === "interval" && body.every_seconds > 0 ? intervalInWords(body.every_seconds) : "";
+  }
+
+  function showParamsHint() {
+    const handler = handlers.items.find((hd) => hd.name === inputs.handler.value);
+    const props = handler && handler.params_schema && handler.params_schema.properties;
+    if (!props) { paramsHint.textContent = "This handler takes any params."; return; }
+    const required = new Set(handler.params_schema.required || []);
+    const secret = new Set(handler.secret_params);
+    paramsHint.textContent = "Params: " + Object.keys(props).map((name) =>
+      `${name}${required.has(name) ? " (required)" : ""}${secret.has(name) ? " (secret)" : ""}`).join(", ");
+  }
+
+  function clearErrors(prefix) {
+    for (const box of form.querySelectorAll(".field")) {
+      if (prefix && !box.dataset.field.startsWith(prefix)) continue;
+      box.classList.remove("invalid");
+      box.querySelector(".field-error").textContent = "";
+    }
+    if (!prefix) general.textContent = "";
+  }
+
+  /** Each error beside its field: the closest field named by the error's path. */
+  function showErrors(err) {
+    const unplaced = [];
+    for (const error of err.errors.length ? err.errors : [{ field: "body", reason: err.message }]) {
+      let key = error.field;
+      let box = null;
+      while (key && !box) {
+        box = form.querySelector(`.field[data-field="${CSS.escape(key)}"]`);
+        key = key.includes(".") ? key.slice(0, key.lastIndexOf(".")) : "";
+      }
+      if (box) {
+        box.classList.add("invalid");
+        const text = box.querySelector(".field-error");
+        text.textContent = text.textContent ? `${text.textContent}; ${error.reason}` : error.reason;
+      } else unplaced.push(`${error.field}: ${error.reason}`);
+    }
+    general.textContent = unplaced.join("; ");
+  }
+
+  let timer = null;
+  let asked = 0;
+  function schedulePreview() {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const ticket = ++asked;
+      try {
+        const data = await post("/v1/schedules/preview", { schedule: scheduleBody(), name: inputs.name.value.trim() || "preview", count: PREVIEW_COUNT });
+        if (ticket !== asked) return;
+        clearErrors("schedule");
+        replace(preview, previewList(data.times));
+      } catch (err) {
+        if (ticket !== asked) return;
+        clearErrors("schedule");
+        replace(preview, h("p", { class: "muted" }, "No preview: the schedule is not valid yet."));
+        if (err instanceof ApiError) showErrors({ errors: err.errors.filter((e) => e.field.startsWith("schedule")), message: err.message });
+      }
+    }, PREVIEW_DELAY_MS);
+  }
+
+  async function save(event) {
+    event.preventDefault();
+    clearErrors();
+    let params;
+    try {
+      params = JSON.parse(inputs.params.value || "{}");
+    } catch (err) {
+      showErrors({ errors: [{ field: "params", reason: `not valid JSON: ${err.message}` }] });
+      return;
+    }
+    const body = {
+      name: inputs.name.value.trim(), handler: inputs.handler.value, schedule: scheduleBody(), params,
+      enabled: inputs.enabled.checked, timeout_seconds: Number(inputs.timeout.value),
+      max_retries: Number(inputs.retries.value), priority: inputs.priority.value,
+      misfire: { policy: inputs.misfire.value, grace_seconds: Number(inputs.grace.value) },
+      jitter_seconds: job ? job.jitter_seconds : 0,
+    };
+    submit.disabled = true;
+    try {
+      const saved = job
+        ? await api("PUT", `/v1/jobs/${encodeURIComponent(job.id)}`, body, { "If-Match": `"${job.revision}"` })
+        : await post("/v1/jobs", body);
+      location.hash = jobHash(saved.id);
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      showErrors(err);
+    } finally {
+      submit.disabled = false;
+    }
+  }
+
+  form.addEventListener("submit", save);
+  form.addEventListener("input", (event) => {
+    if (event.target === inputs.params) return;
+    showKind();
+    if (event.target === inputs.handler) showParamsHint();
+    if ([inputs.kind, inputs.expr, inputs.timezone, inputs.every, inputs.at, inputs.name].includes(event.target)) schedulePreview();
+  });
+  showKind();
+  showParamsHint();
+  schedulePreview();
+  return null; // a form is not refreshed under the user's hands
+}
+
+function localInput(iso) {
+  const date = new Date(iso);
+  const local = new Date(date.getTime() - date.getTimezoneOffset() * 60000);
+  return local.toISOString().slice(0, 19);
+}
