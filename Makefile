@@ -24,7 +24,7 @@ run: install
 ## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka.
 test: services lint typecheck unit
 
-## FerretDB (MongoDB protocol), Redis and Kafka on loopback, installed and started if missing.
+## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and started if missing.
 services:
 	scripts/services.sh start
 
