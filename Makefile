@@ -25,7 +25,7 @@ run: install
 ## dashboard in Chromium.
 test: services browser lint typecheck unit
 
-## FerretDB (MongoDB protocol), Redis and Kafka on loopback, installed and started if missing.
+## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and started if missing.
 services:
 	scripts/services.sh start
 

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Start/stop real backend services for tickd tests and local development.
 #
-#   scripts/services.sh start  [mongo|redis|kafka ...]   # default: all three
-#   scripts/services.sh stop   [mongo|redis|kafka ...]   # only what this script started
-#   scripts/services.sh status [mongo|redis|kafka ...]   # exit 0 iff all requested are up
-#   scripts/services.sh env                              # export lines for the test suite
+#   scripts/services.sh start  [mongo|postgres|redis|kafka ...]  # default: mongo, redis, kafka
+#   scripts/services.sh stop   [mongo|postgres|redis|kafka ...]  # only what this script started
+#   scripts/services.sh status [mongo|postgres|redis|kafka ...]  # exit 0 iff all requested are up
+#   scripts/services.sh env                                      # export lines for the test suite
 #
-#   mongo  FerretDB (MongoDB wire protocol) on its SQLite backend  127.0.0.1:27017
-#   redis  Debian's redis-server, no persistence                   127.0.0.1:6379
-#   kafka  Apache Kafka, single KRaft node (broker+controller)     127.0.0.1:9092
-#          (its controller listens on 127.0.0.1:9093)
+#   mongo     FerretDB (MongoDB wire protocol) on its PostgreSQL     127.0.0.1:27017
+#             handler, over `postgres` below: start, stop and status
+#             of mongo cover both
+#   postgres  Debian's postgresql, a cluster of this script's own,   127.0.0.1:5433
+#             only as FerretDB's backend (trust auth, no fsync)
+#   redis     Debian's redis-server, no persistence                  127.0.0.1:6379
+#   kafka     Apache Kafka, single KRaft node (broker+controller)    127.0.0.1:9092
+#             (its controller listens on 127.0.0.1:9093)
 #
+# TICKD_MONGO_PORT and TICKD_POSTGRES_PORT move FerretDB and PostgreSQL, so a
+# second stack (with its own TICKD_SERVICES_DIR) can run beside the first.
 # Everything listens on loopback only. Data, logs and pid files live in
 # ${TICKD_SERVICES_DIR:-/tmp/tickd-services}; downloads and builds are cached
 # in ${TICKD_CACHE_DIR:-$HOME/.cache/tickd} so that a warm start takes seconds.
-# Whatever is missing (redis-server, python3-venv, the FerretDB binary, the
+# Whatever is missing (postgresql, redis-server, python3-venv, the FerretDB binary, the
 # Kafka jars, the Python clients used for health checks) is installed on
 # first use from Debian apt, the Go module proxy, Maven Central and PyPI.
 #
@@ -39,28 +45,50 @@ LOG4J_VERSION="2.25.5"
 MAVEN_DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 HOST="127.0.0.1"
-MONGO_PORT=27017
+MONGO_PORT="${TICKD_MONGO_PORT:-27017}"
+# Not 5432, where a system cluster (Debian's `main`) would listen.
+POSTGRES_PORT="${TICKD_POSTGRES_PORT:-5433}"
 REDIS_PORT=6379
 KAFKA_PORT=9092
 KAFKA_CONTROLLER_PORT=9093
 
 MONGO_URL="mongodb://${HOST}:${MONGO_PORT}/"
+# FerretDB's own database in the cluster, reached as its superuser (trust auth
+# on loopback). FerretDB 1.24 holds one pooled connection per statement of an
+# update command until the command ends and waits forever for more once its
+# pool (pool_max_conns, default 50) is spent: a bulk write of 50 updates never
+# answers. A larger pool moves that wall; tickd still sends at most 40
+# statements per command (scheduler/storage/mongodb.py), so several commands in
+# flight at once stay clear of it. max_connections leaves room for the pool and
+# for this script's own checks.
+POSTGRES_USER="postgres"
+POSTGRES_DATABASE="ferretdb"
+POSTGRES_POOL=200
+POSTGRES_MAX_CONNECTIONS=240
+POSTGRES_URL="postgres://${POSTGRES_USER}@${HOST}:${POSTGRES_PORT}/${POSTGRES_DATABASE}"
+FERRETDB_POSTGRESQL_URL="${POSTGRES_URL}?pool_max_conns=${POSTGRES_POOL}"
+# PostgreSQL refuses to run as root; as root, its server and initdb run as the
+# `postgres` user Debian's package creates.
+POSTGRES_OS_USER="postgres"
 REDIS_URL="redis://${HOST}:${REDIS_PORT}/0"
 KAFKA_URL="kafka://${HOST}:${KAFKA_PORT}"
 
 # Bounded waits (seconds) for a freshly launched service to answer.
 MONGO_WAIT=30
+POSTGRES_WAIT=30
 REDIS_WAIT=15
 KAFKA_WAIT=90
 # How long `stop` waits after SIGTERM before it uses SIGKILL.
 STOP_WAIT=30
 
+# mongo brings its postgres along, so `postgres` is not listed on its own.
 ALL_SERVICES=(redis mongo kafka)
 
 RUN_DIR="$DATA_DIR/run"   # pid files
 LOG_DIR="$DATA_DIR/log"   # one log per service (previous run kept as .prev)
 VENV="$CACHE_DIR/venv"    # Python clients used only for health checks
 FERRETDB_BIN="$CACHE_DIR/bin/ferretdb-$FERRETDB_VERSION"
+PG_BIN="" # the server's binaries (/usr/lib/postgresql/<version>/bin), set by ensure_postgres
 KAFKA_HOME="$CACHE_DIR/kafka-$KAFKA_VERSION"
 
 # --------------------------------------------------------------------------
@@ -85,6 +113,7 @@ log_file() { printf '%s/%s.log' "$LOG_DIR" "$1"; }
 proc_marker() {
 	case "$1" in
 	mongo) printf 'ferretdb' ;;
+	postgres) printf 'bin/postgres' ;;
 	redis) printf 'redis-server' ;;
 	kafka) printf 'kafka.Kafka' ;;
 	esac
@@ -252,6 +281,35 @@ ensure_ferretdb() {
 	"$FERRETDB_BIN" --version | head -n 1
 }
 
+# The newest server Debian's postgresql packages installed. Its binaries are
+# not on PATH (/usr/bin has only the client wrappers).
+postgres_bin() {
+	local dir
+	dir="$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+	[[ -x "$dir/initdb" && -x "$dir/postgres" && -x "$dir/psql" ]] || return 1
+	printf '%s' "$dir"
+}
+
+ensure_postgres() {
+	[[ -n "$PG_BIN" ]] && return 0
+	if ! PG_BIN="$(postgres_bin)"; then
+		# Its postinst creates a cluster `main` on 5432 and, with no init system
+		# here, does not start it; we never use that one.
+		apt_install postgresql
+		PG_BIN="$(postgres_bin)" || die "postgres: no server under /usr/lib/postgresql after installing postgresql"
+	fi
+	((EUID != 0)) || id -u "$POSTGRES_OS_USER" >/dev/null 2>&1 ||
+		die "postgres: no user '$POSTGRES_OS_USER' to run PostgreSQL as (Debian's postgresql creates it)"
+}
+
+# The command prefix that runs a PostgreSQL server program unprivileged: as
+# root, as the `postgres` user (setpriv execs in place, so a recorded pid is
+# the server's own); otherwise as the caller.
+as_postgres() {
+	((EUID == 0)) || return 0
+	printf '%s\n' setpriv --reuid="$POSTGRES_OS_USER" --regid="$POSTGRES_OS_USER" --init-groups --
+}
+
 ensure_redis() {
 	command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
 	# Its postinst does not start a daemon here (no init, policy-rc.d), and we
@@ -312,6 +370,14 @@ client.admin.command("ping")
 EOF
 }
 
+# psql, not pg_isready: a real query, so a cluster still starting up or one
+# refusing us (auth, no such role) does not count as up.
+check_postgres() {
+	[[ -n "$PG_BIN" ]] || return 1
+	PGCONNECT_TIMEOUT=2 "$PG_BIN/psql" -X -q -w -h "$HOST" -p "$POSTGRES_PORT" \
+		-U "$POSTGRES_USER" -d postgres -tAc 'SELECT 1' >/dev/null 2>&1
+}
+
 check_redis() {
 	[[ "$(redis-cli -h "$HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == "PONG" ]]
 }
@@ -352,39 +418,110 @@ already_up() {
 }
 
 # --------------------------------------------------------------------------
-# mongo: FerretDB + SQLite
+# postgres: FerretDB's backend, a throwaway cluster of our own
 # --------------------------------------------------------------------------
+# initdb into a scratch directory renamed when complete, so an interrupted
+# first start is never mistaken for a cluster.
+init_postgres_cluster() {
+	local dir="$1" tmp="$1.init" prefix
+	[[ -f "$dir/PG_VERSION" ]] && return 0
+	say "postgres: creating a cluster in $dir (first time only)"
+	mapfile -t prefix < <(as_postgres)
+	rm -rf "$tmp" "$dir"
+	mkdir -p -m 700 "$tmp"
+	((EUID != 0)) || chown "$POSTGRES_OS_USER:" "$tmp"
+	# The superuser is `postgres` whoever runs initdb, so the URL is the same
+	# for root and for a developer; no locale, so the cluster is the same on
+	# every machine.
+	if ! (cd / && "${prefix[@]}" "$PG_BIN/initdb" -D "$tmp" -U "$POSTGRES_USER" \
+		--auth=trust --encoding=UTF8 --no-locale) >"$LOG_DIR/postgres-initdb.log" 2>&1; then
+		cat "$LOG_DIR/postgres-initdb.log" >&2
+		die "postgres: initdb failed"
+	fi
+	# Trust, but only on loopback and the socket in the data directory (the
+	# server listens nowhere else either).
+	cat >"$tmp/pg_hba.conf" <<'HBA'
+# Generated by scripts/services.sh: a throwaway test cluster, trusted on loopback only.
+local all all              trust
+host  all all 127.0.0.1/32 trust
+HBA
+	((EUID != 0)) || chown "$POSTGRES_OS_USER:" "$tmp/pg_hba.conf"
+	mv "$tmp" "$dir"
+}
+
+ensure_postgres_database() {
+	local psql=("$PG_BIN/psql" -X -q -w -h "$HOST" -p "$POSTGRES_PORT" -U "$POSTGRES_USER" -d postgres)
+	[[ "$("${psql[@]}" -tAc "SELECT 1 FROM pg_database WHERE datname = '$POSTGRES_DATABASE'")" == 1 ]] &&
+		return 0
+	"${psql[@]}" -c "CREATE DATABASE $POSTGRES_DATABASE" >/dev/null ||
+		die "postgres: could not create database $POSTGRES_DATABASE"
+}
+
+start_postgres() {
+	ensure_postgres
+	if already_up postgres "$POSTGRES_PORT"; then
+		ensure_postgres_database
+		return 0
+	fi
+	local t0 dir="$DATA_DIR/postgres" prefix
+	t0=$(now)
+	init_postgres_cluster "$dir"
+	mapfile -t prefix < <(as_postgres)
+	# Settings on the command line, so every start applies this script's.
+	#   fsync, synchronous_commit and full_page_writes off: test data is
+	#   throwaway, so a crash may lose it; commits do not wait for the disk.
+	#   The unix socket goes in the data directory (not /var/run/postgresql,
+	#   which a system cluster owns).
+	launch postgres "${prefix[@]}" "$PG_BIN/postgres" -D "$dir" \
+		-c listen_addresses="$HOST" \
+		-c port="$POSTGRES_PORT" \
+		-c unix_socket_directories="$dir" \
+		-c max_connections="$POSTGRES_MAX_CONNECTIONS" \
+		-c fsync=off \
+		-c synchronous_commit=off \
+		-c full_page_writes=off
+	wait_ready postgres "$POSTGRES_WAIT"
+	ensure_postgres_database
+	say "postgres: up at $POSTGRES_URL (PostgreSQL $("$PG_BIN/postgres" --version | sed -n 's/^postgres (PostgreSQL) \([^ ]*\).*/\1/p'), pid $(our_pid postgres), $(($(now) - t0)) s)"
+}
+
+# --------------------------------------------------------------------------
+# mongo: FerretDB on its PostgreSQL handler, over postgres
+# --------------------------------------------------------------------------
+# A FerretDB started by an earlier version of this script, on its SQLite
+# handler, would otherwise be kept as "already running" forever.
+stop_mongo_on_another_handler() {
+	local pid
+	pid="$(our_pid mongo)" || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- '--handler=postgresql' && return 0
+	say "mongo: pid $pid is FerretDB on another handler; restarting it on PostgreSQL (its data is not carried over)"
+	stop_service mongo
+}
+
 start_mongo() {
 	ensure_check_venv
+	start_postgres
+	stop_mongo_on_another_handler
 	already_up mongo "$MONGO_PORT" && return 0
 	ensure_ferretdb
 	local t0 dir="$DATA_DIR/mongo"
 	t0=$(now)
-	mkdir -p "$dir/sqlite"
-	# --sqlite-url must be a file: URI of a directory and end with a slash.
-	#   Its _pragma parameters go to every SQLite connection; FerretDB adds its
-	#   defaults (busy_timeout, journal_mode=wal, auto_vacuum) for those not
-	#   given. synchronous=normal drops the fsync of the WAL at each commit
-	#   (the commit is still atomic; a power cut may lose the last ones, which
-	#   throwaway test data can afford): a one-document update takes ~1.3 ms
-	#   instead of ~2 ms, and writes hold SQLite's single write lock that much
-	#   less. Reads are full scans either way (FerretDB 1.24 on SQLite pushes
-	#   down only {_id: ...}, and that one does not match its _id index), so
-	#   bigger caches or mmap did not measurably help.
+	mkdir -p "$dir"
+	# --postgresql-url: see FERRETDB_POSTGRESQL_URL (pool size) at the top.
 	# --debug-addr=- switches off the metrics/pprof HTTP server that would
 	#   otherwise grab 127.0.0.1:8088.
 	# No auth flags: FerretDB 1.x only enforces auth with --test-enable-new-auth,
 	#   so unauthenticated clients work as with a default mongod.
 	DO_NOT_TRACK=1 launch mongo "$FERRETDB_BIN" \
-		--handler=sqlite \
-		--sqlite-url="file:$dir/sqlite/?_pragma=synchronous(normal)" \
+		--handler=postgresql \
+		--postgresql-url="$FERRETDB_POSTGRESQL_URL" \
 		--state-dir="$dir" \
 		--listen-addr="$HOST:$MONGO_PORT" \
 		--debug-addr=- \
 		--telemetry=disable \
 		--log-level=info
 	wait_ready mongo "$MONGO_WAIT"
-	say "mongo: up at $MONGO_URL (FerretDB $FERRETDB_VERSION, pid $(our_pid mongo), $(($(now) - t0)) s)"
+	say "mongo: up at $MONGO_URL (FerretDB $FERRETDB_VERSION on PostgreSQL, pid $(our_pid mongo), $(($(now) - t0)) s)"
 }
 
 # --------------------------------------------------------------------------
@@ -485,6 +622,15 @@ start_kafka() {
 # --------------------------------------------------------------------------
 # stop: only processes recorded in our pid files
 # --------------------------------------------------------------------------
+# PostgreSQL's SIGTERM (smart shutdown) waits for every client to leave;
+# SIGINT (fast shutdown) disconnects them and still shuts down cleanly.
+stop_signal() {
+	case "$1" in
+	postgres) printf 'INT' ;;
+	*) printf 'TERM' ;;
+	esac
+}
+
 stop_service() {
 	local svc="$1" pid i
 	if ! pid="$(our_pid "$svc")"; then
@@ -492,19 +638,24 @@ stop_service() {
 		say "$svc: not running (nothing started by this script)"
 		return 0
 	fi
-	kill -TERM "$pid" 2>/dev/null || true
+	kill "-$(stop_signal "$svc")" "$pid" 2>/dev/null || true
 	for ((i = 0; i < STOP_WAIT * 10; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
 	if kill -0 "$pid" 2>/dev/null; then
-		warn "$svc: pid $pid ignored SIGTERM for ${STOP_WAIT} s; sending SIGKILL"
+		warn "$svc: pid $pid ignored SIG$(stop_signal "$svc") for ${STOP_WAIT} s; sending SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
 	fi
 	rm -f "$(pid_file "$svc")"
 	say "$svc: stopped (pid $pid)"
 }
-stop_mongo() { stop_service mongo; }
+# FerretDB first: it is PostgreSQL's only client.
+stop_mongo() {
+	stop_service mongo
+	stop_service postgres
+}
+stop_postgres() { stop_service postgres; }
 stop_redis() { stop_service redis; }
 stop_kafka() { stop_service kafka; }
 
@@ -527,7 +678,22 @@ status_service() {
 	fi
 	return 1
 }
-status_mongo() { [[ -x "$VENV/bin/python" ]] || { say "mongo: down $MONGO_URL"; return 1; }; status_service mongo "$MONGO_URL" "$MONGO_PORT"; }
+status_postgres() {
+	PG_BIN="$(postgres_bin)" || { say "postgres: down $POSTGRES_URL (not installed)"; return 1; }
+	status_service postgres "$POSTGRES_URL" "$POSTGRES_PORT"
+}
+# The stack: FerretDB and the PostgreSQL under it.
+status_mongo() {
+	local rc=0
+	status_postgres || rc=1
+	if [[ -x "$VENV/bin/python" ]]; then
+		status_service mongo "$MONGO_URL" "$MONGO_PORT" || rc=1
+	else
+		say "mongo: down $MONGO_URL"
+		rc=1
+	fi
+	return "$rc"
+}
 status_redis() { command -v redis-cli >/dev/null || { say "redis: down $REDIS_URL"; return 1; }; status_service redis "$REDIS_URL" "$REDIS_PORT"; }
 status_kafka() { [[ -x "$VENV/bin/python" ]] || { say "kafka: down $KAFKA_URL"; return 1; }; status_service kafka "$KAFKA_URL" "$KAFKA_PORT"; }
 
@@ -558,8 +724,8 @@ main() {
 	((${#services[@]})) || services=("${ALL_SERVICES[@]}")
 	for svc in "${services[@]}"; do
 		case "$svc" in
-		mongo | redis | kafka) ;;
-		*) die "unknown service '$svc' (expected mongo, redis or kafka)" ;;
+		mongo | postgres | redis | kafka) ;;
+		*) die "unknown service '$svc' (expected mongo, postgres, redis or kafka)" ;;
 		esac
 	done
 

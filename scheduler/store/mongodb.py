@@ -14,9 +14,9 @@ one find reads the fences, one update command carries an UpdateOne per claim, on
 winners back (the documents that now carry the lease token this claim computed). Every other
 fenced write filters on `lease.token`: once a lease is reaped, its run can no longer touch the job.
 
-On FerretDB 1.24 a statement is NOT atomic, so two instances claiming one job at the same instant
-can both win, with the same token. There, only the lock (Redis) keeps instances apart; the system
-tests run two daemons that way.
+On FerretDB 1.24 (the test server, on its PostgreSQL handler) a statement is NOT atomic, so two
+instances claiming one job at the same instant can both win, with the same token. There, only the
+lock (Redis) keeps instances apart; the system tests run two daemons that way.
 """
 
 from __future__ import annotations

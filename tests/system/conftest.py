@@ -1,4 +1,5 @@
-"""System tests: tickd daemons on real FerretDB, Redis and Kafka (scripts/services.sh).
+"""System tests: tickd daemons on real FerretDB (over PostgreSQL), Redis and Kafka
+(scripts/services.sh).
 
 Selected with `pytest -m system`, left out with `-m "not system"`. Each test skips when a service
 is absent, and fails instead under TICKD_REQUIRE_SERVICES=1 (CI).

@@ -1,4 +1,5 @@
-"""The real stack for system tests: daemons in processes of their own on FerretDB, Redis and Kafka,
+"""The real stack for system tests: daemons in processes of their own on FerretDB (its PostgreSQL
+handler), Redis and Kafka,
 the services stopped and started under them, and what the store says ran.
 
 Each test gets a database, a topic and job ids nobody else uses, and removes them afterwards.
