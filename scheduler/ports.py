@@ -283,9 +283,7 @@ class Mailer(Protocol):
 
 
 class MailError(Exception):
-    def __init__(
-        self, message: str, *, transient: bool, recipient_refused: bool = False
-    ) -> None:
+    def __init__(self, message: str, *, transient: bool, recipient_refused: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
         # The receiving side refused the address itself, for good (a 5xx at RCPT, or a 5.1.x /
