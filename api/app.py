@@ -10,14 +10,16 @@ from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
 
+from api.bounces import BOUNCE_ROUTES
 from api.openapi import openapi_document
 from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
 from api.problems import problems_middleware
 from api.routing import TOKENS, add_routes
+from api.unsubscribe import add_unsubscribe_routes
 from api.v1 import ROUTES, STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
-ALL_ROUTES = ROUTES + OPS_ROUTES
+ALL_ROUTES = ROUTES + BOUNCE_ROUTES + OPS_ROUTES
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:
@@ -27,6 +29,7 @@ def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application
     app[PROBES] = probes
     app[DOCUMENT] = openapi_document(ALL_ROUTES, version=_version())
     add_routes(app, ALL_ROUTES)
+    add_unsubscribe_routes(app)  # outside /v1, no bearer token: see api/unsubscribe.py
     return app
 
 
