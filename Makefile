@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit install services services-stop bench clean
+.PHONY: run test lint typecheck unit install services services-stop browser bench clean
 
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ run: install
 	$(BIN)/tickd --config config/tickd.toml run
 
 ## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka.
-test: services lint typecheck unit
+test: services browser lint typecheck unit
 
 ## FerretDB (MongoDB protocol), Redis and Kafka on loopback, installed and started if missing.
 services:
@@ -30,6 +30,10 @@ services:
 
 services-stop:
 	scripts/services.sh stop
+
+## Debian's Chromium, for the tests that render pages (Playwright drives it; no browser download).
+browser:
+	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 
 ## Ruff, and the layer contracts of .importlinter (dependencies point one way, no cycles).
 lint: install

@@ -188,7 +188,7 @@ async def test_ops_list_bounced_addresses_and_clear_one(
     assert by_address["ada@example.com"]["blocked"] is True
     assert by_address["ada@example.com"]["count"] == 3
     assert by_address["bob@example.com"]["blocked"] is False
-    assert "550 5.1.1 gone" == by_address["bob@example.com"]["last_error"]
+    assert by_address["bob@example.com"]["last_error"] == "550 5.1.1 gone"
 
     path = "/v1/bounces/ada@example.com"
     assert (await client.delete(path, headers=bearer(READ))).status == 403
