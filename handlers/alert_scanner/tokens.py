@@ -84,6 +84,11 @@ def _unb64(text: str) -> bytes:
     if not text or not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
         raise MalformedToken("not an unsubscribe token")
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise MalformedToken("not an unsubscribe token") from None
+    # The last character may carry unused bits: only the one spelling of the bytes is a token,
+    # so that no altered link works.
+    if _b64(data) != text:
+        raise MalformedToken("not an unsubscribe token")
+    return data
