@@ -22,10 +22,11 @@ run: install
 	$(BIN)/tickd --config config/tickd.toml run
 
 ## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka, and the
-## dashboard in Chromium.
+## dashboard and an alert email in Chromium.
 test: services browser lint typecheck unit
 
-## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and started if missing.
+## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and
+## started if missing.
 services:
 	scripts/services.sh start
 

@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
 
+from api.bounces import BOUNCE_ROUTES
 from api.edge import edge_middleware
 from api.openapi import openapi_document
 from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
@@ -18,10 +19,11 @@ from api.problems import problems_middleware
 from api.routing import TOKENS, add_routes
 from api.stats import STATS_ROUTES
 from api.ui import add_ui_routes
+from api.unsubscribe import add_unsubscribe_routes
 from api.v1 import ROUTES, STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
-ALL_ROUTES = ROUTES + OPS_ROUTES + STATS_ROUTES
+ALL_ROUTES = ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:
@@ -34,6 +36,7 @@ def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application
     app[DOCUMENT] = openapi_document(ALL_ROUTES, version=_version())
     add_routes(app, ALL_ROUTES)
     add_ui_routes(app)  # the dashboard: static files, its data from /v1 with the same tokens
+    add_unsubscribe_routes(app)  # outside /v1, no bearer token: see api/unsubscribe.py
     return app
 
 

@@ -22,9 +22,13 @@ from aiohttp import web
 
 from api.problems import ApiError
 from api.routing import TOKENS, WRITES
+from api.unsubscribe import PUBLIC_PATHS
 
 # Read-only, no job data: local scrapers and health checks reach them by whatever name.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# Also reached by any name: the probes, and the unsubscribe links of alert emails, opened from
+# the internet through a proxy and guarded by a signed token of their own.
+ANY_NAME_PATHS = PROBE_PATHS | PUBLIC_PATHS
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # host, or [IPv6], then an optional port; the classes exclude ":" so a match never backtracks.
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
@@ -34,7 +38,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if not request.app[TOKENS] and request.path not in PROBE_PATHS:
+    if not request.app[TOKENS] and request.path not in ANY_NAME_PATHS:
         check_loopback_host(request)
         if request.method in WRITES:
             check_same_origin(request)

@@ -48,6 +48,7 @@ from api.models import (
 )
 from api.problems import ApiError, field_error
 from api.routing import Call, Reply, Route, parse_body
+from handlers.product_store import ProductStore
 from scheduler.clock import Clock
 from scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
 from scheduler.config import Settings
@@ -75,6 +76,8 @@ class ApiState:
     wake: Any = None
     # Readiness of the dispatcher, when there is one: () -> (healthy, last error).
     dispatcher_health: Any = None
+    # The product store, when the alert scanner is installed: unsubscribe links, bounces.
+    products: ProductStore | None = None
 
     @property
     def builder(self) -> JobBuilder:

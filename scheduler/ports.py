@@ -299,9 +299,12 @@ class Mailer(Protocol):
 
 
 class MailError(Exception):
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(self, message: str, *, transient: bool, recipient_refused: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+        # The receiving side refused the address itself, for good (a 5xx at RCPT, or a 5.1.x /
+        # 5.2.x mailbox status): a hard bounce, as opposed to a refused login or message.
+        self.recipient_refused = recipient_refused
 
 
 @dataclass(frozen=True, kw_only=True)

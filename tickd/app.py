@@ -18,6 +18,7 @@ from aiohttp import web
 
 from api.app import create_app
 from api.v1 import ApiState
+from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import PRODUCTS, ProductStore
 from scheduler.clock import Clock, SystemClock
 from scheduler.config import Settings
@@ -25,6 +26,7 @@ from scheduler.engine import Engine
 from scheduler.events import open_publisher
 from scheduler.handler_api import Resource, ResourceEnv
 from scheduler.lock import open_lock
+from scheduler.logs import log_event
 from scheduler.mail import open_mailer
 from scheduler.metrics import Metrics
 from scheduler.observers import RunObserver
@@ -73,6 +75,31 @@ async def opened_ports(
         stack.push_async_callback(mailer.close)
         yield Ports(
             store=store, lock=lock, events=events, mailer=mailer, clock=clock or SystemClock()
+        )
+
+
+def api_resources(registry: HandlerRegistry) -> list[Resource[Any]]:
+    """What `tickd api` (no dispatcher, so no handler runs) opens: the product store, when the
+    alert scanner is installed, for its emails' unsubscribe links and bounces."""
+    return [r for r in declared_resources(registry) if r.name == PRODUCTS.name]
+
+
+def log_alert_email_settings(registry: HandlerRegistry, settings: Settings) -> None:
+    """Say at boot what the alert emails will lack: unsubscribe links need two settings."""
+    if "alert_scanner" not in registry:
+        return
+    try:
+        email = EmailSettings.parse(settings.handler_settings.get("alert_scanner", {}))
+    except ValueError as exc:
+        log_event(log, "alert_emails.misconfigured", error=str(exc))
+        return
+    missing = email.missing_for_unsubscribe()
+    if missing:
+        log_event(
+            log,
+            "alert_emails.no_unsubscribe",
+            reason="alert emails carry no unsubscribe link nor List-Unsubscribe header",
+            missing=missing,
         )
 
 
@@ -125,10 +152,13 @@ def build_api(
     engine: Engine | None,
     *,
     dispatch: bool = True,
+    resources: Resources | None = None,
 ) -> web.Application:
     """The REST API on these ports. With an engine, the API wakes it and reports its health,
     and unless `dispatch` is False (tests drain it themselves) its dispatcher starts and stops
-    with the application."""
+    with the application. With the product store among `resources`, it answers the alert
+    emails' unsubscribe links and lists their bounces."""
+    products = (resources or {}).get(PRODUCTS.name)
     state = ApiState(
         store=ports.store,
         registry=registry,
@@ -137,6 +167,7 @@ def build_api(
         metrics=metrics,
         wake=engine.wake if engine else None,
         dispatcher_health=(lambda: (engine.healthy, engine.last_error)) if engine else None,
+        products=cast(ProductStore, products) if products is not None else None,
     )
     app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
     if engine is not None and dispatch:

@@ -18,9 +18,11 @@ from scheduler.secrets import scrub_text
 from scheduler.storage import StartupAborted
 from tickd.app import (
     Resources,
+    api_resources,
     build_api,
     build_engine,
     declared_resources,
+    log_alert_email_settings,
     opened_ports,
     opened_resources,
     seed_at_boot,
@@ -46,8 +48,9 @@ async def run_daemon(
         handlers=[r.name for r in registry],
     )
     metrics = Metrics()
-    # `tickd api` runs no handler, so it opens no handler's resources.
-    resources = declared_resources(registry) if dispatcher else []
+    log_alert_email_settings(registry, settings)
+    # `tickd api` runs no handler: it opens only what the API itself serves from.
+    resources = declared_resources(registry) if dispatcher else api_resources(registry)
     try:
         async with (
             opened_ports(settings, metrics, stop=stop) as ports,
@@ -74,7 +77,7 @@ async def _serve_on(
     if dispatcher:
         engine = build_engine(settings, ports, registry, metrics=metrics, resources=resources)
         await seed_at_boot(ports, registry, settings, resources)
-    app = build_api(settings, registry, ports, metrics, engine)
+    app = build_api(settings, registry, ports, metrics, engine, resources=resources)
     await serve(app, settings, stop)
 
 

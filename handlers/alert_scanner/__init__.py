@@ -10,6 +10,10 @@ Params (all optional; the defaults are the seed's numbers): `alerts_per_scan`, `
 `lookup_concurrency`, `parts_per_lookup`, `smtp_concurrency`, `emails_per_scan`,
 `send_attempts`, `email_scans` (scans with a failed delivery before a notification is given
 up) and `from_address`.
+
+Settings, from `[handler_settings.alert_scanner]` (settings.py): `app_base_url` (links to the
+product app), `public_base_url` and `unsubscribe_secret` (one-click unsubscribe links, answered
+by tickd's API at /unsubscribe), `max_items` (items listed in one email).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits, scan
+from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import PRODUCTS
 from scheduler.handler_api import HandlerContext, Result, handler
 
@@ -58,9 +63,10 @@ SYSTEM_JOB: dict[str, Any] = {
 }
 
 
-def limits_from(params: Mapping[str, Any]) -> ScanLimits:
-    """The scan's limits from a job's params. The API checks the schema on the way in; this
-    guards against what reached the store another way, with a message naming the param."""
+def limits_from(params: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> ScanLimits:
+    """The scan's limits from a job's params and the handler's settings. The API checks the
+    schema on the way in; this guards against what reached the store another way, with a
+    message naming the param or the setting."""
     unknown = set(params) - set(PARAMS["properties"])
     if unknown:
         raise ValueError(f"params: unknown {', '.join(sorted(unknown))}")
@@ -71,7 +77,9 @@ def limits_from(params: Mapping[str, Any]) -> ScanLimits:
     from_address = params.get("from_address")
     if from_address is not None and not isinstance(from_address, str):
         raise ValueError("params.from_address: a string")
-    return ScanLimits(**scan_limits, email=EmailPolicy(**email_limits, from_address=from_address))
+    settings = EmailSettings.parse(config or {})
+    email = EmailPolicy(**email_limits, from_address=from_address, settings=settings)
+    return ScanLimits(**scan_limits, email=email)
 
 
 def _positive(params: Mapping[str, Any], name: str) -> int:
@@ -85,6 +93,6 @@ def _positive(params: Mapping[str, Any], name: str) -> int:
 # One scan at a time per daemon: a second would only lose every conditional write to the first.
 @handler(params_schema=PARAMS, max_concurrency=1, system_job=SYSTEM_JOB, resources=(PRODUCTS,))
 async def alert_scanner(ctx: HandlerContext) -> Result:
-    limits = limits_from(ctx.params)
+    limits = limits_from(ctx.params, ctx.config)
     result = await scan(ctx.resource(PRODUCTS), ctx.mailer, ctx.clock, limits, logger=ctx.logger)
     return result.as_dict()

@@ -14,6 +14,13 @@ Failures. A transient one (4xx, a dropped connection) is retried within the scan
 2 s, 4 s... up to 30 s; if every attempt fails it is recorded (`emailError`, `emailAttempts`) and
 the next scan tries again, until `scans_before_giving_up` scans have failed. A permanent one
 (5xx, a refused or invalid address) is recorded at once with `emailFailedAt`: never retried.
+
+Hard bounces. When the receiving server refuses the address itself for good (a 5xx to RCPT, or a
+5.1.x / 5.2.x mailbox status: MailError.recipient_refused), the address's bounce is counted in
+the product store. From `bounces_before_blocking` (3) on, the address gets no more mail: its
+emails are recorded as given up without a connection being made, until ops clear it
+(DELETE /v1/bounces/{address}) or the user's alerts name another address. A send that succeeds
+clears the address's count (a mailbox that was full, or briefly gone).
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from enum import Enum
 
 from handlers.alert_scanner.emails import compose
 from handlers.alert_scanner.normalize import NormalizationError
-from handlers.product_store import Notification, ProductStore
+from handlers.alert_scanner.settings import EmailSettings
+from handlers.product_store import Bounce, Notification, ProductStore, bounce_key
 from scheduler.handler_api import Clock, Mailer, MailError
 
 RETRY_BASE_SECONDS = 1.0
@@ -49,6 +57,10 @@ class EmailPolicy:
     claim_seconds: float = 900.0
     # The From address; None leaves it to the mailer (smtp://...?from=...).
     from_address: str | None = None
+    # Hard bounces of an address after which it gets no more mail.
+    bounces_before_blocking: int = 3
+    # Links, unsubscribing and the number of items shown ([handler_settings.alert_scanner]).
+    settings: EmailSettings = field(default_factory=EmailSettings)
 
 
 @dataclass(frozen=True)
@@ -115,7 +127,11 @@ async def _deliver_all(
     """Every recipient's email, `policy.concurrency` at once. An unexpected failure (the store
     gone, a bug) stops new sends, but the sends in flight finish and are recorded: cancelling
     them could leave an email delivered and not marked, to be sent again by the next scan."""
-    sender = _Sender(products, mailer, clock, policy, asyncio.Semaphore(policy.concurrency))
+    addresses = {r.address for r in recipients if r.address}
+    bounces = {b.address: b for b in await products.bounces(addresses)} if addresses else {}
+    sender = _Sender(
+        products, mailer, clock, policy, asyncio.Semaphore(policy.concurrency), bounces
+    )
     outcomes = await asyncio.gather(
         *(sender.deliver(r) for r in recipients), return_exceptions=True
     )
@@ -143,6 +159,8 @@ class _Sender:
     clock: Clock
     policy: EmailPolicy
     permits: asyncio.Semaphore
+    # The bounce records of this scan's addresses, by bounce_key.
+    bounces: dict[str, Bounce] = field(default_factory=dict)
     stopping: bool = False
 
     async def deliver(self, recipient: Recipient) -> Outcome:
@@ -156,12 +174,17 @@ class _Sender:
             raise
 
     async def _deliver(self, recipient: Recipient) -> Outcome:
+        blocked = self._blocked(recipient.address)
+        if blocked is not None:
+            await self._failed(recipient, blocked, give_up=True)
+            return Outcome.FAILED
         try:
             message = compose(
                 recipient.address or "",
                 recipient.notifications,
                 now=self.clock.now(),
                 from_address=self.policy.from_address,
+                settings=self.policy.settings,
             )
         except NormalizationError as exc:
             await self._failed(recipient, str(exc), give_up=True)
@@ -169,9 +192,29 @@ class _Sender:
         error = await self._send_with_retries(message)
         if error is None:
             await self.products.mark_emailed(recipient.ids, self.clock.now())
+            await self._bounces_forgotten(recipient.address)
             return Outcome.SENT
+        if error.recipient_refused and not error.transient and recipient.address:
+            await self.products.record_bounce(
+                recipient.address, error=str(error), at=self.clock.now()
+            )
         await self._failed(recipient, str(error), give_up=self._gives_up(recipient, error))
         return Outcome.FAILED
+
+    def _blocked(self, address: str | None) -> str | None:
+        """Why the address gets no more mail, or None."""
+        bounce = self.bounces.get(bounce_key(address)) if address else None
+        if bounce is None or bounce.count < self.policy.bounces_before_blocking:
+            return None
+        return (
+            f"not sent: {address} was refused permanently {bounce.count} times (last: "
+            f"{bounce.last_error}); no more mail until ops clear it or the address changes"
+        )
+
+    async def _bounces_forgotten(self, address: str | None) -> None:
+        """A delivery to an address with bounces: it works again, so its count starts over."""
+        if address and bounce_key(address) in self.bounces:
+            await self.products.clear_bounce(address)
 
     async def _send_with_retries(self, message: EmailMessage) -> MailError | None:
         """None once sent; the last error when it is permanent or no attempt is left."""

@@ -1,9 +1,26 @@
-"""The alert email: one per user per scan, listing every rule of theirs that triggered.
+"""The alert email: one per user per scan, listing the rules of theirs that triggered.
 
-Multipart: a plain-text part and an HTML part, from the templates below. Every value that came
-from the product's data (part names, values, reasons) is untrusted: it is made one line, and
-escaped in HTML. Headers take only one-line text, so a part named `x\\r\\nBcc: someone` cannot add
-a header or a recipient; the recipient must be one plain address.
+Multipart: a plain-text part and an HTML part that say the same: the same items, values, links
+and footer. What it shows:
+
+- The subject and the first item are what changed most (a part that lost a compliance flag
+  before one that reached EOL, before a risk, before a price move, before new alternates):
+  "MAX232CPE is no longer RoHS compliant, and 2 more".
+- At most `max_items` items, most important first, then "and N more" (a link to the app's
+  notifications when `app_base_url` is set): hundreds of triggered rules stay one readable
+  email.
+- Prices with their currency (the part's `priceCurrency`) and two decimals, changes as
+  rounded percentages, the time in the alert's `timeZone` when it has a valid one, else UTC,
+  the zone named either way.
+- Links only from configured base URLs (settings.py): each part to the app, the footer to the
+  alerts page, and, when unsubscribing is configured, one link per alert shown and one for all
+  of them, the latter also in RFC 8058's `List-Unsubscribe` header for the mail provider's
+  button.
+
+Every value that came from the product's data (part names, values, reasons) is untrusted: it is
+made one line, and escaped in HTML. Headers take only one-line text, so a part named
+`x\\r\\nBcc: someone` cannot add a header or a recipient; the recipient must be one plain
+address.
 
 Pure: the time is a parameter, nothing is sent here.
 """
@@ -14,45 +31,48 @@ import hashlib
 import html
 import re
 import unicodedata
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
 from email.errors import HeaderParseError
-from email.headerregistry import Address
+from email.headerregistry import Address, BaseHeader, HeaderRegistry, UnstructuredHeader
 from email.message import EmailMessage
+from email.policy import Policy
+from email.policy import default as default_policy
 from email.utils import format_datetime
 from string import Template
+from typing import Any
+from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
-from handlers.alert_scanner import normalize
+from handlers.alert_scanner import normalize, tokens
 from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.rules import display
+from handlers.alert_scanner.rules import display, percent_text
+from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import Notification
 
-SUBJECT_PARTS_SHOWN = 2
 HEADER_MAX_CHARS = 150
 VALUE_MAX_CHARS = 500
-TYPE_LABELS = {
-    "price_change": "price",
-    "risk": "risk",
-    "compliance": "compliance",
-    "lifecycle": "lifecycle stage",
-    "new_alternate": "alternates",
-}
+SUBJECT_PART_CHARS = 40
+TIME_ZONE_MAX_CHARS = 64
+# Symbols people read without the code; any other currency is written after the amount.
+CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
 
 TEXT = Template("""\
 Hello,
 
 $headline
 
-$items
-You get this email because these alerts ask for one; change that in the app.
-""")
+$items$more
+--
+$footer""")
 
 TEXT_ITEM = Template("""\
-* $part ($what)
+* $summary
     before: $before
     after:  $after
     why:    $reason
-""")
+$link""")
 
 HTML = Template("""\
 <!DOCTYPE html>
@@ -61,21 +81,39 @@ HTML = Template("""\
 <p>Hello,</p>
 <p>$headline</p>
 <table cellpadding="6" style="border-collapse: collapse">
-<tr><th align="left">Part</th><th align="left">What</th><th align="left">Before</th>\
+<tr><th align="left">Part</th><th align="left">Change</th><th align="left">Before</th>\
 <th align="left">After</th><th align="left">Why</th></tr>
 $rows
 </table>
-<p style="color: #666">You get this email because these alerts ask for one; change that in the
-app.</p>
+$more<hr>
+<div style="color: #666; font-size: 90%">
+$footer</div>
 </body>
 </html>
 """)
 
 HTML_ROW = Template(
-    "<tr><td><b>$part</b></td><td>$what</td><td>$before</td><td>$after</td><td>$reason</td></tr>"
+    "<tr><td><b>$part</b></td><td>$change</td><td>$before</td><td>$after</td><td>$reason</td></tr>"
 )
 
 _WHITESPACE = re.compile(r"\s+")
+
+
+# -- the message --------------------------------------------------------------------------------
+
+
+class _OneLineHeader(UnstructuredHeader, BaseHeader):
+    """A header written on one line whatever its length. Folded, a long List-Unsubscribe URL
+    would become RFC 2047 encoded words, which no mail provider reads as a URL (RFC 2369 has it
+    as is); it is ASCII, under 300 characters, far below the 998 a line may have."""
+
+    def fold(self, *, policy: Policy) -> str:
+        return f"{self.name}: {self}{policy.linesep}"
+
+
+_HEADERS = HeaderRegistry()
+_HEADERS.map_to_type("list-unsubscribe", _OneLineHeader)
+POLICY = default_policy.clone(header_factory=_HEADERS)
 
 
 def compose(
@@ -84,10 +122,13 @@ def compose(
     *,
     now: datetime,
     from_address: str | None = None,
+    settings: EmailSettings | None = None,
 ) -> EmailMessage:
-    """The email for one recipient; NormalizationError if the address is not one plain address."""
+    """The email for one recipient (one user); NormalizationError if the address is not one
+    plain address."""
+    digest = Digest(list(notifications), settings or EmailSettings())
     sender = address(from_address, "from") if from_address else None
-    message = EmailMessage()
+    message = EmailMessage(policy=POLICY)
     if sender is not None:
         message["From"] = sender
     message["To"] = address(recipient, "recipient")
@@ -96,8 +137,14 @@ def compose(
     message["Message-ID"] = message_id(notifications, domain=sender.domain if sender else "")
     # RFC 3834: a machine wrote this; auto-responders should not answer it.
     message["Auto-Submitted"] = "auto-generated"
-    message.set_content(text_body(notifications))
-    message.add_alternative(html_body(notifications), subtype="html")
+    everything = digest.unsubscribe_url(None)
+    if everything is not None:
+        # RFC 8058: the provider's own button POSTs `List-Unsubscribe=One-Click` to it. The
+        # whole list, as a list's unsubscribe means: every alert email of this user.
+        message["List-Unsubscribe"] = f"<{everything}>"
+        message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    message.set_content(digest.text())
+    message.add_alternative(digest.html(), subtype="html")
     return message
 
 
@@ -110,12 +157,12 @@ def address(value: str, what: str) -> Address:
 
 
 def subject(notifications: Sequence[Notification]) -> str:
-    names = list(dict.fromkeys(one_line(n.part_name, 40) for n in notifications))
-    shown = ", ".join(names[:SUBJECT_PARTS_SHOWN])
-    more = len(names) - SUBJECT_PARTS_SHOWN
-    count = len(notifications)
-    head = "Part alert" if count == 1 else f"{count} part alerts"
-    return header_text(f"{head}: {shown}" + (f" and {more} more" if more > 0 else ""))
+    """What changed most, and how many more: "MAX232CPE is no longer RoHS compliant, and 2 more"."""
+    ranked = by_importance(notifications)
+    top = describe(ranked[0], part_chars=SUBJECT_PART_CHARS) if ranked else None
+    head = top.sentence if top else "Part alert"
+    more = len(ranked) - 1
+    return header_text(head + (f", and {more} more" if more > 0 else ""))
 
 
 def message_id(notifications: Sequence[Notification], *, domain: str) -> str:
@@ -124,38 +171,309 @@ def message_id(notifications: Sequence[Notification], *, domain: str) -> str:
     return f"<alerts.{digest[:32]}@{header_text(domain) or 'tickd.invalid'}>"
 
 
-def headline(notifications: Sequence[Notification]) -> str:
-    count = len(notifications)
-    return (
-        "One of your part alerts triggered:"
-        if count == 1
-        else f"{count} of your part alerts triggered:"
+# -- what one item says -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One triggered rule in words, every value one line of plain (unescaped) text."""
+
+    part: str
+    change: str
+    before: str
+    after: str
+    reason: str
+    importance: float
+
+    @property
+    def sentence(self) -> str:
+        return f"{self.part} {self.change}"
+
+
+def describe(n: Notification, *, part_chars: int = VALUE_MAX_CHARS) -> Item:
+    """The item for a notification: a sentence with the part as its subject, and the values in
+    the form people read them."""
+    describer = DESCRIBERS.get(n.type, _describe_other)
+    change, importance, shown = describer(n)
+    before, after = (one_line(shown(v)) for v in (n.previous_value, n.current_value))
+    return Item(
+        part=one_line(n.part_name, part_chars),
+        change=one_line(change),
+        before=before,
+        after=after,
+        reason=one_line(n.reason),
+        importance=importance,
     )
 
 
-def text_body(notifications: Sequence[Notification]) -> str:
-    items = "".join(TEXT_ITEM.substitute(_fields(n)) for n in notifications)
-    return TEXT.substitute(headline=headline(notifications), items=items)
+def by_importance(notifications: Sequence[Notification]) -> list[Notification]:
+    """Most important first; equals keep their order (the reading order they came in)."""
+    return sorted(notifications, key=lambda n: -describe(n).importance)
 
 
-def html_body(notifications: Sequence[Notification]) -> str:
-    rows = "\n".join(HTML_ROW.substitute(_escaped(_fields(n))) for n in notifications)
-    return HTML.substitute(headline=html.escape(headline(notifications)), rows=rows)
+Description = tuple[str, float, Callable[[Any], str]]
 
 
-def _fields(notification: Notification) -> dict[str, str]:
-    """What one item shows, every value one line of text."""
-    return {
-        "part": one_line(notification.part_name),
-        "what": one_line(TYPE_LABELS.get(notification.type, notification.type)),
-        "before": one_line(display(notification.previous_value)),
-        "after": one_line(display(notification.current_value)),
-        "reason": one_line(notification.reason),
-    }
+def _describe_price(n: Notification) -> Description:
+    def money(value: Any) -> str:
+        return format_money(value, n.currency)
+
+    previous, current = _number(n.previous_value), _number(n.current_value)
+    if current is None:
+        return "price changed", 20.0, money
+    if not previous:
+        return f"price is now {money(current)}", 20.0, money
+    change = (current - previous) / previous * 100
+    verb = "rose" if change > 0 else "fell" if change < 0 else "is still"
+    moved = f" {percent_text(abs(change)).lstrip('+')}" if change else ""
+    # Up to 10 more for the size of the move: a 90 % drop before a 5 % rise.
+    return f"price {verb}{moved} to {money(current)}", 20.0 + min(abs(change), 100) / 10, money
 
 
-def _escaped(fields: dict[str, str]) -> dict[str, str]:
-    return {name: html.escape(value, quote=True) for name, value in fields.items()}
+def _describe_compliance(n: Notification) -> Description:
+    before, after = _flags(n.previous_value, n), _flags(n.current_value, n)
+    lost = [f for f, v in after.items() if before.get(f) == "YES" and v != "YES"]
+    gained = [f for f, v in after.items() if before.get(f) not in (None, "YES") and v == "YES"]
+    if lost:
+        return f"is no longer {_joined(lost)} compliant", 100.0, display
+    if gained:
+        return f"is {_joined(gained)} compliant again", 50.0, display
+    changed = [f"{f} {v}" for f, v in after.items() if before.get(f) != v]
+    return f"compliance changed: {_joined(changed) or display(n.current_value)}", 55.0, display
+
+
+def _describe_lifecycle(n: Notification) -> Description:
+    stage = display(n.current_value)
+    rank = normalize.LIFECYCLE_STAGES.index(stage) if stage in normalize.LIFECYCLE_STAGES else 0
+    return f"is now {stage}", 60.0 + rank, display
+
+
+def _describe_risk(n: Notification) -> Description:
+    current, previous = _number(n.current_value), _number(n.previous_value)
+    if current is None:  # a level: Low, Medium, High, Critical
+        level = display(n.current_value)
+        rank = normalize.RISK_LEVELS.index(level) if level in normalize.RISK_LEVELS else 0
+        return f"is now {level} risk", 40.0 + rank, display
+    if previous is None or current == previous:
+        return f"risk score is now {display(current)}", 40.0, display
+    verb = "rose" if current > previous else "fell"
+    return f"risk score {verb} to {display(current)}", 40.0 + current / 100, display
+
+
+def _describe_alternates(n: Notification) -> Description:
+    before = set(_items(n.previous_value))
+    new = [item for item in _items(n.current_value) if item not in before]
+    count = len(new) or 1
+    return f"has {count} new alternate{'s' if count > 1 else ''}", 10.0, display
+
+
+def _describe_other(n: Notification) -> Description:
+    return f"{n.type} changed", 0.0, display
+
+
+DESCRIBERS: dict[str, Callable[[Notification], Description]] = {
+    "price_change": _describe_price,
+    "compliance": _describe_compliance,
+    "lifecycle": _describe_lifecycle,
+    "risk": _describe_risk,
+    "new_alternate": _describe_alternates,
+}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _items(value: Any) -> list[str]:
+    return [str(item) for item in value] if isinstance(value, list | tuple) else []
+
+
+def _flags(value: Any, n: Notification) -> dict[str, str]:
+    """Compliance flags as a map: all of them (a map), or the one flag the rule watches."""
+    if isinstance(value, Mapping):
+        return {str(flag): str(v) for flag, v in value.items()}
+    flag = _watched_flag(n.threshold)
+    return {flag: str(value)} if flag and value is not None else {}
+
+
+def _watched_flag(threshold: Any) -> str | None:
+    """The flag of a one-flag rule's threshold (`"RoHS=no"`, `{"flag": "RoHS"}`)."""
+    name = threshold.get("flag") if isinstance(threshold, Mapping) else threshold
+    if not isinstance(name, str):
+        return None
+    try:
+        return normalize.flag_name(name.partition("=")[0])
+    except NormalizationError:
+        return None
+
+
+def _joined(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def format_money(value: Any, currency: str | None) -> str:
+    """`$0.71`, `€3.20`, `12.50 CHF`; without a currency, just two decimals."""
+    amount = _number(value)
+    if amount is None:
+        return display(value)
+    code = currency.strip().upper() if isinstance(currency, str) else ""
+    if code in CURRENCY_SYMBOLS:
+        return f"{CURRENCY_SYMBOLS[code]}{amount:,.2f}"
+    if len(code) == 3 and code.isascii() and code.isalpha():
+        return f"{amount:,.2f} {code}"
+    return f"{amount:,.2f}"
+
+
+def recipient_zone(notifications: Sequence[Notification]) -> tzinfo | None:
+    """The first valid `timeZone` of the recipient's alerts, or None (then UTC)."""
+    for n in notifications:
+        name = n.time_zone
+        if not name or len(name) > TIME_ZONE_MAX_CHARS:
+            continue
+        try:
+            return ZoneInfo(name)
+        except (ValueError, KeyError, OSError):  # not a zone, or not a name at all
+            continue
+    return None
+
+
+def format_time(moment: datetime, zone: tzinfo | None) -> str:
+    """The moment for a reader: `2 March 2026 at 10:00 CET (Europe/Berlin)`, or with no zone
+    known `2 March 2026 at 09:00 UTC`."""
+    local = moment.astimezone(zone or UTC)
+    named = f"{local.tzname()} ({zone})" if zone is not None else "UTC"
+    return f"{local.day} {local:%B %Y} at {local:%H:%M} {named}"
+
+
+# -- the digest ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Digest:
+    """One recipient's email: their notifications as items, the links the settings allow."""
+
+    notifications: list[Notification]
+    settings: EmailSettings
+
+    @property
+    def ranked(self) -> list[Notification]:
+        return by_importance(self.notifications)
+
+    @property
+    def shown(self) -> list[Notification]:
+        return self.ranked[: self.settings.max_items]
+
+    @property
+    def hidden(self) -> int:
+        return max(0, len(self.notifications) - self.settings.max_items)
+
+    def headline(self) -> str:
+        count = len(self.notifications)
+        when = format_time(
+            max(n.created_at for n in self.notifications), recipient_zone(self.notifications)
+        )
+        rules = "One of your part alerts" if count == 1 else f"{count} of your part alerts"
+        return f"{rules} triggered, checked on {when}:"
+
+    # links: None when the setting behind them is missing
+
+    def app_url(self, path: str) -> str | None:
+        base = self.settings.app_base_url
+        return None if base is None else f"{base}{path}"
+
+    def part_url(self, n: Notification) -> str | None:
+        return self.app_url(f"/parts/{quote(n.part_id, safe='')}")
+
+    def unsubscribe_url(self, alert_id: str | None) -> str | None:
+        base, secret = self.settings.unsubscribe_base, self.settings.unsubscribe_secret
+        if base is None or secret is None or not self.notifications:
+            return None
+        token = tokens.sign(secret, self.notifications[0].user_id, alert_id)
+        return f"{base}?token={token}"
+
+    def alerts_shown(self) -> list[tuple[str, str]]:
+        """(alert id, part name) of each alert among the items shown, in their order."""
+        seen: dict[str, str] = {}
+        for n in self.shown:
+            seen.setdefault(n.alert_id, one_line(n.part_name, SUBJECT_PART_CHARS))
+        return list(seen.items())
+
+    def footer_lines(self) -> list[tuple[str, str | None]]:
+        """(text, link) lines of the footer, the same in both parts."""
+        lines: list[tuple[str, str | None]] = [
+            ("You get this email because these alerts ask for one.", None)
+        ]
+        manage = self.app_url("/alerts")
+        if manage is not None:
+            lines.append(("Manage your alerts", manage))
+        for alert_id, part in self.alerts_shown():
+            stop = self.unsubscribe_url(alert_id)
+            if stop is not None:
+                lines.append((f"Stop emails for the alert on {part}", stop))
+        everything = self.unsubscribe_url(None)
+        if everything is not None:
+            lines.append(("Stop all alert emails", everything))
+        if manage is None and everything is None:
+            lines[0] = (lines[0][0] + " Change that in the app.", None)
+        return lines
+
+    def more(self) -> tuple[str, str | None] | None:
+        """ "and N more", linked to the app's notifications when there is an app."""
+        if not self.hidden:
+            return None
+        return f"and {self.hidden} more", self.app_url("/notifications")
+
+    # the two parts
+
+    def text(self) -> str:
+        items = "".join(self._text_item(n) for n in self.shown)
+        more = self.more()
+        more_text = "" if more is None else _text_line(*more) + "\n"
+        footer = "".join(_text_line(text, link) + "\n" for text, link in self.footer_lines())
+        return TEXT.substitute(headline=self.headline(), items=items, more=more_text, footer=footer)
+
+    def _text_item(self, n: Notification) -> str:
+        item = describe(n)
+        link = self.part_url(n)
+        return TEXT_ITEM.substitute(
+            summary=item.sentence,
+            before=item.before,
+            after=item.after,
+            reason=item.reason,
+            link="" if link is None else f"    see:    {link}\n",
+        )
+
+    def html(self) -> str:
+        rows = "\n".join(self._html_row(n) for n in self.shown)
+        more = self.more()
+        more_html = "" if more is None else f"<p>{_html_link(more[0], more[1])}</p>\n"
+        footer = "".join(f"<p>{_html_link(text, link)}</p>\n" for text, link in self.footer_lines())
+        return HTML.substitute(
+            headline=html.escape(self.headline()), rows=rows, more=more_html, footer=footer
+        )
+
+    def _html_row(self, n: Notification) -> str:
+        item = describe(n)
+        escaped = {
+            "part": _html_link(item.part, self.part_url(n)),
+            "change": html.escape(item.change),
+            "before": html.escape(item.before),
+            "after": html.escape(item.after),
+            "reason": html.escape(item.reason),
+        }
+        return HTML_ROW.substitute(escaped)
+
+
+def _text_line(text: str, link: str | None) -> str:
+    return text if link is None else f"{text}: {link}"
+
+
+def _html_link(text: str, link: str | None) -> str:
+    shown = html.escape(text)
+    return shown if link is None else f'<a href="{html.escape(link)}">{shown}</a>'
+
+
+# -- text hygiene -------------------------------------------------------------------------------
 
 
 def one_line(value: str, limit: int = VALUE_MAX_CHARS) -> str:

@@ -24,6 +24,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -356,7 +357,7 @@ def _price_watch(op: Operator, rule: Mapping[str, Any]) -> Watch[float]:
 
     def explain(previous: float, current: float) -> str:
         return (
-            f"{change(current):+.2f}% against the baseline {display(baseline)}, "
+            f"{percent_text(change(current))} against the baseline {display(baseline)}, "
             f"{OPERATOR_WORDS[op]} {limit:+g}%"
         )
 
@@ -527,6 +528,18 @@ def _as_is(value: Any, what: str) -> Any:
 
 
 # -- showing values -----------------------------------------------------------------------------
+
+
+def percent_text(value: float) -> str:
+    """A signed percentage as people write it: whole above 10 % (+15%), one decimal above 1 %
+    (+4.4%), two below (+0.25%); halves round away from zero, as people round."""
+    if value == 0:
+        return "0%"
+    size = abs(value)
+    places = 0 if size >= 10 else 1 if size >= 1 else 2
+    rounded = Decimal(repr(size)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    sign = "-" if value < 0 and rounded else "+"
+    return f"{sign}{rounded}%"
 
 
 def display(value: Any) -> str:

@@ -355,7 +355,20 @@ def notify(due: DueRule, part: Mapping[str, Any], verdict: Verdict, now: datetim
         reason=verdict.reason,
         created_at=now,
         notify_email=normalize.truth(rule.get("notifyEmail"), default=False, what="notifyEmail"),
+        currency=_currency(part) if verdict.field == "price" else None,
+        time_zone=_text_or_none(doc.get("timeZone")),
     )
+
+
+def _currency(part: Mapping[str, Any]) -> str | None:
+    """The part's `priceCurrency` when it is an ISO 4217 code (anything else is not shown)."""
+    code = _text_or_none(part.get("priceCurrency"))
+    code = code.strip().upper() if code else None
+    return code if code and len(code) == 3 and code.isascii() and code.isalpha() else None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def notification_id(due: DueRule) -> str:

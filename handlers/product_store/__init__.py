@@ -109,6 +109,23 @@ class Notification:
     email_attempts: int = 0
     email_error: str | None = None
     email_failed_at: datetime | None = None
+    # The part's `priceCurrency` (ISO 4217) when the rule watches its price and the data has one.
+    currency: str | None = None
+    # The alert's `timeZone` (IANA name) when it has one: the email shows times in it.
+    time_zone: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bounce:
+    """Permanent refusals of one address by the receiving mail server (hard bounces)."""
+
+    # As the alerts spell it; the domain in lower case (the record's key).
+    address: str
+    count: int
+    first_at: datetime
+    last_at: datetime
+    # The server's last reply.
+    last_error: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,6 +203,27 @@ class ProductStore(Protocol):
     async def release_email_claims(self, token: str) -> None:
         """Drop the claims `token` still holds (a scan that stopped before sending them)."""
 
+    async def turn_off_email(self, user_id: str, alert_id: str | None) -> int:
+        """Unsubscribe: `notifyEmail: false` on every rule of the user's alert `alert_id`, or of
+        every alert of the user when `alert_id` is None, and on their notifications not yet
+        emailed (so what is waiting is not sent either). An alert of another user is left as
+        it is. Idempotent; returns how many alerts had a rule that still sent email."""
+
+    # -- hard bounces: addresses the receiving server refused for good --------------------------
+
+    async def record_bounce(self, address: str, *, error: str, at: datetime) -> int:
+        """Count one permanent refusal of `address` (keyed with its domain in lower case);
+        returns the count so far."""
+
+    async def bounces(
+        self, addresses: Collection[str] | None = None, *, limit: int = 1000
+    ) -> list[Bounce]:
+        """The bounce records of these addresses (those that have one), or, with None, every
+        record, the most recent bounce first, at most `limit`."""
+
+    async def clear_bounce(self, address: str) -> bool:
+        """Forget the address's bounces (ops, once it is fixed); False if it had none."""
+
     # -- the catalogue walk -------------------------------------------------------------------
 
     async def parts_to_price(self, *, checked_before: datetime, limit: int) -> list[Doc]:
@@ -243,6 +281,13 @@ class ProductStore(Protocol):
         """Oldest first, of one user or of all."""
 
 
+def bounce_key(address: str) -> str:
+    """An address as its bounce record's key: the domain is case-insensitive, the local part
+    (strictly) is not, so only the domain is lowered."""
+    local, at, domain = address.strip().rpartition("@")
+    return f"{local}{at}{domain.lower()}" if at else address.strip()
+
+
 def open_product_store(url: str) -> ProductStore:
     """The product store for a URL (not yet opened: `await store.open()`)."""
     scheme = urlsplit(url).scheme
@@ -278,6 +323,7 @@ PRODUCTS: Resource[ProductStore] = Resource(PRODUCTS_NAME, open=opened_product_s
 __all__ = [
     "PRODUCTS",
     "Alert",
+    "Bounce",
     "Doc",
     "Notification",
     "PriceCheck",
@@ -285,5 +331,6 @@ __all__ = [
     "Reschedule",
     "RuleKey",
     "RuleUpdate",
+    "bounce_key",
     "open_product_store",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from handlers.product_store import Doc, Notification, PriceCheck, RuleUpdate
+from handlers.product_store import Bounce, Doc, Notification, PriceCheck, RuleUpdate
 from scheduler.storage import as_datetime, exact_micros
 
 
@@ -37,6 +37,8 @@ def notification_to_doc(notification: Notification) -> Doc:
         "emailAttempts": n.email_attempts,
         "emailError": n.email_error,
         "emailFailedAt": n.email_failed_at,
+        "currency": n.currency,
+        "timeZone": n.time_zone,
     }
 
 
@@ -64,7 +66,34 @@ def notification_from_doc(doc: Mapping[str, Any]) -> Notification:
         email_attempts=int(doc.get("emailAttempts") or 0),
         email_error=doc.get("emailError"),
         email_failed_at=_maybe_time(doc.get("emailFailedAt"), "emailFailedAt"),
+        currency=_maybe_text(doc.get("currency")),
+        time_zone=_maybe_text(doc.get("timeZone")),
     )
+
+
+def _maybe_text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def bounce_from_doc(doc: Mapping[str, Any]) -> Bounce:
+    return Bounce(
+        address=str(doc["address"]),
+        count=int(doc["count"]),
+        first_at=as_datetime(doc["firstAt"], "firstAt"),
+        last_at=as_datetime(doc["lastAt"], "lastAt"),
+        last_error=str(doc.get("lastError") or ""),
+    )
+
+
+def rules_sending_email(alert: Mapping[str, Any]) -> list[int]:
+    """Positions of the alert's rules whose `notifyEmail` is not false yet (what an unsubscribe
+    sets to false; a rule without the field is set too, to say so)."""
+    rules = alert.get("rules")
+    return [
+        index
+        for index, rule in enumerate(rules if isinstance(rules, list) else [])
+        if isinstance(rule, Mapping) and rule.get("notifyEmail") is not False
+    ]
 
 
 def _maybe_time(value: Any, field: str) -> datetime | None:

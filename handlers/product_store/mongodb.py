@@ -53,20 +53,31 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import bson
 from bson import ObjectId
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, UpdateOne
+from pymongo import (
+    ASCENDING,
+    DESCENDING,
+    AsyncMongoClient,
+    IndexModel,
+    ReplaceOne,
+    ReturnDocument,
+    UpdateOne,
+)
 from pymongo.asynchronous.collection import AsyncCollection
 
 from handlers.product_store import (
     Alert,
+    Bounce,
     Doc,
     Notification,
     PriceCheck,
     Reschedule,
     RuleKey,
     RuleUpdate,
+    bounce_key,
 )
 from handlers.product_store.documents import (
     PriceWrite,
+    bounce_from_doc,
     by_alert,
     notification_from_doc,
     notification_to_doc,
@@ -74,6 +85,7 @@ from handlers.product_store.documents import (
     price_writes,
     rule_conditions,
     rule_fields,
+    rules_sending_email,
 )
 from scheduler.storage.mongodb import (
     MongoDatabase,
@@ -130,6 +142,7 @@ PRICE_HISTORY_INDEXES = [
 QUOTA_SLOT_INDEXES = [
     IndexModel([("key", ASCENDING), ("day", ASCENDING), ("n", ASCENDING)], name="quota_slots"),
 ]
+BOUNCE_INDEXES = [IndexModel([("lastAt", DESCENDING)], name="bounces_recent_first")]
 CLAIM_INDEXES = [
     IndexModel([("notificationId", ASCENDING), ("seq", ASCENDING)], name="claims_latest"),
     IndexModel([("token", ASCENDING), ("state", ASCENDING)], name="claims_by_token"),
@@ -323,6 +336,7 @@ class MongoProductStore(MongoDatabase):
         "parts": PART_INDEXES,
         "priceHistory": PRICE_HISTORY_INDEXES,
         "quotaSlots": QUOTA_SLOT_INDEXES,
+        "emailBounces": BOUNCE_INDEXES,
     }
     WHAT: ClassVar[str] = "the product store"
 
@@ -367,6 +381,10 @@ class MongoProductStore(MongoDatabase):
     @property
     def quota_slots(self) -> Documents:
         return self.database["quotaSlots"]
+
+    @property
+    def bounce_docs(self) -> Documents:
+        return self.database["emailBounces"]
 
     async def _bulk(
         self, collection: Documents, writes: Sequence[Any], *, heavy: bool = False
@@ -512,6 +530,72 @@ class MongoProductStore(MongoDatabase):
             return
         still_held = [i for i in held if i in self._claims]
         await self._end_claims(still_held, RELEASED, None)
+
+    @translating_errors
+    async def turn_off_email(self, user_id: str, alert_id: str | None) -> int:
+        """Each alert's rules by position (FerretDB has no `$[]`); a rule the product adds
+        between the read and the write keeps its own setting."""
+        query: Doc = {"userId": {"$in": id_forms([user_id])}}
+        if alert_id is not None:
+            query["_id"] = id_filter(alert_id)
+        docs = await self._find(self.alerts, query, projection={"rules": 1})
+        writes = [
+            UpdateOne(
+                {"_id": doc["_id"]},
+                {"$set": {f"rules.{i}.notifyEmail": False for i in positions}},
+            )
+            for doc in docs
+            if (positions := rules_sending_email(doc))
+        ]
+        await self._bulk(self.alerts, writes, heavy=True)
+        if docs:
+            await self.notification_docs.update_many(
+                {
+                    "userId": user_id,
+                    "alertId": {"$in": [str(doc["_id"]) for doc in docs]},
+                    **EMAIL_PENDING,
+                },
+                {"$set": {"notifyEmail": False}},
+            )
+        return len(writes)
+
+    # -- hard bounces ---------------------------------------------------------------------------
+
+    @translating_errors
+    async def record_bounce(self, address: str, *, error: str, at: datetime) -> int:
+        key = bounce_key(address)
+        doc = await self.bounce_docs.find_one_and_update(
+            {"_id": key},
+            {
+                "$inc": {"count": 1},
+                "$set": {"lastAt": at, "lastError": error},
+                "$setOnInsert": {"address": key, "firstAt": at},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return int(doc["count"]) if doc else 1
+
+    @translating_errors
+    async def bounces(
+        self, addresses: Collection[str] | None = None, *, limit: int = 1000
+    ) -> list[Bounce]:
+        if limit <= 0:
+            return []
+        if addresses is None:
+            cursor = self.bounce_docs.find({}).sort([("lastAt", DESCENDING), ("_id", ASCENDING)])
+            return [bounce_from_doc(doc) async for doc in in_one_batch(cursor, limit)]
+        keys = list({bounce_key(a) for a in addresses})
+        if not keys:
+            return []
+        return [
+            bounce_from_doc(d) for d in await self._find(self.bounce_docs, {"_id": {"$in": keys}})
+        ]
+
+    @translating_errors
+    async def clear_bounce(self, address: str) -> bool:
+        deleted = await self.bounce_docs.delete_one({"_id": bounce_key(address)})
+        return deleted.deleted_count == 1
 
     # -- the catalogue walk ---------------------------------------------------------------------
 

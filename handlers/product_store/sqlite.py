@@ -25,15 +25,18 @@ from typing import Any, TypeVar
 
 from handlers.product_store import (
     Alert,
+    Bounce,
     Doc,
     Notification,
     PriceCheck,
     Reschedule,
     RuleKey,
     RuleUpdate,
+    bounce_key,
 )
 from handlers.product_store.documents import (
     PriceWrite,
+    bounce_from_doc,
     by_alert,
     is_scannable,
     notification_from_doc,
@@ -42,6 +45,7 @@ from handlers.product_store.documents import (
     price_writes,
     rule_fields,
     rule_is_as_read,
+    rules_sending_email,
 )
 from scheduler.storage import StoreError, as_datetime, micros, to_json_ready
 from scheduler.storage.sqlite import SQLiteFile
@@ -99,6 +103,13 @@ CREATE TABLE IF NOT EXISTS leases (
     owner TEXT NOT NULL,
     -- In microseconds since the epoch.
     until INTEGER NOT NULL
+);
+
+-- Hard bounces by address (bounce_key); `last_at` in microseconds since the epoch.
+CREATE TABLE IF NOT EXISTS email_bounces (
+    address TEXT PRIMARY KEY,
+    doc TEXT NOT NULL,
+    last_at INTEGER NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS quota_usage (
@@ -284,6 +295,78 @@ class SQLiteProductStore(SQLiteFile):
             "UPDATE notifications SET claim_token = NULL, claim_until = NULL WHERE claim_token = ?"
         )
         await self._write(lambda db: db.execute(sql, (token,)))
+
+    async def turn_off_email(self, user_id: str, alert_id: str | None) -> int:
+        where, args = ("id = ?", (alert_id,)) if alert_id is not None else ("1", ())
+        # The user's alerts are found by reading them (no column holds the user): an
+        # unsubscribe is rare, and one user's "all" reads the table once.
+        select = f"SELECT id, doc FROM alerts WHERE {where}"
+        pending = (
+            "UPDATE notifications SET doc = json_set(doc, '$.notifyEmail', json('false')), "
+            "email_pending = 0 WHERE user_id = ? AND email_pending = 1 "
+            "AND json_extract(doc, '$.alertId') = ?"
+        )
+
+        def turn_off(db: sqlite3.Connection) -> int:
+            docs = {row["id"]: json.loads(row["doc"]) for row in db.execute(select, args)}
+            mine = {i: doc for i, doc in docs.items() if str(doc.get("userId")) == user_id}
+            changed = 0
+            for alert_id_, doc in mine.items():
+                positions = rules_sending_email(doc)
+                for index in positions:
+                    doc["rules"][index]["notifyEmail"] = False
+                if positions:
+                    changed += 1
+                    row = alert_row(doc)
+                    db.execute(
+                        "UPDATE alerts SET doc = ?, scannable = ?, next_check_at = ? WHERE id = ?",
+                        (row[1], row[2], row[3], alert_id_),
+                    )
+                db.execute(pending, (user_id, alert_id_))
+            return changed
+
+        return await self._write(turn_off)
+
+    # -- hard bounces ---------------------------------------------------------------------------
+
+    async def record_bounce(self, address: str, *, error: str, at: datetime) -> int:
+        key = bounce_key(address)
+        upsert = (
+            "INSERT INTO email_bounces (address, doc, last_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (address) DO UPDATE SET doc = excluded.doc, last_at = excluded.last_at"
+        )
+
+        def record(db: sqlite3.Connection) -> int:
+            row = db.execute("SELECT doc FROM email_bounces WHERE address = ?", (key,)).fetchone()
+            before: Doc = json.loads(row["doc"]) if row else {"firstAt": at, "count": 0}
+            count = int(before["count"]) + 1
+            doc = {**before, "address": key, "count": count, "lastAt": at, "lastError": error}
+            db.execute(upsert, (key, to_json(doc), micros(at)))
+            return count
+
+        # Read and raised under the write lock: two bounces at once count two.
+        return await self._write(record)
+
+    async def bounces(
+        self, addresses: Collection[str] | None = None, *, limit: int = 1000
+    ) -> list[Bounce]:
+        def select(db: sqlite3.Connection) -> list[Bounce]:
+            if addresses is None:
+                sql = "SELECT doc FROM email_bounces ORDER BY last_at DESC, address LIMIT ?"
+                rows = db.execute(sql, (limit,)).fetchall()
+            else:
+                rows = []
+                for keys in id_chunks([bounce_key(a) for a in addresses]):
+                    sql = f"SELECT doc FROM email_bounces WHERE address IN ({placeholders(keys)})"
+                    rows += db.execute(sql, keys).fetchall()
+            return [bounce_from_doc(json.loads(row["doc"])) for row in rows]
+
+        return await self._read(select) if limit > 0 else []
+
+    async def clear_bounce(self, address: str) -> bool:
+        sql = "DELETE FROM email_bounces WHERE address = ?"
+        deleted = await self._write(lambda db: db.execute(sql, (bounce_key(address),)).rowcount)
+        return bool(deleted)
 
     # -- the catalogue walk ---------------------------------------------------------------------
 

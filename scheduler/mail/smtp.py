@@ -160,7 +160,11 @@ class SmtpMailer:
     def mail_error(self, exc: Exception) -> MailError:
         transient, reason = classify(exc)
         where = f"smtp {self.settings.host}:{self.settings.port}"
-        return MailError(self._scrubbed(f"{where}: {reason}"), transient=transient)
+        return MailError(
+            self._scrubbed(f"{where}: {reason}"),
+            transient=transient,
+            recipient_refused=recipient_refused(exc),
+        )
 
     def _scrubbed(self, text: str) -> str:
         if self.settings.password:
@@ -186,6 +190,17 @@ def classify(exc: Exception) -> tuple[bool, str]:
     if isinstance(exc, ConnectionError | TimeoutError | OSError):
         return True, f"{name}: {exc}"
     return False, f"{name}: {exc}"
+
+
+def recipient_refused(exc: Exception) -> bool:
+    """A hard bounce: every recipient refused with a 5xx at RCPT, or a 5xx reply whose enhanced
+    status (RFC 3463) is about the mailbox (5.1.x address, 5.2.x mailbox), as some servers
+    refuse an unknown user only after DATA."""
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        return bool(exc.recipients) and all(500 <= r.code < 600 for r in exc.recipients)
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return 500 <= exc.code < 600 and exc.message.lstrip().startswith(("5.1.", "5.2."))
+    return False
 
 
 def _untrusted_certificate(exc: BaseException | None) -> bool:

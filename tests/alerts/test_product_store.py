@@ -283,6 +283,90 @@ async def test_email_failures_are_counted_and_giving_up_is_final(products: Produ
     assert [n.id for n in again] == ["n1"]  # the failure dropped the claim; n2 is given up
 
 
+async def test_a_notification_keeps_its_currency_and_time_zone(products: ProductStore) -> None:
+    priced = notification("n1", currency="EUR", time_zone="Europe/Berlin")
+    await products.insert_notifications([priced, notification("n2")])
+    assert await products.notifications() == [priced, notification("n2")]
+
+
+# -- unsubscribe --------------------------------------------------------------------------------
+
+
+def email_flags(stored: Any) -> list[Any]:
+    assert stored is not None
+    return [rule.get("notifyEmail") for rule in stored.doc["rules"]]
+
+
+async def test_turning_email_off_for_one_alert_sets_its_rules_and_pending_notifications(
+    products: ProductStore,
+) -> None:
+    await products.upsert_alerts(
+        [
+            alert("a1", price_rule("r1"), rule("r2", notifyEmail=False), rule("r3")),
+            alert("a2", price_rule("r1")),
+        ]
+    )
+    await products.insert_notifications(
+        [notification("n1", alert_id="a1"), notification("n2", alert_id="a2")]
+    )
+    assert await products.turn_off_email("user-1", "a1") == 1
+    assert email_flags(await products.get_alert("a1")) == [False, False, False]
+    assert email_flags(await products.get_alert("a2")) == [True]
+    claimed = await products.claim_unemailed(now=T0, until=T0, token="t", limit=10)
+    assert [n.id for n in claimed] == ["n2"]  # what waited for a1 is not sent either
+    assert await products.turn_off_email("user-1", "a1") == 0  # idempotent
+    assert email_flags(await products.get_alert("a1")) == [False, False, False]
+
+
+async def test_turning_email_off_for_all_alerts_of_a_user_leaves_other_users_alone(
+    products: ProductStore,
+) -> None:
+    await products.upsert_alerts(
+        [alert("a1"), alert("a2"), alert("b1", user="user-2"), alert("b2", user="user-2")]
+    )
+    assert await products.turn_off_email("user-1", None) == 2
+    assert email_flags(await products.get_alert("a1")) == [False]
+    assert email_flags(await products.get_alert("a2")) == [False]
+    assert email_flags(await products.get_alert("b1")) == [True]
+    # An alert of another user is not turned off, even when named; nor is a missing one.
+    assert await products.turn_off_email("user-1", "b2") == 0
+    assert await products.turn_off_email("user-1", "missing") == 0
+    assert email_flags(await products.get_alert("b2")) == [True]
+
+
+# -- hard bounces -------------------------------------------------------------------------------
+
+
+async def test_bounces_are_counted_per_address_with_the_domain_in_any_case(
+    products: ProductStore,
+) -> None:
+    assert await products.record_bounce("ada@Example.COM", error="550 first", at=T0) == 1
+    later = T0 + timedelta(hours=1)
+    assert await products.record_bounce("ada@example.com", error="550 again", at=later) == 2
+    assert await products.record_bounce("bob@example.com", error="550 bob", at=T0) == 1
+    (ada,) = await products.bounces(["ada@EXAMPLE.com", "nobody@example.com"])
+    assert (ada.address, ada.count, ada.first_at, ada.last_at) == (
+        "ada@example.com",
+        2,
+        T0,
+        later,
+    )
+    assert ada.last_error == "550 again"
+    assert [b.address for b in await products.bounces()] == ["ada@example.com", "bob@example.com"]
+    assert len(await products.bounces(limit=1)) == 1
+    # The local part is not folded: Ada@ is another mailbox for the protocol.
+    assert await products.bounces(["Ada@example.com"]) == []
+
+
+async def test_a_cleared_bounce_starts_counting_again(products: ProductStore) -> None:
+    await products.record_bounce("ada@example.com", error="550", at=T0)
+    await products.record_bounce("ada@example.com", error="550", at=T0)
+    assert await products.clear_bounce("ada@EXAMPLE.com") is True
+    assert await products.clear_bounce("ada@example.com") is False
+    assert await products.bounces() == []
+    assert await products.record_bounce("ada@example.com", error="550", at=T0) == 1
+
+
 # -- seeding ------------------------------------------------------------------------------------
 
 

@@ -267,7 +267,7 @@ def test_a_zero_baseline_has_no_percentage() -> None:
 
 def test_price_reason_says_how_far_and_against_what() -> None:
     verdict = check("price_change", "gt", 10, 100, {"price": 112.5}, baseline=100)
-    assert verdict.reason == "+12.50% against the baseline 100, more than +10%"
+    assert verdict.reason == "+13% against the baseline 100, more than +10%"
 
 
 # -- what a rule watches ------------------------------------------------------------------------

@@ -58,7 +58,7 @@ async def test_a_rule_that_fires_is_notified_written_back_and_emailed(
         12.5,
     )
     assert n.message == "LM317T: price 10 -> 12.5"
-    assert n.reason == "+25.00% against the baseline 10, more than +10%"
+    assert n.reason == "+25% against the baseline 10, more than +10%"
     assert n.created_at == T0 and n.emailed_at == T0 and not n.read
     state = await stored_rule(products)
     assert state["cursor"] == 12.5 and state["baseline"] == 12.5 and state["lastError"] is None
@@ -214,7 +214,7 @@ async def test_one_email_per_user_listing_all_their_triggered_rules(
     messages = {str(m["To"]): m for m in outbox.messages()}
     assert set(messages) == {"ada@example.com", "grace@example.com"}
     ada = messages["ada@example.com"]
-    assert ada["Subject"] == "3 part alerts: LM317T, NE555P"
+    assert ada["Subject"] == "LM317T price rose 100% to 20.00, and 2 more"
     text = ada.get_body(("plain",))
     assert text is not None and text.get_content().count("* ") == 3
     linus = await products.notifications(user_id="linus")

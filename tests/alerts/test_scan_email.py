@@ -53,11 +53,11 @@ async def test_each_user_receives_one_email_with_both_parts(
     assert set(by_recipient) == {("ada@example.com",), ("grace@example.com",)}
     ada = by_recipient[("ada@example.com",)]
     assert ada.mail_from == FROM
-    assert ada.message["Subject"] == "2 part alerts: LM317T"
+    assert ada.message["Subject"] == "LM317T is now EOL, and 1 more"
     assert ada.message.get_content_type() == "multipart/alternative"
     text, html = ada.message.get_body(("plain",)), ada.message.get_body(("html",))
     assert text is not None and html is not None
-    assert "+20.00% against the baseline 10" in text.get_content()
+    assert "+20% against the baseline 10" in text.get_content()
     assert "the lifecycle stage changed" in html.get_content()
     assert all(n.emailed_at == T0 for n in await products.notifications())
 
@@ -152,3 +152,79 @@ async def test_dropped_connections_are_retried_then_recorded_and_sent_later(
     server: SmtpServer = await start_smtp()
     recovered = await run(products, server.url(), clock)
     assert recovered.emails_sent == 2 and len(server.received) == 2
+
+
+# -- hard bounces -------------------------------------------------------------------------------
+
+
+def waiting(notification_id: str, user: str = "ada") -> Notification:
+    """A notification waiting for its email, as a scan leaves it."""
+    return Notification(
+        id=notification_id,
+        user_id=user,
+        email=f"{user}@example.com",
+        alert_id="a1",
+        rule_id="r1",
+        part_id="p1",
+        part_name="LM317T",
+        type="lifecycle",
+        operator="changed",
+        threshold=None,
+        previous_value="Active",
+        current_value="EOL",
+        message="LM317T: lifecycle stage Active -> EOL",
+        reason="the lifecycle stage changed",
+        created_at=T0,
+        notify_email=True,
+    )
+
+
+async def test_after_three_hard_bounces_an_address_gets_no_more_mail_until_cleared(
+    products: ProductStore, start_smtp: StartSmtp, clock: FakeClock
+) -> None:
+    server = await start_smtp()
+    server.rcpt_reply = "550 5.1.1 <ada@example.com>: no such user"
+    for n in range(1, 4):
+        await products.insert_notifications([waiting(f"n{n}")])
+        assert (await run(products, server.url(), clock)).emails_failed == 1
+        (bounce,) = await products.bounces()
+        assert (bounce.address, bounce.count) == ("ada@example.com", n)
+        assert "550 5.1.1" in bounce.last_error
+    server.rcpt_reply = None  # the server would take it now, but the address is blocked
+    await products.insert_notifications([waiting("n4"), waiting("g1", user="grace")])
+    result = await run(products, server.url(), clock)
+    assert (result.emails_sent, result.emails_failed) == (1, 1)
+    assert [r.rcpt_tos for r in server.received] == [["grace@example.com"]]
+    blocked = {n.id: n for n in await products.notifications()}["n4"]
+    assert blocked.email_failed_at == T0 and blocked.email_error is not None
+    assert "refused permanently 3 times" in blocked.email_error
+
+    assert await products.clear_bounce("ada@example.com")
+    await products.insert_notifications([waiting("n5")])
+    assert (await run(products, server.url(), clock)).emails_sent == 1
+    assert [r.rcpt_tos for r in server.received][-1] == ["ada@example.com"]
+
+
+async def test_a_delivery_that_works_again_forgets_the_bounces(
+    products: ProductStore, start_smtp: StartSmtp, clock: FakeClock
+) -> None:
+    server = await start_smtp()
+    server.rcpt_reply = "550 5.2.1 mailbox disabled"
+    await products.insert_notifications([waiting("n1")])
+    await run(products, server.url(), clock)
+    assert [b.count for b in await products.bounces()] == [1]
+    server.rcpt_reply = None
+    await products.insert_notifications([waiting("n2")])
+    assert (await run(products, server.url(), clock)).emails_sent == 1
+    assert await products.bounces() == []
+
+
+async def test_a_refused_message_is_not_a_bounce_of_the_address(
+    products: ProductStore, start_smtp: StartSmtp, clock: FakeClock
+) -> None:
+    """554 5.7.1 (policy: spam) refuses the message, not the mailbox: the address stays."""
+    server = await start_smtp()
+    server.data_replies = ["554 5.7.1 rejected as spam"]
+    await products.insert_notifications([waiting("n1")])
+    assert (await run(products, server.url(), clock)).emails_failed == 1
+    assert await products.bounces() == []

@@ -151,6 +151,7 @@ async def test_a_wrong_password_is_permanent_and_not_repeated(
         server.url(login=f"{SMTP_USER}:{wrong}@", query=f"cafile={certificate.cert}")
     )
     assert not error.transient and "535" in str(error)
+    assert not error.recipient_refused  # tickd's fault, not the address's
     assert wrong not in str(error) and SMTP_PASSWORD not in str(error)
     assert error.__cause__ is None and error.__suppress_context__
     assert wrong not in caplog.text
@@ -171,23 +172,30 @@ async def test_starttls_required_but_not_offered_is_permanent(start_smtp: StartS
 
 
 @pytest.mark.parametrize(
-    ("rcpt_reply", "data_reply", "transient"),
+    ("rcpt_reply", "data_reply", "transient", "bounce"),
     [
-        ("550 5.1.1 no such user", None, False),
-        ("450 4.2.1 mailbox busy", None, True),
-        (None, "554 5.7.1 rejected as spam", False),
-        (None, "451 4.3.0 try again later", True),
-        (None, "421 4.3.2 shutting down", True),
+        ("550 5.1.1 no such user", None, False, True),
+        ("450 4.2.1 mailbox busy", None, True, False),
+        (None, "554 5.7.1 rejected as spam", False, False),
+        (None, "550 5.1.1 no such user (after DATA)", False, True),
+        (None, "451 4.3.0 try again later", True, False),
+        (None, "421 4.3.2 shutting down", True, False),
     ],
 )
 async def test_replies_are_transient_or_permanent_by_their_code(
-    start_smtp: StartSmtp, rcpt_reply: str | None, data_reply: str | None, transient: bool
+    start_smtp: StartSmtp,
+    rcpt_reply: str | None,
+    data_reply: str | None,
+    transient: bool,
+    bounce: bool,
 ) -> None:
+    """A hard bounce (the address refused for good) is told apart from other refusals."""
     server = await start_smtp()
     server.rcpt_reply = rcpt_reply
     server.data_replies = [data_reply] if data_reply else []
     error = await send_failing(server.url())
     assert error.transient is transient
+    assert error.recipient_refused is bounce
     assert (rcpt_reply or data_reply or "").split(" ", 1)[0] in str(error)
     assert server.received == []
 
