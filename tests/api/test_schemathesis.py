@@ -52,6 +52,7 @@ from api.app import ALL_ROUTES
 from api.openapi import openapi_document
 from handlers.http_check import http_check
 from handlers.noop import noop
+from handlers.product_store import PRODUCTS, ProductStore, open_product_store
 from handlers.sleep import sleep
 from handlers.webhook import webhook
 from scheduler.clock import SystemClock
@@ -204,9 +205,13 @@ def registry() -> HandlerRegistry:
     return handlers
 
 
-async def start(tmp_path: Path) -> tuple[web.AppRunner, Store, str]:
+async def start(tmp_path: Path) -> tuple[web.AppRunner, Store, ProductStore, str]:
+    """The API as `tickd api` serves it: the job store, and the product store for the alert
+    emails' operations (/v1/bounces)."""
     store = open_store(f"sqlite:///{tmp_path}/tickd.db")
     await store.open()
+    products = open_product_store(f"sqlite:///{tmp_path}/tickd.db")
+    await products.open()
     for job in SEED_JOBS.values():
         await store.insert_job(job)
     await store.insert_executions(list(SEED_EXECUTIONS.values()))
@@ -218,12 +223,13 @@ async def start(tmp_path: Path) -> tuple[web.AppRunner, Store, str]:
         mailer=OutboxMailer(tmp_path / "outbox"),
         clock=SystemClock(),
     )
-    app = build_api(settings, registry(), ports, Metrics(), engine=None)
+    resources = {PRODUCTS.name: products}
+    app = build_api(settings, registry(), ports, Metrics(), engine=None, resources=resources)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
-    return runner, store, f"http://{host}:{port}"
+    return runner, store, products, f"http://{host}:{port}"
 
 
 @pytest.fixture(scope="module")
@@ -232,13 +238,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     thread = threading.Thread(target=loop.run_forever, name="api", daemon=True)
     thread.start()
     try:
-        runner, store, url = asyncio.run_coroutine_threadsafe(
+        runner, store, products, url = asyncio.run_coroutine_threadsafe(
             start(tmp_path_factory.mktemp("api")), loop
         ).result(timeout=30)
         yield Server(url, loop, store)
 
         async def stop() -> None:
             await runner.cleanup()
+            await products.close()
             await store.close()
 
         asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=30)
