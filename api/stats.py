@@ -75,7 +75,7 @@ async def stats(call: Call) -> Reply:
             now=now,
             window_seconds=q.window,
             bucket_seconds=bucket_seconds,
-            due_backlog=await s.store.count_due(now),
+            due_backlog=(await s.store.due_backlog(now)).due,
             busy_workers=busy_workers(call),
             workers=s.settings.workers,
             totals=dict(Counter(str(run.status) for run in runs)),

@@ -106,6 +106,12 @@ class Settings:
     tick_seconds: float = 1.0
     # Most due jobs fetched and claimed per tick.
     batch_size: int = 100
+    # Jobs falling due within this many seconds are claimed ahead and fired from in-memory
+    # timers at their exact time (their lease covers the wait); 0 claims only what is due.
+    lookahead_seconds: float = 2.0
+    # The due backlog and oldest-due-age gauges are read from the store this often (never per
+    # tick: a count scans).
+    backlog_refresh_seconds: float = 5.0
     # A finished run waits this long for others to end, so that their ends go to the store in
     # one batch (at most batch_size); 0 batches only the runs that end at the same moment.
     finish_linger_seconds: float = 0.002

@@ -11,7 +11,6 @@ next job falls due or the tick interval passes, whichever is sooner.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections import Counter
@@ -19,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from scheduler.backlog import BacklogGauges
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.lock import lock_key
@@ -30,19 +30,30 @@ from scheduler.observers.events import EventObserver
 from scheduler.observers.logs import LogObserver
 from scheduler.observers.metrics import MetricsObserver
 from scheduler.planning import Plan, plan_run
+from scheduler.pool import WorkerPool
 from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.runner import Outcome, Runner, Task
+from scheduler.timers import Timers
 
 log = logging.getLogger("tickd.engine")
 
 
 @dataclass(frozen=True, slots=True)
 class DueRun:
-    """A job to run now: its schedule's occurrence, or one someone asked for (`request`)."""
+    """A job to run: its schedule's occurrence, or one someone asked for (`request`)."""
 
     job: Job
     request: RunRequest | None = None
+
+    def starts_at(self, now: datetime) -> datetime:
+        """When it should start: a request at once, a scheduled run at its time."""
+        if self.request is not None or self.job.next_run_at is None:
+            return now
+        return max(now, self.job.next_run_at)
+
+    def wait_seconds(self, now: datetime) -> float:
+        return (self.starts_at(now) - now).total_seconds()
 
 
 def one_per_job(runs: list[DueRun]) -> list[DueRun]:
@@ -60,77 +71,9 @@ def one_per_job(runs: list[DueRun]) -> list[DueRun]:
 @dataclass(frozen=True, kw_only=True)
 class Tick:
     fetched: int  # due jobs read
-    claimed: int  # of those, locked and claimed by this instance: now queued, running or skipped
+    claimed: int  # of those, locked and claimed by this instance: queued, armed or skipped
     full: bool  # the fetch hit its limit: more may be due, so look again at once
-
-
-class WorkerPool:
-    """A fixed number of workers fed by a bounded queue."""
-
-    def __init__(self, runner: Runner, *, workers: int, queue_size: int, metrics: Metrics) -> None:
-        self._runner = runner
-        self._metrics = metrics
-        self._queue: asyncio.Queue[Task] = asyncio.Queue(queue_size)
-        self._size = workers
-        self._workers: list[asyncio.Task[None]] = []
-        self.busy = 0
-        self.slot_freed = asyncio.Event()
-        self.inflight: Counter[str] = Counter()  # by handler: queued or running
-
-    def start(self) -> None:
-        self._workers = [
-            asyncio.create_task(self._work(), name=f"worker-{i}") for i in range(self._size)
-        ]
-
-    def free_slots(self) -> int:
-        idle = self._size - self.busy
-        return max(0, idle + self._queue.maxsize - self._queue.qsize())
-
-    async def submit(self, task: Task) -> None:
-        self.inflight[task.job.handler] += 1
-        await self._queue.put(task)  # blocks while the queue is full
-
-    async def join(self) -> None:
-        await self._queue.join()
-
-    def take_queued(self) -> list[Task]:
-        """Empty the queue of tasks no worker has started (for shutdown)."""
-        tasks = []
-        while not self._queue.empty():
-            tasks.append(self._queue.get_nowait())
-            self._queue.task_done()
-            self._done(tasks[-1])
-        return tasks
-
-    async def stop(self, grace_seconds: float) -> None:
-        """Let running tasks finish within the grace period, then cancel the rest."""
-        running = [w for w in self._workers if not w.done()]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
-        for worker in running:
-            worker.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
-
-    async def _work(self) -> None:
-        while True:
-            task = await self._queue.get()
-            self.busy += 1
-            self._metrics.busy_workers.set(self.busy)
-            try:
-                await self._runner.run(task)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug of ours must not take a worker down with it
-                log.exception("worker.task_crashed")
-            finally:
-                self.busy -= 1
-                self._metrics.busy_workers.set(self.busy)
-                self._queue.task_done()
-                self._done(task)
-
-    def _done(self, task: Task) -> None:
-        self.inflight[task.job.handler] -= 1
-        self.slot_freed.set()
+    fired: int = 0  # armed runs whose time came, now queued
 
 
 class Engine:
@@ -178,6 +121,8 @@ class Engine:
             queue_size=settings.effective_queue_size,
             metrics=self.metrics,
         )
+        # Claimed runs waiting for their time: (the run, its lock token).
+        self.timers: Timers[tuple[DueRun, str]] = Timers()
         self.wake = asyncio.Event()  # set to make the dispatcher look again at once
         self.healthy = True
         self.last_error: str | None = None
@@ -191,24 +136,34 @@ class Engine:
     # -- one tick -------------------------------------------------------------------------------
 
     async def tick(self) -> Tick:
-        """One dispatcher pass."""
+        """One dispatcher pass: fire the armed runs whose time came, then claim what falls due
+        before the lookahead horizon. The due query is its only read of the jobs."""
         now = self.ports.clock.now()
         await self._reap(now)
-        limit = min(self.settings.batch_size, self.pool.free_slots())
+        fired = await self._fire(now)
+        limit = min(self.settings.batch_size, self._free_slots())
         if limit == 0:
-            return Tick(fetched=0, claimed=0, full=True)
+            return Tick(fetched=0, claimed=0, full=True, fired=fired)
         fetched = await self._due(now, limit)
-        self.metrics.due_backlog.set(await self.ports.store.count_due(now))
         runs = one_per_job(fetched)
         claimed = await self._dispatch(runs, now) if runs else 0
-        return Tick(fetched=len(fetched), claimed=claimed, full=len(fetched) == limit)
+        full = len(fetched) == limit
+        return Tick(fetched=len(fetched), claimed=claimed, full=full, fired=fired)
+
+    def _free_slots(self) -> int:
+        """Room in the pool, less what is armed: armed runs join the queue when they fire."""
+        return max(0, self.pool.free_slots() - len(self.timers))
 
     async def _due(self, now: datetime, limit: int) -> list[DueRun]:
-        """Run requests (trigger, retry, backfill) first: someone asked for them explicitly."""
+        """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
+        Then the jobs falling due before the lookahead horizon, most urgent first."""
         store = self.ports.store
         runs = [DueRun(job, request) for request, job in await store.due_run_requests(now, limit)]
         if len(runs) < limit:
-            jobs = await store.due_jobs(now, limit - len(runs), exclude_handlers=self._saturated())
+            horizon = now + timedelta(seconds=self.settings.lookahead_seconds)
+            jobs = await store.due_jobs(
+                horizon, limit - len(runs), exclude_handlers=self._saturated()
+            )
             runs += [DueRun(job) for job in jobs]
         return runs
 
@@ -226,9 +181,22 @@ class Engine:
         locked = await self._lock(allowed, token)
         won = await self._claim(locked, now)
         await self._release_lost(locked, won, token)
-        tasks = await self._record(won, now, token)
+        later = [run for run in won if run.starts_at(now) > now]
+        for run in later:
+            self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
+        tasks = await self._record([run for run in won if run.starts_at(now) <= now], now, token)
         await self._submit(tasks)
         return len(won)
+
+    async def _fire(self, now: datetime) -> int:
+        """Record and queue the armed runs whose time has come, one batch per lock token."""
+        fired = self.timers.due(now)
+        by_token: dict[str, list[DueRun]] = {}
+        for run, token in fired:
+            by_token.setdefault(token, []).append(run)
+        for token, runs in by_token.items():
+            await self._submit(await self._record(runs, now, token))
+        return len(fired)
 
     async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
         """A scheduled run claims its job as the due query read it; a requested one claims the
@@ -261,20 +229,27 @@ class Engine:
             await self.pool.submit(task)
 
     async def _lock(self, runs: list[DueRun], token: str) -> list[DueRun]:
+        """Each lock lives through the wait for the run's time, its timeout and a margin."""
         margin = self.settings.lock_margin_seconds
-        ttls = {lock_key(run.job.id): run.job.timeout_seconds + margin for run in runs}
+        now = self.ports.clock.now()
+        ttls = {
+            lock_key(run.job.id): run.wait_seconds(now) + run.job.timeout_seconds + margin
+            for run in runs
+        }
         held = await self.ports.lock.acquire_many(ttls, token)
         self.metrics.lock_contention.inc(len(runs) - len(held))
         return [run for run in runs if lock_key(run.job.id) in held]
 
     def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
+        """The lease covers the wait for the run's time (lookahead), its timeout and a margin."""
         margin = self.settings.lease_margin_seconds
+        starts = max(now, next_run_at) if next_run_at is not None else now
         return Claim(
             job_id=job.id,
             revision=job.revision,
             next_run_at=next_run_at,
             owner=self.settings.instance_id,
-            until=now + timedelta(seconds=job.timeout_seconds + margin),
+            until=starts + timedelta(seconds=job.timeout_seconds + margin),
         )
 
     async def _record(self, runs: list[DueRun], now: datetime, token: str) -> list[Task]:
@@ -290,19 +265,8 @@ class Engine:
                 *missed, last = missed
                 only_skips.append((job, plan, last))
             skipped += [(job, execution) for execution in missed]
-            if plan.run_at is None:
-                continue
-            execution = self._execution(job, plan.run_at, Status.RUNNING, now)
-            tasks.append(
-                Task(
-                    job=job,
-                    execution=execution,
-                    plan=plan,
-                    lock_token=token,
-                    claimed_at=now,
-                    request=run.request,
-                )
-            )
+            if plan.run_at is not None:
+                tasks.append(self._task(run, plan, plan.run_at, now, token))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.ports.store.insert_executions([execution for _, execution in recorded])
         for job, execution in recorded:
@@ -310,6 +274,17 @@ class Engine:
         for job, plan, last_skip in only_skips:
             await self._finish_skipped(job, plan, last_skip, token)
         return tasks
+
+    def _task(self, run: DueRun, plan: Plan, run_at: datetime, now: datetime, token: str) -> Task:
+        execution = self._execution(run.job, run_at, Status.RUNNING, now)
+        return Task(
+            job=run.job,
+            execution=execution,
+            plan=plan,
+            lock_token=token,
+            claimed_at=now,
+            request=run.request,
+        )
 
     @staticmethod
     def _plan(run: DueRun, now: datetime) -> Plan:
@@ -377,11 +352,15 @@ class Engine:
         registered = self.registry.get(handler)
         return registered.handler.max_concurrency if registered else None
 
+    def _busy(self, handler: str) -> int:
+        """Runs of a handler queued, running or armed."""
+        return self.pool.inflight[handler] + self.timers.by_handler[handler]
+
     def _saturated(self) -> list[str]:
         return [
             handler
-            for handler, count in self.pool.inflight.items()
-            if (limit := self._limit(handler)) is not None and count >= limit
+            for handler in {*self.pool.inflight, *self.timers.by_handler}
+            if (limit := self._limit(handler)) is not None and self._busy(handler) >= limit
         ]
 
     def _within_handler_limits(self, runs: Sequence[DueRun]) -> list[DueRun]:
@@ -390,7 +369,7 @@ class Engine:
         for run in runs:
             handler = run.job.handler
             limit = self._limit(handler)
-            if limit is None or self.pool.inflight[handler] + taken[handler] < limit:
+            if limit is None or self._busy(handler) + taken[handler] < limit:
                 taken[handler] += 1
                 kept.append(run)
         return kept
@@ -398,11 +377,14 @@ class Engine:
     # -- running ----------------------------------------------------------------------------------
 
     async def drain(self, *, max_ticks: int = 10_000) -> None:
-        """Run until nothing is due and nothing is running, then return (tests, one-shot runs)."""
+        """Run until nothing is due and nothing is running, then return (tests, one-shot runs).
+        Runs armed for a later time stay armed: move the clock on and drain again."""
         self.start()
         for _ in range(max_ticks):
             await self.pool.join()  # what runs now may free a handler's limit for the next tick
-            if (await self.tick()).claimed == 0:
+            tick = await self.tick()
+            if tick.claimed == 0 and tick.fired == 0:
+                await self.pool.join()
                 return
         raise RuntimeError(f"still busy after {max_ticks} ticks")
 
@@ -410,12 +392,14 @@ class Engine:
         """Tick until `stop` is set, then shut down gracefully."""
         self.start()
         failures = 0
+        gauges = self.backlog_gauges()
         while not stop.is_set():
             try:
                 tick = await self.tick()
                 failures = self._recovered(failures)
-                if not tick.full or self.pool.free_slots() == 0:
-                    await self._sleep(await self._until_next_due(), stop)
+                await gauges.refresh_if_due()
+                if not tick.full or self._free_slots() == 0:
+                    await self._sleep(self._until_next_timer(), stop)
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
                 await self._sleep(self._backing_off(exc, failures), stop)
@@ -444,16 +428,22 @@ class Engine:
         )
         return delay
 
-    async def _until_next_due(self) -> float:
+    def _until_next_timer(self) -> float:
+        """Until the next armed run fires, or a tick: whatever falls due before the lookahead
+        horizon is armed already, so no query is needed to know when to wake."""
         tick = self.settings.tick_seconds
-        if self.pool.free_slots() == 0:
+        next_at = self.timers.next_at()
+        if next_at is None:
             return tick
-        next_due = await self.ports.store.next_due_at()
-        if next_due is None:
-            return tick
-        seconds = (next_due - self.ports.clock.now()).total_seconds()
-        # Due already but not taken (held elsewhere, or its handler at its limit): wait a tick.
-        return tick if seconds <= 0 else min(tick, seconds)
+        return max(0.0, min(tick, (next_at - self.ports.clock.now()).total_seconds()))
+
+    def backlog_gauges(self) -> BacklogGauges:
+        return BacklogGauges(
+            self.ports.store,
+            self.ports.clock,
+            self.metrics,
+            every_seconds=self.settings.backlog_refresh_seconds,
+        )
 
     async def _sleep(self, seconds: float, stop: asyncio.Event) -> None:
         self.wake.clear()
@@ -466,7 +456,12 @@ class Engine:
     async def shutdown(self) -> None:
         """Stop taking work; let running executions finish within the grace period; cancel and
         record the rest as abandoned, giving their occurrences back so they run after a restart."""
-        for task in self.pool.take_queued():
+        now = self.ports.clock.now()
+        armed = [
+            self._task(run, self._plan(run, now), run.starts_at(now), now, token)
+            for run, token in self.timers.take_all()
+        ]
+        for task in [*armed, *self.pool.take_queued()]:
             abandoned = Outcome(
                 status=Status.ABANDONED,
                 error=ExecutionError(type="Shutdown", message="not started"),

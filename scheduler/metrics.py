@@ -35,6 +35,11 @@ class Metrics:
         )
         self.retries = Counter("tickd_retries", "Attempts after the first", ["handler"], registry=r)
         self.due_backlog = Gauge("tickd_due_backlog", "Jobs due and not yet running", registry=r)
+        self.oldest_due_age = Gauge(
+            "tickd_oldest_due_age_seconds",
+            "How long the longest-waiting due job, not yet running, has been due",
+            registry=r,
+        )
         self.batch_size = Histogram(
             "tickd_batch_size",
             "Jobs claimed per dispatcher batch",

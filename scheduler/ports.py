@@ -63,6 +63,14 @@ class Advance:
 
 
 @dataclass(frozen=True, slots=True)
+class Backlog:
+    """Jobs due and free to run (enabled, no lease), and when the longest-waiting fell due."""
+
+    due: int
+    oldest_due_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """A run's end: its execution as final, and the job's new state (None: give the occurrence
     back, as after a shutdown)."""
@@ -216,12 +224,9 @@ class Store(Protocol):
         Most urgent: priority, then next_run_at. A job whose lease is held (live or expired) is
         not due: an expired lease is first reaped by `reap_expired_leases`."""
 
-    async def count_due(self, now: datetime) -> int:
-        """How many jobs `due_jobs` could return now, without a limit (the backlog)."""
-
-    async def next_due_at(self) -> datetime | None:
-        """The earliest next_run_at of an enabled job with no lease, so the dispatcher can sleep
-        until exactly then rather than poll."""
+    async def due_backlog(self, now: datetime) -> Backlog:
+        """How many jobs `due_jobs` could return now, without a limit, and the earliest
+        next_run_at among them: read every few seconds for the gauges, never per tick."""
 
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         """Compare-and-set a batch: each job takes its claim's lease and fencing token only if its

@@ -638,15 +638,31 @@ async def test_queued_work_is_given_back_on_shutdown(make_engine: EngineFactory)
     await h.engine.shutdown()
     statuses = [e.status for e in await executions(h.store)]
     assert statuses == [Status.ABANDONED] * 3
-    assert await h.store.count_due(T0) == 3
+    assert (await h.store.due_backlog(T0)).due == 3
 
 
-async def test_the_dispatcher_wakes_when_a_job_falls_due_not_a_tick_later(
+async def test_a_run_due_soon_is_claimed_ahead_and_fires_at_its_time_not_a_tick_later(
     make_engine: EngineFactory,
 ) -> None:
-    h = make_engine({"noop": noop}, tick_seconds=30)
-    await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
-    assert await h.engine._until_next_due() == 5
+    h = make_engine({"noop": noop}, tick_seconds=30, lookahead_seconds=10)
+    job = await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
+    tick = await h.engine.tick()
+    assert (tick.claimed, tick.fired) == (1, 0), "claimed within the lookahead, armed"
+    assert h.engine._until_next_timer() == 5, "the dispatcher wakes for it, not in 30 s"
+    claimed = await h.store.get_job(job.id)
+    assert claimed is not None and claimed.lease is not None
+    assert claimed.lease.until == T0 + timedelta(seconds=5 + 60 + 30), "covers wait and run"
+    assert await executions(h.store) == [], "nothing is recorded before its time"
+    h.clock.advance(4.999)
+    assert (await h.engine.tick()).fired == 0
+    h.clock.advance(0.001)
+    await h.engine.drain()
+    [run] = await executions(h.store)
+    assert (run.status, run.scheduled_at, run.started_at) == (
+        Status.SUCCESS,
+        *(2 * [T0 + timedelta(seconds=5)]),
+    )
+    assert h.observed.of(job.name)[:2] == [("recorded", "running"), ("started", "lag=0")]
 
 
 async def _until(condition: Callable[[], bool]) -> None:

@@ -2,8 +2,8 @@
 be linear in the length of its input, and fast, for the worst inputs too.
 
 Each hostile input is timed at n and 16 n characters: linear work grows 16-fold, quadratic work
-256-fold; the bound (64-fold) sits far from both. The best of three runs keeps a busy machine
-from failing the test.
+256-fold; the bound (64-fold) sits far from both. Time is the thread's CPU time, the best of
+five runs, so a machine busy with other work does not fail the test.
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ GROWTH = 16
 MAX_RATIO = 64
 
 
-def best_of_three(work: Callable[[], object]) -> float:
+def best_of_five(work: Callable[[], object]) -> float:
     times = []
-    for _ in range(3):
-        started = time.perf_counter()
+    for _ in range(5):
+        started = time.thread_time()
         work()
-        times.append(time.perf_counter() - started)
+        times.append(time.thread_time() - started)
     return min(times)
 
 
 def assert_linear(run: Callable[[str], object], make: Callable[[int], str]) -> None:
     small, large = make(SMALL), make(SMALL * GROWTH)
-    ratio = best_of_three(lambda: run(large)) / max(best_of_three(lambda: run(small)), 1e-4)
+    ratio = best_of_five(lambda: run(large)) / max(best_of_five(lambda: run(small)), 1e-4)
     assert ratio < MAX_RATIO, f"{GROWTH}x the input took {ratio:.0f}x the time"
 
 
@@ -96,10 +96,10 @@ def test_a_hostile_document_of_a_mebibyte_is_masked_in_well_under_a_second() -> 
     share = MIB // len(HOSTILE)
     body = "".join(make(share) for make in HOSTILE.values())
     params = {"url": "https://u:p@h/x", "body": body, body[:share]: body[share : 2 * share]}
-    started = time.perf_counter()
+    started = time.thread_time()
     mask(params)
     secret_values(params)
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 def test_an_email_address_is_checked_in_linear_time() -> None:

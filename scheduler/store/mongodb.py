@@ -43,6 +43,7 @@ from scheduler.codec import (
 )
 from scheduler.model import Execution, Job, Status
 from scheduler.ports import (
+    Backlog,
     Claim,
     DuplicateJobName,
     ExecutionQuery,
@@ -238,17 +239,15 @@ class MongoStore(MongoDatabase):
         return await self._find_jobs(due_filter(now, exclude_handlers), sort=URGENCY, limit=limit)
 
     @translating_errors
-    async def count_due(self, now: datetime) -> int:
-        return await self.jobs.count_documents(due_filter(now))
-
-    @translating_errors
-    async def next_due_at(self) -> datetime | None:
-        doc = await self.jobs.find_one(
-            {**FREE, "next_run_at_us": {"$ne": None}},
-            {"next_run_at_us": 1},
-            sort=[("next_run_at_us", ASCENDING)],
+    async def due_backlog(self, now: datetime) -> Backlog:
+        """A count and the first of the due jobs by next_run_at (the jobs_next index)."""
+        due = due_filter(now)
+        count = await self.jobs.count_documents(due)
+        oldest = await self.jobs.find_one(
+            due, {"next_run_at_us": 1}, sort=[("next_run_at_us", ASCENDING)]
         )
-        return None if doc is None else from_micros(doc["next_run_at_us"])
+        at = None if oldest is None else from_micros(oldest["next_run_at_us"])
+        return Backlog(due=count, oldest_due_at=at)
 
     @translating_errors
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:

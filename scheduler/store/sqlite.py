@@ -20,6 +20,7 @@ from scheduler.codec import (
 )
 from scheduler.model import Execution, ExecutionError, Job, Status
 from scheduler.ports import (
+    Backlog,
     Claim,
     DuplicateJobName,
     ExecutionQuery,
@@ -267,15 +268,10 @@ class SQLiteStore(SQLiteFile):
         sql += " ORDER BY priority, next_run_at LIMIT ?"
         return await self._jobs(sql, (micros(now), *exclude_handlers, limit))
 
-    async def count_due(self, now: datetime) -> int:
-        sql = f"SELECT count(*) FROM jobs WHERE {FREE} AND next_run_at <= ?"
+    async def due_backlog(self, now: datetime) -> Backlog:
+        sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= ?"
         row = await self._run(lambda db: db.execute(sql, (micros(now),)).fetchone())
-        return int(row[0])
-
-    async def next_due_at(self) -> datetime | None:
-        sql = f"SELECT min(next_run_at) FROM jobs WHERE {FREE}"
-        row = await self._run(lambda db: db.execute(sql).fetchone())
-        return from_micros(row[0])
+        return Backlog(due=int(row[0]), oldest_due_at=from_micros(row[1]))
 
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         if not claims:

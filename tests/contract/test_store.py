@@ -23,6 +23,7 @@ from scheduler.model import (
 )
 from scheduler.ports import (
     Advance,
+    Backlog,
     Claim,
     DuplicateJobName,
     ExecutionQuery,
@@ -148,8 +149,8 @@ async def test_due_jobs_are_enabled_due_free_and_most_urgent_first(store: Store)
     due = await store.due_jobs(T0, 10)
     assert [j.name for j in due] == ["critical", "normal-early", "normal-late", "low-early"]
     assert [j.name for j in await store.due_jobs(T0, 2)] == ["critical", "normal-early"]
-    assert await store.count_due(T0) == 4
-    assert await store.next_due_at() == T0 - timedelta(minutes=9)
+    assert await store.due_backlog(T0) == Backlog(due=4, oldest_due_at=T0 - timedelta(minutes=9))
+    assert await store.due_backlog(T0 - timedelta(days=1)) == Backlog(due=0, oldest_due_at=None)
 
 
 async def test_due_jobs_can_leave_out_saturated_handlers(store: Store) -> None:

@@ -1,0 +1,83 @@
+"""The worker pool: a fixed number of workers fed by a bounded queue, which blocks when full
+(backpressure: the dispatcher falls behind the clock instead of piling up work)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+
+from scheduler.metrics import Metrics
+from scheduler.runner import Runner, Task
+
+log = logging.getLogger("tickd.engine")
+
+
+class WorkerPool:
+    """A fixed number of workers fed by a bounded queue."""
+
+    def __init__(self, runner: Runner, *, workers: int, queue_size: int, metrics: Metrics) -> None:
+        self._runner = runner
+        self._metrics = metrics
+        self._queue: asyncio.Queue[Task] = asyncio.Queue(queue_size)
+        self._size = workers
+        self._workers: list[asyncio.Task[None]] = []
+        self.busy = 0
+        self.slot_freed = asyncio.Event()
+        self.inflight: Counter[str] = Counter()  # by handler: queued or running
+
+    def start(self) -> None:
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"worker-{i}") for i in range(self._size)
+        ]
+
+    def free_slots(self) -> int:
+        idle = self._size - self.busy
+        return max(0, idle + self._queue.maxsize - self._queue.qsize())
+
+    async def submit(self, task: Task) -> None:
+        self.inflight[task.job.handler] += 1
+        await self._queue.put(task)  # blocks while the queue is full
+
+    async def join(self) -> None:
+        await self._queue.join()
+
+    def take_queued(self) -> list[Task]:
+        """Empty the queue of tasks no worker has started (for shutdown)."""
+        tasks = []
+        while not self._queue.empty():
+            tasks.append(self._queue.get_nowait())
+            self._queue.task_done()
+            self._done(tasks[-1])
+        return tasks
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Let running tasks finish within the grace period, then cancel the rest."""
+        running = [w for w in self._workers if not w.done()]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
+        for worker in running:
+            worker.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    async def _work(self) -> None:
+        while True:
+            task = await self._queue.get()
+            self.busy += 1
+            self._metrics.busy_workers.set(self.busy)
+            try:
+                await self._runner.run(task)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug of ours must not take a worker down with it
+                log.exception("worker.task_crashed")
+            finally:
+                self.busy -= 1
+                self._metrics.busy_workers.set(self.busy)
+                self._queue.task_done()
+                self._done(task)
+
+    def _done(self, task: Task) -> None:
+        self.inflight[task.job.handler] -= 1
+        self.slot_freed.set()
