@@ -117,7 +117,7 @@ def walker(text: str, start: datetime) -> croniter:
 @functools.lru_cache(maxsize=4096)
 def parse(six: str, job_name: str) -> Cron:
     """Read an expression already in six fields (seconds first); `job_name` seeds `H`."""
-    texts = six.upper().split(" ")
+    texts = six.split(" ")
     hash_seed = binascii.crc32(job_name.encode()) & 0xFFFFFFFF
     seconds, minutes, hours = (
         _plain_values(texts[i], field, hash_seed) for i, field in enumerate(FIELDS[:3])
@@ -154,10 +154,9 @@ def _list(values: frozenset[int], field: Field) -> str:
 
 
 def _day_list(days: Days) -> str:
-    terms = [] if len(days.values) == DAY.size else [str(v) for v in sorted(days.values)]
-    if days.last_day:
-        terms.append("L")
-    return ",".join(terms) or "*"
+    if len(days.values) == DAY.size:
+        return "*"  # the last day among them
+    return ",".join([str(v) for v in sorted(days.values)] + ["L"] * days.last_day)
 
 
 def _weekday_list(weekdays: Days) -> str:
@@ -188,9 +187,9 @@ def _days(text: str, hash_seed: int) -> Days:
     values: set[int] = set()
     last_day = False
     for term in _terms(text, DAY):
-        if term == "L":
+        if term.upper() == "L":
             last_day = True
-        elif "W" in term or term == "?":
+        elif "W" in term.upper() or term == "?":
             raise CronError(DAY, _unsupported(term))
         else:
             values.update(_term(term, DAY, hash_seed))
@@ -205,9 +204,9 @@ def _weekdays(text: str, hash_seed: int) -> Days:
         if "#" in term:
             day, _, n = term.partition("#")
             nth.add((_weekday(day), _nth(n)))
-        elif term.endswith("L") and term != "L":
+        elif term.upper().endswith("L") and term.upper() != "L":
             last.add(_weekday(term[:-1]))
-        elif term in ("L", "?"):
+        elif term.upper() in ("L", "?"):
             raise CronError(WEEKDAY, _unsupported(term))
         else:
             values.update(v % 7 for v in _term(term, WEEKDAY, hash_seed))
@@ -232,7 +231,7 @@ def _nth(text: str) -> int:
 def _unsupported(term: str) -> str:
     if term == "?":
         return "`?` is not cron; write `*`"
-    if term == "L":
+    if term.upper() == "L":
         return "`L` alone is the last day of the month, in the day-of-month field"
     return f"{term!r}: `W` (nearest weekday) is not supported"
 
@@ -241,9 +240,9 @@ def _term(term: str, field: Field, hash_seed: int) -> range:
     """`*`, `5`, `1-5`, `MON`, each with an optional `/step`; or `H`, `H(0-29)`, `H/15`."""
     base, slash, step_text = term.partition("/")
     step = _step(step_text, field) if slash else None
-    if base.startswith("H"):
+    if base.upper().startswith("H"):
         return _hashed(base, step, field, hash_seed)
-    if base.startswith("R"):  # no field value starts with R
+    if base.upper().startswith("R"):  # no field value starts with R
         raise CronError(field, "`R` (random) is not supported; `H` spreads jobs and stays put")
     if base == "*":
         return range(field.low, field.high + 1, step or 1)
@@ -278,8 +277,8 @@ def _step(text: str, field: Field) -> int:
 
 
 def _value(text: str, field: Field) -> int:
-    if text and text in field.names:
-        return field.names.index(text)
+    if text and text.upper() in field.names:
+        return field.names.index(text.upper())
     if not _is_number(text):
         raise CronError(field, f"{text!r} is not a {field.name} value")
     value = int(text)
@@ -294,7 +293,7 @@ def _is_number(text: str) -> bool:
 
 def _hashed(base: str, step: int | None, field: Field, hash_seed: int) -> range:
     """`H` as croniter hashes it (crc32 of the job name, shifted by the field's number)."""
-    low, high = (field.low, field.hash_high) if base == "H" else _hash_range(base, field)
+    low, high = (field.low, field.hash_high) if base.upper() == "H" else _hash_range(base, field)
     if step is None:
         value = _hash(hash_seed, field, low, high)
         return range(value, value + 1)
@@ -304,7 +303,7 @@ def _hashed(base: str, step: int | None, field: Field, hash_seed: int) -> range:
 
 
 def _hash_range(base: str, field: Field) -> tuple[int, int]:
-    inner = base[2:-1] if base.startswith("H(") and base.endswith(")") else ""
+    inner = base[2:-1] if base.upper().startswith("H(") and base.endswith(")") else ""
     low_text, dash, high_text = inner.partition("-")
     if not dash:
         raise CronError(field, f"{base!r}: write H, H(low-high), H/step or H(low-high)/step")
