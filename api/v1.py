@@ -18,7 +18,6 @@ from api.models import (
     BackfillRequest,
     ChangeOut,
     ChangePage,
-    CountQuery,
     ExecutionListQuery,
     ExecutionOut,
     ExecutionPage,
@@ -31,6 +30,7 @@ from api.models import (
     JobOut,
     JobPage,
     JobPatch,
+    JobPreviewQuery,
     PageQuery,
     PreviewOut,
     PreviewRequest,
@@ -45,7 +45,7 @@ from scheduler.metrics import Metrics
 from scheduler.model import Execution, Job, Priority, Schedule, Status, new_id
 from scheduler.ports import DuplicateJobName, ExecutionQuery, JobQuery, RunRequest, Store
 from scheduler.registry import HandlerRegistry
-from scheduler.schedules import next_fire, occurrences, zone
+from scheduler.schedules import clock_changed, next_fire, occurrences, zone
 
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED)
 MAX_BACKFILL = 1000
@@ -327,8 +327,8 @@ async def job_history(call: Call) -> Reply:
 
 async def preview_job(call: Call) -> Reply:
     job = await load_job(call)
-    q: CountQuery = call.query
-    return Reply(preview(job.schedule, job.name, state(call).clock.now(), q.count))
+    q: JobPreviewQuery = call.query
+    return Reply(preview(job.schedule, job.name, q.after or state(call).clock.now(), q.count))
 
 
 async def preview_schedule(call: Call) -> Reply:
@@ -341,21 +341,21 @@ async def preview_schedule(call: Call) -> Reply:
 def preview(schedule: Schedule, name: str, after: datetime, count: int) -> PreviewOut:
     tz = zone(getattr(schedule, "timezone", "UTC"))
     times: list[FireTime] = []
-    previous_offset = after.astimezone(tz).utcoffset()
-    current: datetime | None = after
-    while current is not None and len(times) < count:
-        current = next_fire(schedule, current, job_name=name)
+    previous = after
+    while len(times) < count:
+        current = next_fire(schedule, previous, job_name=name)
         if current is None:
             break
-        local = current.astimezone(tz)
         times.append(
             FireTime(
                 at=current,
-                local=local.isoformat(),
-                dst_transition=local.utcoffset() != previous_offset,
+                local=current.astimezone(tz).isoformat(),
+                # Marked where a change is crossed, even by a job whose UTC offset comes back the
+                # same (a yearly one crosses two changes).
+                dst_transition=clock_changed(tz, previous, current),
             )
         )
-        previous_offset = local.utcoffset()
+        previous = current
     return PreviewOut(times=times)
 
 
@@ -534,7 +534,7 @@ ROUTES = [
         "The job's next fire times",
         "read",
         PreviewOut,
-        query=CountQuery,
+        query=JobPreviewQuery,
         tag="schedules",
     ),
     Route(

@@ -55,8 +55,9 @@ SECOND = timedelta(seconds=1)
 # Longer than any clock change in the time-zone database (Antarctica/Troll's two hours): a
 # change this recent still decides what fires next.
 MAX_SHIFT = timedelta(hours=3)
-# Shorter than the time between two clock changes of any zone: one look per step finds them all.
-SCAN_STEP = timedelta(days=1)
+# Shorter than the time between two clock changes of any zone since 1970 (the closest: six days
+# and 22 hours, America/Cambridge_Bay in 2000; Asia/Gaza's in 2040): one look a step finds them.
+SCAN_STEP = timedelta(days=6)
 
 
 def six_fields(expr: str) -> str:
@@ -135,11 +136,11 @@ class Stretch:
 
 def _next_cron(schedule: CronSchedule, after: datetime, job_name: str) -> datetime:
     tz = zone(schedule.timezone)
-    cron = parse(six_fields(schedule.expr), job_name)
+    wall_times = WallTimes(parse(six_fields(schedule.expr), job_name))
     after = after.astimezone(UTC)
     stretch = _stretch_at(tz, after)
     while True:
-        candidate = _first_in(stretch, cron, after)
+        candidate = _first_in(stretch, wall_times, after)
         since = after if stretch.start is None else max(after, stretch.start)
         change = _first_change(tz, since, candidate)
         if change is None:
@@ -156,28 +157,47 @@ def _stretch_at(tz: ZoneInfo, after: datetime) -> Stretch:
     return Stretch(offset, change, _offset(tz, earlier))
 
 
-def _first_in(stretch: Stretch, cron: Cron, after: datetime) -> datetime:
+class WallTimes:
+    """The wall times an expression names, for one search. A search crossing clock changes asks
+    again from each change, mostly for the time it has already found: that answer is kept, since
+    croniter is the costly part of it."""
+
+    def __init__(self, cron: Cron) -> None:
+        self.cron = cron
+        self._known: tuple[datetime, datetime] | None = None  # nothing named between the two
+
+    def first_after(self, floor: datetime) -> datetime:
+        floor = floor.replace(microsecond=0)
+        if self._known is not None and self._known[0] <= floor < self._known[1]:
+            return self._known[1]
+        found = self.cron.next_wall_time(floor)
+        self._known = (floor, found)
+        return found
+
+
+def _first_in(stretch: Stretch, wall_times: WallTimes, after: datetime) -> datetime:
     """The first fire time after `after` if the stretch's offset held from its start on."""
     offset, start, before = stretch.offset, stretch.start, stretch.offset_before
+    named_hour = wall_times.cron.named_hour
     floor = _wall(after, offset)
     if start is not None and before is not None:
         floor = max(floor, _wall(start, offset) - SECOND)
-        if cron.named_hour and before > offset:
+        if named_hour and before > offset:
             # Clocks went back: the named hour's second pass is not another occurrence.
             floor = max(floor, _wall(start, before) - SECOND)
-    found = _instant(cron.next_wall_time(floor), offset)
-    if cron.named_hour and start is not None and before is not None and before < offset:
-        skipped = _skipped_fire(cron, start, before, offset, after)
+    found = _instant(wall_times.first_after(floor), offset)
+    if named_hour and start is not None and before is not None and before < offset:
+        skipped = _skipped_fire(wall_times, start, before, offset, after)
         found = found if skipped is None else min(found, skipped)
     return found
 
 
 def _skipped_fire(
-    cron: Cron, change: datetime, before: timedelta, offset: timedelta, after: datetime
+    wall_times: WallTimes, change: datetime, before: timedelta, offset: timedelta, after: datetime
 ) -> datetime | None:
     """A named wall time the spring change skipped, at the instant the old offset gives it."""
     floor = max(_wall(after, before), _wall(change, before) - SECOND)
-    wall = cron.next_wall_time(floor)
+    wall = wall_times.first_after(floor)
     return _instant(wall, before) if wall < _wall(change, offset) else None
 
 
@@ -193,6 +213,11 @@ def _offset(tz: ZoneInfo, instant: datetime) -> timedelta:
     offset = instant.astimezone(tz).utcoffset()
     assert offset is not None  # a ZoneInfo always has one
     return offset
+
+
+def clock_changed(tz: ZoneInfo, since: datetime, until: datetime) -> bool:
+    """Whether the zone's clocks change in (since, until]."""
+    return _first_change(tz, since.astimezone(UTC), until.astimezone(UTC)) is not None
 
 
 def _first_change(tz: ZoneInfo, since: datetime, until: datetime) -> datetime | None:
