@@ -299,16 +299,7 @@ def test_a_hashed_range_of_one_value_is_that_value() -> None:
     assert next_fire(schedule, after, job_name="any") == datetime(2026, 1, 1, 9, tzinfo=UTC)
 
 
-# -- the extensions tickd keeps: L and # ---------------------------------------------------------
-
-
-@settings(derandomize=True, deadline=None, max_examples=100)
-@given(year=st.integers(2026, 2040), month=st.integers(1, 12))
-def test_l_is_the_last_day_of_the_month(year: int, month: int) -> None:
-    last = calendar.monthrange(year, month)[1]
-    schedule = CronSchedule(expr="0 0 0 L * *", timezone="UTC")
-    after = datetime(year, month, 1, tzinfo=UTC)
-    assert next_fire(schedule, after, job_name="j") == datetime(year, month, last, tzinfo=UTC)
+# -- the extensions tickd keeps: L and # --------------------------------------------------------
 
 
 @settings(derandomize=True, deadline=None, max_examples=100)
@@ -318,21 +309,21 @@ def test_l_is_the_last_day_of_the_month(year: int, month: int) -> None:
     weekday=st.integers(0, 6),
     nth=st.integers(1, 4),
 )
-def test_hash_is_the_nth_weekday_and_l_the_last(
+def test_l_is_the_last_day_and_hash_the_nth_weekday_of_the_month(
     year: int, month: int, weekday: int, nth: int
 ) -> None:
+    last_day = calendar.monthrange(year, month)[1]
     days = [
-        d
-        for d in range(1, calendar.monthrange(year, month)[1] + 1)
-        if (calendar.weekday(year, month, d) + 1) % 7 == weekday
+        d for d in range(1, last_day + 1) if (calendar.weekday(year, month, d) + 1) % 7 == weekday
     ]
     after = datetime(year, month, 1, tzinfo=UTC) - timedelta(seconds=1)
-    nth_day = CronSchedule(expr=f"0 0 0 * * {weekday}#{nth}", timezone="UTC")
-    last = CronSchedule(expr=f"0 0 0 * * {weekday}L", timezone="UTC")
-    assert next_fire(nth_day, after, job_name="j") == datetime(
-        year, month, days[nth - 1], tzinfo=UTC
-    )
-    assert next_fire(last, after, job_name="j") == datetime(year, month, days[-1], tzinfo=UTC)
+
+    def first(expr: str) -> datetime | None:
+        return next_fire(CronSchedule(expr=expr, timezone="UTC"), after, job_name="j")
+
+    assert first("0 0 0 L * *") == datetime(year, month, last_day, tzinfo=UTC)
+    assert first(f"0 0 0 * * {weekday}#{nth}") == datetime(year, month, days[nth - 1], tzinfo=UTC)
+    assert first(f"0 0 0 * * {weekday}L") == datetime(year, month, days[-1], tzinfo=UTC)
 
 
 # -- refused, naming the field ------------------------------------------------------------------
