@@ -214,6 +214,21 @@ def clock_shows(
     return found
 
 
+def runs_of_a_wildcard_hour(
+    change: Change, case: tuple[str, set[int], set[int], timedelta]
+) -> list[datetime]:
+    """The runs around the change, checked: the times the clock shows, in real-time rhythm."""
+    expr, seconds, minutes, period = case
+    margin = abs(change.jump) + min(period * 4, timedelta(minutes=40))
+    start, end = change.at - margin, change.at + margin
+    runs = fires(cron(expr, change.zone), start, end)
+    assert runs == clock_shows(change, seconds, minutes, start, end)
+    if change.jump % period == timedelta(0):
+        # Real time passes evenly through the change: so do the runs.
+        assert {b - a for a, b in pairwise(runs)} == {period}
+    return runs
+
+
 @CALENDAR
 @given(change=any_change, case=st.sampled_from(WILDCARD_HOURS), data=st.data())
 def test_a_wildcard_hour_fires_whenever_the_clock_shows_its_time_across_every_change(
@@ -221,19 +236,14 @@ def test_a_wildcard_hour_fires_whenever_the_clock_shows_its_time_across_every_ch
     case: tuple[str, set[int], set[int], timedelta],
     data: st.DataObject,
 ) -> None:
-    expr, seconds, minutes, period = case
-    note(f"{expr!r} around {change}")
-    schedule = cron(expr, change.zone)
-    margin = abs(change.jump) + min(period * 4, timedelta(minutes=40))
-    start, end = change.at - margin, change.at + margin
-    runs = fires(schedule, start, end)
-    assert runs == clock_shows(change, seconds, minutes, start, end)
-    if change.jump % period == timedelta(0):
-        # Real time passes evenly through the change: so do the runs.
-        assert {b - a for a, b in pairwise(runs)} == {period}
+    note(f"{case[0]!r} around {change}")
+    runs = runs_of_a_wildcard_hour(change, case)
     # From any instant, the next fire time is the next of those runs.
-    window = int((runs[-1] - start).total_seconds())
-    after = data.draw(st.integers(0, window - 1).map(seconds_after(start)))
+    start = runs[0] - case[3]
+    after = data.draw(
+        st.integers(0, int((runs[-1] - start).total_seconds()) - 1).map(seconds_after(start))
+    )
+    schedule = cron(case[0], change.zone)
     assert next_fire(schedule, after, job_name="j") == next(t for t in runs if t > after)
 
 
@@ -252,16 +262,10 @@ named_times = st.one_of(
 )
 
 
-@CALENDAR
-@given(change=any_change, named=named_times, data=st.data())
-def test_a_named_daily_time_fires_exactly_once_a_day_across_every_change(
-    change: Change, named: time | timedelta, data: st.DataObject
-) -> None:
+def runs_of_a_named_time(change: Change, named: time) -> list[datetime]:
+    """The runs from two days before the change to two days after, checked: one a day."""
     tz = change.tz
-    if isinstance(named, timedelta):
-        named = ((change.at + change.before + named).replace(tzinfo=None)).time()
     schedule = cron(f"{named.second} {named.minute} {named.hour} * * *", change.zone)
-    note(f"{schedule.expr!r} around {change}")
     local_day = change.at.astimezone(tz).date()
     days = [local_day + timedelta(days=d) for d in range(-3, 4)]
     start, end = rfc5545(days[1], named, tz), rfc5545(days[-2], named, tz)
@@ -274,5 +278,30 @@ def test_a_named_daily_time_fires_exactly_once_a_day_across_every_change(
         assert local == datetime.combine(day, named) or (
             change.jump > timedelta(0) and local == datetime.combine(day, named) + change.jump
         )
+    return runs
+
+
+@CALENDAR
+@given(change=any_change, named=named_times, data=st.data())
+def test_a_named_daily_time_fires_exactly_once_a_day_across_every_change(
+    change: Change, named: time | timedelta, data: st.DataObject
+) -> None:
+    if isinstance(named, timedelta):
+        named = ((change.at + change.before + named).replace(tzinfo=None)).time()
+    note(f"{named} daily around {change}")
+    runs = runs_of_a_named_time(change, named)
     after = data.draw(st.integers(-3 * 3600, 3 * 3600).map(seconds_after(change.at)))
+    schedule = cron(f"{named.second} {named.minute} {named.hour} * * *", change.zone)
     assert next_fire(schedule, after, job_name="j") == next(t for t in runs if t > after)
+
+
+def test_every_change_of_every_zone_keeps_both_rules() -> None:
+    """Beyond the samples above: each change, an hourly job and a daily one at the time the
+    change skips or repeats (halfway through it)."""
+    for change in every_change():
+        midway = change.at + change.before + abs(change.jump) / 2
+        try:
+            runs_of_a_wildcard_hour(change, WILDCARD_HOURS[0])
+            runs_of_a_named_time(change, midway.replace(tzinfo=None).time())
+        except AssertionError as failed:
+            raise AssertionError(f"around {change}") from failed
