@@ -5,10 +5,10 @@ reversed one (`30-10`) as wrapping round, `?` as `*`. So tickd reads each field 
 explicit set of values it names, and hands croniter only those values: croniter walks the calendar,
 it no longer decides what an expression means.
 
-Besides POSIX: `H` (a value hashed from the job's name, see below), `L` in the day-of-month field
-(the last day of the month), `N#K` (the K-th weekday N of the month, K 1 to 5) and `NL` (the last
-weekday N of the month) in the day-of-week field. Refused, with a reason: `?`, `W` (nearest
-weekday), `R` (random: a schedule must be the same every time it is read).
+Besides POSIX: `H` (a value hashed from the job's name, as croniter hashed it), `L` in the
+day-of-month field (the last day of the month), `N#K` (the K-th weekday N of the month, K 1 to 5)
+and `NL` (the last weekday N of the month) in the day-of-week field. Refused, with a reason: `?`,
+`W` (nearest weekday), `R` (random: a schedule must be the same every time it is read).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from croniter.croniter import CroniterBadDateError
 from scheduler.model import ValidationError
 
 FIELD_PATH = "schedule.expr"
-# Longer than any field value (`59`, `SAT`); also keeps int() far from its digit limit.
+# More digits than any field value needs; also keeps int() far from its digit limit.
 MAX_VALUE_DIGITS = 4
 NTH_WEEKDAYS = range(1, 6)  # `1#5`: the fifth Monday, in the months that have one
 

@@ -127,11 +127,12 @@ def first_fire(schedule: Schedule, now: datetime, *, job_name: str) -> datetime 
 
 @dataclass(frozen=True)
 class Stretch:
-    """Time with one UTC offset, from a clock change (`start`) that matters to the search."""
+    """Time with one UTC offset, from the clock change that began it if that matters to the
+    search (it was less than MAX_SHIFT ago, or the search crossed it)."""
 
     offset: timedelta
-    start: datetime | None = None
-    offset_before: timedelta | None = None
+    start: datetime | None
+    offset_before: timedelta  # the offset itself when there is no change to mind
 
 
 def _next_cron(schedule: CronSchedule, after: datetime, job_name: str) -> datetime:
@@ -151,10 +152,10 @@ def _next_cron(schedule: CronSchedule, after: datetime, job_name: str) -> dateti
 def _stretch_at(tz: ZoneInfo, after: datetime) -> Stretch:
     offset = _offset(tz, after)
     earlier = after - MAX_SHIFT
-    if _offset(tz, earlier) == offset:
-        return Stretch(offset)
-    change = _first_change(tz, earlier, after)
-    return Stretch(offset, change, _offset(tz, earlier))
+    before = _offset(tz, earlier)
+    if before == offset:
+        return Stretch(offset, None, offset)
+    return Stretch(offset, _first_change(tz, earlier, after), before)
 
 
 class WallTimes:
@@ -180,13 +181,13 @@ def _first_in(stretch: Stretch, wall_times: WallTimes, after: datetime) -> datet
     offset, start, before = stretch.offset, stretch.start, stretch.offset_before
     named_hour = wall_times.cron.named_hour
     floor = _wall(after, offset)
-    if start is not None and before is not None:
+    if start is not None:
         floor = max(floor, _wall(start, offset) - SECOND)
         if named_hour and before > offset:
             # Clocks went back: the named hour's second pass is not another occurrence.
             floor = max(floor, _wall(start, before) - SECOND)
     found = _instant(wall_times.first_after(floor), offset)
-    if named_hour and start is not None and before is not None and before < offset:
+    if named_hour and start is not None and before < offset:
         skipped = _skipped_fire(wall_times, start, before, offset, after)
         found = found if skipped is None else min(found, skipped)
     return found
