@@ -7,7 +7,7 @@ import binascii
 import dataclasses
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -42,7 +42,7 @@ from scheduler.clock import Clock
 from scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
 from scheduler.config import Settings
 from scheduler.metrics import Metrics
-from scheduler.model import Execution, Job, Priority, Schedule, Status, new_id
+from scheduler.model import CronSchedule, Execution, Job, Priority, Schedule, Status, new_id
 from scheduler.ports import DuplicateJobName, ExecutionQuery, JobQuery, RunRequest, Store
 from scheduler.registry import HandlerRegistry
 from scheduler.schedules import clock_changed, next_fire, occurrences, zone
@@ -339,7 +339,8 @@ async def preview_schedule(call: Call) -> Reply:
 
 
 def preview(schedule: Schedule, name: str, after: datetime, count: int) -> PreviewOut:
-    tz = zone(getattr(schedule, "timezone", "UTC"))
+    # Only cron reads a wall clock; the others are on UTC, where the clocks never change.
+    tz = zone(schedule.timezone) if isinstance(schedule, CronSchedule) else None
     times: list[FireTime] = []
     previous = after
     while len(times) < count:
@@ -349,10 +350,10 @@ def preview(schedule: Schedule, name: str, after: datetime, count: int) -> Previ
         times.append(
             FireTime(
                 at=current,
-                local=current.astimezone(tz).isoformat(),
+                local=current.astimezone(tz or UTC).isoformat(),
                 # Marked where a change is crossed, even by a job whose UTC offset comes back the
                 # same (a yearly one crosses two changes).
-                dst_transition=clock_changed(tz, previous, current),
+                dst_transition=tz is not None and clock_changed(tz, previous, current),
             )
         )
         previous = current
