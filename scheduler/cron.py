@@ -7,8 +7,9 @@ it no longer decides what an expression means.
 
 Besides POSIX: `H` (a value hashed from the job's name, as croniter hashed it), `L` in the
 day-of-month field (the last day of the month), `N#K` (the K-th weekday N of the month, K 1 to 5)
-and `NL` (the last weekday N of the month) in the day-of-week field. Refused, with a reason: `?`,
-`W` (nearest weekday), `R` (random: a schedule must be the same every time it is read).
+and `NL` (the last weekday N of the month; croniter's `LN` too) in the day-of-week field. Refused,
+with a reason: `?`, `W` (nearest weekday), `R` (random: a schedule must be the same every time it
+is read).
 """
 
 from __future__ import annotations
@@ -206,6 +207,8 @@ def _weekdays(text: str, hash_seed: int) -> Days:
             nth.add((_weekday(day), _nth(n)))
         elif term.upper().endswith("L") and term.upper() != "L":
             last.add(_weekday(term[:-1]))
+        elif term.upper().startswith("L") and term.upper() != "L":
+            last.add(_weekday(term[1:]))  # croniter's spelling, which stored jobs may have
         elif term.upper() in ("L", "?"):
             raise CronError(WEEKDAY, _unsupported(term))
         else:

@@ -324,6 +324,7 @@ def test_l_is_the_last_day_and_hash_the_nth_weekday_of_the_month(
     assert first("0 0 0 L * *") == datetime(year, month, last_day, tzinfo=UTC)
     assert first(f"0 0 0 * * {weekday}#{nth}") == datetime(year, month, days[nth - 1], tzinfo=UTC)
     assert first(f"0 0 0 * * {weekday}L") == datetime(year, month, days[-1], tzinfo=UTC)
+    assert first(f"0 0 0 * * L{weekday}") == datetime(year, month, days[-1], tzinfo=UTC)
 
 
 # -- refused, naming the field ------------------------------------------------------------------
