@@ -218,7 +218,10 @@ def test_tickd_fires_when_cronsim_does_in_every_field_syntax(
     try:
         oracle = expected(expr, zone, after)
     except (CronSimError, StopIteration):
-        assume(False)  # a date no month has (the 31st of February): tickd refuses it elsewhere
+        oracle = []
+    # A date no month has (the 31st of February), or none for fifty years (the fifth Sunday of
+    # a February on a day divisible by three): the API refuses what never fires.
+    assume(len(oracle) == FIRES)
     fires = tickd(expr, zone, after)
     assert fires == oracle
     if expr.split(" ")[2].startswith("*") and zone != "Australia/Lord_Howe":
