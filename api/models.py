@@ -250,7 +250,8 @@ class FireTime(BaseModel):
     at: datetime = Field(description="UTC")
     local: str = Field(description="Wall-clock time in the schedule's timezone, with its offset")
     dst_transition: bool = Field(
-        description="The UTC offset differs from the previous fire time's: a DST change between"
+        description="The zone's clocks change between the previous fire time (or `after`) and "
+        "this one"
     )
 
 
@@ -324,5 +325,6 @@ class JobExecutionQuery(PageQuery):
     until: Rfc3339 | None = None
 
 
-class CountQuery(Strict):
+class JobPreviewQuery(Strict):
     count: int = Field(default=10, ge=1, le=100)
+    after: Rfc3339 | None = Field(default=None, description="Default: now")

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +27,6 @@ from api.models import (
     BackfillRequest,
     ChangeOut,
     ChangePage,
-    CountQuery,
     ExecutionListQuery,
     ExecutionOut,
     ExecutionPage,
@@ -40,6 +39,7 @@ from api.models import (
     JobOut,
     JobPage,
     JobPatch,
+    JobPreviewQuery,
     PageQuery,
     PreviewOut,
     PreviewRequest,
@@ -53,10 +53,19 @@ from scheduler.clock import Clock
 from scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
 from scheduler.config import Settings
 from scheduler.metrics import Metrics
-from scheduler.model import Execution, IntervalSchedule, Job, Priority, Schedule, Status, new_id
+from scheduler.model import (
+    CronSchedule,
+    Execution,
+    IntervalSchedule,
+    Job,
+    Priority,
+    Schedule,
+    Status,
+    new_id,
+)
 from scheduler.ports import DuplicateJobName, ExecutionQuery, JobQuery, RunRequest, Store
 from scheduler.registry import HandlerRegistry
-from scheduler.schedules import next_fire, occurrences, zone
+from scheduler.schedules import clock_changed, next_fire, occurrences, zone
 
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED)
 MAX_BACKFILL = 1000
@@ -403,8 +412,8 @@ async def job_history(call: Call) -> Reply:
 
 async def preview_job(call: Call) -> Reply:
     job = await load_job(call)
-    q: CountQuery = call.query
-    return Reply(preview(job.schedule, job.name, state(call).clock.now(), q.count))
+    q: JobPreviewQuery = call.query
+    return Reply(preview(job.schedule, job.name, q.after or state(call).clock.now(), q.count))
 
 
 async def preview_schedule(call: Call) -> Reply:
@@ -415,23 +424,24 @@ async def preview_schedule(call: Call) -> Reply:
 
 
 def preview(schedule: Schedule, name: str, after: datetime, count: int) -> PreviewOut:
-    tz = zone(getattr(schedule, "timezone", "UTC"))
+    # Only cron reads a wall clock; the others are on UTC, where the clocks never change.
+    tz = zone(schedule.timezone) if isinstance(schedule, CronSchedule) else None
     times: list[FireTime] = []
-    previous_offset = after.astimezone(tz).utcoffset()
-    current: datetime | None = after
-    while current is not None and len(times) < count:
-        current = next_fire(schedule, current, job_name=name)
+    previous = after
+    while len(times) < count:
+        current = next_fire(schedule, previous, job_name=name)
         if current is None:
             break
-        local = current.astimezone(tz)
         times.append(
             FireTime(
                 at=current,
-                local=local.isoformat(),
-                dst_transition=local.utcoffset() != previous_offset,
+                local=current.astimezone(tz or UTC).isoformat(),
+                # Marked where a change is crossed, even by a job whose UTC offset comes back the
+                # same (a yearly one crosses two changes).
+                dst_transition=tz is not None and clock_changed(tz, previous, current),
             )
         )
-        previous_offset = local.utcoffset()
+        previous = current
     return PreviewOut(times=times)
 
 
@@ -619,7 +629,7 @@ ROUTES = [
         "The job's next fire times",
         "read",
         PreviewOut,
-        query=CountQuery,
+        query=JobPreviewQuery,
         tag="schedules",
     ),
     Route(

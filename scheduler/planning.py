@@ -23,6 +23,7 @@ from scheduler.model import (
     MisfirePolicy,
     OnceSchedule,
     Status,
+    ValidationError,
 )
 from scheduler.ports import Advance
 from scheduler.schedules import jittered, next_fire, occurrences
@@ -53,7 +54,12 @@ def plan_run(job: Job, now: datetime) -> Plan:
 
 
 def _skip_missed(job: Job, due: datetime, now: datetime, grace: timedelta) -> Plan:
-    missed = occurrences(job.schedule, due, now, job_name=job.name, limit=MAX_SKIPPED_RECORDS + 1)
+    try:
+        missed = occurrences(
+            job.schedule, due, now, job_name=job.name, limit=MAX_SKIPPED_RECORDS + 1
+        )
+    except ValidationError:  # a schedule refused since it was stored: run once, then pause
+        return Plan(run_at=due, advance_from=now)
     truncated = len(missed) > MAX_SKIPPED_RECORDS
     missed = missed[:MAX_SKIPPED_RECORDS]
     late = [t for t in missed if now - t > grace]
@@ -88,8 +94,15 @@ def advance_after(
     breaker_threshold: int,
     rng: random.Random,
 ) -> Advance:
-    """The job's state once a run (or a skip) is over, with the circuit breaker applied."""
-    next_run_at = next_run_after(job, plan, summary.finished_at, rng)
+    """The job's state once a run (or a skip) is over, with the circuit breaker applied. A
+    schedule stored before tickd refused its kind (`?`, `W`, a step longer than its field) is
+    paused with the reason, so ops see it and fix it, rather than run on a meaning no cron
+    shares."""
+    refused = None
+    try:
+        next_run_at = next_run_after(job, plan, summary.finished_at, rng)
+    except ValidationError as exc:
+        next_run_at, refused = None, f"schedule refused: {exc}; change it to resume"
     failures = job.consecutive_failures + 1 if summary.status.is_failure else 0
     if summary.status is Status.SKIPPED:
         failures = job.consecutive_failures
@@ -98,7 +111,7 @@ def advance_after(
         f"circuit breaker: paused after {failures} consecutive failed executions"
         f" (last error: {summary.error or summary.status})"
         if tripped
-        else None
+        else refused
     )
     return Advance(
         revision=job.revision,

@@ -1,29 +1,38 @@
 """Fire times: pure functions of a schedule and "now", so they are tested without a clock.
 
 Cron expressions have six fields, seconds first (``*/10 * * * * *``); five fields are accepted with
-seconds = 0, and the usual macros (``@hourly``, ``@daily`` ...) too. ``H`` in a field picks a value
-from a hash of the job's name, the same every time, to spread jobs that would all fire at :00.
+seconds = 0, and the usual macros (``@hourly``, ``@daily`` ...) too. What each field means is
+scheduler/cron.py's business (POSIX cron, plus ``H``, ``L`` and ``#``).
 
-Cron is evaluated on the wall clock of the job's timezone. Daylight-saving transitions:
+Cron is evaluated on the wall clock of the job's timezone. Where the clocks change:
 
-* spring forward: a wall time that does not exist that day (02:30 in Europe/Berlin on the last
-  Sunday of March) fires once, shifted by the jump: at 03:30 local, the UTC instant that 02:30
-  winter time would have been;
-* fall back: a wall time that happens twice fires once, at its first occurrence, when the
-  expression names the hour (``0 30 2 * * *``); when the hour field is a wildcard (``*/10 * * * *
-  *``) the job keeps its rhythm through both passes of the repeated hour, since real time passes.
-This is what Vixie cron does, and what ops expect from a daily job.
+* an expression that names its hours (``0 30 2 * * *``) fires once for each wall time it names,
+  as RFC 5545 (iCalendar) reads a local time: a time that happens twice fires at its first
+  occurrence; a time skipped by a spring change fires at the instant it would have had under the
+  offset before the change, shifted by the jump (02:30 in Europe/Berlin on the last Sunday of
+  March fires at 03:30). Vixie cron and cronie run a skipped time at the moment of the change
+  (03:00) instead, which merges 02:00 and 02:30 into one instant and tells nothing of the time
+  that was meant;
+* an expression whose hour field starts with ``*`` (``0 */20 * * * *``) fires whenever the clock
+  shows a time it names: through both passes of a repeated hour, never in a skipped one, since
+  real time passes in the one and not in the other. Vixie cron does the same.
+
+The search walks stretches of time with one UTC offset: the wall-clock time that fires next in a
+stretch is one croniter step from ``after`` read in that stretch's offset. A clock change ends a
+stretch; it is found by looking at the offset every ``SCAN_STEP`` between two candidate instants
+and bisecting, so a call costs a few offset look-ups, not a scan of hours.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterError
-
+from scheduler.cron import Cron, parse
 from scheduler.model import (
     CronSchedule,
     IntervalSchedule,
@@ -41,6 +50,14 @@ MACROS = {
     "@midnight": "0 0 0 * * *",
     "@hourly": "0 0 * * * *",
 }
+
+SECOND = timedelta(seconds=1)
+# Longer than any clock change in the time-zone database (Antarctica/Troll's two hours): a
+# change this recent still decides what fires next.
+MAX_SHIFT = timedelta(hours=3)
+# Shorter than the time between two clock changes of any zone since 1970 (the closest: six days
+# and 22 hours, America/Cambridge_Bay in 2000; Asia/Gaza's in 2040): one look a step finds them.
+SCAN_STEP = timedelta(days=6)
 
 
 def six_fields(expr: str) -> str:
@@ -65,23 +82,31 @@ def zone(name: str) -> ZoneInfo:
         raise ValidationError("schedule.timezone", f"unknown timezone {name!r}") from None
 
 
+@functools.cache
+def iana_zones() -> frozenset[str]:
+    """The zone names of the IANA database (the tzdata package): the same on every host."""
+    listing = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
+    return frozenset(listing.split())
+
+
+def checked_zone(name: str) -> ZoneInfo:
+    """A zone named as IANA names it; not `localtime`, a path or a file that differs by host."""
+    if name not in iana_zones():
+        raise ValidationError("schedule.timezone", _unknown_zone(name))
+    return zone(name)
+
+
+def _unknown_zone(name: str) -> str:
+    spelled = [z for z in iana_zones() if z.lower() == name.lower()]
+    hint = f"; did you mean {spelled[0]!r}?" if spelled else " (e.g. 'Europe/Berlin' or 'UTC')"
+    return f"{name!r} is not an IANA time zone name{hint}"
+
+
 def validate(schedule: Schedule, *, job_name: str) -> None:
     """Raise ValidationError naming the field if the schedule can never be evaluated."""
     if isinstance(schedule, CronSchedule):
-        zone(schedule.timezone)
-        try:
-            _cron(schedule.expr, datetime(2000, 1, 1), job_name)
-        except CroniterError as exc:
-            raise ValidationError("schedule.expr", str(exc)) from None
-
-
-def _cron(expr: str, start: datetime, job_name: str) -> croniter:
-    return croniter(
-        six_fields(expr),
-        start,
-        hash_id=job_name.encode(),
-        second_at_beginning=True,
-    )
+        checked_zone(schedule.timezone)
+        parse(six_fields(schedule.expr), job_name)
 
 
 def next_fire(schedule: Schedule, after: datetime, *, job_name: str) -> datetime | None:
@@ -100,38 +125,123 @@ def first_fire(schedule: Schedule, now: datetime, *, job_name: str) -> datetime 
     return next_fire(schedule, now, job_name=job_name)
 
 
+@dataclass(frozen=True)
+class Stretch:
+    """Time with one UTC offset, from the clock change that began it if that matters to the
+    search (it was less than MAX_SHIFT ago, or the search crossed it)."""
+
+    offset: timedelta
+    start: datetime | None
+    offset_before: timedelta  # the offset itself when there is no change to mind
+
+
 def _next_cron(schedule: CronSchedule, after: datetime, job_name: str) -> datetime:
     tz = zone(schedule.timezone)
-    both_passes = six_fields(schedule.expr).split(" ")[2].startswith("*")
-    # Near a transition, `after` reads as two different wall times (one per UTC offset in force
-    # around it); the answer is the earliest fire time found from either reading.
-    offsets = {tz.utcoffset(after + timedelta(hours=h)) for h in (-3, 0, 3)}
-    starts = {(after + offset).replace(tzinfo=None) for offset in offsets if offset is not None}
-    return min(
-        _first_after(start, after, tz, both_passes, schedule.expr, job_name) for start in starts
-    )
-
-
-def _first_after(
-    start: datetime, after: datetime, tz: ZoneInfo, both_passes: bool, expr: str, job_name: str
-) -> datetime:
-    # Whole seconds: croniter steps from the start of the second it is given.
-    wall_clock = _cron(expr, start.replace(microsecond=0), job_name)
+    wall_times = WallTimes(parse(six_fields(schedule.expr), job_name))
+    after = after.astimezone(UTC)
+    stretch = _stretch_at(tz, after)
     while True:
-        wall: datetime = wall_clock.get_next(datetime)
-        for instant in _instants(wall, tz, both_passes):
-            if instant > after:
-                return instant
+        candidate = _first_in(stretch, wall_times, after)
+        since = after if stretch.start is None else max(after, stretch.start)
+        change = _first_change(tz, since, candidate)
+        if change is None:
+            return candidate
+        stretch = Stretch(_offset(tz, change), change, stretch.offset)
 
 
-def _instants(wall: datetime, tz: ZoneInfo, both_passes: bool) -> list[datetime]:
-    """The UTC instants at which a wall-clock time fires, by the rules in the module docstring."""
-    first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
-    if not both_passes:
-        return [first]
-    second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
-    repeated = second != first and second.astimezone(tz).replace(tzinfo=None) == wall
-    return [first, second] if repeated else [first]
+def _stretch_at(tz: ZoneInfo, after: datetime) -> Stretch:
+    offset = _offset(tz, after)
+    earlier = after - MAX_SHIFT
+    before = _offset(tz, earlier)
+    if before == offset:
+        return Stretch(offset, None, offset)
+    return Stretch(offset, _first_change(tz, earlier, after), before)
+
+
+class WallTimes:
+    """The wall times an expression names, for one search. A search crossing clock changes asks
+    again from each change, mostly for the time it has already found: that answer is kept, since
+    croniter is the costly part of it."""
+
+    def __init__(self, cron: Cron) -> None:
+        self.cron = cron
+        self._known: tuple[datetime, datetime] | None = None  # nothing named between the two
+
+    def first_after(self, floor: datetime) -> datetime:
+        floor = floor.replace(microsecond=0)
+        if self._known is not None and self._known[0] <= floor < self._known[1]:
+            return self._known[1]
+        found = self.cron.next_wall_time(floor)
+        self._known = (floor, found)
+        return found
+
+
+def _first_in(stretch: Stretch, wall_times: WallTimes, after: datetime) -> datetime:
+    """The first fire time after `after` if the stretch's offset held from its start on."""
+    offset, start, before = stretch.offset, stretch.start, stretch.offset_before
+    named_hour = wall_times.cron.named_hour
+    floor = _wall(after, offset)
+    if start is not None:
+        floor = max(floor, _wall(start, offset) - SECOND)
+        if named_hour and before > offset:
+            # Clocks went back: the named hour's second pass is not another occurrence.
+            floor = max(floor, _wall(start, before) - SECOND)
+    found = _instant(wall_times.first_after(floor), offset)
+    if named_hour and start is not None and before < offset:
+        skipped = _skipped_fire(wall_times, start, before, offset, after)
+        found = found if skipped is None else min(found, skipped)
+    return found
+
+
+def _skipped_fire(
+    wall_times: WallTimes, change: datetime, before: timedelta, offset: timedelta, after: datetime
+) -> datetime | None:
+    """A named wall time the spring change skipped, at the instant the old offset gives it."""
+    floor = max(_wall(after, before), _wall(change, before) - SECOND)
+    wall = wall_times.first_after(floor)
+    return _instant(wall, before) if wall < _wall(change, offset) else None
+
+
+def _wall(instant: datetime, offset: timedelta) -> datetime:
+    return (instant + offset).replace(tzinfo=None)
+
+
+def _instant(wall: datetime, offset: timedelta) -> datetime:
+    return (wall - offset).replace(tzinfo=UTC)
+
+
+def _offset(tz: ZoneInfo, instant: datetime) -> timedelta:
+    offset = instant.astimezone(tz).utcoffset()
+    assert offset is not None  # a ZoneInfo always has one
+    return offset
+
+
+def clock_changed(tz: ZoneInfo, since: datetime, until: datetime) -> bool:
+    """Whether the zone's clocks change in (since, until]."""
+    return _first_change(tz, since.astimezone(UTC), until.astimezone(UTC)) is not None
+
+
+def _first_change(tz: ZoneInfo, since: datetime, until: datetime) -> datetime | None:
+    """The first clock change in (since, until], to the second; None if there is none."""
+    offset = _offset(tz, since)
+    low = since
+    while low < until:
+        high = min(low + SCAN_STEP, until)
+        if _offset(tz, high) != offset:
+            return _bisect_change(tz, low, high, offset)
+        low = high
+    return None
+
+
+def _bisect_change(tz: ZoneInfo, low: datetime, high: datetime, offset: timedelta) -> datetime:
+    # Changes fall on whole seconds: once the interval is a second long, `high` is in it.
+    while high - low > SECOND:
+        middle = low + (high - low) / 2
+        if _offset(tz, middle) == offset:
+            low = middle
+        else:
+            high = middle
+    return high.replace(microsecond=0)
 
 
 def jittered(fire_time: datetime, jitter_seconds: float, rng: random.Random) -> datetime:

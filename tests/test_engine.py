@@ -714,3 +714,19 @@ async def test_an_observer_that_raises_fails_no_run_and_the_others_still_hear(
     assert ("finished", "success") in h.observed.of("observed")
     assert h.events.types() == ["job.execution.started", "job.execution.success"]
     assert "observer.failed" in caplog.text
+
+
+@pytest.mark.parametrize("expr", ["0 0 12 ? * *", "0 */99 * * * *", "0 0 12 15W * *"])
+async def test_a_stored_schedule_refused_since_runs_its_due_occurrence_then_pauses_saying_why(
+    make_engine: EngineFactory, expr: str
+) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(make_job("old-cron", "noop", schedule=CronSchedule(expr=expr)))
+    await h.engine.drain()
+    h.clock.advance(86_400)
+    await h.engine.drain()
+    assert [e.status for e in await executions(h.store)] == [Status.SUCCESS]
+    paused = await h.store.get_job(job.id)
+    assert paused is not None and not paused.enabled and paused.lease is None
+    assert paused.paused_reason is not None
+    assert paused.paused_reason.startswith("schedule refused: schedule.expr")

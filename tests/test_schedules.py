@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
 from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 from scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
 from scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
+from tests.clock_changes import Change, every_change
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -176,3 +180,128 @@ def test_once_requires_an_aware_time() -> None:
 def test_occurrences_are_bounded_and_ordered() -> None:
     found = occurrences(cron("* * * * * *"), at(2026, 1, 1), at(2026, 1, 2), job_name="j", limit=5)
     assert found == [at(2026, 1, 1) + timedelta(seconds=i) for i in range(5)]
+
+
+# -- clock changes in every zone, 2026 to 2030 ----------------------------------------------------
+#
+# The rules (README, "Daylight saving"), checked against oracles built from zoneinfo alone:
+# a wildcard hour fires whenever the zone's clock shows a time the expression names; a named hour
+# fires once a day, at the instant RFC 5545 gives its wall time (fold=0: the first pass of a
+# repeated time, the offset before the change for a skipped one).
+
+# (expression, seconds it names, minutes it names, period)
+WILDCARD_HOURS = [
+    ("0 0 * * * *", {0}, {0}, timedelta(hours=1)),
+    ("0 */20 * * * *", {0}, {0, 20, 40}, timedelta(minutes=20)),
+    ("0 15,45 * * * *", {0}, {15, 45}, timedelta(minutes=30)),
+    ("*/30 * * * * *", {0, 30}, set(range(60)), timedelta(seconds=30)),
+]
+any_change = st.deferred(lambda: st.sampled_from(every_change()))
+CALENDAR = settings(derandomize=True, deadline=None, max_examples=400)
+
+
+def clock_shows(
+    change: Change, seconds: set[int], minutes: set[int], start: datetime, end: datetime
+) -> list[datetime]:
+    """Every instant in (start, end] whose wall-clock time has those seconds and minutes."""
+    found = []
+    instant = start.replace(second=start.second // 30 * 30, microsecond=0)
+    while instant <= end:
+        local = instant.astimezone(change.tz)
+        if instant > start and local.second in seconds and local.minute in minutes:
+            found.append(instant)
+        instant += timedelta(seconds=30)
+    return found
+
+
+def runs_of_a_wildcard_hour(
+    change: Change, case: tuple[str, set[int], set[int], timedelta]
+) -> list[datetime]:
+    """The runs around the change, checked: the times the clock shows, in real-time rhythm."""
+    expr, seconds, minutes, period = case
+    margin = abs(change.jump) + min(period * 4, timedelta(minutes=40))
+    start, end = change.at - margin, change.at + margin
+    runs = fires(cron(expr, change.zone), start, end)
+    assert runs == clock_shows(change, seconds, minutes, start, end)
+    if change.jump % period == timedelta(0):
+        # Real time passes evenly through the change: so do the runs.
+        assert {b - a for a, b in pairwise(runs)} == {period}
+    return runs
+
+
+@CALENDAR
+@given(change=any_change, case=st.sampled_from(WILDCARD_HOURS), data=st.data())
+def test_a_wildcard_hour_fires_whenever_the_clock_shows_its_time_across_every_change(
+    change: Change,
+    case: tuple[str, set[int], set[int], timedelta],
+    data: st.DataObject,
+) -> None:
+    note(f"{case[0]!r} around {change}")
+    runs = runs_of_a_wildcard_hour(change, case)
+    # From any instant, the next fire time is the next of those runs.
+    start = runs[0] - case[3]
+    after = data.draw(
+        st.integers(0, int((runs[-1] - start).total_seconds()) - 1).map(seconds_after(start))
+    )
+    schedule = cron(case[0], change.zone)
+    assert next_fire(schedule, after, job_name="j") == next(t for t in runs if t > after)
+
+
+def seconds_after(origin: datetime) -> Callable[[int], datetime]:
+    return lambda s: origin + timedelta(seconds=s)
+
+
+def rfc5545(day: date, wall: time, tz: ZoneInfo) -> datetime:
+    return datetime.combine(day, wall, tzinfo=tz).astimezone(UTC)  # fold=0
+
+
+named_times = st.one_of(
+    st.sampled_from([time(2, 30), time(9, 0), time(0, 0), time(23, 30)]),
+    # a time in the skipped or repeated stretch, or at its edges
+    st.integers(-150, 150).map(lambda minutes: timedelta(minutes=minutes)),
+)
+
+
+def runs_of_a_named_time(change: Change, named: time) -> list[datetime]:
+    """The runs from two days before the change to two days after, checked: one a day."""
+    tz = change.tz
+    schedule = cron(f"{named.second} {named.minute} {named.hour} * * *", change.zone)
+    local_day = change.at.astimezone(tz).date()
+    days = [local_day + timedelta(days=d) for d in range(-3, 4)]
+    start, end = rfc5545(days[1], named, tz), rfc5545(days[-2], named, tz)
+    runs = fires(schedule, start, end)
+    assert runs == [rfc5545(day, named, tz) for day in days[2:-1]]
+    # One run for each day; each at the time named, or, on the day that time was skipped, at
+    # the time the jump moved it to.
+    for run, day in zip(runs, days[2:-1], strict=True):
+        local = run.astimezone(tz).replace(tzinfo=None)
+        assert local == datetime.combine(day, named) or (
+            change.jump > timedelta(0) and local == datetime.combine(day, named) + change.jump
+        )
+    return runs
+
+
+@CALENDAR
+@given(change=any_change, named=named_times, data=st.data())
+def test_a_named_daily_time_fires_exactly_once_a_day_across_every_change(
+    change: Change, named: time | timedelta, data: st.DataObject
+) -> None:
+    if isinstance(named, timedelta):
+        named = ((change.at + change.before + named).replace(tzinfo=None)).time()
+    note(f"{named} daily around {change}")
+    runs = runs_of_a_named_time(change, named)
+    after = data.draw(st.integers(-3 * 3600, 3 * 3600).map(seconds_after(change.at)))
+    schedule = cron(f"{named.second} {named.minute} {named.hour} * * *", change.zone)
+    assert next_fire(schedule, after, job_name="j") == next(t for t in runs if t > after)
+
+
+def test_every_change_of_every_zone_keeps_both_rules() -> None:
+    """Beyond the samples above: each change, an hourly job and a daily one at the time the
+    change skips or repeats (halfway through it)."""
+    for change in every_change():
+        midway = change.at + change.before + abs(change.jump) / 2
+        try:
+            runs_of_a_wildcard_hour(change, WILDCARD_HOURS[0])
+            runs_of_a_named_time(change, midway.replace(tzinfo=None).time())
+        except AssertionError as failed:
+            raise AssertionError(f"around {change}") from failed

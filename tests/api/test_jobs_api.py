@@ -65,6 +65,19 @@ BAD_CREATES = [
     ({"colour": "blue"}, 422, "colour"),
     ({"max_retries": "three"}, 422, "max_retries"),
     ({"schedule": {"kind": "cron", "expr": "61 * * * * *"}}, 422, "schedule.expr"),
+    ({"schedule": {"kind": "cron", "expr": "0 */99 * * * *"}}, 422, "schedule.expr"),
+    ({"schedule": {"kind": "cron", "expr": "0 */0 * * * *"}}, 422, "schedule.expr"),
+    ({"schedule": {"kind": "cron", "expr": "0 30-10 * * * *"}}, 422, "schedule.expr"),
+    (
+        {"schedule": {"kind": "cron", "expr": "* * * * *", "timezone": "localtime"}},
+        422,
+        "schedule.timezone",
+    ),
+    (
+        {"schedule": {"kind": "cron", "expr": "* * * * *", "timezone": "/etc/localtime"}},
+        422,
+        "schedule.timezone",
+    ),
     (
         {"schedule": {"kind": "cron", "expr": "* * * * *", "timezone": "Mars/Base"}},
         422,
