@@ -5,17 +5,38 @@ Each engine gets its own registry, so tests and two engines in one process never
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scheduler.storage.operations import STORE_OPERATIONS
 
 # Fire lag is what users feel: most runs should start within milliseconds of their time.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 
 
+class StoreOperationsCollector(Collector):
+    """The process's store round trips, read at each scrape (scheduler/storage/operations.py)."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "tickd_store_operations",
+            "Round trips to the stores: MongoDB commands sent, SQLite statements run",
+            labels=["backend", "operation"],
+        )
+        for (backend, operation), count in sorted(STORE_OPERATIONS.snapshot().items()):
+            family.add_metric([backend, operation], count)
+        yield family
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        r.register(StoreOperationsCollector())
         self.executions = Counter(
             "tickd_executions", "Finished executions", ["handler", "status"], registry=r
         )

@@ -1,17 +1,31 @@
-"""One structured log line per event of a run's life (scheduler/logs.py formats and masks)."""
+"""Structured log lines of a run's life (scheduler/logs.py formats and masks).
+
+A run that ends well is one line at DEBUG; at INFO, a summary says once a second at most how
+many ended how (`runs.summary`), so a burst of thousands of runs a second is not limited by its
+own log. Runs that fail, time out or are given up, and everything unusual, keep a line each."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 
 from scheduler.logs import log_event
-from scheduler.model import Execution, Job
+from scheduler.model import Execution, Job, Status
 from scheduler.observers import RunObserver
 
 log = logging.getLogger("tickd.runner")
 
 
+SUMMARY_EVERY_SECONDS = 1.0
+
+
 class LogObserver(RunObserver):
+    def __init__(self, *, summary_every_seconds: float = SUMMARY_EVERY_SECONDS) -> None:
+        self._every = summary_every_seconds
+        self._ended: Counter[str] = Counter()
+        self._since = time.monotonic()
+
     def retrying(
         self, job: Job, execution: Execution, attempt: int, delay_seconds: float, error: str | None
     ) -> None:
@@ -40,9 +54,13 @@ class LogObserver(RunObserver):
         log_event(log, name, level=logging.WARNING, job=job.name, execution=execution.id)
 
     def finished(self, job: Job, execution: Execution) -> None:
+        self._ended[str(execution.status)] += 1
+        self._summarise_if_due()
+        ended_well = execution.status in (Status.SUCCESS, Status.SKIPPED)
         log_event(
             log,
             "run.finished",
+            level=logging.DEBUG if ended_well else logging.INFO,
             job=job.name,
             execution=execution.id,
             status=str(execution.status),
@@ -50,6 +68,14 @@ class LogObserver(RunObserver):
             duration_ms=execution.duration_ms,
             error=execution.error.message if execution.error else None,
         )
+
+    def _summarise_if_due(self) -> None:
+        now = time.monotonic()
+        if now - self._since < self._every:
+            return
+        log_event(log, "runs.summary", seconds=round(now - self._since, 3), ended=dict(self._ended))
+        self._ended.clear()
+        self._since = now
 
     def not_recorded(self, job: Job, execution: Execution, error: str) -> None:
         log_event(

@@ -53,6 +53,7 @@ from scheduler.codec import (
 from scheduler.ports import (
     StoreError,
 )
+from scheduler.storage.operations import CommandCounter
 
 DEFAULT_DATABASE = "tickd"
 # A dead server fails an operation after about two seconds, a hung one within seconds; the URL can
@@ -257,9 +258,13 @@ class SharedClients:
 
     def acquire(self, url: str, options: Mapping[str, Any]) -> Client:
         key = (url, repr(sorted(options.items())))
-        client, users = self._clients.get(key) or (AsyncMongoClient(url, **options), 0)
+        client, users = self._clients.get(key) or (self._new_client(url, options), 0)
         self._clients[key] = (client, users + 1)
         return client
+
+    @staticmethod
+    def _new_client(url: str, options: Mapping[str, Any]) -> Client:
+        return AsyncMongoClient(url, event_listeners=[CommandCounter()], **options)
 
     async def release(self, client: Client) -> None:
         for key, (held, users) in list(self._clients.items()):

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from scheduler.storage.operations import count_sqlite_statement
 from scheduler.urls import local_path
 
 T = TypeVar("T")
@@ -38,6 +39,7 @@ class SQLiteFile:
             # Autocommit while the schema is applied; `_connected` chooses the transactions.
             db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
             db.row_factory = sqlite3.Row
+            db.set_trace_callback(count_sqlite_statement)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
