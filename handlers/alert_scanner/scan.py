@@ -57,6 +57,7 @@ from handlers.product_store import (
     Reschedule,
     RuleKey,
     RuleUpdate,
+    is_true,
 )
 from scheduler.handler_api import Clock, Mailer
 
@@ -215,8 +216,9 @@ def due_rules(alert: Alert, now: datetime) -> list[DueRule]:
 
 
 def is_active(rule: Any) -> bool:
-    """`active: true`, as the due query reads it (handlers.product_store.documents.is_scannable)."""
-    return isinstance(rule, Mapping) and rule.get("active") is True
+    """`active` in any form the product writes it (`true`, `1`, `"yes"`...), exactly as the due
+    query reads it (handlers.product_store.is_true)."""
+    return isinstance(rule, Mapping) and is_true(rule.get("active"))
 
 
 def due_at(rule: Mapping[str, Any], now: datetime) -> datetime:
