@@ -7,12 +7,18 @@ COPY handlers handlers
 COPY api api
 COPY seed seed
 COPY tickd tickd
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# Handler plug-ins built into the image (docs/writing-handlers.md, "Shipping a plug-in"): what
+# pip understands, from the index or from wheels put in plugins/, e.g.
+#   docker build --build-arg PLUGINS="billing-jobs==1.4.2" -t tickd-billing .
+# They are resolved together with tickd, so a plug-in's `tickd` dependency is this tickd.
+ARG PLUGINS=""
+COPY plugins plugins
+RUN pip wheel --no-cache-dir --wheel-dir /wheels --find-links plugins . $PLUGINS
 
 FROM python:3.11-slim
 RUN useradd --system --create-home --uid 10001 tickd
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels /wheels/*.whl && rm -rf /wheels
 COPY config /etc/tickd
 USER tickd
 WORKDIR /home/tickd

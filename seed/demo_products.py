@@ -41,7 +41,7 @@ async def seed_demo_products(products: ProductStore) -> int:
 
 
 def demo_scan_job(now: datetime) -> Job:
-    """The alert scanner every 15 seconds (the system job runs it daily)."""
+    """The alert scanner every 15 seconds (the system job runs it every five minutes)."""
     return seed_job(
         name=DEMO_SCAN_JOB,
         handler="alert_scanner",

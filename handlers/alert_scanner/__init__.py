@@ -1,15 +1,18 @@
 """`alert_scanner`: evaluates users' alert rules on parts and tells them, in the app and by email,
 when something they care about happened.
 
-A system job: seeded at boot as `alert_scanner`, every 24 hours, a ten-minute timeout and no
-retries (the next scan is the retry; a scan is idempotent, so a retry would be harmless but is
-not needed). The work is in scan.py, which takes its ports explicitly and is tested without the
+A system job: seeded at boot as `alert_scanner`, every five minutes (so it first runs five
+minutes after a new deployment starts), a ten-minute timeout and no retries (the next run is the
+retry; a scan is idempotent, so a retry would be harmless but is not needed). A run scans back to
+back while more is due (scan.scan_until_done), in the first half of its time, then sends the
+emails: a backlog is worked off run after run, and a run with nothing due costs two indexed
+queries. The work is in scan.py, which takes its ports explicitly and is tested without the
 engine; the rule semantics are in rules.py and docs/alert-rules.md.
 
 Params (all optional; the defaults are the seed's numbers): `alerts_per_scan`, `max_rules`,
-`lookup_concurrency`, `parts_per_lookup`, `smtp_concurrency`, `emails_per_scan`,
-`send_attempts`, `email_scans` (scans with a failed delivery before a notification is given
-up) and `from_address`.
+`lookup_concurrency`, `parts_per_lookup`, `scans_per_run`, `smtp_concurrency`,
+`emails_per_scan` (per run), `send_attempts`, `email_scans` (runs with a failed delivery before
+a notification is given up) and `from_address`.
 
 Settings, from `[handler_settings.alert_scanner]` (settings.py): `app_base_url` (links to the
 product app), `public_base_url` and `unsubscribe_secret` (one-click unsubscribe links, answered
@@ -22,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits, scan
+from handlers.alert_scanner.scan import ScanLimits, scan_until_done
 from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import PRODUCTS
 from scheduler.handler_api import HandlerContext, Result, handler
@@ -40,6 +43,7 @@ PARAMS: dict[str, Any] = {
         "max_rules": _bounded(LIMITS.max_rules, 100_000),
         "lookup_concurrency": _bounded(LIMITS.lookup_concurrency, 200),
         "parts_per_lookup": _bounded(LIMITS.parts_per_lookup, 1_000),
+        "scans_per_run": _bounded(LIMITS.scans_per_run, 10_000),
         "smtp_concurrency": _bounded(LIMITS.email.concurrency, 50),
         "emails_per_scan": _bounded(LIMITS.email.notifications_per_scan, 10_000),
         "send_attempts": _bounded(LIMITS.email.send_attempts, 10),
@@ -49,7 +53,13 @@ PARAMS: dict[str, Any] = {
     "additionalProperties": False,
 }
 # Names of the integer params, and where they go.
-SCAN_PARAMS = ("alerts_per_scan", "max_rules", "lookup_concurrency", "parts_per_lookup")
+SCAN_PARAMS = (
+    "alerts_per_scan",
+    "max_rules",
+    "lookup_concurrency",
+    "parts_per_lookup",
+    "scans_per_run",
+)
 EMAIL_PARAMS = {
     "smtp_concurrency": "concurrency",
     "emails_per_scan": "notifications_per_scan",
@@ -57,10 +67,16 @@ EMAIL_PARAMS = {
     "email_scans": "scans_before_giving_up",
 }
 SYSTEM_JOB: dict[str, Any] = {
-    "schedule": {"kind": "interval", "every_seconds": 86_400},
+    # Often, because a run with nothing due is cheap, and a rule's cooldown (60 minutes by
+    # default) is only kept if its alert is read soon after it falls due.
+    "schedule": {"kind": "interval", "every_seconds": 300},
     "timeout_seconds": 600,
     "max_retries": 0,
 }
+
+
+# The share of a run's time that scans may start in; the rest is the emails'.
+SCANNING_SHARE = 0.5
 
 
 def limits_from(params: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> ScanLimits:
@@ -94,5 +110,13 @@ def _positive(params: Mapping[str, Any], name: str) -> int:
 @handler(params_schema=PARAMS, max_concurrency=1, system_job=SYSTEM_JOB, resources=(PRODUCTS,))
 async def alert_scanner(ctx: HandlerContext) -> Result:
     limits = limits_from(ctx.params, ctx.config)
-    result = await scan(ctx.resource(PRODUCTS), ctx.mailer, ctx.clock, limits, logger=ctx.logger)
+    now = ctx.clock.now()
+    result = await scan_until_done(
+        ctx.resource(PRODUCTS),
+        ctx.mailer,
+        ctx.clock,
+        limits,
+        until=now + (ctx.deadline - now) * SCANNING_SHARE,
+        logger=ctx.logger,
+    )
     return result.as_dict()

@@ -22,6 +22,12 @@ the same notification is a no-op.
 
 Every stage is bounded: alerts and rules per scan, lookups and SMTP connections at once,
 notifications emailed per scan. A million rules take many scans, never unbounded memory.
+
+A run of the handler (`scan_until_done`) makes steps 1 to 5 back to back while the last scan
+stopped at its bound with more due (so a backlog is worked off in one run, not one bound a run),
+at most `scans_per_run` scans, each started only if it can end before the run's share of its
+deadline for scanning, and then step 6 once: a delivery that failed is retried by the next run,
+as `email_scans` counts, not by the next scan of the same run seconds later.
 """
 
 from __future__ import annotations
@@ -32,13 +38,13 @@ import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
 from handlers.alert_scanner import normalize
 from handlers.alert_scanner.concurrency import run_all
-from handlers.alert_scanner.delivery import Delivered, EmailPolicy, deliver_pending
+from handlers.alert_scanner.delivery import EmailPolicy, deliver_pending
 from handlers.alert_scanner.normalize import NormalizationError
 from handlers.alert_scanner.rules import (
     InvalidRule,
@@ -57,6 +63,7 @@ from handlers.product_store import (
     Reschedule,
     RuleKey,
     RuleUpdate,
+    is_true,
 )
 from scheduler.handler_api import Clock, Mailer
 
@@ -75,6 +82,8 @@ class ScanLimits:
     # Part lookups in flight at once, and parts per lookup.
     lookup_concurrency: int = 50
     parts_per_lookup: int = 100
+    # Scans one run makes back to back while more is due (scan_until_done).
+    scans_per_run: int = 100
     email: EmailPolicy = field(default_factory=EmailPolicy)
 
 
@@ -95,9 +104,27 @@ class ScanResult:
     emails_sent: int = 0
     emails_failed: int = 0
     error_samples: list[str] = field(default_factory=list)
+    # Scans made (one, or more in a run that worked off a backlog), and whether the last one
+    # still stopped at a bound: the next run carries on.
+    scans: int = 1
+    more_due: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def stopped_at_bound(self, limits: ScanLimits) -> bool:
+        """Whether this scan left due work behind: it read as many alerts as it may, or
+        deferred rules beyond `max_rules`."""
+        return self.alerts_read >= limits.alerts_per_scan or self.deferred > 0
+
+    def plus(self, other: ScanResult) -> ScanResult:
+        """The counts of two scans together; `more_due` is the later one's."""
+        counts = {name: getattr(self, name) + getattr(other, name) for name in COUNTS}
+        samples = (self.error_samples + other.error_samples)[:ERROR_SAMPLES]
+        return ScanResult(**counts, error_samples=samples, more_due=other.more_due)
+
+
+COUNTS = [f.name for f in fields(ScanResult) if f.type in ("int", int)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,23 +158,75 @@ class Check:
     error: str | None = None
 
 
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+
 async def scan(
     products: ProductStore,
     mailer: Mailer,
     clock: Clock,
     limits: ScanLimits | None = None,
     *,
-    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+    logger: Logger = log,
 ) -> ScanResult:
     """Run one scan; see the module's docstring."""
     limits = limits or ScanLimits()
-    scan_id, now = uuid.uuid4().hex, clock.now()
+    scan_id = uuid.uuid4().hex
+    result = await check_due(products, clock, limits, scan_id)
+    result.more_due = result.stopped_at_bound(limits)
+    return await _delivered(result, products, mailer, clock, limits, scan_id, logger)
+
+
+async def scan_until_done(
+    products: ProductStore,
+    mailer: Mailer,
+    clock: Clock,
+    limits: ScanLimits | None = None,
+    *,
+    until: datetime,
+    logger: Logger = log,
+) -> ScanResult:
+    """One run: scans while the last one stopped at its bound with more due, at most
+    `scans_per_run`, none started unless it can end by `until` (judged by the longest scan so
+    far); then the emails, once. The result sums the scans'."""
+    limits = limits or ScanLimits()
+    total: ScanResult | None = None
+    longest = timedelta(0)
+    while total is None or (
+        total.more_due and total.scans < limits.scans_per_run and clock.now() + longest <= until
+    ):
+        started = clock.now()
+        one = await check_due(products, clock, limits, uuid.uuid4().hex)
+        longest = max(longest, clock.now() - started)
+        one.more_due = one.stopped_at_bound(limits)
+        total = one if total is None else total.plus(one)
+    return await _delivered(total, products, mailer, clock, limits, uuid.uuid4().hex, logger)
+
+
+async def check_due(
+    products: ProductStore, clock: Clock, limits: ScanLimits, scan_id: str
+) -> ScanResult:
+    """Steps 1 to 5 of one scan: read, check and write back the due alerts' rules."""
+    now = clock.now()
     alerts = await products.due_alerts(now, limits.alerts_per_scan)
     due = [rule for alert in alerts for rule in due_rules(alert, now)]
     checks = await check_rules(products, due[: limits.max_rules], now, limits)
     written = await write_back(products, alerts, due, checks, now, scan_id)
-    delivered = await deliver_pending(products, mailer, clock, limits.email, token=scan_id)
-    result = tally(alerts, due, checks, written, delivered)
+    return tally(alerts, due, checks, written)
+
+
+async def _delivered(
+    result: ScanResult,
+    products: ProductStore,
+    mailer: Mailer,
+    clock: Clock,
+    limits: ScanLimits,
+    token: str,
+    logger: Logger,
+) -> ScanResult:
+    """Step 6, with its counts added to the result, and the result logged."""
+    delivered = await deliver_pending(products, mailer, clock, limits.email, token=token)
+    result.emails_sent, result.emails_failed = delivered.sent, delivered.failed
     logger.info("alert scan finished: %s", result.as_dict())
     return result
 
@@ -177,11 +256,7 @@ async def write_back(
 
 
 def tally(
-    alerts: Sequence[Alert],
-    due: Sequence[DueRule],
-    checks: Sequence[Check],
-    written: Written,
-    delivered: Delivered,
+    alerts: Sequence[Alert], due: Sequence[DueRule], checks: Sequence[Check], written: Written
 ) -> ScanResult:
     errors = [c.error for c in checks if c.error]
     return ScanResult(
@@ -193,8 +268,6 @@ def tally(
         errors=len(errors),
         conflicts=written.updates - len(written.applied),
         notifications=written.notifications,
-        emails_sent=delivered.sent,
-        emails_failed=delivered.failed,
         error_samples=errors[:ERROR_SAMPLES],
     )
 
@@ -215,8 +288,9 @@ def due_rules(alert: Alert, now: datetime) -> list[DueRule]:
 
 
 def is_active(rule: Any) -> bool:
-    """`active: true`, as the due query reads it (handlers.product_store.documents.is_scannable)."""
-    return isinstance(rule, Mapping) and rule.get("active") is True
+    """`active` in any form the product writes it (`true`, `1`, `"yes"`...), exactly as the due
+    query reads it (handlers.product_store.is_true)."""
+    return isinstance(rule, Mapping) and is_true(rule.get("active"))
 
 
 def due_at(rule: Mapping[str, Any], now: datetime) -> datetime:

@@ -23,6 +23,7 @@ Failures are StoreError (scheduler.storage), `transient` when worth retrying.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +37,22 @@ from scheduler.storage import open_patiently
 Doc = dict[str, Any]
 # A rule by its alert's id and its position in the alert's `rules` as read.
 RuleKey = tuple[str, int]
+
+# `active` (of an alert and of a rule) as the product's TypeScript backend and its web UI write
+# it: true, 1, or a word of TRUE_WORDS in any case with blanks around, as the scanner reads every
+# other flag (normalize.truth). Every backend's due query matches exactly what `is_true` accepts
+# (MongoDB with TRUE_PATTERN, SQLite in the `scannable` column), so the scanner never reads an
+# alert it would then find nothing active in. The letters are spelled as classes, not with a
+# case-insensitive flag, and the blanks as ASCII ones: MongoDB (PCRE), FerretDB (Go) and Python
+# would each fold or strip other characters their own way.
+TRUE_WORDS = ("true", "yes", "y", "1", "on")
+_BLANKS = r"[ \t\r\n]*"
+TRUE_PATTERN = (
+    f"^{_BLANKS}(?:"
+    + "|".join("".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in w) for w in TRUE_WORDS)
+    + f"){_BLANKS}$"
+)
+_TRUE_TEXT = re.compile(TRUE_PATTERN)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -161,7 +178,7 @@ class ProductStore(Protocol):
         """Close what this store opened (never a client it was handed)."""
 
     async def due_alerts(self, now: datetime, limit: int) -> list[Alert]:
-        """Up to `limit` alerts to scan: `active: true`, with at least one rule `active: true`,
+        """Up to `limit` alerts to scan: active (`is_true`), with at least one active rule,
         whose `nextCheckAt` is unset or <= now. Unset first (never scanned), then the most
         overdue, then by id: each scan takes the alerts that waited longest, so scans of a few
         hundred alerts eventually cover any number of them, and none is starved."""
@@ -281,6 +298,16 @@ class ProductStore(Protocol):
         """Oldest first, of one user or of all."""
 
 
+def is_true(value: Any) -> bool:
+    """Whether a stored `active` says yes (see TRUE_WORDS): `true`, a number equal to 1 (MongoDB
+    matches 1 as an int, a long or a double), or a true word. Anything else is no."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value == 1
+    return isinstance(value, str) and _TRUE_TEXT.fullmatch(value) is not None
+
+
 def bounce_key(address: str) -> str:
     """An address as its bounce record's key: the domain is case-insensitive, the local part
     (strictly) is not, so only the domain is lowered."""
@@ -322,6 +349,8 @@ PRODUCTS: Resource[ProductStore] = Resource(PRODUCTS_NAME, open=opened_product_s
 
 __all__ = [
     "PRODUCTS",
+    "TRUE_PATTERN",
+    "TRUE_WORDS",
     "Alert",
     "Bounce",
     "Doc",
@@ -332,5 +361,6 @@ __all__ = [
     "RuleKey",
     "RuleUpdate",
     "bounce_key",
+    "is_true",
     "open_product_store",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from handlers.product_store import Bounce, Doc, Notification, PriceCheck, RuleUpdate
+from handlers.product_store import Bounce, Doc, Notification, PriceCheck, RuleUpdate, is_true
 from scheduler.storage import as_datetime, exact_micros
 
 
@@ -106,13 +106,13 @@ def rule_fields(update: RuleUpdate) -> Doc:
 
 
 def is_scannable(alert: Mapping[str, Any]) -> bool:
-    """What the due query scans: `active: true` with a rule `active: true` (booleans, as the
-    product writes them; MongoDB's query matches exactly these)."""
+    """What the due query scans: an active alert with an active rule (`is_true`, in every form
+    the product writes; MongoDB's query matches exactly these)."""
     rules = alert.get("rules")
     return (
-        alert.get("active") is True
+        is_true(alert.get("active"))
         and isinstance(rules, list)
-        and any(isinstance(rule, Mapping) and rule.get("active") is True for rule in rules)
+        and any(isinstance(rule, Mapping) and is_true(rule.get("active")) for rule in rules)
     )
 
 

@@ -52,7 +52,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import bson
-from bson import ObjectId
+from bson import ObjectId, Regex
 from pymongo import (
     ASCENDING,
     DESCENDING,
@@ -65,6 +65,7 @@ from pymongo import (
 from pymongo.asynchronous.collection import AsyncCollection
 
 from handlers.product_store import (
+    TRUE_PATTERN,
     Alert,
     Bounce,
     Doc,
@@ -125,6 +126,9 @@ QUOTA_ROUNDS = 5
 QUOTA_TOPS_REMEMBERED = 1000
 
 ALERT_INDEXES = [IndexModel(DUE_ORDER, name="alerts_due")]
+# Every stored form of `active` that handlers.product_store.is_true accepts: `1` matches an int,
+# a long and a double.
+ACTIVE: Doc = {"$in": [True, 1, Regex(TRUE_PATTERN)]}
 NOTIFICATION_INDEXES = [
     IndexModel(
         [*((field, ASCENDING) for field in EMAIL_PENDING), *OLDEST_FIRST],
@@ -224,9 +228,9 @@ def _is_int64_text(value: str) -> bool:
 
 
 def due_filter(now: datetime) -> Doc:
-    # `$not: {$gt}` also matches an unset nextCheckAt; `rules.active: true` is "some rule is
-    # active" (FerretDB's $elemMatch cannot say it).
-    return {"active": True, "rules.active": True, "nextCheckAt": {"$not": {"$gt": now}}}
+    # `$not: {$gt}` also matches an unset nextCheckAt; a condition on `rules.active` is "some
+    # rule is active" (FerretDB's $elemMatch cannot say it).
+    return {"active": ACTIVE, "rules.active": ACTIVE, "nextCheckAt": {"$not": {"$gt": now}}}
 
 
 def next_claim(

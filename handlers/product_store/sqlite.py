@@ -131,6 +131,18 @@ PRICED_BEFORE = (
 )
 
 
+# Alerts to score again at open: `scannable` of a file written when only a boolean `active`
+# counted. Those with an `active` (theirs or a rule's) that is not a JSON boolean are read back
+# and scored as today (is_scannable); a file without any costs one pass over its inactive alerts.
+NOT_BOOLEAN = "NOT IN ('true', 'false', 'null')"
+MAY_BE_UNSCORED = f"""
+SELECT id, doc FROM alerts WHERE scannable = 0 AND (
+    json_type(doc, '$.active') {NOT_BOOLEAN}
+    OR EXISTS (SELECT 1 FROM json_each(doc, '$.rules')
+               WHERE CASE WHEN type = 'object' THEN json_type(value, '$.active') END {NOT_BOOLEAN})
+)"""
+
+
 def to_json(doc: Any) -> str:
     return json.dumps(to_json_ready(doc), separators=(",", ":"))
 
@@ -166,6 +178,10 @@ def price_entry_row(entry: Doc) -> tuple[str, str, int | None, str]:
 class SQLiteProductStore(SQLiteFile):
     SCHEMA = SCHEMA
     THREAD = "tickd-products"
+
+    async def open(self) -> None:
+        await super().open()
+        await self._write(_score_again)
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -480,6 +496,12 @@ class SQLiteProductStore(SQLiteFile):
         where, args = ("user_id = ?", (user_id,)) if user_id is not None else ("1", ())
         sql = f"{where} ORDER BY created_at, id LIMIT ?"
         return await self._read(lambda db: _notifications(db, sql, (*args, limit)))
+
+
+def _score_again(db: sqlite3.Connection) -> None:
+    found = [(row["id"], json.loads(row["doc"])) for row in db.execute(MAY_BE_UNSCORED)]
+    scannable = [(alert_id,) for alert_id, doc in found if is_scannable(doc)]
+    db.executemany("UPDATE alerts SET scannable = 1 WHERE id = ?", scannable)
 
 
 def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

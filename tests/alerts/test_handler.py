@@ -39,6 +39,7 @@ def test_params_set_the_limits() -> None:
         "max_rules": 100,
         "lookup_concurrency": 5,
         "parts_per_lookup": 20,
+        "scans_per_run": 7,
         "smtp_concurrency": 2,
         "emails_per_scan": 30,
         "send_attempts": 4,
@@ -50,6 +51,7 @@ def test_params_set_the_limits() -> None:
         max_rules=100,
         lookup_concurrency=5,
         parts_per_lookup=20,
+        scans_per_run=7,
         email=EmailPolicy(
             concurrency=2,
             notifications_per_scan=30,
@@ -90,7 +92,7 @@ def test_the_handler_bounds_itself_and_declares_its_system_job() -> None:
     assert alert_scanner.max_concurrency == 1
     assert alert_scanner.params_schema is PARAMS
     assert alert_scanner.system_job == {
-        "schedule": {"kind": "interval", "every_seconds": 86_400},
+        "schedule": {"kind": "interval", "every_seconds": 300},
         "timeout_seconds": 600,
         "max_retries": 0,
     }
@@ -102,7 +104,7 @@ async def test_the_system_job_is_seeded_once_and_ops_changes_are_kept(store: Sto
     (job,) = system_jobs(registry, T0)
     assert (job.name, job.handler, job.system) == ("alert_scanner", "alert_scanner", True)
     assert (job.timeout_seconds, job.max_retries) == (600, 0)
-    assert job.schedule == IntervalSchedule(every_seconds=86_400)
+    assert job.schedule == IntervalSchedule(every_seconds=300)
     assert await seed_jobs(store, [job]) == [job]
 
     # Ops runs it hourly; a restart seeds again and keeps that.

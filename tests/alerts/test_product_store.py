@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -90,6 +91,37 @@ async def test_due_alerts_are_active_with_an_active_rule_and_not_scheduled_later
     )
     due = await products.due_alerts(T0, 10)
     assert [a.id for a in due] == ["due-unscheduled", "due-past", "due-now"]
+
+
+# `active` as the TypeScript backend and the web UI write it, beside the boolean.
+ACTIVE_FORMS: list[Any] = [True, 1, 1.0, "true", "TRUE", " Yes ", "y", "On", "1", "true\n"]
+INACTIVE_FORMS: list[Any] = [
+    False, 0, 0.0, 2, "false", "No", "0", "off", "", "maybe", "truest",
+    # "yes" with a long s, which a Unicode case fold would read as "yes"; a vertical tab.
+    "ye\u017f", "\vtrue", {"a": 1},
+]  # fmt: skip
+
+
+async def test_an_alerts_active_is_read_in_every_form_the_product_writes(
+    products: ProductStore,
+) -> None:
+    forms = ACTIVE_FORMS + INACTIVE_FORMS
+    await products.upsert_alerts([alert(f"a{i:02}", active=form) for i, form in enumerate(forms)])
+    due = await products.due_alerts(T0, 100)
+    assert [a.id for a in due] == [f"a{i:02}" for i in range(len(ACTIVE_FORMS))]
+
+
+async def test_a_rules_active_is_read_in_every_form_the_product_writes(
+    products: ProductStore,
+) -> None:
+    forms = ACTIVE_FORMS + INACTIVE_FORMS
+    await products.upsert_alerts(
+        [alert(f"a{i:02}", price_rule(active=form)) for i, form in enumerate(forms)]
+        + [alert("one-of-two", price_rule("r1", active="no"), price_rule("r2", active="YES"))]
+    )
+    due = await products.due_alerts(T0, 100)
+    expected = [f"a{i:02}" for i in range(len(ACTIVE_FORMS))] + ["one-of-two"]
+    assert [a.id for a in due] == expected
 
 
 async def test_due_alerts_come_longest_waiting_first_and_limited(products: ProductStore) -> None:
@@ -437,3 +469,27 @@ async def test_on_sqlite_the_product_tables_live_beside_the_jobs(tmp_path: Path)
     finally:
         await products.close()
         await jobs.close()
+
+
+async def test_on_sqlite_alerts_stored_before_active_was_normalised_become_due(
+    tmp_path: Path,
+) -> None:
+    """A file written when only a boolean `active` counted: its `scannable` is scored again when
+    the store opens."""
+    url = f"sqlite:///{tmp_path}/tickd.db"
+    products = open_product_store(url)
+    await products.open()
+    await products.upsert_alerts(
+        [alert("words", price_rule(active="yes"), active="true"), alert("off", active="false")]
+    )
+    await products.close()
+    with sqlite3.connect(tmp_path / "tickd.db") as db:
+        db.execute("UPDATE alerts SET scannable = 0")
+    db.close()
+
+    reopened = open_product_store(url)
+    await reopened.open()
+    try:
+        assert [a.id for a in await reopened.due_alerts(T0, 5)] == ["words"]
+    finally:
+        await reopened.close()

@@ -66,6 +66,27 @@ async def test_a_rule_that_fires_is_notified_written_back_and_emailed(
     assert outbox.recipients() == ["user-1@example.com"]
 
 
+async def test_active_written_as_a_word_or_a_number_is_active(
+    products: ProductStore, outbox: Outbox, clock: FakeClock
+) -> None:
+    await products.upsert_parts([part(price=12.5)])
+    await products.upsert_alerts(
+        [
+            alert(
+                "alert-1",
+                price_rule("on", active=" YES "),
+                price_rule("one", active=1),
+                price_rule("off", active="no"),
+                active="True",
+            )
+        ]
+    )
+    result = await run(products, outbox, clock)
+    assert (result.alerts_read, result.rules_due, result.triggered) == (1, 2, 2)
+    checked = [await stored_rule(products, "alert-1", i) for i in range(3)]
+    assert [r["lastCheckedAt"] is not None for r in checked] == [True, True, False]
+
+
 async def test_a_quiet_rule_is_checked_and_its_cursor_moves(
     products: ProductStore, outbox: Outbox, clock: FakeClock
 ) -> None:
