@@ -508,9 +508,9 @@ class MongoStore(MongoDatabase):
 
     @translating_errors
     async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
-        """By age: the oldest prunable ones, less those as new as their job's newest (one
-        $group: FerretDB 1.24 has no $first nor window functions). By count: the jobs with too
-        many (one $group), then for each the N-th newest, and what is older."""
+        """By age: the oldest prunable ones, less those as new as their job's newest (FerretDB
+        1.24 has no window functions, nor $first or $max in $group). By count: the jobs with
+        too many (one $group of $sum), then for each the N-th newest, and what is older."""
         scope = retention_scope(retention)
         deleted = 0
         if retention.days:
@@ -521,21 +521,36 @@ class MongoStore(MongoDatabase):
         return deleted
 
     async def _prune_by_age(self, scope: Doc, before: int, limit: int) -> int:
+        """Page through the old ones, oldest first, past those that are their job's newest (at
+        most one a job), until `limit` are found or none is left."""
         old = {**scope, **PRUNABLE, "finished_at_us": {"$lt": before}}
-        cursor = self.executions.find(old, {"job_id": 1, "scheduled_at_us": 1})
-        found = [doc async for doc in in_one_batch(cursor.sort("finished_at_us", ASCENDING), limit)]
-        if not found:
-            return 0
-        newest = await self._newest_per_job(list({doc["job_id"] for doc in found}))
-        ids = [doc["_id"] for doc in found if doc["scheduled_at_us"] < newest[doc["job_id"]]]
-        return await self._delete_executions(ids)
+        order = [("finished_at_us", ASCENDING), ("_id", ASCENDING)]
+        ids: list[str] = []
+        after: list[Doc] | None = None
+        while len(ids) < limit:
+            page_filter = old if after is None else {**old, "$or": after}
+            fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1}
+            cursor = self.executions.find(page_filter, fields)
+            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
+            if not page:
+                break
+            newest = await self._newest_per_job(list({doc["job_id"] for doc in page}))
+            ids += [d["_id"] for d in page if d["scheduled_at_us"] < newest.get(d["job_id"], 0)]
+            after = _after(page[-1], "finished_at_us")
+            if len(page) < limit:
+                break
+        return await self._delete_executions(ids[:limit])
 
     async def _newest_per_job(self, job_ids: list[str]) -> dict[str, int]:
-        pipeline: list[Doc] = [
-            {"$match": {"job_id": {"$in": job_ids}}},
-            {"$group": {"_id": "$job_id", "newest": {"$max": "$scheduled_at_us"}}},
-        ]
-        return {d["_id"]: int(d["newest"]) async for d in await self.executions.aggregate(pipeline)}
+        """One indexed read a job (executions_by_job): FerretDB 1.24's $group has no $max."""
+        newest: dict[str, int] = {}
+        for job_id in job_ids:
+            doc = await self.executions.find_one(
+                {"job_id": job_id}, {"scheduled_at_us": 1}, sort=NEWEST_FIRST
+            )
+            if doc is not None:
+                newest[job_id] = int(doc["scheduled_at_us"])
+        return newest
 
     async def _prune_by_count(self, scope: Doc, keep: int, limit: int) -> int:
         pipeline: list[Doc] = [
@@ -579,17 +594,36 @@ class MongoStore(MongoDatabase):
 
     @translating_errors
     async def prune_changes(self, before: datetime, *, limit: int) -> int:
-        old = {"at_us": {"$lt": exact_micros(before)}}
-        cursor = self.changes.find(old, {"job_id": 1, "at_us": 1}).sort("at_us", ASCENDING)
-        found = [doc async for doc in in_one_batch(cursor, limit)]
-        if not found:
-            return 0
-        pipeline: list[Doc] = [
-            {"$match": {"job_id": {"$in": list({doc["job_id"] for doc in found})}}},
-            {"$group": {"_id": "$job_id", "newest": {"$max": "$at_us"}}},
-        ]
-        newest = {d["_id"]: d["newest"] async for d in await self.changes.aggregate(pipeline)}
-        ids = [doc["_id"] for doc in found if doc["at_us"] < newest[doc["job_id"]]]
+        """As _prune_by_age: pages of the oldest, past each job's newest entry."""
+        old: Doc = {"at_us": {"$lt": exact_micros(before)}}
+        order = [("at_us", ASCENDING), ("_id", ASCENDING)]
+        ids: list[str] = []
+        after: list[Doc] | None = None
+        while len(ids) < limit:
+            cursor = self.changes.find(old if after is None else {**old, "$or": after})
+            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
+            if not page:
+                break
+            newest = await self._newest_change_per_job({doc["job_id"] for doc in page})
+            ids += [doc["_id"] for doc in page if doc["at_us"] < newest[doc["job_id"]]]
+            after = _after(page[-1], "at_us")
+            if len(page) < limit:
+                break
         if not ids:
             return 0
-        return (await self.changes.delete_many({"_id": {"$in": ids}})).deleted_count
+        return (await self.changes.delete_many({"_id": {"$in": ids[:limit]}})).deleted_count
+
+    async def _newest_change_per_job(self, job_ids: set[str]) -> dict[str, int]:
+        newest: dict[str, int] = {}
+        for job_id in job_ids:
+            last = await self.changes.find_one(
+                {"job_id": job_id}, {"at_us": 1}, sort=[("at_us", DESCENDING), ("_id", DESCENDING)]
+            )
+            newest[job_id] = int(last["at_us"]) if last else 0
+        return newest
+
+
+def _after(doc: Doc, field: str) -> list[Doc]:
+    """What sorts after `doc` by (field, _id): an $or."""
+    at = doc[field]
+    return [{field: {"$gt": at}}, {field: at, "_id": {"$gt": doc["_id"]}}]
