@@ -16,7 +16,7 @@ FAILING: dict[str, Any] = {
 async def failing_job(api: Api, name: str, runs: int = 1, **fields: Any) -> dict[str, Any]:
     """A job whose `runs` first occurrences have failed for good."""
     status, job, _ = await api.call("POST", "/v1/jobs", json={**FAILING, "name": name, **fields})
-    assert status == 201, job
+    assert status == 201 and isinstance(job, dict), job
     for _ in range(runs):
         api.clock.advance(60)
         await api.harness.engine.drain()
