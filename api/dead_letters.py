@@ -12,11 +12,20 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from api.jobs import change_entry, guard_system
-from api.models import ExecutionOut, ExecutionPage, PageQuery, Rfc3339, RunRequestOut, Strict
+from api.models import (
+    ExecutionOut,
+    ExecutionPage,
+    PageQuery,
+    Rfc3339,
+    RunRequestOut,
+    Strict,
+    integral,
+)
 from api.problems import ApiError
 from api.routing import Call, Reply, Route
 from api.v1 import (
@@ -47,7 +56,9 @@ class RedriveFilter(Strict):
     handler: str | None = Field(default=None, max_length=200)
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
-    limit: int = Field(default=MAX_REDRIVE_BATCH, ge=1, le=MAX_REDRIVE_BATCH)
+    limit: Annotated[int, Field(ge=1, le=MAX_REDRIVE_BATCH), BeforeValidator(integral)] = (
+        MAX_REDRIVE_BATCH
+    )
 
 
 class NotRedriven(BaseModel):

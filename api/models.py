@@ -66,7 +66,7 @@ Rfc3339 = Annotated[
 ]
 
 
-def _integral(value: object) -> object:
+def integral(value: object) -> object:
     # Bodies are read strictly (no "5" or true for a number), but 5.0 is an integer in JSON.
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -74,8 +74,8 @@ def _integral(value: object) -> object:
 
 
 # The integers of a body (the bounds come first, or the document loses them).
-Retries = Annotated[int, Field(ge=0, le=100), BeforeValidator(_integral)]
-Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(_integral)]
+Retries = Annotated[int, Field(ge=0, le=100), BeforeValidator(integral)]
+Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(integral)]
 
 
 class Strict(BaseModel):
@@ -112,7 +112,7 @@ class RedriveIn(Strict):
     """Re-drive the job's dead letters automatically: at most `max_attempts` times per
     occurrence, the first `backoff_seconds` after the failure, the wait doubling each time."""
 
-    max_attempts: Annotated[int, Field(ge=1, le=MAX_REDRIVE_ATTEMPTS), BeforeValidator(_integral)]
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_REDRIVE_ATTEMPTS), BeforeValidator(integral)]
     backoff_seconds: float = Field(gt=0, le=MAX_REDRIVE_BACKOFF_SECONDS)
 
 
