@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from aiohttp import web
 
 from api.bounces import BOUNCE_ROUTES
+from api.dead_letters import DEAD_LETTER_ROUTES
 from api.edge import edge_middleware
 from api.openapi import openapi_document
 from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
@@ -23,7 +24,7 @@ from api.unsubscribe import add_unsubscribe_routes
 from api.v1 import ROUTES, STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
-ALL_ROUTES = ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES
+ALL_ROUTES = ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES + DEAD_LETTER_ROUTES
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:

@@ -1,4 +1,5 @@
-"""`tickd jobs ...` and `tickd executions ...`: the API from a shell, for ops and for scripts.
+"""`tickd jobs ...`, `tickd executions ...`, `tickd dead-letters ...`: the API from a shell, for
+ops and for scripts.
 
 Readable tables by default, the API's own JSON with `--json`. An error of the API is printed as
 it came (title, detail, each field at fault) on stderr, and the command exits with 1; so does a
@@ -31,6 +32,7 @@ from api.client import (
 )
 
 STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
+DEAD_LETTER_STATES = ("open", "redriving", "redriven", "discarded")
 JOB_COLUMNS = ("NAME", "HANDLER", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST STATUS")
 EXECUTION_COLUMNS = ("ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
 
@@ -137,6 +139,40 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     retry.add_argument("execution", metavar="ID")
     retry.set_defaults(act=executions_retry)
+
+    add_dead_letter_commands(commands, common)
+
+
+def add_dead_letter_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    dead = commands.add_parser(
+        "dead-letters", help="runs that failed for good, through the API: list, redrive, discard"
+    )
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    filters = argparse.ArgumentParser(add_help=False)
+    filters.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
+    filters.add_argument("--handler", help="only those of this handler")
+    filters.add_argument("--since", metavar="ISO", help="occurrences scheduled from then on")
+    filters.add_argument("--limit", type=int, help="how many at most")
+
+    listing = actions.add_parser(
+        "list", parents=[common, filters], help="dead letters, newest first (open ones)"
+    )
+    listing.add_argument("--state", choices=DEAD_LETTER_STATES, help="default: open")
+    listing.set_defaults(act=dead_letters_list)
+
+    redrive = actions.add_parser(
+        "redrive",
+        parents=[common, filters],
+        help="run a dead letter's occurrence again; without ID, every open one the filters match",
+    )
+    redrive.add_argument("execution", metavar="ID", nargs="?")
+    redrive.set_defaults(act=dead_letters_redrive)
+
+    discard = actions.add_parser("discard", parents=[common], help="give up on a dead letter")
+    discard.add_argument("execution", metavar="ID")
+    discard.set_defaults(act=dead_letters_discard)
 
 
 def run_client(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
@@ -336,6 +372,56 @@ def executions_retry(client: Client, args: argparse.Namespace) -> None:
             f"Queued a retry of execution {args.execution} "
             f"(occurrence {when(request.get('scheduled_at'))}, run request {request['id']})."
         )
+
+
+# -- dead letters --------------------------------------------------------------------------------
+
+
+def dead_letters_list(client: Client, args: argparse.Namespace) -> None:
+    job_id = client.find_job(args.job)["id"] if args.job else None
+    page = client.list_dead_letters(
+        state=args.state, job_id=job_id, handler=args.handler, since=args.since, limit=args.limit
+    )
+    if args.json:
+        print_json(page)
+        return
+    rows = [execution_row(e) for e in page["items"]]
+    print_table(EXECUTION_COLUMNS, rows, empty="No dead letters.")
+
+
+def dead_letters_redrive(client: Client, args: argparse.Namespace) -> None:
+    if args.execution is not None:
+        if args.job or args.handler or args.since or args.limit is not None:
+            raise UsageError("give an ID or filters, not both")
+        request = client.redrive_dead_letter(args.execution)
+        if args.json:
+            print_json(request)
+        else:
+            print(f"Queued a re-drive of {args.execution} (run request {request['id']}).")
+        return
+    dead_filter = {
+        "job_id": client.find_job(args.job)["id"] if args.job else None,
+        "handler": args.handler,
+        "since": args.since,
+        "limit": args.limit,
+    }
+    out = client.redrive_dead_letters({k: v for k, v in dead_filter.items() if v is not None})
+    if args.json:
+        print_json(out)
+        return
+    print(f"Queued {len(out['requests'])} re-drives.")
+    for skipped in out.get("skipped") or []:
+        print(f"  skipped {skipped.get('id')}: {skipped.get('reason')}")
+    if out.get("more"):
+        print("More open dead letters match: run it again.", file=sys.stderr)
+
+
+def dead_letters_discard(client: Client, args: argparse.Namespace) -> None:
+    execution = client.discard_dead_letter(args.execution)
+    if args.json:
+        print_json(execution)
+    else:
+        print(f"Discarded dead letter {execution['id']} ({execution.get('job_name')}).")
 
 
 # -- views ---------------------------------------------------------------------------------------

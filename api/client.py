@@ -300,6 +300,41 @@ class Client:
             self.request("POST", f"/v1/executions/{_segment(execution_id)}/retry"), "id"
         )
 
+    # -- dead letters --------------------------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        *,
+        state: str | None = None,
+        job_id: str | None = None,
+        handler: str | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+    ) -> Json:
+        query = {
+            "state": state,
+            "job_id": job_id,
+            "handler": handler,
+            "since": since,
+            "limit": limit,
+        }
+        return self._page(self.request("GET", "/v1/dead-letters", query=query))
+
+    def redrive_dead_letter(self, execution_id: str) -> Json:
+        path = f"/v1/dead-letters/{_segment(execution_id)}/redrive"
+        return self._object(self.request("POST", path), "id")
+
+    def redrive_dead_letters(self, dead_filter: Json) -> Json:
+        response = self.request("POST", "/v1/dead-letters/redrive", body=dead_filter)
+        out = self._object(response)
+        if not isinstance(out.get("requests"), list):
+            raise self.not_tickd(f"answered {response.status} without the requests queued")
+        return out
+
+    def discard_dead_letter(self, execution_id: str) -> Json:
+        path = f"/v1/dead-letters/{_segment(execution_id)}/discard"
+        return self._object(self.request("POST", path), "id")
+
 
 def _segment(value: str) -> str:
     return urllib.parse.quote(value, safe="")

@@ -22,6 +22,7 @@ from api.models import (
     JobPatch,
     MisfireIn,
     OnceScheduleIn,
+    RedriveIn,
 )
 from api.problems import ApiError, field_error, from_validation
 from scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
@@ -34,6 +35,7 @@ from scheduler.model import (
     Job,
     Misfire,
     Priority,
+    RedrivePolicy,
     Schedule,
     ValidationError,
     new_id,
@@ -50,7 +52,7 @@ NEVER_FIRES_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 # Fields whose change is recorded in the history (the engine's own fields are not).
 TRACKED = [
     "name", "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries",
-    "priority", "misfire", "jitter_seconds", "paused_reason",
+    "priority", "misfire", "jitter_seconds", "paused_reason", "redrive",
 ]  # fmt: skip
 
 
@@ -129,6 +131,7 @@ class JobBuilder:
             priority=Priority.parse(body.priority),
             misfire=_misfire(body.misfire),
             jitter_seconds=body.jitter_seconds,
+            redrive=_redrive(body.redrive),
             created_at=now,
             updated_at=now,
         )
@@ -161,6 +164,7 @@ class JobBuilder:
             jitter_seconds=job.jitter_seconds
             if body.jitter_seconds is None
             else body.jitter_seconds,
+            redrive=_redrive(body.redrive) if "redrive" in fields else job.redrive,
             updated_at=now,
         )
         self._check(name, handler, schedule, params, changed, now, new="schedule" in fields)
@@ -267,6 +271,12 @@ def _given(value: T | None, current: T) -> T:
 
 def _misfire(body: MisfireIn) -> Misfire:
     return Misfire(policy=body.policy, grace_seconds=body.grace_seconds)
+
+
+def _redrive(body: RedriveIn | None) -> RedrivePolicy | None:
+    if body is None:
+        return None
+    return RedrivePolicy(max_attempts=body.max_attempts, backoff_seconds=body.backoff_seconds)
 
 
 def change_entry(

@@ -13,7 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from scheduler.model import MisfirePolicy, Status
+from scheduler.model import (
+    MAX_REDRIVE_ATTEMPTS,
+    MAX_REDRIVE_BACKOFF_SECONDS,
+    DeadLetter,
+    MisfirePolicy,
+    Status,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
 # A run's deadline: below a second, the lock, the lease and the dispatcher's tick (one second)
@@ -60,7 +66,7 @@ Rfc3339 = Annotated[
 ]
 
 
-def _integral(value: object) -> object:
+def integral(value: object) -> object:
     # Bodies are read strictly (no "5" or true for a number), but 5.0 is an integer in JSON.
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -68,8 +74,8 @@ def _integral(value: object) -> object:
 
 
 # The integers of a body (the bounds come first, or the document loses them).
-Retries = Annotated[int, Field(ge=0, le=100), BeforeValidator(_integral)]
-Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(_integral)]
+Retries = Annotated[int, Field(ge=0, le=100), BeforeValidator(integral)]
+Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(integral)]
 
 
 class Strict(BaseModel):
@@ -102,6 +108,14 @@ class MisfireIn(Strict):
     grace_seconds: float = Field(default=60.0, ge=0, le=7 * 86400)
 
 
+class RedriveIn(Strict):
+    """Re-drive the job's dead letters automatically: at most `max_attempts` times per
+    occurrence, the first `backoff_seconds` after the failure, the wait doubling each time."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_REDRIVE_ATTEMPTS), BeforeValidator(integral)]
+    backoff_seconds: float = Field(gt=0, le=MAX_REDRIVE_BACKOFF_SECONDS)
+
+
 class JobCreate(Strict):
     name: str = Field(pattern=NAME_PATTERN, examples=["nightly-report"])
     handler: str = Field(min_length=1, max_length=200, examples=["webhook"])
@@ -113,6 +127,7 @@ class JobCreate(Strict):
     priority: PriorityName = "normal"
     misfire: MisfireIn = Field(default_factory=MisfireIn)
     jitter_seconds: float = Field(default=0.0, ge=0, le=86400)
+    redrive: RedriveIn | None = Field(default=None, description="None: re-driven by hand only")
 
 
 class JobPatch(Strict):
@@ -128,6 +143,7 @@ class JobPatch(Strict):
     priority: PriorityName | None = None
     misfire: MisfireIn | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=86400)
+    redrive: RedriveIn | None = Field(default=None, description="null removes the policy")
 
 
 class LeaseOut(BaseModel):
@@ -162,6 +178,7 @@ class JobOut(BaseModel):
     paused_reason: str | None
     last_execution: LastExecutionOut | None
     system: bool
+    redrive: RedriveIn | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -192,6 +209,9 @@ class ExecutionOut(BaseModel):
     owner: str | None
     token: int | None
     idempotency_key: str
+    dead_letter: DeadLetter | None = Field(
+        default=None, description="Set when the run failed for good: see /v1/dead-letters"
+    )
 
 
 class ExecutionPage(BaseModel):

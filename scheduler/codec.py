@@ -11,6 +11,7 @@ from typing import Any
 
 from scheduler.model import (
     CronSchedule,
+    DeadLetter,
     Execution,
     ExecutionError,
     ExecutionSummary,
@@ -21,6 +22,7 @@ from scheduler.model import (
     MisfirePolicy,
     OnceSchedule,
     Priority,
+    RedrivePolicy,
     Schedule,
     Status,
     ValidationError,
@@ -104,6 +106,7 @@ def job_to_doc(job: Job) -> Doc:
         "paused_reason": job.paused_reason,
         "last_execution": summary_to_doc(job.last_execution),
         "system": job.system,
+        "redrive": redrive_to_doc(job.redrive),
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
@@ -134,8 +137,23 @@ def job_from_doc(doc: Doc) -> Job:
         paused_reason=doc.get("paused_reason"),
         last_execution=summary_from_doc(doc.get("last_execution")),
         system=bool(doc.get("system", False)),
+        redrive=redrive_from_doc(doc.get("redrive")),
         created_at=as_datetime(doc["created_at"], "created_at"),
         updated_at=as_datetime(doc["updated_at"], "updated_at"),
+    )
+
+
+def redrive_to_doc(policy: RedrivePolicy | None) -> Doc | None:
+    if policy is None:
+        return None
+    return {"max_attempts": policy.max_attempts, "backoff_seconds": policy.backoff_seconds}
+
+
+def redrive_from_doc(doc: Doc | None) -> RedrivePolicy | None:
+    if not doc:
+        return None
+    return RedrivePolicy(
+        max_attempts=int(doc["max_attempts"]), backoff_seconds=float(doc["backoff_seconds"])
     )
 
 
@@ -192,6 +210,7 @@ def execution_to_doc(execution: Execution) -> Doc:
         "result": execution.result,
         "owner": execution.owner,
         "token": execution.token,
+        "dead_letter": None if execution.dead_letter is None else str(execution.dead_letter),
     }
 
 
@@ -212,6 +231,7 @@ def execution_from_doc(doc: Doc) -> Execution:
         result=doc.get("result"),
         owner=doc.get("owner"),
         token=doc.get("token"),
+        dead_letter=DeadLetter(doc["dead_letter"]) if doc.get("dead_letter") else None,
     )
 
 

@@ -154,6 +154,16 @@ class Settings:
     # [handler_settings.catalogue_walk] table, or TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY
     # (values from the environment are strings). They may hold secrets: never shown.
     handler_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    # Executions and history older than this many days are pruned, in small batches off the
+    # hot path; 0 keeps them for ever. A running execution, an unhandled dead letter and a
+    # job's newest execution are never pruned.
+    retention_days: int = 30
+    # Executions kept per job, the newest; older ones are pruned (0: no bound by count).
+    retention_max_executions_per_job: int = 1000
+    # retention_days for the executions of some handlers, by handler name: `webhook = 7`.
+    retention_days_by_handler: Mapping[str, int] = field(default_factory=dict)
+    # retention_max_executions_per_job for some handlers, by handler name: `webhook = 100`.
+    retention_max_executions_by_handler: Mapping[str, int] = field(default_factory=dict)
     # Where the resources handlers declare keep their data, by resource name, when not in the
     # store's database: `[resource_urls] products = "mongodb://product-db/app"`, or
     # TICKD_RESOURCE_URLS__PRODUCTS. May hold passwords: never shown.
@@ -180,6 +190,7 @@ class Settings:
         for port in self.http_allowed_ports:
             if not isinstance(port, int) or not 0 < port <= 65535:
                 raise ConfigError("http_allowed_ports", f"{port!r} is not a port number")
+        _check_retention(self)
         for handler, limit in self.handler_concurrency.items():
             if not isinstance(limit, int) or limit < 1:
                 raise ConfigError(f"handler_concurrency.{handler}", "must be a whole number >= 1")
@@ -193,6 +204,17 @@ class Settings:
     @property
     def effective_queue_size(self) -> int:
         return self.queue_size or 2 * self.workers
+
+
+def _check_retention(settings: Settings) -> None:
+    for name in ("retention_days", "retention_max_executions_per_job"):
+        value = getattr(settings, name)
+        if not isinstance(value, int) or value < 0:
+            raise ConfigError(name, "must be a whole number >= 0 (0: no bound)")
+    for name in ("retention_days_by_handler", "retention_max_executions_by_handler"):
+        for handler, value in getattr(settings, name).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name}.{handler}", "must be a whole number >= 0 (0: no bound)")
 
 
 def _check_tokens_differ(tokens: tuple[ApiToken, ...]) -> None:

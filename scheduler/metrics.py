@@ -120,3 +120,15 @@ class Metrics:
             ["handler"],
             registry=r,
         )
+        self.pruned = Counter(
+            "tickd_pruned",
+            "Rows deleted by retention: executions, changes (history entries)",
+            ["kind"],
+            registry=r,
+        )
+        self.dead_letters = Gauge(
+            "tickd_dead_letters",
+            "Open dead letters (runs that failed for good, not yet re-driven or discarded)",
+            ["handler"],
+            registry=r,
+        )

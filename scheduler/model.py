@@ -48,6 +48,20 @@ class Status(enum.StrEnum):
         return self in (Status.FAILED, Status.TIMEOUT)
 
 
+class DeadLetter(enum.StrEnum):
+    """Where an occurrence that failed for good stands. Only `open` ones are unhandled (the
+    gauge counts them); `open` and `redriving` ones are never pruned."""
+
+    OPEN = "open"  # failed or timed out after its last retry; nobody has acted on it yet
+    REDRIVING = "redriving"  # a re-drive of its occurrence is queued or running
+    REDRIVEN = "redriven"  # a later run of its occurrence ended (that run tells how)
+    DISCARDED = "discarded"  # ops gave up on it
+
+    @property
+    def unhandled(self) -> bool:
+        return self in (DeadLetter.OPEN, DeadLetter.REDRIVING)
+
+
 class MisfirePolicy(enum.StrEnum):
     """What to do with occurrences that were missed by more than the grace period."""
 
@@ -127,6 +141,37 @@ class Misfire:
             raise ValidationError("misfire.grace_seconds", "must not be negative")
 
 
+# Bounds of a re-drive policy: with the delay doubling, 20 re-drives of a day's backoff would
+# take years; the delay itself stops doubling at a week.
+MAX_REDRIVE_ATTEMPTS = 20
+MAX_REDRIVE_BACKOFF_SECONDS = 86400.0
+MAX_REDRIVE_DELAY_SECONDS = 7 * 86400.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedrivePolicy:
+    """Re-drive an occurrence that failed for good (a dead letter) up to `max_attempts` times,
+    each a run request `backoff_seconds` after the last failure, the wait doubling each time."""
+
+    max_attempts: int
+    backoff_seconds: float
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= MAX_REDRIVE_ATTEMPTS:
+            raise ValidationError(
+                "redrive.max_attempts", f"must be between 1 and {MAX_REDRIVE_ATTEMPTS}"
+            )
+        if not 0 < self.backoff_seconds <= MAX_REDRIVE_BACKOFF_SECONDS:
+            raise ValidationError(
+                "redrive.backoff_seconds",
+                f"must be greater than 0 and at most {MAX_REDRIVE_BACKOFF_SECONDS:g}",
+            )
+
+    def delay_seconds(self, redrive: int) -> float:
+        """The wait before the `redrive`-th re-drive (1 for the first)."""
+        return float(min(self.backoff_seconds * 2 ** (redrive - 1), MAX_REDRIVE_DELAY_SECONDS))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Lease:
     """Held by the instance running a job; `token` fences every write of that run."""
@@ -168,6 +213,8 @@ class Job:
     paused_reason: str | None = None
     last_execution: ExecutionSummary | None = None
     system: bool = False
+    # Re-drive this job's dead letters automatically (None: only when ops ask).
+    redrive: RedrivePolicy | None = None
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
 
@@ -207,6 +254,8 @@ class Execution:
     result: dict[str, Any] | None = None
     owner: str | None = None
     token: int | None = None
+    # Set when the run failed for good: the occurrence is a dead letter (see DeadLetter).
+    dead_letter: DeadLetter | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -14,7 +14,7 @@ from email.message import EmailMessage
 from typing import Any, Protocol
 
 from scheduler.clock import Clock
-from scheduler.model import Execution, ExecutionSummary, Job, Status
+from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Status
 
 
 class StoreError(Exception):
@@ -73,10 +73,17 @@ class Backlog:
 @dataclass(frozen=True, slots=True)
 class Finish:
     """A run's end: its execution as final, and the job's new state (None: give the occurrence
-    back, as after a shutdown)."""
+    back, as after a shutdown).
+
+    `settles`: the run re-ran its occurrence (a run request), so its end settles the
+    occurrence's earlier dead letters (open or redriving become redriven). `redrive`: the run
+    failed for good and the job's policy re-drives it: queue this request, with its history
+    entry."""
 
     execution: Execution
     advance: Advance | None
+    settles: bool = False
+    redrive: tuple[RunRequest, JobChange] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +97,7 @@ class ExecutionQuery:
     until: datetime | None = None  # scheduled_at < until
     before: tuple[datetime, str] | None = None
     limit: int = 100
+    dead_letter: DeadLetter | None = None  # only the dead letters in this state
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,7 +122,7 @@ class JobChange:
     job_name: str
     at: datetime
     actor: str
-    action: str  # create, update, pause, resume, delete, trigger, retry, backfill
+    action: str  # create, update, pause, resume, delete, trigger, retry, backfill, redrive...
     changes: dict[str, Any]  # field -> {"from": before, "to": after}
 
 
@@ -126,9 +134,23 @@ class RunRequest:
     id: str
     job_id: str
     scheduled_at: datetime
-    reason: str  # trigger, retry, backfill
+    reason: str  # trigger, retry, backfill, redrive
     not_before: datetime
     created_at: datetime
+    # For an automatic re-drive, which one it is (1 for the first); 0 for any other request.
+    redrives: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retention:
+    """What pruning keeps: executions finished within `days` (0: for ever) and each job's
+    `max_per_job` newest ones (0: no count bound), for the executions of `handler`, or, with
+    `handler` None, of every handler but those in `except_handlers` (they have their own)."""
+
+    days: int
+    max_per_job: int
+    handler: str | None = None
+    except_handlers: tuple[str, ...] = ()
 
 
 class Store(Protocol):
@@ -247,7 +269,11 @@ class Store(Protocol):
         it is, so the occurrence runs again) and clear the lease. Returns, for each in order,
         whether its advance applied (False: the run had been fenced off). The executions are
         written before the jobs, so a crash in between leaves a lease to reap, never a job
-        moved on without its record. A few round trips for the whole batch."""
+        moved on without its record. A few round trips for the whole batch.
+
+        With the executions, whether or not the run was fenced off: each `settles` finish marks
+        its occurrence's other open or redriving dead letters redriven, and each `redrive` is
+        queued (idempotent by request id) with its history entry."""
 
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         """Clear every lease whose expiry has passed and mark the execution it guarded
@@ -258,6 +284,29 @@ class Store(Protocol):
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         """Newest first (by scheduled_at, then id)."""
+
+    # -- dead letters and retention (off the hot path) --------------------------------------------
+
+    async def mark_dead_letters(
+        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
+    ) -> set[str]:
+        """Compare-and-set: move each of these executions whose dead letter is in one of
+        `states` to `to`. Returns the ids moved: of two callers racing on one dead letter (two
+        re-drives), one wins, so an occurrence is never re-driven twice by one action. On
+        FerretDB a filtered update is not atomic (see the class), so there the lock of the
+        run, not this, keeps two runs of one job apart."""
+
+    async def count_dead_letters(self) -> dict[str, int]:
+        """Open (unhandled) dead letters by handler; handlers with none are left out."""
+
+    async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
+        """Delete at most `limit` executions that `retention` no longer keeps; returns how many.
+        Never a running execution, an unhandled dead letter (open or redriving), nor the
+        newest execution of a job (by scheduled_at, then id): what a job last did stays."""
+
+    async def prune_changes(self, before: datetime, *, limit: int) -> int:
+        """Delete at most `limit` history entries made before `before`, never a job's newest
+        entry; returns how many."""
 
 
 class Lock(Protocol):

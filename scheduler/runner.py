@@ -22,6 +22,7 @@ import aiohttp
 
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
+from scheduler.dead_letters import finish_of
 from scheduler.finishing import Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
@@ -30,7 +31,7 @@ from scheduler.logs import FIELDS
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
-from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
+from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
 
@@ -273,7 +274,10 @@ class Runner:
             result=outcome.result,
         )
         advance = self._advance(task, execution)
-        ending = await self.finisher.finish(Finish(execution, advance), task.lock_token)
+        # Dead letters and automatic re-drives: scheduler/dead_letters.py.
+        end = finish_of(task.job, task.request, execution, advance)
+        execution = end.execution
+        ending = await self.finisher.finish(end, task.lock_token)
         if ending.error is not None:
             self.observer.not_recorded(task.job, execution, ending.error)
         elif not ending.applied:

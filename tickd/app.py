@@ -32,6 +32,7 @@ from scheduler.metrics import Metrics
 from scheduler.observers import RunObserver
 from scheduler.ports import EventPublisher, Lock, Ports
 from scheduler.registry import HandlerRegistry
+from scheduler.retention import Housekeeper
 from scheduler.storage import open_patiently
 from scheduler.store import open_store
 from seed.demo import demo_jobs
@@ -172,7 +173,21 @@ def build_api(
     app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
     if engine is not None and dispatch:
         app.cleanup_ctx.append(dispatching(engine))
+        # Retention and the dead-letter gauge, on their own slow timer beside the dispatcher.
+        housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)
+        app.cleanup_ctx.append(housekeeping(housekeeper))
     return app
+
+
+def housekeeping(housekeeper: Housekeeper) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(housekeeper.run(stop), name="housekeeper")
+        yield
+        stop.set()
+        await task
+
+    return context
 
 
 def dispatching(engine: Engine) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -17,7 +17,7 @@ from scheduler.logs import configure_logging
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("jobs", "executions"):
+    if args.command in ("jobs", "executions", "dead-letters"):
         return run_client(args)
     try:
         settings = load_settings(args.config)

@@ -30,7 +30,7 @@ from scheduler.codec import (
     micros,
     summary_to_doc,
 )
-from scheduler.model import Execution, Job, Status
+from scheduler.model import DeadLetter, Execution, Job, Status
 from scheduler.ports import (
     Advance,
     Claim,
@@ -39,6 +39,7 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    Retention,
     RunRequest,
     StoreError,
 )
@@ -78,6 +79,7 @@ CHANGE_INDEXES = [
     IndexModel(
         [("job_id", ASCENDING), ("at_us", DESCENDING), ("_id", DESCENDING)], name="changes_by_job"
     ),
+    IndexModel([("at_us", ASCENDING)], name="changes_by_time"),
 ]
 REQUEST_INDEXES = [
     IndexModel([("not_before_us", ASCENDING)], name="requests_due"),
@@ -89,8 +91,12 @@ REQUEST_TIMES = ("scheduled_at", "not_before", "created_at")
 DEFINITION_FIELDS = (
     "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
     "max_retries", "priority", "misfire", "jitter_seconds", "consecutive_failures",
-    "paused_reason", "system", "updated_at",
+    "paused_reason", "system", "updated_at", "redrive",
 )  # fmt: skip
+# Dead letters pruning keeps (DeadLetter.unhandled).
+UNHANDLED = [str(state) for state in DeadLetter if state.unhandled]
+# What pruning may delete: ended, and not a dead letter still to handle (a missing field too).
+PRUNABLE: Doc = {"status": {"$ne": Status.RUNNING.value}, "dead_letter": {"$nin": UNHANDLED}}
 
 EXECUTION_INDEXES = [
     IndexModel([("job_id", ASCENDING), *NEWEST_FIRST], name="executions_by_job"),
@@ -98,6 +104,10 @@ EXECUTION_INDEXES = [
     IndexModel(
         [("status", ASCENDING), ("scheduled_at_us", DESCENDING)], name="executions_by_status"
     ),
+    IndexModel([("dead_letter", ASCENDING), *NEWEST_FIRST], name="executions_dead"),
+    # Pruning by age, oldest first. No TTL index: FerretDB 1.24 has none, and one could not
+    # spare unhandled dead letters nor a job's newest execution anyway.
+    IndexModel([("finished_at_us", ASCENDING)], name="executions_by_finish"),
 ]
 
 P = ParamSpec("P")
@@ -210,7 +220,12 @@ def release_lease(job_id: str, token: int) -> UpdateOne:
 
 
 def executions_filter(query: ExecutionQuery) -> Doc:
-    wanted = {"job_id": query.job_id, "status": query.status, "handler": query.handler}
+    wanted = {
+        "job_id": query.job_id,
+        "status": query.status,
+        "handler": query.handler,
+        "dead_letter": query.dead_letter,
+    }
     found: Doc = {field: str(value) for field, value in wanted.items() if value is not None}
     window: Doc = {}
     if query.since is not None:
@@ -226,6 +241,27 @@ def executions_filter(query: ExecutionQuery) -> Doc:
             {"scheduled_at_us": at, "_id": {"$lt": last_id}},
         ]
     return found
+
+
+def settle_dead_letters(execution: Execution) -> UpdateMany:
+    """The occurrence's other unhandled dead letters: a later run of it has ended."""
+    return UpdateMany(
+        {
+            "job_id": execution.job_id,
+            "scheduled_at_us": exact_micros(execution.scheduled_at),
+            "_id": {"$ne": execution.id},
+            "dead_letter": {"$in": UNHANDLED},
+        },
+        {"$set": {"dead_letter": DeadLetter.REDRIVEN.value}},
+    )
+
+
+def retention_scope(retention: Retention) -> Doc:
+    if retention.handler is not None:
+        return {"handler": retention.handler}
+    if retention.except_handlers:
+        return {"handler": {"$nin": list(retention.except_handlers)}}
+    return {}
 
 
 def jobs_filter(query: JobQuery) -> Doc:

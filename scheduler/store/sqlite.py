@@ -11,14 +11,14 @@ import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from scheduler.codec import (
     micros,
     to_json_ready,
 )
-from scheduler.model import Execution, ExecutionError, Job, Status
+from scheduler.model import DeadLetter, Execution, ExecutionError, Job, Status
 from scheduler.ports import (
     Backlog,
     Claim,
@@ -27,6 +27,7 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    Retention,
     RunRequest,
     StoreError,
 )
@@ -40,6 +41,8 @@ from scheduler.store.sqlite_rows import (
     JOB_COLUMNS,
     REQUEST_COLUMNS,
     SCHEMA,
+    UNHANDLED,
+    add_missing_columns,
     execution_filters,
     execution_from_row,
     execution_row,
@@ -79,6 +82,7 @@ class SQLiteStore(SQLiteFile):
         return await self._in_thread(call)
 
     def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        add_missing_columns(db)
         # Python's sqlite3 opens transactions itself only for DML; make them explicit.
         db.isolation_level = "DEFERRED"
         return db
@@ -306,16 +310,39 @@ class SQLiteStore(SQLiteFile):
         await self._run(lambda db: db.executemany(sql, rows))
 
     async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
-        """One transaction for the batch: the executions, then each job's fenced release."""
+        """One transaction for the batch: the executions, their dead letters, then each job's
+        fenced release."""
         rows = [execution_row(f.execution) for f in finishes]
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "REPLACE", 1)
         releases = [release_sql(f.execution, f.advance) for f in finishes]
 
         def finish(db: sqlite3.Connection) -> list[bool]:
             db.executemany(sql, rows)
+            self._settle_and_redrive(db, finishes)
             return [bool(db.execute(release, args).rowcount) for release, args in releases]
 
         return await self._run(finish) if finishes else []
+
+    @staticmethod
+    def _settle_and_redrive(db: sqlite3.Connection, finishes: Sequence[Finish]) -> None:
+        settle = (
+            "UPDATE executions SET dead_letter = ? WHERE job_id = ? AND scheduled_at = ? "
+            f"AND id != ? AND dead_letter IN {UNHANDLED}"
+        )
+        db.executemany(
+            settle,
+            [
+                (DeadLetter.REDRIVEN, e.job_id, micros(e.scheduled_at), e.id)
+                for f in finishes
+                if f.settles
+                for e in [f.execution]
+            ],
+        )
+        requests = [f.redrive for f in finishes if f.redrive is not None]
+        queue = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
+        for request, change in requests:
+            if db.execute(queue, to_row(dataclasses.asdict(request), REQUEST_COLUMNS)).rowcount:
+                record_change_row(db, change)
 
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         error = ExecutionError(
@@ -368,3 +395,89 @@ class SQLiteStore(SQLiteFile):
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         rows = await self._run(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
+
+    # -- dead letters and retention ----------------------------------------------------------------
+
+    async def mark_dead_letters(
+        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
+    ) -> set[str]:
+        if not execution_ids or not states:
+            return set()
+        ids = ",".join("?" * len(execution_ids))
+        marks = ",".join("?" * len(states))
+        sql = (
+            f"UPDATE executions SET dead_letter = ? WHERE id IN ({ids}) "
+            f"AND dead_letter IN ({marks}) RETURNING id"
+        )
+        args = (str(to), *execution_ids, *(str(state) for state in states))
+        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
+        return {row[0] for row in rows}
+
+    async def count_dead_letters(self) -> dict[str, int]:
+        sql = "SELECT handler, count(*) FROM executions WHERE dead_letter = ? GROUP BY handler"
+        rows = await self._run(lambda db: db.execute(sql, (DeadLetter.OPEN,)).fetchall())
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
+        """The age bound walks executions_by_finish; the count bound ranks each job's
+        executions in one pass of executions_by_job (a window function)."""
+        where, args = _retention_scope(retention)
+        prunable = (
+            f"status != 'running' AND (dead_letter IS NULL OR dead_letter NOT IN {UNHANDLED})"
+        )
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if retention.days:
+            before = micros(now - timedelta(days=retention.days))
+            statements.append(
+                (
+                    "SELECT e.id FROM executions e WHERE e.finished_at < ? "
+                    f"AND {prunable} {where} AND EXISTS (SELECT 1 FROM executions n WHERE "
+                    "n.job_id = e.job_id AND (n.scheduled_at, n.id) > (e.scheduled_at, e.id)) "
+                    "ORDER BY e.finished_at LIMIT ?",
+                    (before, *args),
+                )
+            )
+        if retention.max_per_job:
+            statements.append(
+                (
+                    "SELECT id FROM (SELECT id, status, dead_letter, ROW_NUMBER() OVER ("
+                    "PARTITION BY job_id ORDER BY scheduled_at DESC, id DESC) AS newer "
+                    f"FROM executions e WHERE 1 = 1 {where}) "
+                    f"WHERE newer > ? AND {prunable} LIMIT ?",
+                    (*args, retention.max_per_job),
+                )
+            )
+
+        def prune(db: sqlite3.Connection) -> int:
+            deleted = 0
+            for select, select_args in statements:
+                if deleted >= limit:
+                    break
+                ids = [row[0] for row in db.execute(select, (*select_args, limit - deleted))]
+                marks = ",".join("?" * len(ids))
+                if ids:
+                    deleted += db.execute(
+                        f"DELETE FROM executions WHERE id IN ({marks})", ids
+                    ).rowcount
+            return deleted
+
+        return await self._run(prune)
+
+    async def prune_changes(self, before: datetime, *, limit: int) -> int:
+        sql = (
+            "DELETE FROM job_changes WHERE id IN (SELECT c.id FROM job_changes c WHERE c.at < ? "
+            "AND EXISTS (SELECT 1 FROM job_changes n WHERE n.job_id = c.job_id "
+            "AND (n.at, n.id) > (c.at, c.id)) ORDER BY c.at LIMIT ?)"
+        )
+        args = (micros(before), limit)
+        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
+
+
+def _retention_scope(retention: Retention) -> tuple[str, tuple[str, ...]]:
+    """The executions a retention covers, as a condition on `e` to AND with others."""
+    if retention.handler is not None:
+        return "AND e.handler = ?", (retention.handler,)
+    if retention.except_handlers:
+        marks = ",".join("?" * len(retention.except_handlers))
+        return f"AND e.handler NOT IN ({marks})", retention.except_handlers
+    return "", ()

@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_execution TEXT,
     system INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
+    updated_at INTEGER NOT NULL,
+    redrive TEXT
 );
 -- The due query walks this index in order: free, enabled jobs by urgency.
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (priority, next_run_at)
@@ -78,7 +79,8 @@ CREATE TABLE IF NOT EXISTS executions (
     error TEXT,
     result TEXT,
     owner TEXT,
-    token INTEGER
+    token INTEGER,
+    dead_letter TEXT
 );
 CREATE INDEX IF NOT EXISTS executions_by_job ON executions (job_id, scheduled_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS executions_by_time ON executions (scheduled_at DESC, id DESC);
@@ -101,11 +103,29 @@ CREATE TABLE IF NOT EXISTS run_requests (
     scheduled_at INTEGER NOT NULL,
     reason TEXT NOT NULL,
     not_before INTEGER NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    redrives INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS run_requests_due ON run_requests (not_before);
 CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
 """
+# Columns added since the first schema, with their type: a database made before gets them at
+# open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
+ADDED_COLUMNS = {
+    "jobs": [("redrive", "TEXT")],
+    "executions": [("dead_letter", "TEXT")],
+    "run_requests": [("redrives", "INTEGER NOT NULL DEFAULT 0")],
+}
+LATE_SCHEMA = """
+-- The dead-letter listings and the gauge read only these few rows.
+CREATE INDEX IF NOT EXISTS executions_dead ON executions (dead_letter, scheduled_at DESC, id DESC)
+    WHERE dead_letter IS NOT NULL;
+-- Pruning by age walks this index, oldest first.
+CREATE INDEX IF NOT EXISTS executions_by_finish ON executions (finished_at);
+CREATE INDEX IF NOT EXISTS job_changes_by_time ON job_changes (at);
+"""
+# Dead letters that pruning must keep (DeadLetter.unhandled), as SQL.
+UNHANDLED = "('open', 'redriving')"
 
 JOB_COLUMNS = [
     "id",
@@ -131,6 +151,7 @@ JOB_COLUMNS = [
     "system",
     "created_at",
     "updated_at",
+    "redrive",
 ]
 EXECUTION_COLUMNS = [
     "id",
@@ -147,9 +168,10 @@ EXECUTION_COLUMNS = [
     "result",
     "owner",
     "token",
+    "dead_letter",
 ]
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
-REQUEST_COLUMNS = ["id", "job_id", "scheduled_at", "reason", "not_before", "created_at"]
+REQUEST_COLUMNS = ["id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives"]
 # What ops may change of a job; the lease, fence and run state are the engine's.
 DEFINITION_COLUMNS = [
     "name",
@@ -167,8 +189,11 @@ DEFINITION_COLUMNS = [
     "paused_reason",
     "system",
     "updated_at",
+    "redrive",
 ]
-JSON_COLUMNS = {"params", "schedule", "misfire", "last_execution", "error", "result", "changes"}
+JSON_COLUMNS = {
+    "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
+}  # fmt: skip
 TIME_COLUMNS = {
     "next_run_at",
     "lease_until",
@@ -220,6 +245,16 @@ def release_sql(execution: Execution, advance: Advance | None) -> tuple[str, tup
     )
 
 
+def add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a database made by an older tickd up to the schema (see ADDED_COLUMNS)."""
+    for table, columns in ADDED_COLUMNS.items():
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for column, kind in columns:
+            if column not in present:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    db.executescript(LATE_SCHEMA)
+
+
 def record_change_row(db: sqlite3.Connection, change: JobChange | None) -> None:
     if change is not None:
         db.execute(
@@ -252,6 +287,7 @@ def execution_filters(query: ExecutionQuery) -> tuple[list[str], list[Any]]:
         ("handler = ?", query.handler),
         ("scheduled_at >= ?", micros(query.since)),
         ("scheduled_at < ?", micros(query.until)),
+        ("dead_letter = ?", None if query.dead_letter is None else str(query.dead_letter)),
     ]
     where = [condition for condition, value in conditions if value is not None]
     args = [value for _, value in conditions if value is not None]

@@ -455,3 +455,36 @@ async def test_a_server_that_is_not_tickd_is_one_line_and_exit_1(
     assert run.code == 1, run
     line = one_line(run)
     assert "tickd API" in line or "502" in line, line
+
+
+async def test_dead_letters_list_redrive_and_discard(live: Live) -> None:
+    for name in ("doomed", "hopeless"):
+        await live.post(
+            "/v1/jobs",
+            {
+                "name": name,
+                "handler": "boom",
+                "schedule": {"kind": "interval", "every_seconds": 60},
+            },
+        )
+    live.clock.advance(60)
+    await live.harness.engine.drain()
+
+    listed = await live.tickd("dead-letters", "list", "--job", "doomed")
+    assert listed.code == 0, listed.err
+    header, row = listed.out.splitlines()
+    assert header.startswith("ID") and "doomed" in row and "failed" in row
+    dead_id = row.split()[0]
+
+    redriven = await live.tickd("dead-letters", "redrive", dead_id)
+    assert redriven.code == 0 and f"Queued a re-drive of {dead_id}" in redriven.out
+    again = await live.tickd("dead-letters", "redrive", dead_id)
+    assert again.code == 1 and "409" in again.err
+    both = await live.tickd("dead-letters", "redrive", dead_id, "--handler", "boom")
+    assert both.code == 2
+
+    [hopeless] = (await live.get("/v1/dead-letters"))["items"]
+    discarded = await live.tickd("dead-letters", "discard", hopeless["id"], "--json")
+    assert discarded.code == 0 and json.loads(discarded.out)["dead_letter"] == "discarded"
+    empty = await live.tickd("dead-letters", "redrive", "--handler", "boom")
+    assert (empty.code, empty.out.strip()) == (0, "Queued 0 re-drives.")

@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.model import (
     CronSchedule,
+    DeadLetter,
     Execution,
     ExecutionError,
     ExecutionSummary,
@@ -18,6 +19,7 @@ from scheduler.model import (
     MisfirePolicy,
     OnceSchedule,
     Priority,
+    RedrivePolicy,
     Status,
     new_id,
 )
@@ -30,6 +32,7 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    Retention,
     RunRequest,
     Store,
     StoreError,
@@ -648,3 +651,174 @@ async def test_a_batch_of_ends_says_which_applied_in_order(store: Store) -> None
         stored = await store.get_execution(end.execution.id)
         assert stored is not None and stored.status is Status.SUCCESS
     assert await store.finish_executions([]) == []
+
+
+# -- dead letters and retention ------------------------------------------------------------------
+
+
+def ended(
+    job: Job,
+    at: datetime,
+    status: Status = Status.SUCCESS,
+    *,
+    finished: datetime | None = None,
+    dead_letter: DeadLetter | None = None,
+) -> Execution:
+    return Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        scheduled_at=at,
+        status=status,
+        started_at=at,
+        finished_at=None if status is Status.RUNNING else (finished or at),
+        dead_letter=dead_letter,
+    )
+
+
+async def stored_ids(store: Store, job: Job | None = None) -> set[str]:
+    query = ExecutionQuery(job_id=job.id if job else None, limit=1000)
+    return {e.id for e in await store.list_executions(query)}
+
+
+async def test_a_redrive_policy_round_trips_and_is_part_of_the_definition(store: Store) -> None:
+    job = make_job("policy", redrive=RedrivePolicy(max_attempts=3, backoff_seconds=7.5))
+    await store.insert_job(job)
+    assert await store.get_job(job.id) == job
+    cleared = replace(job, redrive=None)
+    stored = await store.replace_job(cleared, job.revision, change_of(job, "update"))
+    assert stored is not None and stored.redrive is None
+
+
+async def test_a_rerun_settles_the_earlier_dead_letters_of_its_occurrence(store: Store) -> None:
+    """Dead letters are listed by a query; a later run of the occurrence (a run request)
+    marks them redriven, whatever its own outcome; other occurrences are left alone."""
+    job = make_job()
+    await store.insert_job(job)
+    failed = ended(job, T0, Status.FAILED, dead_letter=DeadLetter.OPEN)
+    other = ended(job, T0 + timedelta(minutes=1), Status.TIMEOUT, dead_letter=DeadLetter.OPEN)
+    await store.finish_executions([Finish(failed, None), Finish(other, None)])
+    open_ones = await store.list_executions(ExecutionQuery(dead_letter=DeadLetter.OPEN))
+    assert [e.id for e in open_ones] == [other.id, failed.id]
+
+    again = ended(job, T0, Status.FAILED, finished=T0 + timedelta(hours=1))
+    again = replace(again, dead_letter=DeadLetter.OPEN)
+    await store.finish_executions([Finish(again, None, settles=True)])
+
+    by_id = {e.id: e.dead_letter for e in await store.list_executions(ExecutionQuery())}
+    assert by_id == {
+        failed.id: DeadLetter.REDRIVEN,
+        again.id: DeadLetter.OPEN,
+        other.id: DeadLetter.OPEN,
+    }
+    assert await store.count_dead_letters() == {"noop": 2}
+
+
+async def test_an_automatic_redrive_is_queued_once_with_its_history(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    failed = ended(job, T0, Status.FAILED, dead_letter=DeadLetter.REDRIVING)
+    request = replace(request_for(job, not_before=T0 + timedelta(seconds=30)), redrives=1)
+    change = replace(change_of(job, "redrive"), actor="tickd")
+    end = Finish(failed, None, redrive=(request, change))
+    await store.finish_executions([end])
+    await store.finish_executions([end])  # a batch replayed after a lost connection
+
+    assert await store.due_run_requests(T0, 10) == []
+    [(due, _)] = await store.due_run_requests(T0 + timedelta(seconds=30), 10)
+    assert due == request
+    assert [c.action for c in await store.list_changes(job.id)] == ["redrive"]
+    assert await store.count_dead_letters() == {}, "a dead letter being re-driven is handled"
+
+
+async def test_marking_dead_letters_is_a_compare_and_set(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    dead = [ended(job, T0 + timedelta(minutes=i), Status.FAILED) for i in range(3)]
+    dead = [replace(e, dead_letter=DeadLetter.OPEN) for e in dead]
+    fine = ended(job, T0 + timedelta(minutes=9))
+    await store.insert_executions([*dead, fine])
+    ids = [e.id for e in dead]
+    redriving = DeadLetter.REDRIVING
+    assert await store.mark_dead_letters(ids[:2], states=[DeadLetter.OPEN], to=redriving) == set(
+        ids[:2]
+    )
+    # The second of two racing re-drives wins nothing; a run that did not fail is no dead letter.
+    assert await store.mark_dead_letters(
+        [*ids, fine.id], states=[DeadLetter.OPEN], to=redriving
+    ) == {ids[2]}
+    discarded = await store.mark_dead_letters(
+        ids, states=[DeadLetter.OPEN, redriving], to=DeadLetter.DISCARDED
+    )
+    assert discarded == set(ids)
+    stored = await store.get_execution(fine.id)
+    assert stored is not None and stored.dead_letter is None
+    assert await store.mark_dead_letters([], states=[DeadLetter.OPEN], to=redriving) == set()
+
+
+async def test_dead_letters_are_counted_open_only_by_handler(store: Store) -> None:
+    web, mail = make_job("w", "webhook"), make_job("m", "mail")
+    states = [DeadLetter.OPEN, DeadLetter.OPEN, DeadLetter.DISCARDED, DeadLetter.REDRIVEN]
+    runs = [ended(web, T0 + timedelta(minutes=i), Status.FAILED, dead_letter=s) for i, s in
+            enumerate(states)]  # fmt: skip
+    runs.append(ended(mail, T0, Status.TIMEOUT, dead_letter=DeadLetter.OPEN))
+    await store.insert_executions(runs)
+    assert await store.count_dead_letters() == {"webhook": 2, "mail": 1}
+
+
+async def test_pruning_by_age_spares_running_unhandled_and_each_jobs_newest(store: Store) -> None:
+    job, quiet = make_job("busy"), make_job("quiet")
+    old = T0 - timedelta(days=40)
+    pruned_ok = [ended(job, old + timedelta(minutes=i)) for i in range(3)]
+    keep = [
+        ended(job, old + timedelta(minutes=10), Status.RUNNING),
+        ended(job, old + timedelta(minutes=11), Status.FAILED, dead_letter=DeadLetter.OPEN),
+        ended(job, old + timedelta(minutes=12), Status.FAILED, dead_letter=DeadLetter.REDRIVING),
+        ended(job, T0 - timedelta(days=29)),  # young enough
+        ended(quiet, old),  # old, but all that the quiet job has
+    ]
+    discarded = ended(job, old + timedelta(minutes=5), Status.FAILED)
+    discarded = replace(discarded, dead_letter=DeadLetter.DISCARDED)
+    await store.insert_executions([*pruned_ok, *keep, discarded])
+
+    retention = Retention(days=30, max_per_job=0)
+    assert await store.prune_executions(retention, T0, limit=2) == 2
+    assert await store.prune_executions(retention, T0, limit=100) == 2
+    assert await store.prune_executions(retention, T0, limit=100) == 0
+    assert await stored_ids(store) == {e.id for e in keep}
+
+
+async def test_pruning_by_count_keeps_each_jobs_newest_and_honours_the_handler_scope(
+    store: Store,
+) -> None:
+    web, mail = make_job("w", "webhook"), make_job("m", "mail")
+    web_runs = [ended(web, T0 + timedelta(minutes=i)) for i in range(5)]
+    web_runs[0] = replace(web_runs[0], status=Status.FAILED, dead_letter=DeadLetter.OPEN)
+    mail_runs = [ended(mail, T0 + timedelta(minutes=i)) for i in range(5)]
+    await store.insert_executions([*web_runs, *mail_runs])
+
+    webhook_only = Retention(days=0, max_per_job=2, handler="webhook")
+    assert await store.prune_executions(webhook_only, T0, limit=100) == 2
+    assert await stored_ids(store, web) == {web_runs[0].id, web_runs[3].id, web_runs[4].id}
+    assert await stored_ids(store, mail) == {e.id for e in mail_runs}
+
+    others = Retention(days=0, max_per_job=1, except_handlers=("webhook",))
+    assert await store.prune_executions(others, T0, limit=100) == 4
+    assert await stored_ids(store, mail) == {mail_runs[4].id}
+    assert len(await stored_ids(store, web)) == 3
+    assert await store.prune_executions(Retention(days=0, max_per_job=0), T0, limit=100) == 0
+
+
+async def test_pruning_history_by_age_keeps_each_jobs_newest_entry(store: Store) -> None:
+    job, other = make_job("a"), make_job("b")
+    old = T0 - timedelta(days=40)
+    entries = [
+        replace(change_of(job, "update"), at=old + timedelta(minutes=i), id=f"a{i}")
+        for i in range(3)
+    ]
+    entries.append(replace(change_of(other, "create"), at=old, id="b0"))
+    for entry in entries:
+        await store.record_change(entry)
+    assert await store.prune_changes(T0 - timedelta(days=30), limit=100) == 2
+    assert [c.id for c in await store.list_changes(job.id)] == ["a2"]
+    assert [c.id for c in await store.list_changes(other.id)] == ["b0"]
