@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,7 +49,7 @@ from api.models import (
     TriggerRequest,
 )
 from api.problems import ApiError, field_error
-from api.routing import Call, Reply, Route, parse_body
+from api.routing import B, Call, Q, Reply, Route, Routes, parse_body
 from handlers.product_store import ProductStore
 from scheduler.clock import Clock
 from scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
@@ -73,9 +75,9 @@ class ApiState:
     clock: Clock
     metrics: Metrics
     # Set when the API runs in the daemon: a trigger wakes the dispatcher at once.
-    wake: Any = None
+    wake: asyncio.Event | None = None
     # Readiness of the dispatcher, when there is one: () -> (healthy, last error).
-    dispatcher_health: Any = None
+    dispatcher_health: Callable[[], tuple[bool, str | None]] | None = None
     # The product store, when the alert scanner is installed: unsubscribe links, bounces.
     products: ProductStore | None = None
 
@@ -91,7 +93,7 @@ class ApiState:
 STATE = web.AppKey("state", ApiState)
 
 
-def state(call: Call) -> ApiState:
+def state(call: Call[Q, B]) -> ApiState:
     return call.request.app[STATE]
 
 
@@ -161,22 +163,22 @@ def execution_out(execution: Execution) -> ExecutionOut:
     return ExecutionOut.model_validate(doc)
 
 
-def job_reply(job: Job, call: Call, status: int = 200) -> Reply:
+def job_reply(job: Job, call: Call[Q, B], status: int = 200) -> Reply:
     return Reply(job_out(job, state(call).registry), status, etag(job))
 
 
 # -- jobs -----------------------------------------------------------------------------------------
 
 
-async def load_job(call: Call) -> Job:
+async def load_job(call: Call[Q, B]) -> Job:
     job = await state(call).store.get_job(call.path("job_id"))
     if job is None:
         raise ApiError(404, "Not Found", f"no job with id {call.path('job_id')!r}")
     return job
 
 
-async def list_jobs(call: Call) -> Reply:
-    q: JobListQuery = call.query
+async def list_jobs(call: Call[JobListQuery, None]) -> Reply:
+    q = call.query
     after = name_cursor(q.cursor)
     query = JobQuery(
         handler=q.handler,
@@ -195,7 +197,7 @@ async def list_jobs(call: Call) -> Reply:
     )
 
 
-async def create_job(call: Call) -> Reply:
+async def create_job(call: Call[None, JobCreate]) -> Reply:
     s = state(call)
     now = s.clock.now()
     job = s.builder.create(call.body, now)
@@ -211,24 +213,24 @@ async def create_job(call: Call) -> Reply:
     return replace(reply, headers={**(reply.headers or {}), "Location": f"/v1/jobs/{job.id}"})
 
 
-async def get_job(call: Call) -> Reply:
+async def get_job(call: Call[None, None]) -> Reply:
     return job_reply(await load_job(call), call)
 
 
-async def put_job(call: Call) -> Reply:
+async def put_job(call: Call[None, JobCreate]) -> Reply:
     job = await load_job(call)
     now = state(call).clock.now()
     return await save(call, job, state(call).builder.replace(job, call.body, now), "update")
 
 
-async def patch_job(call: Call) -> Reply:
-    body: JobPatch = call.body
+async def patch_job(call: Call[None, JobPatch]) -> Reply:
+    body = call.body
     job = await load_job(call)
     now = state(call).clock.now()
     return await save(call, job, state(call).builder.patch(job, body, now), "update")
 
 
-async def pause_job(call: Call) -> Reply:
+async def pause_job(call: Call[None, None]) -> Reply:
     job = await load_job(call)
     paused = replace(
         job,
@@ -239,7 +241,7 @@ async def pause_job(call: Call) -> Reply:
     return await save(call, job, paused, "pause")
 
 
-async def resume_job(call: Call) -> Reply:
+async def resume_job(call: Call[None, None]) -> Reply:
     job = await load_job(call)
     now = state(call).clock.now()
     body = JobPatch(enabled=True)
@@ -247,7 +249,7 @@ async def resume_job(call: Call) -> Reply:
     return await save(call, job, resumed, "resume")
 
 
-async def save(call: Call, before: Job, after: Job, action: str) -> Reply:
+async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
     """Write a change if the job is still at the revision the client saw (If-Match) or, without
     If-Match, at the revision this request read: a concurrent write is never lost."""
     s = state(call)
@@ -267,7 +269,7 @@ async def save(call: Call, before: Job, after: Job, action: str) -> Reply:
     return job_reply(stored, call)
 
 
-def if_match(call: Call, job: Job) -> int:
+def if_match(call: Call[Q, B], job: Job) -> int:
     """The revision a write may apply to: the client's (If-Match) or, without If-Match, the one
     this request read. `If-Match: *` is any current revision (RFC 9110); so weak tags, compared
     strongly, never match."""
@@ -317,7 +319,7 @@ def _malformed_if_match() -> ApiError:
     return ApiError(400, "Invalid request", f"If-Match: {reason}", [("If-Match", reason)])
 
 
-async def delete_job(call: Call) -> Reply:
+async def delete_job(call: Call[None, None]) -> Reply:
     """Deleted only at the revision the client saw (If-Match) or this request read: a job that
     changed meanwhile is not deleted on the strength of a stale read."""
     s = state(call)
@@ -332,7 +334,7 @@ async def delete_job(call: Call) -> Reply:
     return Reply(None, 204)
 
 
-async def trigger_job(call: Call) -> Reply:
+async def trigger_job(call: Call[None, None]) -> Reply:
     s = state(call)
     await refuse_trigger_options(call)
     job = await load_job(call)
@@ -349,7 +351,7 @@ async def trigger_job(call: Call) -> Reply:
     return Reply(run_request_out(request[0]), 202)
 
 
-async def refuse_trigger_options(call: Call) -> None:
+async def refuse_trigger_options(call: Call[Q, B]) -> None:
     """A trigger takes no options: no body, or `{}`. Anything else asked for something this
     API would silently not do."""
     if (await call.request.read()).strip():
@@ -357,7 +359,7 @@ async def refuse_trigger_options(call: Call) -> None:
 
 
 async def enqueue(
-    call: Call, job: Job, times: list[datetime], reason: str, per_second: float | None
+    call: Call[Q, B], job: Job, times: list[datetime], reason: str, per_second: float | None
 ) -> list[RunRequest]:
     """Queue runs of chosen occurrences (the schedule does not move) and record who asked."""
     s = state(call)
@@ -387,8 +389,8 @@ def run_request_out(request: RunRequest) -> RunRequestOut:
     return RunRequestOut.model_validate(to_json_ready(dataclasses.asdict(request)))
 
 
-async def job_history(call: Call) -> Reply:
-    q: PageQuery = call.query
+async def job_history(call: Call[PageQuery, None]) -> Reply:
+    q = call.query
     job_id = call.path("job_id")
     changes = await state(call).store.list_changes(
         job_id, limit=q.limit + 1, before=time_cursor(q.cursor)
@@ -401,14 +403,14 @@ async def job_history(call: Call) -> Reply:
     return Reply(ChangePage(items=items, next_cursor=cursor))
 
 
-async def preview_job(call: Call) -> Reply:
+async def preview_job(call: Call[CountQuery, None]) -> Reply:
     job = await load_job(call)
-    q: CountQuery = call.query
+    q = call.query
     return Reply(preview(job.schedule, job.name, state(call).clock.now(), q.count))
 
 
-async def preview_schedule(call: Call) -> Reply:
-    body: PreviewRequest = call.body
+async def preview_schedule(call: Call[None, PreviewRequest]) -> Reply:
+    body = call.body
     schedule = to_schedule(body.schedule)
     state(call).builder.check_schedule(schedule, body.name)
     return Reply(preview(schedule, body.name, body.after or state(call).clock.now(), body.count))
@@ -435,8 +437,8 @@ def preview(schedule: Schedule, name: str, after: datetime, count: int) -> Previ
     return PreviewOut(times=times)
 
 
-async def backfill_job(call: Call) -> Reply:
-    body: BackfillRequest = call.body
+async def backfill_job(call: Call[None, BackfillRequest]) -> Reply:
+    body = call.body
     s = state(call)
     job = await load_job(call)
     guard_system(job, call.scope, s.registry)
@@ -483,19 +485,19 @@ def _first_at_or_after(job: Job, start: datetime) -> datetime:
 # -- executions -----------------------------------------------------------------------------------
 
 
-async def list_executions(call: Call) -> Reply:
-    q: ExecutionListQuery = call.query
+async def list_executions(call: Call[ExecutionListQuery, None]) -> Reply:
+    q = call.query
     return await execution_page(call, q, job_id=q.job_id, handler=q.handler)
 
 
-async def list_job_executions(call: Call) -> Reply:
+async def list_job_executions(call: Call[JobExecutionQuery, None]) -> Reply:
     await load_job(call)
-    q: JobExecutionQuery = call.query
+    q = call.query
     return await execution_page(call, q, job_id=call.path("job_id"), handler=None)
 
 
 async def execution_page(
-    call: Call,
+    call: Call[Q, B],
     q: JobExecutionQuery | ExecutionListQuery,
     *,
     job_id: str | None,
@@ -517,18 +519,18 @@ async def execution_page(
     return Reply(ExecutionPage(items=[execution_out(e) for e in page], next_cursor=cursor))
 
 
-async def load_execution(call: Call) -> Execution:
+async def load_execution(call: Call[Q, B]) -> Execution:
     execution = await state(call).store.get_execution(call.path("execution_id"))
     if execution is None:
         raise ApiError(404, "Not Found", f"no execution with id {call.path('execution_id')!r}")
     return execution
 
 
-async def get_execution(call: Call) -> Reply:
+async def get_execution(call: Call[None, None]) -> Reply:
     return Reply(execution_out(await load_execution(call)))
 
 
-async def retry_execution(call: Call) -> Reply:
+async def retry_execution(call: Call[None, None]) -> Reply:
     """A new execution of the same occurrence: same scheduled_at, so the same idempotency key."""
     execution = await load_execution(call)
     if execution.status not in RETRYABLE:
@@ -549,7 +551,7 @@ async def retry_execution(call: Call) -> Reply:
     return Reply(run_request_out(request), 202)
 
 
-async def _retry_pending(call: Call, execution: Execution) -> bool:
+async def _retry_pending(call: Call[Q, B], execution: Execution) -> bool:
     """True when something newer than this execution exists for its occurrence."""
     runs = await state(call).store.list_executions(
         ExecutionQuery(
@@ -568,7 +570,7 @@ async def _retry_pending(call: Call, execution: Execution) -> bool:
 # -- handlers -------------------------------------------------------------------------------------
 
 
-async def list_handlers(call: Call) -> Reply:
+async def list_handlers(call: Call[None, None]) -> Reply:
     items = [
         HandlerOut(
             name=r.name,
@@ -583,7 +585,7 @@ async def list_handlers(call: Call) -> Reply:
 
 
 JOB = "/v1/jobs/{job_id}"
-ROUTES = [
+ROUTES: Routes = [
     Route("GET", "/v1/jobs", list_jobs, "List jobs", "read", JobPage, query=JobListQuery),
     Route("POST", "/v1/jobs", create_job, "Create a job", "write", JobOut, 201, body=JobCreate),
     Route("GET", JOB, get_job, "Read a job", "read", JobOut),
