@@ -25,6 +25,7 @@ from scheduler.config import Settings
 from scheduler.engine import Engine
 from scheduler.events import open_publisher
 from scheduler.handler_api import Resource, ResourceEnv
+from scheduler.jobspec import JobRules
 from scheduler.lock import open_lock
 from scheduler.logs import log_event
 from scheduler.mail import open_mailer
@@ -200,12 +201,13 @@ async def seed_at_boot(
     ports: Ports, registry: HandlerRegistry, settings: Settings, resources: Resources
 ) -> None:
     """System jobs always; with `seed_demo`, the demo jobs and, where the alert scanner runs,
-    the demo product data it scans."""
+    the demo product data it scans. A seeded job that fails the checks raises SeedError."""
     now = ports.clock.now()
-    await seed_jobs(ports.store, system_jobs(registry, now, settings.handler_settings))
+    rules = JobRules(registry, settings)  # a seeded job is checked as the API checks one
+    await seed_jobs(ports.store, system_jobs(rules, now, settings.handler_settings))
     if not settings.seed_demo:
         return
-    await seed_jobs(ports.store, demo_jobs(now))
+    await seed_jobs(ports.store, demo_jobs(rules, now))
     if "alert_scanner" in registry and PRODUCTS.name in resources:
         await seed_demo_products(cast(ProductStore, resources[PRODUCTS.name]))
-        await seed_jobs(ports.store, [demo_scan_job(now)])
+        await seed_jobs(ports.store, [demo_scan_job(rules, now)])

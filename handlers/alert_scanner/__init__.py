@@ -25,7 +25,7 @@ from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits, scan
 from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import PRODUCTS
-from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.handler_api import HandlerContext, IntervalSchedule, Result, SystemJob, handler
 
 
 def _bounded(default: int, maximum: int) -> dict[str, Any]:
@@ -56,11 +56,9 @@ EMAIL_PARAMS = {
     "send_attempts": "send_attempts",
     "email_scans": "scans_before_giving_up",
 }
-SYSTEM_JOB: dict[str, Any] = {
-    "schedule": {"kind": "interval", "every_seconds": 86_400},
-    "timeout_seconds": 600,
-    "max_retries": 0,
-}
+SYSTEM_JOB = SystemJob(
+    schedule=IntervalSchedule(every_seconds=86_400), timeout_seconds=600, max_retries=0
+)
 
 
 def limits_from(params: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> ScanLimits:
