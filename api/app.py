@@ -14,17 +14,34 @@ from aiohttp import web
 from api.bounces import BOUNCE_ROUTES
 from api.dead_letters import DEAD_LETTER_ROUTES
 from api.edge import edge_middleware
+from api.executions import EXECUTION_ROUTES
+from api.handlers_routes import HANDLER_ROUTES
+from api.jobs_routes import HISTORY_ROUTE, JOB_ROUTES
 from api.openapi import openapi_document
 from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
 from api.problems import problems_middleware
-from api.routing import TOKENS, add_routes
+from api.routing import TOKENS, Routes, add_routes
+from api.runs import RETRY_ROUTE, RUN_ROUTES
+from api.schedules import JOB_PREVIEW_ROUTE, SCHEDULE_PREVIEW_ROUTE
 from api.stats import STATS_ROUTES
 from api.ui import add_ui_routes
 from api.unsubscribe import add_unsubscribe_routes
-from api.v1 import ROUTES, STATE, ApiState
+from api.v1 import STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
-ALL_ROUTES = ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES + DEAD_LETTER_ROUTES
+# Jobs, runs, executions, schedules, handlers: a job's operations together, in the order
+# /openapi.json lists them.
+V1_ROUTES: Routes = [
+    *JOB_ROUTES,
+    *RUN_ROUTES,
+    JOB_PREVIEW_ROUTE,
+    HISTORY_ROUTE,
+    *EXECUTION_ROUTES,
+    RETRY_ROUTE,
+    SCHEDULE_PREVIEW_ROUTE,
+    *HANDLER_ROUTES,
+]
+ALL_ROUTES = V1_ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES + DEAD_LETTER_ROUTES
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:

@@ -9,7 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from api.problems import ApiError
-from api.routing import Call, Reply, Route
+from api.routing import B, Call, Q, Reply, Route, Routes
 from api.v1 import state
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.product_store import Bounce, ProductStore
@@ -32,7 +32,7 @@ class BounceList(BaseModel):
     blocked_after: int
 
 
-def _products(call: Call) -> ProductStore:
+def _products(call: Call[Q, B]) -> ProductStore:
     products = state(call).products
     if products is None:
         raise ApiError(503, "Service Unavailable", "the product store is not open here")
@@ -50,19 +50,19 @@ def _out(bounce: Bounce) -> BounceOut:
     )
 
 
-async def list_bounces(call: Call) -> Reply:
+async def list_bounces(call: Call[None, None]) -> Reply:
     bounces = await _products(call).bounces(limit=MAX_LISTED)
     return Reply(BounceList(items=[_out(b) for b in bounces], blocked_after=BLOCKED_AFTER))
 
 
-async def clear_bounce(call: Call) -> Reply:
+async def clear_bounce(call: Call[None, None]) -> Reply:
     address = call.path("address")
     if not await _products(call).clear_bounce(address):
         raise ApiError(404, "Not Found", f"no bounces recorded for {address!r}")
     return Reply(None, 204)
 
 
-BOUNCE_ROUTES = [
+BOUNCE_ROUTES: Routes = [
     Route(
         "GET",
         "/v1/bounces",

@@ -16,6 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+from api.executions import load_execution
 from api.jobs import change_entry, guard_system
 from api.models import (
     ExecutionOut,
@@ -27,15 +28,9 @@ from api.models import (
     integral,
 )
 from api.problems import ApiError
-from api.routing import Call, Reply, Route
-from api.v1 import (
-    encode_cursor,
-    execution_out,
-    load_execution,
-    run_request_out,
-    state,
-    time_cursor,
-)
+from api.routing import B, Call, Q, Reply, Route, Routes
+from api.runs import run_request_out
+from api.v1 import encode_cursor, execution_out, state, time_cursor
 from scheduler.dead_letters import REDRIVE, redrive_entry
 from scheduler.model import DeadLetter, Execution, Job, new_id
 from scheduler.ports import ExecutionQuery, RunRequest
@@ -72,8 +67,8 @@ class RedriveOut(BaseModel):
     more: bool = Field(description="More open dead letters matched than `limit`")
 
 
-async def list_dead_letters(call: Call) -> Reply:
-    q: DeadLetterQuery = call.query
+async def list_dead_letters(call: Call[DeadLetterQuery, None]) -> Reply:
+    q = call.query
     query = ExecutionQuery(
         job_id=q.job_id,
         handler=q.handler,
@@ -89,14 +84,14 @@ async def list_dead_letters(call: Call) -> Reply:
     return Reply(ExecutionPage(items=[execution_out(e) for e in page], next_cursor=cursor))
 
 
-async def load_dead_letter(call: Call) -> Execution:
+async def load_dead_letter(call: Call[None, None]) -> Execution:
     execution = await load_execution(call)
     if execution.dead_letter is None:
         raise ApiError(404, "Not Found", f"execution {execution.id!r} is not a dead letter")
     return execution
 
 
-async def load_job_of(call: Call, execution: Execution) -> Job:
+async def load_job_of(call: Call[Q, B], execution: Execution) -> Job:
     job = await state(call).store.get_job(execution.job_id)
     if job is None:
         raise ApiError(409, "Conflict", "the job of this dead letter no longer exists")
@@ -112,7 +107,7 @@ def not_open(execution: Execution, now: DeadLetter | None = None) -> ApiError:
     )
 
 
-async def redrive_one(call: Call) -> Reply:
+async def redrive_one(call: Call[None, None]) -> Reply:
     execution = await load_dead_letter(call)
     job = await load_job_of(call, execution)
     if execution.dead_letter is not DeadLetter.OPEN:
@@ -123,8 +118,8 @@ async def redrive_one(call: Call) -> Reply:
     return Reply(run_request_out(requests[execution.id]), 202)
 
 
-async def redrive_many(call: Call) -> Reply:
-    body: RedriveFilter = call.body
+async def redrive_many(call: Call[None, RedriveFilter]) -> Reply:
+    body = call.body
     s = state(call)
     found = await s.store.list_executions(
         ExecutionQuery(
@@ -160,7 +155,7 @@ async def redrive_many(call: Call) -> Reply:
     return Reply(out, 202)
 
 
-def why_not(call: Call, job: Job | None) -> str | None:
+def why_not(call: Call[Q, B], job: Job | None) -> str | None:
     if job is None:
         return "the job no longer exists"
     try:
@@ -170,7 +165,7 @@ def why_not(call: Call, job: Job | None) -> str | None:
     return None
 
 
-async def redrive(call: Call, dead: Sequence[tuple[Execution, Job]]) -> dict[str, RunRequest]:
+async def redrive(call: Call[Q, B], dead: Sequence[tuple[Execution, Job]]) -> dict[str, RunRequest]:
     """Mark first (open -> redriving, compare-and-set), then queue a run for each marked: of two
     re-drives of one dead letter at once, only one queues a run. The requests by dead letter."""
     s = state(call)
@@ -202,14 +197,14 @@ async def redrive(call: Call, dead: Sequence[tuple[Execution, Job]]) -> dict[str
     return requests
 
 
-async def record(call: Call, job: Job, action: str, entries: list[dict[str, object]]) -> None:
+async def record(call: Call[Q, B], job: Job, action: str, entries: list[dict[str, object]]) -> None:
     s = state(call)
     change = change_entry(action, job, job, call.actor, s.clock.now(), s.registry)
     first = entries[0] if len(entries) == 1 else {"count": len(entries), "dead_letters": entries}
     await s.store.record_change(replace(change, changes=first))
 
 
-async def discard(call: Call) -> Reply:
+async def discard(call: Call[None, None]) -> Reply:
     s = state(call)
     execution = await load_dead_letter(call)
     job = await load_job_of(call, execution)
@@ -229,7 +224,7 @@ async def discard(call: Call) -> Reply:
 
 
 DEAD_LETTER = "/v1/dead-letters/{execution_id}"
-DEAD_LETTER_ROUTES = [
+DEAD_LETTER_ROUTES: Routes = [
     Route(
         "GET",
         "/v1/dead-letters",

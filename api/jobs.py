@@ -1,6 +1,6 @@
-"""From a validated request to a Job: the checks that need the registry, the settings or the
-clock (handler known, params against its schema, cron that parses, timeout under the ceiling,
-jitter under the period), the first fire time, and the history entry of a change.
+"""From a validated request to a Job: the request models turned into a JobSpec or a changed Job,
+checked by scheduler/jobspec.py's JobRules (as the seeds are), secrets a client sent back masked
+kept, the history entry of a change, and who may touch system jobs.
 
 Every check runs before anything is written; each failure names its field.
 """
@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
-
-import jsonschema
-from croniter.croniter import CroniterBadDateError
 
 from api.models import (
     CronScheduleIn,
@@ -24,30 +21,17 @@ from api.models import (
     OnceScheduleIn,
     RedriveIn,
 )
-from api.problems import ApiError, field_error, from_validation
+from api.problems import ApiError, field_error, validation_problems
 from scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
 from scheduler.config import Settings
-from scheduler.handler_api import ParamsCheck
-from scheduler.http import DestinationPolicy
-from scheduler.model import (
-    CronSchedule,
-    IntervalSchedule,
-    Job,
-    Misfire,
-    Priority,
-    RedrivePolicy,
-    Schedule,
-    ValidationError,
-    new_id,
-)
+from scheduler.jobspec import JobRules, JobSpec
+from scheduler.model import Job, Misfire, Priority, RedrivePolicy, Schedule, new_id
 from scheduler.ports import JobChange
 from scheduler.registry import HandlerRegistry
-from scheduler.schedules import first_fire, next_fire, validate
+from scheduler.schedules import first_fire
 from scheduler.secrets import MASK, is_secret_name, mask, restore_masked
 
 T = TypeVar("T")
-# Where a cron expression is first evaluated, to refuse one that never fires.
-NEVER_FIRES_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 
 # Fields whose change is recorded in the history (the engine's own fields are not).
 TRACKED = [
@@ -57,10 +41,8 @@ TRACKED = [
 
 
 def to_schedule(schedule: CronScheduleIn | IntervalScheduleIn | OnceScheduleIn) -> Schedule:
-    try:
+    with validation_problems():
         return schedule_from_doc(schedule.model_dump())
-    except ValidationError as exc:
-        raise from_validation(exc) from None
 
 
 def secret_names(registry: HandlerRegistry, handler: str) -> frozenset[str]:
@@ -112,29 +94,29 @@ def _kept(new: Any, old: Any, declared: frozenset[str], where: str) -> Any:
 
 
 class JobBuilder:
+    """From the API's request models to a Job, through the checks every job passes
+    (scheduler/jobspec.py): the seeds go through the same ones."""
+
     def __init__(self, registry: HandlerRegistry, settings: Settings) -> None:
         self.registry = registry
-        self.settings = settings
+        self.rules = JobRules(registry, settings)
 
     def create(self, body: JobCreate, now: datetime) -> Job:
-        schedule = to_schedule(body.schedule)
-        self._check(body.name, body.handler, schedule, body.params, body, now, new=True)
-        return Job(
+        spec = JobSpec(
             name=body.name,
             handler=body.handler,
-            schedule=schedule,
+            schedule=to_schedule(body.schedule),
             params=body.params,
             enabled=body.enabled,
-            next_run_at=first_fire(schedule, now, job_name=body.name),
             timeout_seconds=body.timeout_seconds,
             max_retries=body.max_retries,
             priority=Priority.parse(body.priority),
             misfire=_misfire(body.misfire),
             jitter_seconds=body.jitter_seconds,
             redrive=_redrive(body.redrive),
-            created_at=now,
-            updated_at=now,
         )
+        with validation_problems():
+            return self.rules.build(spec, now)
 
     def replace(self, job: Job, body: JobCreate, now: datetime) -> Job:
         """PUT: the whole definition, as for a create."""
@@ -142,8 +124,6 @@ class JobBuilder:
 
     def patch(self, job: Job, body: JobPatch, now: datetime) -> Job:
         fields = body.model_dump(exclude_unset=True)
-        schedule = to_schedule(body.schedule) if body.schedule is not None else job.schedule
-        name = body.name or job.name
         handler = body.handler or job.handler
         params = job.params
         if body.params is not None:
@@ -152,22 +132,21 @@ class JobBuilder:
             )
         changed = replace(
             job,
-            name=name,
+            name=body.name or job.name,
             handler=handler,
-            schedule=schedule,
+            schedule=to_schedule(body.schedule) if body.schedule is not None else job.schedule,
             params=params,
             enabled=_given(body.enabled, job.enabled),
             timeout_seconds=body.timeout_seconds or job.timeout_seconds,
             max_retries=_given(body.max_retries, job.max_retries),
             priority=Priority.parse(body.priority) if body.priority else job.priority,
             misfire=_misfire(body.misfire) if body.misfire else job.misfire,
-            jitter_seconds=job.jitter_seconds
-            if body.jitter_seconds is None
-            else body.jitter_seconds,
+            jitter_seconds=_given(body.jitter_seconds, job.jitter_seconds),
             redrive=_redrive(body.redrive) if "redrive" in fields else job.redrive,
             updated_at=now,
         )
-        self._check(name, handler, schedule, params, changed, now, new="schedule" in fields)
+        with validation_problems():
+            self.rules.check(changed, now, new_schedule="schedule" in fields)
         return self._rescheduled(job, changed, now)
 
     def _rescheduled(self, before: Job, after: Job, now: datetime) -> Job:
@@ -181,88 +160,8 @@ class JobBuilder:
         return replace(after, paused_reason=None)
 
     def check_schedule(self, schedule: Schedule, name: str) -> None:
-        try:
-            validate(schedule, job_name=name)
-            if isinstance(schedule, CronSchedule):
-                # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not.
-                next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
-        except ValidationError as exc:
-            raise from_validation(exc) from None
-        except CroniterBadDateError:
-            raise field_error("schedule.expr", "names no date that exists: never fires") from None
-
-    def _check(
-        self,
-        name: str,
-        handler: str,
-        schedule: Schedule,
-        params: Mapping[str, Any],
-        job: JobCreate | Job,
-        now: datetime,
-        *,
-        new: bool,
-    ) -> None:
-        self.check_schedule(schedule, name)
-        self._check_handler(handler, params)
-        if job.timeout_seconds > self.settings.max_timeout_seconds:
-            limit = f"{self.settings.max_timeout_seconds:g}"
-            raise field_error("timeout_seconds", f"must not exceed {limit} (max_timeout_seconds)")
-        if new and not isinstance(schedule, CronSchedule | IntervalSchedule) and schedule.at <= now:
-            raise field_error("schedule.at", "must be in the future")
-        _check_jitter(schedule, job.jitter_seconds, name, now)
-
-    def _check_handler(self, handler: str, params: Mapping[str, Any]) -> None:
-        registered = self.registry.get(handler)
-        if registered is None:
-            known = ", ".join(r.name for r in self.registry) or "none"
-            raise field_error("handler", f"no handler named {handler!r} (registered: {known})")
-        schema = registered.handler.params_schema
-        if schema is None:
-            return
-        error = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(dict(schema)).iter_errors(dict(params))
-        )
-        if error is not None:
-            path = ".".join(str(p) for p in error.absolute_path)
-            raise field_error(f"params.{path}" if path else "params", _safe_message(error))
-        if registered.handler.check_params is not None:
-            self._check_params(registered.handler.check_params, params)
-
-    def _check_params(self, check: ParamsCheck, params: Mapping[str, Any]) -> None:
-        """The handler's own checks, against the same HTTP policy its runs get."""
-        destinations = DestinationPolicy.build(
-            self.settings.http_allow, self.settings.http_allowed_ports
-        )
-        try:
-            check(params, destinations)
-        except ValidationError as exc:
-            raise from_validation(exc) from None
-        except ValueError:
-            # Not an InvalidParams: nothing says the message leaves the values (secrets) out.
-            raise field_error("params", "refused by the handler's own checks") from None
-
-
-def _safe_message(error: jsonschema.ValidationError) -> str:
-    # The message quotes the offending value; a secret must not come back in an error.
-    if any(is_secret_name(str(p)) for p in error.absolute_path):
-        return f"fails the handler's schema ({error.validator})"
-    return str(error.message)[:300]
-
-
-def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:
-    """Jitter must stay below the period, or one occurrence's delay would swallow the next."""
-    if not jitter:
-        return
-    if isinstance(schedule, IntervalSchedule):
-        period = schedule.every_seconds
-    elif isinstance(schedule, CronSchedule):
-        first = next_fire(schedule, now, job_name=name)
-        second = next_fire(schedule, first, job_name=name) if first else None
-        period = (second - first).total_seconds() if first and second else float("inf")
-    else:
-        return
-    if jitter >= period:
-        raise field_error("jitter_seconds", f"must be below the schedule's period ({period:g} s)")
+        with validation_problems():
+            self.rules.check_schedule(schedule, name)
 
 
 def _given(value: T | None, current: T) -> T:

@@ -13,6 +13,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from scheduler.jobspec import (
+    MAX_GRACE_SECONDS,
+    MAX_INTERVAL_SECONDS,
+    MAX_JITTER_SECONDS,
+    MAX_RETRIES,
+    MIN_INTERVAL_SECONDS,
+    MIN_TIMEOUT_SECONDS,
+    NAME_PATTERN,
+)
 from scheduler.model import (
     MAX_REDRIVE_ATTEMPTS,
     MAX_REDRIVE_BACKOFF_SECONDS,
@@ -21,10 +30,6 @@ from scheduler.model import (
     Status,
 )
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
-# A run's deadline: below a second, the lock, the lease and the dispatcher's tick (one second)
-# leave no time for the handler itself.
-MIN_TIMEOUT_SECONDS = 1.0
 PriorityName = Literal["critical", "high", "normal", "low"]
 
 
@@ -74,7 +79,7 @@ def integral(value: object) -> object:
 
 
 # The integers of a body (the bounds come first, or the document loses them).
-Retries = Annotated[int, Field(ge=0, le=100), BeforeValidator(integral)]
+Retries = Annotated[int, Field(ge=0, le=MAX_RETRIES), BeforeValidator(integral)]
 Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(integral)]
 
 
@@ -90,7 +95,9 @@ class CronScheduleIn(Strict):
 
 class IntervalScheduleIn(Strict):
     kind: Literal["interval"]
-    every_seconds: float = Field(ge=1, le=366 * 86400, description="At least one second")
+    every_seconds: float = Field(
+        ge=MIN_INTERVAL_SECONDS, le=MAX_INTERVAL_SECONDS, description="At least one second"
+    )
 
 
 class OnceScheduleIn(Strict):
@@ -105,7 +112,7 @@ ScheduleIn = Annotated[
 
 class MisfireIn(Strict):
     policy: MisfirePolicy = MisfirePolicy.COALESCE
-    grace_seconds: float = Field(default=60.0, ge=0, le=7 * 86400)
+    grace_seconds: float = Field(default=60.0, ge=0, le=MAX_GRACE_SECONDS)
 
 
 class RedriveIn(Strict):
@@ -126,7 +133,7 @@ class JobCreate(Strict):
     max_retries: Retries = 0
     priority: PriorityName = "normal"
     misfire: MisfireIn = Field(default_factory=MisfireIn)
-    jitter_seconds: float = Field(default=0.0, ge=0, le=86400)
+    jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
     redrive: RedriveIn | None = Field(default=None, description="None: re-driven by hand only")
 
 
@@ -142,7 +149,7 @@ class JobPatch(Strict):
     max_retries: Retries | None = None
     priority: PriorityName | None = None
     misfire: MisfireIn | None = None
-    jitter_seconds: float | None = Field(default=None, ge=0, le=86400)
+    jitter_seconds: float | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
     redrive: RedriveIn | None = Field(default=None, description="null removes the policy")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -12,7 +11,7 @@ from pydantic.json_schema import models_json_schema
 
 from api.edge import PROBE_PATHS
 from api.models import Problem
-from api.routing import WRITES, Route
+from api.routing import WRITES, Route, Routes
 
 REF = "#/components/schemas/{model}"
 PATH_PARAM = re.compile(r"{(\w+)}")
@@ -30,7 +29,7 @@ PROBLEMS = {
 }
 
 
-def openapi_document(routes: Sequence[Route], *, version: str) -> dict[str, Any]:
+def openapi_document(routes: Routes, *, version: str) -> dict[str, Any]:
     models = _models(routes)
     key_map, schema = models_json_schema([(m, "validation") for m in models], ref_template=REF)
     refs: dict[type[BaseModel], str] = {
@@ -56,7 +55,7 @@ def openapi_document(routes: Sequence[Route], *, version: str) -> dict[str, Any]
     }
 
 
-def _models(routes: Sequence[Route]) -> list[type[BaseModel]]:
+def _models(routes: Routes) -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = [Problem]
     for route in routes:
         for model in (route.body, route.response):
@@ -65,7 +64,7 @@ def _models(routes: Sequence[Route]) -> list[type[BaseModel]]:
     return found
 
 
-def _operation(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]:
+def _operation(route: Route[Any, Any], refs: dict[type[BaseModel], str]) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "summary": route.summary,
         "operationId": _operation_id(route),
@@ -84,19 +83,19 @@ def _operation(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]
     return operation
 
 
-def _operation_id(route: Route) -> str:
+def _operation_id(route: Route[Any, Any]) -> str:
     words = re.sub(r"[{}]", "", route.path).strip("/").replace("/", "_").replace("-", "_")
     return f"{route.method.lower()}_{words or 'root'}"
 
 
-def _path_parameters(route: Route) -> list[dict[str, Any]]:
+def _path_parameters(route: Route[Any, Any]) -> list[dict[str, Any]]:
     return [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in PATH_PARAM.findall(route.path)
     ]
 
 
-def _query_parameters(route: Route) -> list[dict[str, Any]]:
+def _query_parameters(route: Route[Any, Any]) -> list[dict[str, Any]]:
     if route.query is None:
         return []
     schema = route.query.model_json_schema(ref_template=REF)
@@ -113,7 +112,7 @@ def _query_parameters(route: Route) -> list[dict[str, Any]]:
     ]
 
 
-def _responses(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]:
+def _responses(route: Route[Any, Any], refs: dict[type[BaseModel], str]) -> dict[str, Any]:
     problem = {"application/problem+json": {"schema": {"$ref": refs[Problem]}}}
     responses: dict[str, Any] = {}
     for success in sorted({route.status, *route.also}):
@@ -131,7 +130,7 @@ def _responses(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]
     return responses
 
 
-def _problem_statuses(route: Route) -> list[tuple[str, str]]:
+def _problem_statuses(route: Route[Any, Any]) -> list[tuple[str, str]]:
     if route.raw and route.scope is None:
         return []
     wanted = {"400", "401", "403"} if route.scope else {"400"}

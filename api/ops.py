@@ -10,7 +10,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.models import Health, Readiness
-from api.routing import Call, Reply, Route
+from api.routing import Call, Reply, Route, Routes
 from api.v1 import state
 
 # A readiness probe must answer quickly even when a backend hangs.
@@ -20,11 +20,11 @@ Probe = Callable[[], Awaitable[None]]
 PROBES = web.AppKey("probes", dict)
 
 
-async def healthz(call: Call) -> Reply:
+async def healthz(call: Call[None, None]) -> Reply:
     return Reply(Health(status="ok"))
 
 
-async def readyz(call: Call) -> Reply:
+async def readyz(call: Call[None, None]) -> Reply:
     problems = {}
     probes: dict[str, Probe] = call.request.app[PROBES]
     for name, probe in probes.items():
@@ -40,22 +40,22 @@ async def readyz(call: Call) -> Reply:
     return Reply(Readiness(ready=not problems, problems=problems), 503 if problems else 200)
 
 
-async def metrics(call: Call) -> web.Response:
+async def metrics(call: Call[None, None]) -> web.Response:
     body = generate_latest(state(call).metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def openapi_json(call: Call) -> web.Response:
+async def openapi_json(call: Call[None, None]) -> web.Response:
     return web.json_response(call.request.app[DOCUMENT])
 
 
-async def docs(call: Call) -> web.Response:
+async def docs(call: Call[None, None]) -> web.Response:
     from api.openapi import docs_page
 
     return web.Response(text=docs_page(call.request.app[DOCUMENT]), content_type="text/html")
 
 
-OPS_ROUTES = [
+OPS_ROUTES: Routes = [
     Route("GET", "/healthz", healthz, "The process is alive", None, Health, tag="operations"),
     Route(
         "GET",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from aiohttp import web
 from pydantic import ValidationError as PydanticError
@@ -39,6 +40,16 @@ def field_error(field: str, reason: str, status: int = 422) -> ApiError:
 
 def from_validation(exc: ValidationError, prefix: str = "") -> ApiError:
     return field_error(prefix + exc.field, exc.reason)
+
+
+@contextmanager
+def validation_problems(prefix: str = "") -> Iterator[None]:
+    """A ValidationError of the core (scheduler/jobspec.py, the model) as a 422 naming its
+    field."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise from_validation(exc, prefix) from None
 
 
 def from_pydantic(exc: PydanticError, where: str, status: int = 422) -> ApiError:

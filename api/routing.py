@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Awaitable, Callable, Sequence
+import typing
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -21,7 +22,10 @@ from api import safejson
 from api.problems import ApiError, field_error, from_pydantic
 from scheduler.config import SCOPES, ApiToken
 
-Handler = Callable[["Call"], Awaitable["Reply | web.StreamResponse"]]
+# A route's query and body models; None where it takes no query or no body.
+Q = TypeVar("Q", bound=BaseModel | None)
+B = TypeVar("B", bound=BaseModel | None)
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -32,31 +36,69 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(Generic[Q, B]):
+    """A request that passed the checks: `query` and `body` are instances of the route's models
+    (None where it declares none), so a handler declared `Call[JobListQuery, None]` reads them
+    typed."""
+
     request: web.Request
     actor: str  # the token's name, recorded in the job history
     scope: str
-    query: Any
-    body: Any
+    query: Q
+    body: B
 
     def path(self, name: str) -> str:
         return self.request.match_info[name]
 
 
+Handler = Callable[[Call[Q, B]], Awaitable["Reply | web.StreamResponse"]]
+
+
 @dataclass(frozen=True)
-class Route:
+class Route(Generic[Q, B]):
     method: str
     path: str
-    handler: Handler
+    handler: Handler[Q, B]
     summary: str
     scope: str | None  # None: open to anyone (health, metrics, the document itself)
     response: type[BaseModel] | None
     status: int = 200
-    query: type[BaseModel] | None = None
-    body: type[BaseModel] | None = None
+    query: type[Q] | None = None
+    body: type[B] | None = None
     tag: str = "jobs"
     raw: bool = False  # the handler returns its own web.Response (metrics, docs)
     also: tuple[int, ...] = ()  # other success statuses, with the same response body
+
+    def __post_init__(self) -> None:
+        # mypy ties a declared model to the handler's Call, but not a model left out (the
+        # default None): compare them here, so a route cannot hand its handler a None it does
+        # not expect.
+        declared = _call_models(self.handler)
+        if declared is not None and declared != (self.query, self.body):
+            takes = ", ".join(_name(m) for m in declared)
+            raise TypeError(
+                f"{self.method} {self.path}: {self.handler.__name__} takes Call[{takes}] but the"
+                f" route declares query={_name(self.query)}, body={_name(self.body)}"
+            )
+
+
+# A route table holds routes of every query and body type.
+Routes = list[Route[Any, Any]]
+
+
+def _name(model: type | None) -> str:
+    return "None" if model is None else model.__name__
+
+
+def _call_models(handler: Callable[..., object]) -> tuple[type | None, type | None] | None:
+    """The (query, body) models of a handler's `Call[Q, B]` parameter, None for each None."""
+    hints = typing.get_type_hints(handler)
+    call = next(iter(v for k, v in hints.items() if k != "return"), None)
+    models = typing.get_args(call)
+    if len(models) != 2:
+        return None
+    query, body = (None if m is type(None) else m for m in models)
+    return query, body
 
 
 TOKENS = web.AppKey("tokens", tuple)
@@ -124,7 +166,7 @@ def media_type(content_type: str) -> str:
     return content_type.partition(";")[0].strip().lower()
 
 
-def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
+def parse_query(request: web.Request, model: type[M] | None) -> M | None:
     if model is None:
         if request.query:
             name = next(iter(request.query))
@@ -146,7 +188,7 @@ def parse_query(request: web.Request, model: type[BaseModel] | None) -> Any:
         raise from_pydantic(exc, "query.", status=400) from None
 
 
-async def parse_body(request: web.Request, model: type[BaseModel] | None) -> Any:
+async def parse_body(request: web.Request, model: type[M] | None) -> M | None:
     if model is None:
         return None
     raw = await read_body(request)
@@ -229,13 +271,16 @@ def _int64(text: str) -> int:
     return value
 
 
-def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         actor, scope = authenticate(request, route.scope)
         check_content_type(request, takes_body=route.body is not None)
-        query = parse_query(request, route.query)
-        body = await parse_body(request, route.body)
-        reply = await route.handler(Call(request, actor, scope, query, body))
+        query = parse_query(request, _model(route.query))
+        body = await parse_body(request, _model(route.body))
+        # None exactly where the route declares no model, as its handler's Call says (checked
+        # when the route is declared).
+        call = Call(request, actor, scope, cast(Q, query), cast(B, body))
+        reply = await route.handler(call)
         if isinstance(reply, web.StreamResponse):
             return reply
         if reply.body is None:
@@ -248,7 +293,11 @@ def wrap(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]
     return handle
 
 
-def add_routes(app: web.Application, routes: Sequence[Route]) -> None:
+def _model(model: object) -> type[BaseModel] | None:
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def add_routes(app: web.Application, routes: Routes) -> None:
     app[TOKENS] = app.get(TOKENS, ())
     for route in routes:
         app.router.add_route(route.method, route.path, wrap(route))

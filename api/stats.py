@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, Field
 
 from api.models import ExecutionOut, Strict
-from api.routing import Call, Reply, Route
+from api.routing import B, Call, Q, Reply, Route, Routes
 from api.v1 import execution_out, state
 from scheduler.model import Execution, Status
 from scheduler.ports import ExecutionQuery
@@ -59,9 +59,9 @@ class StatsOut(BaseModel):
     complete_since: datetime = Field(description="Counts are complete from here on")
 
 
-async def stats(call: Call) -> Reply:
+async def stats(call: Call[StatsQuery, None]) -> Reply:
     s = state(call)
-    q: StatsQuery = call.query
+    q = call.query
     now = s.clock.now()
     since = now - timedelta(seconds=q.window)
     runs = await s.store.list_executions(
@@ -92,7 +92,7 @@ async def stats(call: Call) -> Reply:
     )
 
 
-def busy_workers(call: Call) -> int | None:
+def busy_workers(call: Call[Q, B]) -> int | None:
     s = state(call)
     if s.dispatcher_health is None:
         return None  # `tickd api`: the workers are in another process
@@ -143,11 +143,11 @@ class SessionOut(BaseModel):
     now: datetime = Field(description="The daemon's clock, which relative times are shown against")
 
 
-async def session(call: Call) -> Reply:
+async def session(call: Call[None, None]) -> Reply:
     return Reply(SessionOut(actor=call.actor, scope=call.scope, now=state(call).clock.now()))
 
 
-STATS_ROUTES = [
+STATS_ROUTES: Routes = [
     Route(
         "GET",
         "/v1/session",

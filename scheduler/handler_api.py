@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar, cast
 import aiohttp
 
 from scheduler.clock import Clock
+from scheduler.codec import schedule_from_doc
 from scheduler.http import (
     AddressNotAllowed,
     DestinationPolicy,
@@ -36,7 +37,14 @@ from scheduler.http import (
     read_prefix,
     request_refusal,
 )
-from scheduler.model import ValidationError
+from scheduler.model import (
+    CronSchedule,
+    IntervalSchedule,
+    OnceSchedule,
+    Priority,
+    Schedule,
+    ValidationError,
+)
 from scheduler.ports import Mailer, MailError
 from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
 
@@ -46,17 +54,22 @@ __all__ = [
     "MASK",
     "AddressNotAllowed",
     "Clock",
+    "CronSchedule",
     "DestinationPolicy",
     "Handler",
     "HandlerContext",
     "HandlerFunc",
+    "IntervalSchedule",
     "InvalidParams",
     "MailError",
     "Mailer",
+    "OnceSchedule",
     "ParamsCheck",
+    "Priority",
     "Resource",
     "ResourceEnv",
     "Result",
+    "SystemJob",
     "failure_reason",
     "handler",
     "is_secret_name",
@@ -114,6 +127,42 @@ class InvalidParams(ValidationError):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SystemJob:
+    """A standing job a handler needs, seeded at every boot under the handler's name if absent
+    (then it belongs to ops). It is checked as a job created over the API is (handler params
+    against the schema and `check_params`, timeout, schedule): one that fails stops startup.
+
+        SystemJob(schedule=IntervalSchedule(every_seconds=86_400), timeout_seconds=600)
+    """
+
+    schedule: Schedule
+    timeout_seconds: float = 60.0
+    max_retries: int = 0
+    priority: Priority = Priority.NORMAL
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, declared: Mapping[str, Any]) -> SystemJob:
+        """The dict form plug-ins wrote before SystemJob existed: `{"schedule": {"kind":
+        "interval", "every_seconds": 86400}, "timeout_seconds": 600, ...}`."""
+        unknown = sorted(set(declared) - _SYSTEM_JOB_FIELDS)
+        if unknown:
+            raise ValidationError(f"system_job.{unknown[0]}", "not a field of a system job")
+        if "schedule" not in declared:
+            raise ValidationError("system_job.schedule", "missing")
+        return cls(
+            schedule=schedule_from_doc(dict(declared["schedule"])),
+            timeout_seconds=float(declared.get("timeout_seconds", 60.0)),
+            max_retries=int(declared.get("max_retries", 0)),
+            priority=Priority.parse(declared.get("priority", Priority.NORMAL)),
+            params=dict(declared.get("params", {})),
+        )
+
+
+_SYSTEM_JOB_FIELDS = {"schedule", "timeout_seconds", "max_retries", "priority", "params"}
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandlerContext:
     job_id: str
     job_name: str
@@ -158,9 +207,8 @@ class Handler:
     secret_params: frozenset[str] = field(default_factory=frozenset)
     # At most this many runs of this handler at once across the pool (None: no limit).
     max_concurrency: int | None = None
-    # A standing job seeded at every boot under the handler's name, if absent, e.g.
-    # {"schedule": {"kind": "interval", "every_seconds": 86400}, "timeout_seconds": 600}.
-    system_job: Mapping[str, Any] | None = None
+    # A standing job seeded at every boot under the handler's name, if absent (see SystemJob).
+    system_job: SystemJob | None = None
     # Settings of [handler_settings.<name>] without which the system job is not seeded (a
     # vendor's URL and key): until ops configure them, there is nothing it could do.
     system_job_needs: frozenset[str] = field(default_factory=frozenset)
@@ -179,13 +227,17 @@ def handler(
     params_schema: Mapping[str, Any] | None = None,
     secret_params: frozenset[str] | set[str] = frozenset(),
     max_concurrency: int | None = None,
-    system_job: Mapping[str, Any] | None = None,
+    system_job: SystemJob | Mapping[str, Any] | None = None,
     system_job_needs: frozenset[str] | set[str] = frozenset(),
     resources: tuple[Resource[Any], ...] = (),
     check_params: ParamsCheck | None = None,
 ) -> Callable[[HandlerFunc], Handler]:
     """Declare a handler's params schema and checks, secret params, concurrency limit, system
-    job and the resources it uses."""
+    job and the resources it uses. A system job given as a dict (the form before SystemJob) is
+    read into one here, so a malformed one fails where it is declared."""
+    declared_job = (
+        SystemJob.from_dict(system_job) if isinstance(system_job, Mapping) else system_job
+    )
 
     def wrap(func: HandlerFunc) -> Handler:
         return Handler(
@@ -193,7 +245,7 @@ def handler(
             params_schema=params_schema,
             secret_params=frozenset(secret_params),
             max_concurrency=max_concurrency,
-            system_job=system_job,
+            system_job=declared_job,
             system_job_needs=frozenset(system_job_needs),
             resources=tuple(resources),
             check_params=check_params,

@@ -4,38 +4,33 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from scheduler.model import Job
+from scheduler.jobspec import JobRules, JobSpec
+from scheduler.model import CronSchedule, IntervalSchedule, Job
 from seed.jobs import seed_job
 
+DEMO_JOBS = [
+    JobSpec(name="demo-heartbeat", handler="noop", schedule=IntervalSchedule(every_seconds=2)),
+    JobSpec(
+        name="demo-every-ten-seconds",
+        handler="sleep",
+        params={"seconds": 0.5},
+        schedule=CronSchedule(expr="*/10 * * * * *"),
+    ),
+    JobSpec(
+        name="demo-flaky",
+        handler="sleep",
+        max_retries=2,
+        timeout_seconds=10,
+        params={"seconds": 0.1, "fail": True},
+        schedule=CronSchedule(expr="H/15 * * * * *"),
+    ),
+    JobSpec(
+        name="demo-spread-hourly",
+        handler="noop",
+        schedule=CronSchedule(expr="H H * * * *", timezone="Europe/Berlin"),
+    ),
+]
 
-def demo_jobs(now: datetime) -> list[Job]:
-    return [
-        seed_job(
-            name="demo-heartbeat",
-            handler="noop",
-            now=now,
-            schedule={"kind": "interval", "every_seconds": 2},
-        ),
-        seed_job(
-            name="demo-every-ten-seconds",
-            handler="sleep",
-            now=now,
-            params={"seconds": 0.5},
-            schedule={"kind": "cron", "expr": "*/10 * * * * *"},
-        ),
-        seed_job(
-            name="demo-flaky",
-            handler="sleep",
-            now=now,
-            max_retries=2,
-            timeout_seconds=10,
-            params={"seconds": 0.1, "fail": True},
-            schedule={"kind": "cron", "expr": "H/15 * * * * *"},
-        ),
-        seed_job(
-            name="demo-spread-hourly",
-            handler="noop",
-            now=now,
-            schedule={"kind": "cron", "expr": "H H * * * *", "timezone": "Europe/Berlin"},
-        ),
-    ]
+
+def demo_jobs(rules: JobRules, now: datetime) -> list[Job]:
+    return [seed_job(rules, spec, now) for spec in DEMO_JOBS]

@@ -10,7 +10,7 @@ Seeding is idempotent: parts are upserted (current values), alerts inserted only
 a restart keeps the scanner's state and fires nothing again.
 
     await seed_demo_products(products)            # at boot, when seed_demo is on
-    demo_scan_job(now)                            # the demo job, seeded by name with the others
+    demo_scan_job(rules, now)                     # the demo job, seeded by name with the others
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from handlers.product_store import Doc, ProductStore
+from scheduler.jobspec import JobRules, JobSpec
 from scheduler.logs import log_event
-from scheduler.model import Job
+from scheduler.model import IntervalSchedule, Job
 from seed.jobs import seed_job
 
 log = logging.getLogger("tickd.seed")
@@ -40,16 +41,16 @@ async def seed_demo_products(products: ProductStore) -> int:
     return added
 
 
-def demo_scan_job(now: datetime) -> Job:
+def demo_scan_job(rules: JobRules, now: datetime) -> Job:
     """The alert scanner every 15 seconds (the system job runs it every five minutes)."""
-    return seed_job(
+    spec = JobSpec(
         name=DEMO_SCAN_JOB,
         handler="alert_scanner",
-        now=now,
-        schedule={"kind": "interval", "every_seconds": DEMO_SCAN_EVERY_SECONDS},
+        schedule=IntervalSchedule(every_seconds=DEMO_SCAN_EVERY_SECONDS),
         params={"from_address": DEMO_FROM_ADDRESS},
         timeout_seconds=60,
     )
+    return seed_job(rules, spec, now)
 
 
 def demo_parts() -> list[Doc]:

@@ -2,6 +2,9 @@
 
 A job is added only when no job of that name exists. A re-seed never duplicates a job and never
 overwrites what ops changed (a schedule, a pause): once seeded, the job belongs to them.
+
+A seeded job is checked as a job created over the API is (scheduler/jobspec.py); one that fails
+stops startup with a SeedError naming the job and the field.
 """
 
 from __future__ import annotations
@@ -10,13 +13,21 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from scheduler.codec import schedule_from_doc
+from scheduler.jobspec import JobRules, JobSpec
 from scheduler.logs import log_event
-from scheduler.model import Job, Priority
+from scheduler.model import Job, ValidationError
 from scheduler.ports import Store
-from scheduler.schedules import first_fire, validate
 
 log = logging.getLogger("tickd.seed")
+
+
+class SeedError(ValueError):
+    """A job tickd seeds is not a valid job: startup stops, naming it and the field at fault."""
+
+    def __init__(self, job: str, error: ValidationError) -> None:
+        super().__init__(f"seeded job {job!r}: {error.field}: {error.reason}")
+        self.job = job
+        self.field = error.field
 
 
 async def seed_jobs(store: Store, jobs: Sequence[Job]) -> list[Job]:
@@ -27,31 +38,9 @@ async def seed_jobs(store: Store, jobs: Sequence[Job]) -> list[Job]:
     return added
 
 
-def seed_job(
-    *,
-    name: str,
-    handler: str,
-    schedule: dict[str, object],
-    now: datetime,
-    params: dict[str, object] | None = None,
-    system: bool = False,
-    timeout_seconds: float = 60.0,
-    max_retries: int = 0,
-    priority: Priority = Priority.NORMAL,
-) -> Job:
-    """A job definition, validated, with its first fire time computed from `now`."""
-    parsed = schedule_from_doc(schedule)
-    validate(parsed, job_name=name)
-    return Job(
-        name=name,
-        handler=handler,
-        schedule=parsed,
-        params=params or {},
-        next_run_at=first_fire(parsed, now, job_name=name),
-        system=system,
-        timeout_seconds=timeout_seconds,
-        max_retries=max_retries,
-        priority=priority,
-        created_at=now,
-        updated_at=now,
-    )
+def seed_job(rules: JobRules, spec: JobSpec, now: datetime) -> Job:
+    """The job, checked as the API checks one, its first fire time computed from `now`."""
+    try:
+        return rules.build(spec, now)
+    except ValidationError as exc:
+        raise SeedError(spec.name, exc) from None

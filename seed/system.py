@@ -1,7 +1,9 @@
-"""System jobs: a handler that needs a standing job declares it (`handler(system_job=...)`), and
-it is seeded at every boot under the handler's name; once it exists it belongs to ops. A handler
-may name settings the job needs (`system_job_needs`); until [handler_settings.<name>] has them
-all, its job is not seeded, and the log says which are missing."""
+"""System jobs: a handler that needs a standing job declares it (`handler(system_job=SystemJob(
+...))`), and it is seeded at every boot under the handler's name; once it exists it belongs to
+ops. A handler may name settings the job needs (`system_job_needs`); until
+[handler_settings.<name>] has them all, its job is not seeded, and the log says which are
+missing. A system job is checked as a job created over the API is: one that fails stops
+startup (SeedError)."""
 
 from __future__ import annotations
 
@@ -10,24 +12,24 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from scheduler.handler_api import Handler
+from scheduler.handler_api import Handler, SystemJob
+from scheduler.jobspec import JobRules, JobSpec
 from scheduler.logs import log_event
-from scheduler.model import Job, Priority
-from scheduler.registry import HandlerRegistry
+from scheduler.model import Job
 from seed.jobs import seed_job
 
 log = logging.getLogger("tickd.seed")
 
 
 def system_jobs(
-    registry: HandlerRegistry,
+    rules: JobRules,
     now: datetime,
     handler_settings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Job]:
     settings = handler_settings or {}
     return [
-        _system_job(registered.name, registered.handler.system_job, now)
-        for registered in registry
+        seed_job(rules, _spec(registered.name, registered.handler.system_job), now)
+        for registered in rules.registry
         if registered.handler.system_job is not None
         and _configured(registered.name, registered.handler, settings.get(registered.name, {}))
     ]
@@ -45,17 +47,16 @@ def _configured(name: str, handler: Handler, config: Mapping[str, Any]) -> bool:
     return not missing
 
 
-def _system_job(name: str, spec: Any, now: datetime) -> Job:
-    return seed_job(
+def _spec(name: str, declared: SystemJob) -> JobSpec:
+    return JobSpec(
         name=name,
         handler=name,
-        schedule=dict(spec["schedule"]),
-        now=now,
-        params=dict(spec.get("params", {})),
+        schedule=declared.schedule,
+        params=declared.params,
         system=True,
-        timeout_seconds=float(spec.get("timeout_seconds", 60.0)),
-        max_retries=int(spec.get("max_retries", 0)),
-        priority=Priority.parse(spec.get("priority", "normal")),
+        timeout_seconds=declared.timeout_seconds,
+        max_retries=declared.max_retries,
+        priority=declared.priority,
     )
 
 

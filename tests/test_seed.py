@@ -2,29 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
+from typing import ParamSpec
 
 import pytest
 
-from scheduler.handler_api import HandlerContext, Result, handler
+import tickd.app
+import tickd.cli
+import tickd.daemon
+from scheduler.config import Settings
+from scheduler.handler_api import (
+    CronSchedule,
+    Handler,
+    HandlerContext,
+    IntervalSchedule,
+    Result,
+    SystemJob,
+    handler,
+)
+from scheduler.jobspec import JobRules
 from scheduler.logs import FIELDS
-from scheduler.model import IntervalSchedule
+from scheduler.model import ValidationError
 from scheduler.ports import Store
 from scheduler.registry import HandlerRegistry
 from seed.demo import demo_jobs
-from seed.jobs import seed_jobs
+from seed.jobs import SeedError, seed_jobs
 from seed.system import system_jobs
 from tests.conftest import T0
 
+P = ParamSpec("P")
+STARTUP_WITHIN = 10.0
 
-@handler(
-    system_job={
-        "schedule": {"kind": "interval", "every_seconds": 86400},
-        "timeout_seconds": 600,
-        "max_retries": 0,
-    }
-)
+
+@handler(system_job=SystemJob(schedule=IntervalSchedule(every_seconds=86400), timeout_seconds=600))
 async def scanner(ctx: HandlerContext) -> Result:
     return None
 
@@ -36,34 +50,39 @@ def registry() -> HandlerRegistry:
     return r
 
 
+def rules(r: HandlerRegistry | None = None, max_timeout_seconds: float = 86400) -> JobRules:
+    return JobRules(r or registry(), Settings(max_timeout_seconds=max_timeout_seconds))
+
+
 async def test_a_handler_declared_system_job_is_seeded_once(store: Store) -> None:
-    jobs = system_jobs(registry(), T0)
+    jobs = system_jobs(rules(), T0)
     assert [(j.name, j.handler, j.system, j.timeout_seconds) for j in jobs] == [
         ("scanner", "scanner", True, 600)
     ]
     assert await seed_jobs(store, jobs) == jobs
-    assert await seed_jobs(store, system_jobs(registry(), T0)) == []
+    assert await seed_jobs(store, system_jobs(rules(), T0)) == []
     assert len(await store.list_jobs()) == 1
 
 
 async def test_reseeding_keeps_what_ops_changed(store: Store) -> None:
-    [job] = system_jobs(registry(), T0)
+    [job] = system_jobs(rules(), T0)
     await seed_jobs(store, [job])
     # Ops move the scanner to every hour (a change the API will make; here, straight in).
     await store.delete_job(job.id)
     await store.insert_job(replace(job, schedule=IntervalSchedule(every_seconds=3600)))
-    await seed_jobs(store, system_jobs(registry(), T0))
+    await seed_jobs(store, system_jobs(rules(), T0))
     stored = await store.get_job_by_name("scanner")
     assert stored is not None and stored.schedule == IntervalSchedule(every_seconds=3600)
 
 
 async def test_demo_jobs_are_valid_and_due_within_seconds(store: Store) -> None:
-    added = await seed_jobs(store, demo_jobs(T0))
+    added = await seed_jobs(store, demo_jobs(rules(builtin()), T0))
     assert len(added) >= 3
     soonest = min(j.next_run_at for j in added if j.next_run_at is not None)
     assert (soonest - T0).total_seconds() <= 10
 
 
+# The dict form, as plug-ins wrote it before SystemJob: still taken.
 @handler(
     system_job={"schedule": {"kind": "cron", "expr": "0 30 0 * * *"}},
     system_job_needs={"base_url", "api_key"},
@@ -79,22 +98,108 @@ def test_a_system_job_that_needs_settings_waits_until_they_are_configured(
     r = HandlerRegistry()
     r.register("walker", walker)
 
-    assert system_jobs(r, T0, {"walker": {"base_url": "https://v.example"}}) == []
+    assert system_jobs(rules(r), T0, {"walker": {"base_url": "https://v.example"}}) == []
     [record] = [r for r in caplog.records if r.msg == "seed.system_job_not_configured"]
     assert getattr(record, FIELDS)["missing"] == ["handler_settings.walker.api_key"]
     # An empty environment variable is not a setting.
-    assert system_jobs(r, T0, {"walker": {"base_url": "https://v.example", "api_key": " "}}) == []
+    assert (
+        system_jobs(rules(r), T0, {"walker": {"base_url": "https://v.example", "api_key": " "}})
+        == []
+    )
     configured = {"walker": {"base_url": "https://v.example", "api_key": "k" * 20}}
-    [job] = system_jobs(r, T0, configured)
+    [job] = system_jobs(rules(r), T0, configured)
     assert (job.name, job.system, job.params) == ("walker", True, {})
+    assert job.schedule == CronSchedule(expr="0 30 0 * * *")
+
+
+def builtin() -> HandlerRegistry:
+    r = HandlerRegistry()
+    r.load_entry_points()
+    return r
 
 
 def test_the_catalogue_walk_is_seeded_once_its_vendor_is_configured() -> None:
-    r = HandlerRegistry()
-    r.load_entry_points()
+    r = rules(builtin())
     vendor = {"base_url": "https://v.example", "api_key": "k" * 20, "daily_quota": "5000"}
     assert "catalogue_walk" not in {job.name for job in system_jobs(r, T0)}
     [walk] = [
         j for j in system_jobs(r, T0, {"catalogue_walk": vendor}) if j.handler == "catalogue_walk"
     ]
     assert (walk.timeout_seconds, walk.max_retries) == (3600, 2)
+
+
+@handler(
+    params_schema={
+        "type": "object",
+        "properties": {"url": {"type": "string", "pattern": "^https://"}},
+        "required": ["url"],
+    },
+    system_job=SystemJob(schedule=IntervalSchedule(every_seconds=60), params={"url": "ftp://x"}),
+)
+async def pinger(ctx: HandlerContext) -> Result:
+    return None
+
+
+@handler(system_job=SystemJob(schedule=CronSchedule(expr="0 0 0 30 2 *")))
+async def never(ctx: HandlerContext) -> Result:
+    return None
+
+
+@handler(system_job=SystemJob(schedule=IntervalSchedule(every_seconds=60), timeout_seconds=7200))
+async def slow(ctx: HandlerContext) -> Result:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("declared", "field"),
+    [(pinger, "params.url"), (never, "schedule.expr"), (slow, "timeout_seconds")],
+)
+def test_a_system_job_the_api_would_refuse_stops_the_seeding_naming_job_and_field(
+    declared: Handler, field: str
+) -> None:
+    r = HandlerRegistry()
+    r.register("bad", declared)
+    with pytest.raises(SeedError, match=rf"^seeded job 'bad': {field}: ") as raised:
+        system_jobs(rules(r, max_timeout_seconds=3600), T0)
+    assert raised.value.field == field
+
+
+def test_a_system_job_declared_as_a_dict_is_checked_where_it_is_declared() -> None:
+    with pytest.raises(ValidationError, match=r"system_job\.timeout: not a field"):
+        handler(system_job={"schedule": {"kind": "interval", "every_seconds": 60}, "timeout": 9})
+    with pytest.raises(ValidationError, match=r"system_job\.schedule: missing"):
+        handler(system_job={"timeout_seconds": 9})
+
+
+def test_the_demo_jobs_need_their_handlers() -> None:
+    with pytest.raises(SeedError, match=r"^seeded job 'demo-heartbeat': handler: no handler"):
+        demo_jobs(rules(HandlerRegistry()), T0)
+
+
+def test_a_seeded_job_that_fails_the_checks_stops_startup_naming_job_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = HandlerRegistry()
+    r.register("bad", pinger)
+    monkeypatch.setattr(tickd.app, "load_registry", lambda: r)
+    monkeypatch.setattr(tickd.cli, "configure_logging", lambda **_: None)
+    monkeypatch.setattr(tickd.daemon, "run_daemon", bounded(tickd.daemon.run_daemon))
+    monkeypatch.setenv("TICKD_STORE_URL", f"sqlite:///{tmp_path}/tickd.db")
+    monkeypatch.setenv("TICKD_MAIL_URL", f"outbox:///{tmp_path}/outbox")
+    monkeypatch.setenv("TICKD_API_PORT", "0")
+
+    assert tickd.cli.main(["run"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("tickd: seeded job 'bad': params.url: "), error
+    assert "Traceback" not in error
+
+
+def bounded(run: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
+    """The daemon as it is, but a startup that does not stop fails the test instead of
+    hanging it."""
+
+    async def run_within(*args: P.args, **kwargs: P.kwargs) -> None:
+        async with asyncio.timeout(STARTUP_WITHIN):
+            await run(*args, **kwargs)
+
+    return run_within

@@ -12,19 +12,20 @@ import logging
 import random
 import signal
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from aiohttp import web
 
 from api.app import create_app
 from api.v1 import ApiState
 from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import PRODUCTS, ProductStore
+from handlers.product_store import PRODUCTS
 from scheduler.clock import Clock, SystemClock
 from scheduler.config import Settings
 from scheduler.engine import Engine
 from scheduler.events import open_publisher
 from scheduler.handler_api import Resource, ResourceEnv
+from scheduler.jobspec import JobRules
 from scheduler.lock import open_lock
 from scheduler.logs import log_event
 from scheduler.mail import open_mailer
@@ -41,6 +42,7 @@ from seed.jobs import seed_jobs
 from seed.system import system_jobs
 
 Resources = Mapping[str, object]
+T = TypeVar("T")
 log = logging.getLogger("tickd.daemon")
 
 
@@ -104,6 +106,12 @@ def log_alert_email_settings(registry: HandlerRegistry, settings: Settings) -> N
         )
 
 
+def opened(resources: Resources, declared: Resource[T]) -> T | None:
+    """The opened resource, typed as declared; None when it was not opened here."""
+    found = resources.get(declared.name)
+    return None if found is None else cast(T, found)
+
+
 def declared_resources(registry: HandlerRegistry) -> list[Resource[Any]]:
     """Each resource the registered handlers declare, once."""
     found: dict[str, Resource[Any]] = {}
@@ -159,7 +167,6 @@ def build_api(
     and unless `dispatch` is False (tests drain it themselves) its dispatcher starts and stops
     with the application. With the product store among `resources`, it answers the alert
     emails' unsubscribe links and lists their bounces."""
-    products = (resources or {}).get(PRODUCTS.name)
     state = ApiState(
         store=ports.store,
         registry=registry,
@@ -168,7 +175,7 @@ def build_api(
         metrics=metrics,
         wake=engine.wake if engine else None,
         dispatcher_health=(lambda: (engine.healthy, engine.last_error)) if engine else None,
-        products=cast(ProductStore, products) if products is not None else None,
+        products=opened(resources or {}, PRODUCTS),
     )
     app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
     if engine is not None and dispatch:
@@ -215,12 +222,14 @@ async def seed_at_boot(
     ports: Ports, registry: HandlerRegistry, settings: Settings, resources: Resources
 ) -> None:
     """System jobs always; with `seed_demo`, the demo jobs and, where the alert scanner runs,
-    the demo product data it scans."""
+    the demo product data it scans. A seeded job that fails the checks raises SeedError."""
     now = ports.clock.now()
-    await seed_jobs(ports.store, system_jobs(registry, now, settings.handler_settings))
+    rules = JobRules(registry, settings)  # a seeded job is checked as the API checks one
+    await seed_jobs(ports.store, system_jobs(rules, now, settings.handler_settings))
     if not settings.seed_demo:
         return
-    await seed_jobs(ports.store, demo_jobs(now))
-    if "alert_scanner" in registry and PRODUCTS.name in resources:
-        await seed_demo_products(cast(ProductStore, resources[PRODUCTS.name]))
-        await seed_jobs(ports.store, [demo_scan_job(now)])
+    await seed_jobs(ports.store, demo_jobs(rules, now))
+    products = opened(resources, PRODUCTS)
+    if "alert_scanner" in registry and products is not None:
+        await seed_demo_products(products)
+        await seed_jobs(ports.store, [demo_scan_job(rules, now)])

@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run(settings: Settings, *, dispatcher: bool) -> int:
     # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
     from scheduler.registry import RegistryError
+    from seed.jobs import SeedError
     from tickd.app import load_registry
     from tickd.daemon import run_daemon, stop_on_signals
 
@@ -60,7 +61,7 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
 
     try:
         asyncio.run(daemon())
-    except ConfigError as exc:
+    except (ConfigError, SeedError) as exc:
         print(f"tickd: {exc}", file=sys.stderr)
         return 2
     return 0

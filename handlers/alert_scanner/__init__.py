@@ -28,7 +28,7 @@ from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits, scan_until_done
 from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import PRODUCTS
-from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.handler_api import HandlerContext, IntervalSchedule, Result, SystemJob, handler
 
 
 def _bounded(default: int, maximum: int) -> dict[str, Any]:
@@ -66,13 +66,13 @@ EMAIL_PARAMS = {
     "send_attempts": "send_attempts",
     "email_scans": "scans_before_giving_up",
 }
-SYSTEM_JOB: dict[str, Any] = {
+SYSTEM_JOB = SystemJob(
     # Often, because a run with nothing due is cheap, and a rule's cooldown (60 minutes by
     # default) is only kept if its alert is read soon after it falls due.
-    "schedule": {"kind": "interval", "every_seconds": 300},
-    "timeout_seconds": 600,
-    "max_retries": 0,
-}
+    schedule=IntervalSchedule(every_seconds=300),
+    timeout_seconds=600,
+    max_retries=0,
+)
 
 
 # The share of a run's time that scans may start in; the rest is the emails'.

@@ -29,19 +29,15 @@ hour's timeout, two retries (the quota holds across them). A job of one's own lo
 
 from __future__ import annotations
 
-from typing import Any
-
 from handlers.catalogue_walk.settings import PARAMS, WalkSettings
 from handlers.catalogue_walk.vendor import VendorClient
 from handlers.catalogue_walk.walk import Walk
 from handlers.product_store import PRODUCTS
-from scheduler.handler_api import HandlerContext, Result, handler
+from scheduler.handler_api import CronSchedule, HandlerContext, Result, SystemJob, handler
 
-SYSTEM_JOB: dict[str, Any] = {
-    "schedule": {"kind": "cron", "expr": "0 30 0 * * *"},
-    "timeout_seconds": 3600,
-    "max_retries": 2,
-}
+SYSTEM_JOB = SystemJob(
+    schedule=CronSchedule(expr="0 30 0 * * *"), timeout_seconds=3600, max_retries=2
+)
 
 
 # No limit per daemon: walks of one vendor keep apart by a lease in the store (walk.py), across

@@ -12,6 +12,8 @@ from handlers.alert_scanner import alert_scanner
 from handlers.alert_scanner.scan import ScanLimits, scan_until_done
 from handlers.product_store import PRODUCTS, Alert, Doc, ProductStore
 from scheduler.clock import FakeClock
+from scheduler.config import Settings
+from scheduler.jobspec import JobRules
 from scheduler.registry import HandlerRegistry
 from scheduler.testing import handler_context
 from seed.system import system_jobs
@@ -46,7 +48,7 @@ async def unchecked(products: ProductStore, ids: Collection[str]) -> list[str]:
 async def test_the_system_job_first_runs_minutes_after_boot() -> None:
     registry = HandlerRegistry()
     registry.register("alert_scanner", alert_scanner)
-    (job,) = system_jobs(registry, T0)
+    (job,) = system_jobs(JobRules(registry, Settings()), T0)
     assert job.next_run_at is not None
     assert job.next_run_at - T0 <= timedelta(minutes=5)
 

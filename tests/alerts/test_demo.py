@@ -6,7 +6,10 @@ from __future__ import annotations
 from handlers.alert_scanner.scan import scan
 from handlers.product_store import ProductStore
 from scheduler.clock import FakeClock
+from scheduler.config import Settings
+from scheduler.jobspec import JobRules
 from scheduler.model import IntervalSchedule
+from scheduler.registry import HandlerRegistry
 from seed.demo_products import (
     DEMO_SCAN_EVERY_SECONDS,
     demo_alerts,
@@ -45,7 +48,9 @@ async def test_a_restart_seeds_nothing_new_and_fires_nothing_again(
 
 
 def test_the_demo_scan_job_runs_the_scanner_every_fifteen_seconds() -> None:
-    job = demo_scan_job(T0)
+    registry = HandlerRegistry()
+    registry.load_entry_points()
+    job = demo_scan_job(JobRules(registry, Settings()), T0)
     assert (job.name, job.handler, job.system) == ("demo-alert-scan", "alert_scanner", False)
     assert job.schedule == IntervalSchedule(every_seconds=15)
     assert job.params == {"from_address": "alerts@tickd.example"}

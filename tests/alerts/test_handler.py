@@ -12,6 +12,9 @@ from handlers.alert_scanner import PARAMS, alert_scanner, limits_from
 from handlers.alert_scanner.delivery import EmailPolicy
 from handlers.alert_scanner.scan import ScanLimits
 from handlers.product_store import PRODUCTS, open_product_store
+from scheduler.config import Settings
+from scheduler.handler_api import SystemJob
+from scheduler.jobspec import JobRules
 from scheduler.model import IntervalSchedule
 from scheduler.ports import Store
 from scheduler.registry import HandlerRegistry
@@ -91,17 +94,15 @@ def test_the_schema_accepts_what_limits_from_accepts() -> None:
 def test_the_handler_bounds_itself_and_declares_its_system_job() -> None:
     assert alert_scanner.max_concurrency == 1
     assert alert_scanner.params_schema is PARAMS
-    assert alert_scanner.system_job == {
-        "schedule": {"kind": "interval", "every_seconds": 300},
-        "timeout_seconds": 600,
-        "max_retries": 0,
-    }
+    assert alert_scanner.system_job == SystemJob(
+        schedule=IntervalSchedule(every_seconds=300), timeout_seconds=600, max_retries=0
+    )
 
 
 async def test_the_system_job_is_seeded_once_and_ops_changes_are_kept(store: Store) -> None:
     registry = HandlerRegistry()
     registry.register("alert_scanner", alert_scanner)
-    (job,) = system_jobs(registry, T0)
+    (job,) = system_jobs(JobRules(registry, Settings()), T0)
     assert (job.name, job.handler, job.system) == ("alert_scanner", "alert_scanner", True)
     assert (job.timeout_seconds, job.max_retries) == (600, 0)
     assert job.schedule == IntervalSchedule(every_seconds=300)
@@ -111,7 +112,7 @@ async def test_the_system_job_is_seeded_once_and_ops_changes_are_kept(store: Sto
     await store.delete_job(job.id)
     hourly = replace(job, schedule=IntervalSchedule(every_seconds=3600))
     await store.insert_job(hourly)
-    assert await seed_jobs(store, system_jobs(registry, T0)) == []
+    assert await seed_jobs(store, system_jobs(JobRules(registry, Settings()), T0)) == []
     kept = await store.get_job_by_name("alert_scanner")
     assert kept is not None and kept.schedule == IntervalSchedule(every_seconds=3600)
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from api.v1 import preview
+from api.schedules import preview
 from scheduler.model import CronSchedule
 from tests.api.conftest import READ, Api
 from tests.api.test_jobs_api import CRON_JOB

@@ -1,0 +1,88 @@
+"""Executions: a job's, across jobs (status=failed: the dead letters), one by id."""
+
+from __future__ import annotations
+
+from api.models import ExecutionListQuery, ExecutionOut, ExecutionPage, JobExecutionQuery
+from api.problems import ApiError
+from api.routing import B, Call, Q, Reply, Route, Routes
+from api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
+from scheduler.model import Execution
+from scheduler.ports import ExecutionQuery
+
+
+async def list_executions(call: Call[ExecutionListQuery, None]) -> Reply:
+    q = call.query
+    return await execution_page(call, q, job_id=q.job_id, handler=q.handler)
+
+
+async def list_job_executions(call: Call[JobExecutionQuery, None]) -> Reply:
+    await load_job(call)
+    q = call.query
+    return await execution_page(call, q, job_id=call.path("job_id"), handler=None)
+
+
+async def execution_page(
+    call: Call[Q, B],
+    q: JobExecutionQuery | ExecutionListQuery,
+    *,
+    job_id: str | None,
+    handler: str | None,
+) -> Reply:
+    query = ExecutionQuery(
+        job_id=job_id,
+        status=q.status,
+        handler=handler,
+        since=q.since,
+        until=q.until,
+        before=time_cursor(q.cursor),
+        limit=q.limit + 1,
+    )
+    runs = await state(call).store.list_executions(query)
+    page, more = runs[: q.limit], len(runs) > q.limit
+    last = page[-1] if more else None
+    cursor = encode_cursor(at=last.scheduled_at.isoformat(), id=last.id) if last else None
+    return Reply(ExecutionPage(items=[execution_out(e) for e in page], next_cursor=cursor))
+
+
+async def load_execution(call: Call[Q, B]) -> Execution:
+    execution = await state(call).store.get_execution(call.path("execution_id"))
+    if execution is None:
+        raise ApiError(404, "Not Found", f"no execution with id {call.path('execution_id')!r}")
+    return execution
+
+
+async def get_execution(call: Call[None, None]) -> Reply:
+    return Reply(execution_out(await load_execution(call)))
+
+
+EXECUTION_ROUTES: Routes = [
+    Route(
+        "GET",
+        JOB + "/executions",
+        list_job_executions,
+        "A job's executions, newest first",
+        "read",
+        ExecutionPage,
+        query=JobExecutionQuery,
+        tag="executions",
+    ),
+    Route(
+        "GET",
+        "/v1/executions",
+        list_executions,
+        "Executions across jobs, newest first (status=failed: the dead letters)",
+        "read",
+        ExecutionPage,
+        query=ExecutionListQuery,
+        tag="executions",
+    ),
+    Route(
+        "GET",
+        "/v1/executions/{execution_id}",
+        get_execution,
+        "Read an execution",
+        "read",
+        ExecutionOut,
+        tag="executions",
+    ),
+]

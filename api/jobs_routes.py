@@ -1,0 +1,178 @@
+"""Job CRUD: list, create, read, replace, change, delete, pause, resume, and a job's history."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+
+from api.jobs import change_entry, definition_changed, guard_system
+from api.models import (
+    ChangeOut,
+    ChangePage,
+    JobCreate,
+    JobListQuery,
+    JobOut,
+    JobPage,
+    JobPatch,
+    PageQuery,
+)
+from api.problems import ApiError, field_error
+from api.routing import B, Call, Q, Reply, Route, Routes
+from api.v1 import (
+    JOB,
+    encode_cursor,
+    if_match,
+    job_out,
+    job_reply,
+    load_job,
+    name_cursor,
+    state,
+    time_cursor,
+)
+from scheduler.codec import to_json_ready
+from scheduler.model import Job
+from scheduler.ports import DuplicateJobName, JobQuery
+
+
+async def list_jobs(call: Call[JobListQuery, None]) -> Reply:
+    q = call.query
+    after = name_cursor(q.cursor)
+    query = JobQuery(
+        handler=q.handler,
+        enabled=q.enabled,
+        name_prefix=q.name_prefix,
+        next_run_from=q.next_run_from,
+        next_run_to=q.next_run_to,
+        after_name=after,
+        limit=q.limit + 1,
+    )
+    jobs = await state(call).store.list_jobs(query)
+    page, more = jobs[: q.limit], len(jobs) > q.limit
+    cursor = encode_cursor(after_name=page[-1].name) if more else None
+    return Reply(
+        JobPage(items=[job_out(j, state(call).registry) for j in page], next_cursor=cursor)
+    )
+
+
+async def create_job(call: Call[None, JobCreate]) -> Reply:
+    s = state(call)
+    now = s.clock.now()
+    job = s.builder.create(call.body, now)
+    guard_system(job, call.scope, s.registry)
+    try:
+        await s.store.insert_job(
+            job, change_entry("create", None, job, call.actor, now, s.registry)
+        )
+    except DuplicateJobName:
+        raise field_error("name", f"a job named {job.name!r} exists already", 409) from None
+    s.poke()
+    reply = job_reply(job, call, 201)
+    return replace(reply, headers={**(reply.headers or {}), "Location": f"/v1/jobs/{job.id}"})
+
+
+async def get_job(call: Call[None, None]) -> Reply:
+    return job_reply(await load_job(call), call)
+
+
+async def put_job(call: Call[None, JobCreate]) -> Reply:
+    job = await load_job(call)
+    now = state(call).clock.now()
+    return await save(call, job, state(call).builder.replace(job, call.body, now), "update")
+
+
+async def patch_job(call: Call[None, JobPatch]) -> Reply:
+    body = call.body
+    job = await load_job(call)
+    now = state(call).clock.now()
+    return await save(call, job, state(call).builder.patch(job, body, now), "update")
+
+
+async def pause_job(call: Call[None, None]) -> Reply:
+    job = await load_job(call)
+    paused = replace(
+        job,
+        enabled=False,
+        paused_reason=f"paused by {call.actor}",
+        updated_at=state(call).clock.now(),
+    )
+    return await save(call, job, paused, "pause")
+
+
+async def resume_job(call: Call[None, None]) -> Reply:
+    job = await load_job(call)
+    now = state(call).clock.now()
+    body = JobPatch(enabled=True)
+    resumed = state(call).builder.patch(replace(job, enabled=False), body, now)
+    return await save(call, job, resumed, "resume")
+
+
+async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
+    """Write a change if the job is still at the revision the client saw (If-Match) or, without
+    If-Match, at the revision this request read: a concurrent write is never lost."""
+    s = state(call)
+    guard_system(before, call.scope, s.registry)
+    guard_system(after, call.scope, s.registry)
+    expected = if_match(call, before)
+    if action == "update" and not definition_changed(before, after):
+        return job_reply(before, call)  # nothing to write: no revision, no history entry
+    change = change_entry(action, before, after, call.actor, s.clock.now(), s.registry)
+    try:
+        stored = await s.store.replace_job(after, expected, change)
+    except DuplicateJobName:
+        raise field_error("name", f"a job named {after.name!r} exists already", 409) from None
+    if stored is None:
+        raise ApiError(412, "Precondition Failed", "the job changed meanwhile: read it again")
+    s.poke()
+    return job_reply(stored, call)
+
+
+async def delete_job(call: Call[None, None]) -> Reply:
+    """Deleted only at the revision the client saw (If-Match) or this request read: a job that
+    changed meanwhile is not deleted on the strength of a stale read."""
+    s = state(call)
+    job = await load_job(call)
+    guard_system(job, call.scope, s.registry)
+    expected = if_match(call, job)
+    change = change_entry("delete", job, None, call.actor, s.clock.now(), s.registry)
+    if not await s.store.delete_job(job.id, change, expected_revision=expected):
+        if await s.store.get_job(job.id) is None:
+            raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
+        raise ApiError(412, "Precondition Failed", "the job changed meanwhile: read it again")
+    return Reply(None, 204)
+
+
+async def job_history(call: Call[PageQuery, None]) -> Reply:
+    q = call.query
+    job_id = call.path("job_id")
+    changes = await state(call).store.list_changes(
+        job_id, limit=q.limit + 1, before=time_cursor(q.cursor)
+    )
+    if not changes and await state(call).store.get_job(job_id) is None:
+        raise ApiError(404, "Not Found", f"no job with id {job_id!r} and no history of one")
+    page, more = changes[: q.limit], len(changes) > q.limit
+    cursor = encode_cursor(at=page[-1].at.isoformat(), id=page[-1].id) if more else None
+    items = [ChangeOut.model_validate(to_json_ready(dataclasses.asdict(c))) for c in page]
+    return Reply(ChangePage(items=items, next_cursor=cursor))
+
+
+JOB_ROUTES: Routes = [
+    Route("GET", "/v1/jobs", list_jobs, "List jobs", "read", JobPage, query=JobListQuery),
+    Route("POST", "/v1/jobs", create_job, "Create a job", "write", JobOut, 201, body=JobCreate),
+    Route("GET", JOB, get_job, "Read a job", "read", JobOut),
+    Route("PUT", JOB, put_job, "Replace a job's definition", "write", JobOut, body=JobCreate),
+    Route("PATCH", JOB, patch_job, "Change some of a job's fields", "write", JobOut, body=JobPatch),
+    Route("DELETE", JOB, delete_job, "Delete a job", "write", None, 204),
+    Route("POST", JOB + "/pause", pause_job, "Pause a job", "write", JobOut),
+    Route("POST", JOB + "/resume", resume_job, "Resume a job from now", "write", JobOut),
+]
+
+
+HISTORY_ROUTE = Route(
+    "GET",
+    JOB + "/history",
+    job_history,
+    "Who changed the job, when, and what",
+    "read",
+    ChangePage,
+    query=PageQuery,
+)

@@ -1,0 +1,204 @@
+"""A job's definition, checked the same way wherever it comes from: the API (api/jobs.py turns
+its request models into a JobSpec) and the seeds (the system jobs handlers declare, the demo jobs).
+
+`JobRules.build` checks what needs the registry, the settings or the clock (a schedule that
+parses and fires, a registered handler, params its schema and its own checks accept, a timeout
+under the ceiling, jitter under the period, a once schedule in the future) and the bounds the
+API's models also state. Each failure is a ValidationError naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonschema
+from croniter.croniter import CroniterBadDateError
+
+from scheduler.config import Settings
+from scheduler.handler_api import ParamsCheck
+from scheduler.http import DestinationPolicy
+from scheduler.model import (
+    CronSchedule,
+    IntervalSchedule,
+    Job,
+    Misfire,
+    OnceSchedule,
+    Priority,
+    RedrivePolicy,
+    Schedule,
+    ValidationError,
+)
+from scheduler.registry import HandlerRegistry
+from scheduler.schedules import first_fire, next_fire, validate
+from scheduler.secrets import is_secret_name
+
+# The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+# A run's deadline: below a second, the lock, the lease and the dispatcher's tick (one second)
+# leave no time for the handler itself.
+MIN_TIMEOUT_SECONDS = 1.0
+MAX_RETRIES = 100
+MIN_INTERVAL_SECONDS = 1
+MAX_INTERVAL_SECONDS = 366 * 86400
+MAX_JITTER_SECONDS = 86400
+MAX_GRACE_SECONDS = 7 * 86400
+# Where a cron expression is first evaluated, to refuse one that never fires.
+NEVER_FIRES_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """What a job is to be; `JobRules.build` turns it into a checked Job."""
+
+    name: str
+    handler: str
+    schedule: Schedule
+    params: Mapping[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    timeout_seconds: float = 60.0
+    max_retries: int = 0
+    priority: Priority = Priority.NORMAL
+    misfire: Misfire = field(default_factory=Misfire)
+    jitter_seconds: float = 0.0
+    # Dead letters re-driven automatically (None: by hand only).
+    redrive: RedrivePolicy | None = None
+    system: bool = False
+
+
+class JobRules:
+    """The checks every job passes before it is stored, with the registry and settings they
+    need."""
+
+    def __init__(self, registry: HandlerRegistry, settings: Settings) -> None:
+        self.registry = registry
+        self.settings = settings
+
+    def build(self, spec: JobSpec, now: datetime) -> Job:
+        """A new job, checked, its first fire time computed from `now`."""
+        job = Job(
+            name=spec.name,
+            handler=spec.handler,
+            schedule=spec.schedule,
+            params=dict(spec.params),
+            enabled=spec.enabled,
+            timeout_seconds=spec.timeout_seconds,
+            max_retries=spec.max_retries,
+            priority=spec.priority,
+            misfire=spec.misfire,
+            jitter_seconds=spec.jitter_seconds,
+            redrive=spec.redrive,
+            system=spec.system,
+            created_at=now,
+            updated_at=now,
+        )
+        check_bounds(job)
+        self.check(job, now, new_schedule=True)
+        return replace(job, next_run_at=first_fire(job.schedule, now, job_name=job.name))
+
+    def check(self, job: Job, now: datetime, *, new_schedule: bool) -> None:
+        """A new or changed definition; `new_schedule`: a once schedule must lie ahead."""
+        self.check_schedule(job.schedule, job.name)
+        self.check_handler(job.handler, job.params)
+        if job.timeout_seconds > self.settings.max_timeout_seconds:
+            limit = f"{self.settings.max_timeout_seconds:g}"
+            raise ValidationError(
+                "timeout_seconds", f"must not exceed {limit} (max_timeout_seconds)"
+            )
+        schedule = job.schedule
+        if new_schedule and isinstance(schedule, OnceSchedule) and schedule.at <= now:
+            raise ValidationError("schedule.at", "must be in the future")
+        _check_jitter(schedule, job.jitter_seconds, job.name, now)
+
+    def check_schedule(self, schedule: Schedule, name: str) -> None:
+        validate(schedule, job_name=name)
+        if isinstance(schedule, CronSchedule):
+            # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not.
+            try:
+                next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
+            except CroniterBadDateError:
+                raise ValidationError(
+                    "schedule.expr", "names no date that exists: never fires"
+                ) from None
+
+    def check_handler(self, handler: str, params: Mapping[str, Any]) -> None:
+        registered = self.registry.get(handler)
+        if registered is None:
+            known = ", ".join(r.name for r in self.registry) or "none"
+            raise ValidationError("handler", f"no handler named {handler!r} (registered: {known})")
+        schema = registered.handler.params_schema
+        if schema is None:
+            return
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(dict(schema)).iter_errors(dict(params))
+        )
+        if error is not None:
+            path = ".".join(str(p) for p in error.absolute_path)
+            raise ValidationError(f"params.{path}" if path else "params", _safe_message(error))
+        if registered.handler.check_params is not None:
+            self._check_params(registered.handler.check_params, params)
+
+    def _check_params(self, check: ParamsCheck, params: Mapping[str, Any]) -> None:
+        """The handler's own checks, against the same HTTP policy its runs get."""
+        destinations = DestinationPolicy.build(
+            self.settings.http_allow, self.settings.http_allowed_ports
+        )
+        try:
+            check(params, destinations)
+        except ValidationError:
+            raise
+        except ValueError:
+            # Not an InvalidParams: nothing says the message leaves the values (secrets) out.
+            raise ValidationError("params", "refused by the handler's own checks") from None
+
+
+def check_bounds(job: Job) -> None:
+    """What the API's models refuse before anything else, for definitions that come another
+    way (the seeds)."""
+    if not _NAME.fullmatch(job.name):
+        raise ValidationError("name", f"must match {NAME_PATTERN}")
+    if job.timeout_seconds < MIN_TIMEOUT_SECONDS:
+        raise ValidationError("timeout_seconds", f"must be at least {MIN_TIMEOUT_SECONDS:g}")
+    if job.max_retries > MAX_RETRIES:
+        raise ValidationError("max_retries", f"must be at most {MAX_RETRIES}")
+    if job.jitter_seconds > MAX_JITTER_SECONDS:
+        raise ValidationError("jitter_seconds", f"must be at most {MAX_JITTER_SECONDS}")
+    if job.misfire.grace_seconds > MAX_GRACE_SECONDS:
+        raise ValidationError("misfire.grace_seconds", f"must be at most {MAX_GRACE_SECONDS}")
+    if isinstance(job.schedule, IntervalSchedule):
+        every = job.schedule.every_seconds
+        if not MIN_INTERVAL_SECONDS <= every <= MAX_INTERVAL_SECONDS:
+            raise ValidationError(
+                "schedule.every_seconds",
+                f"must be from {MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS}",
+            )
+
+
+def _safe_message(error: jsonschema.ValidationError) -> str:
+    # The message quotes the offending value; a secret must not come back in an error.
+    if any(is_secret_name(str(p)) for p in error.absolute_path):
+        return f"fails the handler's schema ({error.validator})"
+    return str(error.message)[:300]
+
+
+def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:
+    """Jitter must stay below the period, or one occurrence's delay would swallow the next."""
+    if not jitter:
+        return
+    if isinstance(schedule, IntervalSchedule):
+        period = schedule.every_seconds
+    elif isinstance(schedule, CronSchedule):
+        first = next_fire(schedule, now, job_name=name)
+        second = next_fire(schedule, first, job_name=name) if first else None
+        period = (second - first).total_seconds() if first and second else float("inf")
+    else:
+        return
+    if jitter >= period:
+        raise ValidationError(
+            "jitter_seconds", f"must be below the schedule's period ({period:g} s)"
+        )
