@@ -453,15 +453,24 @@ class Engine:
         for waiter in waiters:
             waiter.cancel()
 
+    async def _give_back_armed(self) -> None:
+        """Runs claimed ahead that never started: their leases and locks go back, and nothing
+        is recorded, since nothing happened (a store that is down lets the leases expire)."""
+        armed = self.timers.take_all()
+        leases = [(run.job.id, run.job.lease.token) for run, _ in armed if run.job.lease]
+        try:
+            await self.ports.store.give_back(leases)
+            for token in {token for _, token in armed}:
+                keys = [lock_key(run.job.id) for run, held in armed if held == token]
+                await self.ports.lock.release_many(keys, token)
+        except (StoreError, LockUnavailable) as exc:
+            log_event(log, "shutdown.leases_left_to_expire", level=logging.WARNING, error=str(exc))
+
     async def shutdown(self) -> None:
         """Stop taking work; let running executions finish within the grace period; cancel and
         record the rest as abandoned, giving their occurrences back so they run after a restart."""
-        now = self.ports.clock.now()
-        armed = [
-            self._task(run, self._plan(run, now), run.starts_at(now), now, token)
-            for run, token in self.timers.take_all()
-        ]
-        for task in [*armed, *self.pool.take_queued()]:
+        await self._give_back_armed()
+        for task in self.pool.take_queued():
             abandoned = Outcome(
                 status=Status.ABANDONED,
                 error=ExecutionError(type="Shutdown", message="not started"),

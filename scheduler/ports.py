@@ -275,6 +275,11 @@ class Store(Protocol):
         its occurrence's other open or redriving dead letters redriven, and each `redrive` is
         queued (idempotent by request id) with its history entry."""
 
+    async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
+        """Clear these leases, (job id, token), where the token still holds one, and change
+        nothing else: runs claimed ahead of their time that never started (a shutdown), whose
+        occurrences then run as if never claimed. One round trip for the batch."""
+
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         """Clear every lease whose expiry has passed and mark the execution it guarded
         `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions."""

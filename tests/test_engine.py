@@ -760,3 +760,18 @@ async def test_a_burst_costs_a_few_store_round_trips_per_hundred_runs(
     exported = h.engine.metrics.registry.get_sample_value
     labels = dict(zip(("backend", "operation"), counted, strict=True))
     assert exported("tickd_store_operations_total", labels) == STORE_OPERATIONS.snapshot()[counted]
+
+
+async def test_shutdown_gives_back_runs_claimed_ahead_without_recording_anything(
+    make_engine: EngineFactory,
+) -> None:
+    h = make_engine({"noop": noop}, lookahead_seconds=10)
+    job = await h.add(make_job("soon", next_run_at=T0 + timedelta(seconds=3)))
+    assert (await h.engine.tick()).claimed == 1
+    await h.engine.shutdown()
+    after = await h.store.get_job(job.id)
+    assert after is not None and after.lease is None, "its lease is given back"
+    assert after.next_run_at == T0 + timedelta(seconds=3), "its occurrence is still to run"
+    assert await executions(h.store) == [], "nothing ran, so nothing is recorded"
+    key = lock_key(job.id)
+    assert await h.engine.ports.lock.acquire_many({key: 1.0}, "probe") == {key}

@@ -336,6 +336,10 @@ class MongoStore(MongoDatabase):
         return {f.execution.id for f in finishes} & named
 
     @translating_errors
+    async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
+        await self._update_each(self.jobs, [release_lease(job, token) for job, token in leases])
+
+    @translating_errors
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         """Executions first, then the leases: a crash in between leaves a lease to reap again,
         never a `running` execution that nothing guards."""

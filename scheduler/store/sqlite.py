@@ -344,6 +344,14 @@ class SQLiteStore(SQLiteFile):
             if db.execute(queue, to_row(dataclasses.asdict(request), REQUEST_COLUMNS)).rowcount:
                 record_change_row(db, change)
 
+    async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
+        sql = (
+            "UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_until = NULL "
+            "WHERE id = ? AND lease_token = ?"
+        )
+        if leases:
+            await self._run(lambda db: db.executemany(sql, list(leases)))
+
     async def reap_expired_leases(self, now: datetime) -> list[Execution]:
         error = ExecutionError(
             type="LeaseExpired", message="the lease expired before the run ended"

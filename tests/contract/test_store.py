@@ -822,3 +822,18 @@ async def test_pruning_history_by_age_keeps_each_jobs_newest_entry(store: Store)
     assert await store.prune_changes(T0 - timedelta(days=30), limit=100) == 2
     assert [c.id for c in await store.list_changes(job.id)] == ["a2"]
     assert [c.id for c in await store.list_changes(other.id)] == ["b0"]
+
+
+async def test_giving_back_a_lease_needs_its_token_and_leaves_the_schedule(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    assert won.lease is not None
+    await store.give_back([(job.id, won.lease.token + 1)])  # a stale token: nothing happens
+    held = await store.get_job(job.id)
+    assert held is not None and held.lease == won.lease
+    await store.give_back([(job.id, won.lease.token)])
+    free = await store.get_job(job.id)
+    assert free is not None and free.lease is None and free.next_run_at == job.next_run_at
+    assert [j.id for j in await store.due_jobs(T0, 10)] == [job.id]
+    await store.give_back([])
