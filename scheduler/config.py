@@ -109,6 +109,11 @@ class Settings:
     # Jobs falling due within this many seconds are claimed ahead and fired from in-memory
     # timers at their exact time (their lease covers the wait); 0 claims only what is due.
     lookahead_seconds: float = 2.0
+    # Each instance records that it is alive this often...
+    heartbeat_seconds: float = 3.0
+    # ...and one silent for this long is taken for dead: its leases end at once, so its runs
+    # are given back within seconds of a crash rather than when their timeouts run out.
+    heartbeat_timeout_seconds: float = 10.0
     # The due backlog and oldest-due-age gauges are read from the store this often (never per
     # tick: a count scans).
     backlog_refresh_seconds: float = 5.0
@@ -170,13 +175,23 @@ class Settings:
     resource_urls: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("tick_seconds", "lease_margin_seconds", "max_timeout_seconds"):
+        for name in (
+            "tick_seconds",
+            "lease_margin_seconds",
+            "max_timeout_seconds",
+            "heartbeat_seconds",
+        ):
             _positive(name, getattr(self, name))
         for name in ("batch_size", "workers"):
             _positive(name, getattr(self, name))
         for name in ("queue_size", "circuit_breaker_failures", "shutdown_grace_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, "must not be negative")
+        if self.heartbeat_timeout_seconds <= 2 * self.heartbeat_seconds:
+            raise ConfigError(
+                "heartbeat_timeout_seconds",
+                "must be more than twice heartbeat_seconds, or live instances are taken for dead",
+            )
         if not 0 <= self.api_port <= 65535:
             raise ConfigError("api_port", "must be a port number (0 to 65535)")
         _check_tokens_differ(self.api_tokens)

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from scheduler.backlog import BacklogGauges
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
+from scheduler.heartbeat import Heartbeat
 from scheduler.lock import lock_key
 from scheduler.logs import log_event
 from scheduler.metrics import Metrics
@@ -123,6 +124,13 @@ class Engine:
         )
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
+        self.heartbeat = Heartbeat(
+            ports.store,
+            ports.clock,
+            settings.instance_id,
+            every_seconds=settings.heartbeat_seconds,
+            lapse_seconds=settings.heartbeat_timeout_seconds,
+        )
         self.wake = asyncio.Event()  # set to make the dispatcher look again at once
         self.healthy = True
         self.last_error: str | None = None
@@ -398,6 +406,8 @@ class Engine:
                 tick = await self.tick()
                 failures = self._recovered(failures)
                 await gauges.refresh_if_due()
+                if await self.heartbeat.beat_if_due():
+                    continue  # an instance died: reap its runs and take them over at once
                 if not tick.full or self._free_slots() == 0:
                     await self._sleep(self._until_next_timer(), stop)
             except (StoreError, LockUnavailable, OSError) as exc:

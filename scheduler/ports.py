@@ -275,6 +275,15 @@ class Store(Protocol):
         its occurrence's other open or redriving dead letters redriven, and each `redrive` is
         queued (idempotent by request id) with its history entry."""
 
+    async def beat(self, instance: str, now: datetime) -> None:
+        """Say that `instance` is alive at `now` (its heartbeat)."""
+
+    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+        """End now the leases held by instances whose last heartbeat is older than
+        `lapsed_before` (never those of `alive`, the caller): their expiry becomes `now`, so the
+        next reap gives their runs back at once instead of when their timeout would have run
+        out. Returns how many. A paused instance that comes back finds its tokens stale."""
+
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         """Clear these leases, (job id, token), where the token still holds one, and change
         nothing else: runs claimed ahead of their time that never started (a shutdown), whose

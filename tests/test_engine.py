@@ -390,6 +390,32 @@ async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs
     assert "job.execution.abandoned" in survivor.events.types(job.id)
 
 
+async def test_a_crashed_instance_whose_heartbeat_lapsed_is_taken_over_in_seconds(
+    make_engine: EngineFactory,
+) -> None:
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed")
+    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
+    await crashed.engine.heartbeat.beat(T0)
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1  # then it beats no more, as a dead process
+
+    survivor = make_engine({"work": noop}, instance_id="survivor")
+    await survivor.engine.heartbeat.beat(T0)
+    survivor.clock.advance(5)
+    assert await survivor.engine.heartbeat.beat(survivor.clock.now()) == 0, "within its timeout"
+    survivor.clock.advance(6)  # 11 s without a beat: past heartbeat_timeout_seconds (10)
+    assert await survivor.engine.heartbeat.beat(survivor.clock.now()) == 1
+    await survivor.engine.drain()  # an hour before the lease would have expired
+
+    first, second = await executions(survivor.store, job.id)
+    assert (first.status, first.owner) == (Status.ABANDONED, "crashed")
+    assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
+
+
 async def test_a_run_fenced_off_by_a_newer_claim_does_not_advance_the_job(
     make_engine: EngineFactory,
 ) -> None:

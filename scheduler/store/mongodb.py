@@ -130,6 +130,10 @@ class MongoStore(MongoDatabase):
     def requests(self) -> Collection:
         return self.database["run_requests"]
 
+    @property
+    def instances(self) -> Collection:
+        return self.database["instances"]
+
     @translating_errors
     async def ping(self) -> None:
         await self.database.command("ping")
@@ -334,6 +338,26 @@ class MongoStore(MongoDatabase):
         cursor = self.jobs.find({"_id": {"$in": job_ids}}, {"last_release": 1})
         named = {doc.get("last_release") async for doc in in_one_batch(cursor, len(job_ids))}
         return {f.execution.id for f in finishes} & named
+
+    @translating_errors
+    async def beat(self, instance: str, now: datetime) -> None:
+        beat = {"beat_at": now, "beat_at_us": exact_micros(now)}
+        await self.instances.update_one({"_id": instance}, {"$set": beat}, upsert=True)
+
+    @translating_errors
+    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+        lapsed = self.instances.find(
+            {"beat_at_us": {"$lt": exact_micros(lapsed_before)}}, {"_id": 1}
+        )
+        owners = [doc["_id"] async for doc in lapsed if doc["_id"] != alive]
+        if not owners:
+            return 0
+        expired = now - timedelta(microseconds=1)
+        result = await self.jobs.update_many(
+            {"lease.owner": {"$in": owners}, "lease.until_us": {"$gt": exact_micros(now)}},
+            {"$set": {"lease.until": expired, "lease.until_us": exact_micros(expired)}},
+        )
+        return int(result.modified_count)
 
     @translating_errors
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from scheduler.codec import (
+    exact_micros,
     micros,
     to_json_ready,
 )
@@ -343,6 +344,22 @@ class SQLiteStore(SQLiteFile):
         for request, change in requests:
             if db.execute(queue, to_row(dataclasses.asdict(request), REQUEST_COLUMNS)).rowcount:
                 record_change_row(db, change)
+
+    async def beat(self, instance: str, now: datetime) -> None:
+        sql = (
+            "INSERT INTO instances (id, beat_at) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at"
+        )
+        await self._run(lambda db: db.execute(sql, (instance, micros(now))))
+
+    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+        sql = (
+            "UPDATE jobs SET lease_until = ? WHERE lease_token IS NOT NULL AND lease_until > ? "
+            "AND lease_owner != ? AND lease_owner IN (SELECT id FROM instances WHERE beat_at < ?)"
+        )
+        at = exact_micros(now)
+        args = (at - 1, at, alive, exact_micros(lapsed_before))
+        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         sql = (

@@ -107,6 +107,11 @@ CREATE TABLE IF NOT EXISTS run_requests (
     redrives INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS run_requests_due ON run_requests (not_before);
+
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    beat_at INTEGER NOT NULL
+);
 CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
 """
 # Columns added since the first schema, with their type: a database made before gets them at

@@ -837,3 +837,26 @@ async def test_giving_back_a_lease_needs_its_token_and_leaves_the_schedule(store
     assert free is not None and free.lease is None and free.next_run_at == job.next_run_at
     assert [j.id for j in await store.due_jobs(T0, 10)] == [job.id]
     await store.give_back([])
+
+
+async def test_the_leases_of_an_instance_gone_quiet_end_at_once(store: Store) -> None:
+    """Its heartbeat lapsed: its leases expire now, the next reap gives its runs back, and only
+    those: the caller's own, a live instance's and one that never beat are left alone."""
+    jobs = {owner: make_job(f"held-by-{owner}") for owner in ("dead", "alive", "me", "unknown")}
+    for owner, job in jobs.items():
+        await store.insert_job(job)
+        [won] = await store.claim_jobs(
+            [claim_of(job, owner=owner, until=T0 + timedelta(hours=1))], T0
+        )
+        await store.insert_executions([running(won, won.lease.token)])  # type: ignore[union-attr]
+    await store.beat("dead", T0)
+    now = T0 + timedelta(seconds=30)
+    for owner in ("alive", "me"):
+        await store.beat(owner, now)
+    assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == 1
+    reaped = await store.reap_expired_leases(now)
+    assert [(e.job_name, e.status) for e in reaped] == [("held-by-dead", Status.ABANDONED)]
+    for owner in ("alive", "me", "unknown"):
+        kept = await store.get_job_by_name(f"held-by-{owner}")
+        assert kept is not None and kept.lease is not None and kept.lease.owner == owner
+    assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == 0
