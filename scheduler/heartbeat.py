@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from scheduler.clock import Clock
-from scheduler.ports import Store
+from scheduler.ports import Store, StoreError
 
 
 class Heartbeat:
@@ -26,6 +26,10 @@ class Heartbeat:
         self._every = timedelta(seconds=every_seconds)
         self._lapse = timedelta(seconds=lapse_seconds)
         self._last: datetime | None = None
+        # Since when this instance has beaten without a gap. Others are judged only once it has
+        # for a whole lapse: after a store outage every instance's last beat is old, and the
+        # first back must not take the others, alive all along, for dead.
+        self._beating_since: datetime | None = None
 
     async def beat_if_due(self) -> int:
         """Beat, and end the leases of the instances that lapsed, every few seconds: returns
@@ -36,6 +40,14 @@ class Heartbeat:
         return await self.beat(now)
 
     async def beat(self, now: datetime) -> int:
-        await self._store.beat(self._instance, now)
+        try:
+            await self._store.beat(self._instance, now)
+        except StoreError:
+            self._beating_since = None
+            raise
+        if self._beating_since is None or self._last is None or now - self._last > self._lapse:
+            self._beating_since = now
         self._last = now
+        if now - self._beating_since < self._lapse:
+            return 0
         return await self._store.expire_lapsed_leases(now - self._lapse, now, self._instance)
