@@ -109,6 +109,9 @@ class Settings:
     # Jobs falling due within this many seconds are claimed ahead and fired from in-memory
     # timers at their exact time (their lease covers the wait); 0 claims only what is due.
     lookahead_seconds: float = 2.0
+    # Under a sustained backlog a job due for longer than this is taken before more urgent
+    # ones, so that every priority runs within a bound (critical first, but low not never).
+    starvation_bound_seconds: float = 60.0
     # Each instance records that it is alive this often...
     heartbeat_seconds: float = 3.0
     # ...and one silent for this long is taken for dead: its leases end at once, so its runs

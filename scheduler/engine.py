@@ -124,6 +124,7 @@ class Engine:
         )
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
+        self._backlogged = False  # the last fetch was full: more was due than it took
         self.heartbeat = Heartbeat(
             ports.store,
             ports.clock,
@@ -156,7 +157,15 @@ class Engine:
         runs = one_per_job(fetched)
         claimed = await self._dispatch(runs, now) if runs else 0
         full = len(fetched) == limit
+        self._backlogged = full
         return Tick(fetched=len(fetched), claimed=claimed, full=full, fired=fired)
+
+    def _starved_before(self, now: datetime) -> datetime | None:
+        """Only under a backlog (the last fetch was full) can a job starve: then the jobs due
+        for longer than the bound go first. Otherwise everything due is taken anyway."""
+        if not self._backlogged:
+            return None
+        return now - timedelta(seconds=self.settings.starvation_bound_seconds)
 
     def _free_slots(self) -> int:
         """Room in the pool, less what is armed: armed runs join the queue when they fire."""
@@ -170,7 +179,10 @@ class Engine:
         if len(runs) < limit:
             horizon = now + timedelta(seconds=self.settings.lookahead_seconds)
             jobs = await store.due_jobs(
-                horizon, limit - len(runs), exclude_handlers=self._saturated()
+                horizon,
+                limit - len(runs),
+                exclude_handlers=self._saturated(),
+                starved_before=self._starved_before(now),
             )
             runs += [DueRun(job) for job in jobs]
         return runs

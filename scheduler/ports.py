@@ -239,12 +239,20 @@ class Store(Protocol):
         """Which of these occurrences of a job already have an execution or a run request."""
 
     async def due_jobs(
-        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
     ) -> list[Job]:
         """Enabled jobs with next_run_at <= now and no lease, most urgent first.
 
-        Most urgent: priority, then next_run_at. A job whose lease is held (live or expired) is
-        not due: an expired lease is first reaped by `reap_expired_leases`."""
+        Most urgent: priority, then next_run_at; but with `starved_before`, the jobs due since
+        before then come first, oldest first, whatever their priority (so that under a
+        sustained backlog every priority is taken within a bound). A job whose lease is held
+        (live or expired) is not due: an expired lease is first reaped by
+        `reap_expired_leases`."""
 
     async def due_backlog(self, now: datetime) -> Backlog:
         """How many jobs `due_jobs` could return now, without a limit, and the earliest

@@ -17,6 +17,7 @@ from scheduler.lock import lock_key
 from scheduler.model import (
     CronSchedule,
     Execution,
+    IntervalSchedule,
     Job,
     Misfire,
     MisfirePolicy,
@@ -801,3 +802,32 @@ async def test_shutdown_gives_back_runs_claimed_ahead_without_recording_anything
     assert await executions(h.store) == [], "nothing ran, so nothing is recorded"
     key = lock_key(job.id)
     assert await h.engine.ports.lock.acquire_many({key: 1.0}, "probe") == {key}
+
+
+async def test_under_a_sustained_backlog_a_low_job_still_runs_within_the_starvation_bound(
+    make_engine: EngineFactory,
+) -> None:
+    """Critical first, but not critical only: three critical jobs due every second keep a batch
+    of two full for good; the low job, due all along, is taken once it has waited the bound."""
+    h = make_engine(
+        {"noop": noop}, batch_size=2, workers=2, lookahead_seconds=0, starvation_bound_seconds=30
+    )
+    every_second = IntervalSchedule(every_seconds=1)
+    for i in range(3):
+        await h.add(make_job(f"critical-{i}", priority=Priority.CRITICAL, schedule=every_second))
+    low = await h.add(make_job("low", priority=Priority.LOW, schedule=every_second))
+    h.engine.start()
+    for _ in range(45):
+        await h.engine.tick()
+        await h.engine.pool.join()
+        h.clock.advance(1)
+    [run] = await executions(h.store, low.id)
+    assert run.started_at is not None
+    waited = (run.started_at - T0).total_seconds()
+    assert 30 <= waited <= 32, f"taken after {waited} s, the bound is 30"
+    assert (
+        h.engine.metrics.registry.get_sample_value(
+            "tickd_fire_lag_seconds_count", {"handler": "noop", "priority": "low"}
+        )
+        == 1
+    )

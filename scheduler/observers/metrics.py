@@ -15,7 +15,7 @@ class MetricsObserver(RunObserver):
         self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(count)
 
     def started(self, job: Job, execution: Execution, lag_seconds: float) -> None:
-        lag = self.metrics.fire_lag.labels(job.handler, str(job.priority))
+        lag = self.metrics.fire_lag.labels(job.handler, job.priority.name.lower())
         lag.observe(max(0.0, lag_seconds))
 
     def retrying(

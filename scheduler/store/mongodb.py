@@ -70,6 +70,7 @@ from scheduler.store.mongodb_documents import (
     JOB_INDEXES,
     LEASE_EXPIRED,
     NEWEST_FIRST,
+    OLDEST_DUE_FIRST,
     PRUNABLE,
     REQUEST_INDEXES,
     URGENCY,
@@ -242,9 +243,23 @@ class MongoStore(MongoDatabase):
 
     @translating_errors
     async def due_jobs(
-        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
     ) -> list[Job]:
-        return await self._find_jobs(due_filter(now, exclude_handlers), sort=URGENCY, limit=limit)
+        """With `starved_before`, two reads: the starved, oldest first (the jobs_next index),
+        then the rest by urgency."""
+        due = due_filter(now, exclude_handlers)
+        starved: list[Job] = []
+        if starved_before is not None:
+            old = {**due, "next_run_at_us": {"$lte": exact_micros(starved_before)}}
+            starved = await self._find_jobs(old, sort=OLDEST_DUE_FIRST, limit=limit)
+            due["next_run_at_us"] = {"$gt": exact_micros(starved_before), "$lte": exact_micros(now)}
+        rest = await self._find_jobs(due, sort=URGENCY, limit=limit - len(starved))
+        return starved + rest
 
     @translating_errors
     async def due_backlog(self, now: datetime) -> Backlog:

@@ -62,6 +62,7 @@ ADVANCE_TIMES = ("next_run_at", "last_execution.finished_at")
 # Free to run: enabled and not leased (a lease, live or expired, is reaped before a rerun).
 FREE: Doc = {"enabled": True, "lease": None}
 URGENCY = [("priority", ASCENDING), ("next_run_at_us", ASCENDING)]
+OLDEST_DUE_FIRST = [("next_run_at_us", ASCENDING)]
 NEWEST_FIRST = [("scheduled_at_us", DESCENDING), ("_id", DESCENDING)]
 LEASE_EXPIRED = {"type": "LeaseExpired", "message": "the lease expired before the run ended"}
 

@@ -264,14 +264,25 @@ class SQLiteStore(SQLiteFile):
     # -- the engine's batch operations ----------------------------------------------------------
 
     async def due_jobs(
-        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
     ) -> list[Job]:
         excluded = ",".join("?" * len(exclude_handlers))
         sql = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
         if excluded:
             sql += f" AND handler NOT IN ({excluded})"
-        sql += " ORDER BY priority, next_run_at LIMIT ?"
-        return await self._jobs(sql, (micros(now), *exclude_handlers, limit))
+        if starved_before is None:
+            sql += " ORDER BY priority, next_run_at LIMIT ?"
+            return await self._jobs(sql, (micros(now), *exclude_handlers, limit))
+        # The starved first, as if more urgent than critical, oldest first.
+        sql += " ORDER BY CASE WHEN next_run_at <= ? THEN -1 ELSE priority END, next_run_at LIMIT ?"
+        return await self._jobs(
+            sql, (micros(now), *exclude_handlers, micros(starved_before), limit)
+        )
 
     async def due_backlog(self, now: datetime) -> Backlog:
         sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= ?"

@@ -860,3 +860,20 @@ async def test_the_leases_of_an_instance_gone_quiet_end_at_once(store: Store) ->
         kept = await store.get_job_by_name(f"held-by-{owner}")
         assert kept is not None and kept.lease is not None and kept.lease.owner == owner
     assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == 0
+
+
+async def test_starved_jobs_come_first_oldest_first_whatever_their_priority(store: Store) -> None:
+    jobs = [
+        make_job("critical-new", priority=Priority.CRITICAL, next_run_at=T0 - timedelta(seconds=5)),
+        make_job("low-starved", priority=Priority.LOW, next_run_at=T0 - timedelta(minutes=3)),
+        make_job("normal-starved", next_run_at=T0 - timedelta(minutes=2)),
+        make_job("low-new", priority=Priority.LOW, next_run_at=T0 - timedelta(seconds=1)),
+    ]
+    for job in jobs:
+        await store.insert_job(job)
+    plain = [j.name for j in await store.due_jobs(T0, 10)]
+    assert plain == ["critical-new", "normal-starved", "low-starved", "low-new"]
+    bound = T0 - timedelta(minutes=1)
+    aged = [j.name for j in await store.due_jobs(T0, 10, starved_before=bound)]
+    assert aged == ["low-starved", "normal-starved", "critical-new", "low-new"]
+    assert [j.name for j in await store.due_jobs(T0, 3, starved_before=bound)] == aged[:3]
