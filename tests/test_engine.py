@@ -55,6 +55,7 @@ async def test_a_due_job_runs_once_and_advances(make_engine: EngineFactory) -> N
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None
     assert stored.next_run_at == T0 + timedelta(minutes=1)
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert h.events.types(job.id) == ["job.execution.started", "job.execution.success"]
 
     await h.engine.drain()  # nothing is due until the clock moves
@@ -239,6 +240,7 @@ async def test_secrets_in_results_and_errors_are_masked(make_engine: EngineFacto
     assert runs["fails"].error is not None
     assert "hunter2" not in runs["fails"].error.message
     assert "redis://tickd:***@cache" in runs["fails"].error.message
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert "hunter2" not in repr(h.events.events) and "sk-live" not in repr(h.events.events)
 
 
@@ -274,6 +276,7 @@ async def test_secrets_of_the_params_echoed_back_are_masked(
     assert runs["fails"].error.message.startswith("hello alice, your password is ***")
     job = await h.store.get_job(ok.id)
     last = [j.last_execution for j in await h.store.list_jobs(JobQuery())]
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     seen = [runs, h.events.events, caplog.text, last]
     for secret in secrets:
         assert secret not in repr(seen), secret
@@ -387,6 +390,7 @@ async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs
     assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
     assert second.token == 2, "the new run holds a newer fencing token"
     assert survivor.engine.metrics.leases_reaped._value.get() == 1
+    await survivor.engine.relay.flush_once()  # the outbox, to the publisher
     assert "job.execution.abandoned" in survivor.events.types(job.id)
 
 
@@ -558,6 +562,7 @@ async def test_misfire_skip_leaves_a_skipped_execution_per_missed_occurrence(
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None
     assert stored.next_run_at == T0 + timedelta(hours=1)
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert h.events.types(job.id) == ["job.execution.skipped"] * 4
 
 
@@ -715,6 +720,7 @@ async def test_an_observer_that_raises_fails_no_run_and_the_others_still_hear(
     [run] = await executions(h.store)
     assert run.status is Status.SUCCESS
     assert ("finished", "success") in h.observed.of("observed")
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert h.events.types() == ["job.execution.started", "job.execution.success"]
     assert "observer.failed" in caplog.text
 
