@@ -114,9 +114,14 @@ EXECUTION_INDEXES = [
     IndexModel([("finished_at_us", ASCENDING)], name="executions_by_finish"),
 ]
 
-# The outbox: unsent events oldest first (a job's running event before its end, whose time is
-# the same under a fake clock: `rank`), and sent ones by age for pruning.
-OUTBOX_ORDER = [("written_us", ASCENDING), ("rank", ASCENDING), ("_id", ASCENDING)]
+# The outbox: unsent events oldest first; at one instant (a fake clock), an earlier occurrence's
+# events first, and an execution's start before its end (`rank`).
+OUTBOX_ORDER = [
+    ("written_us", ASCENDING),
+    ("scheduled_us", ASCENDING),
+    ("rank", ASCENDING),
+    ("_id", ASCENDING),
+]
 OUTBOX_INDEXES = [
     IndexModel([("sent_at_us", ASCENDING), *OUTBOX_ORDER], name="outbox_unsent"),
 ]
@@ -166,6 +171,7 @@ def event_document(execution: Execution, source: str) -> Doc:
         "job_id": execution.job_id,
         "event": json.dumps(event, separators=(",", ":")),
         "written_us": exact_micros(event_time(execution)),
+        "scheduled_us": exact_micros(execution.scheduled_at),
         "rank": 0 if execution.status is Status.RUNNING else 1,
         "sent_at_us": None,
     }
