@@ -320,9 +320,21 @@ class Health(BaseModel):
     status: str
 
 
+class EventRelay(BaseModel):
+    """The outbox relay: informative only, events are off the runs' critical path."""
+
+    state: str = Field(description="ok, or retrying (the publisher or the store is failing)")
+    backlog: int = Field(description="Events written, not yet delivered")
+    oldest_unsent_age_seconds: float | None
+    last_error: str | None
+
+
 class Readiness(BaseModel):
     ready: bool
     problems: dict[str, str]
+    events: EventRelay | None = Field(
+        default=None, description="The event relay's state; it never makes the instance unready"
+    )
 
 
 class PageQuery(Strict):

@@ -4,12 +4,13 @@ API's own description: /openapi.json and /docs."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.models import Health, Readiness
+from api.models import EventRelay, Health, Readiness
 from api.routing import Call, Reply, Route, Routes
 from api.v1 import state
 
@@ -37,7 +38,10 @@ async def readyz(call: Call[None, None]) -> Reply:
         healthy, error = health()
         if not healthy and error:
             problems["dispatcher"] = error
-    return Reply(Readiness(ready=not problems, problems=problems), 503 if problems else 200)
+    relay = state(call).relay_state
+    events = None if relay is None else EventRelay(**dataclasses.asdict(relay()))
+    readiness = Readiness(ready=not problems, problems=problems, events=events)
+    return Reply(readiness, 503 if problems else 200)
 
 
 async def metrics(call: Call[None, None]) -> web.Response:

@@ -33,6 +33,7 @@ from scheduler.metrics import Metrics
 from scheduler.model import Execution, Job, Priority
 from scheduler.ports import Store
 from scheduler.registry import HandlerRegistry
+from scheduler.relay import RelayState
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,8 @@ class ApiState:
     wake: asyncio.Event | None = None
     # Readiness of the dispatcher, when there is one: () -> (healthy, last error).
     dispatcher_health: Callable[[], tuple[bool, str | None]] | None = None
+    # The event relay's state, when there is an engine (reported by /readyz, never failing it).
+    relay_state: Callable[[], RelayState] | None = None
     # The product store, when the alert scanner is installed: unsubscribe links, bounces.
     products: ProductStore | None = None
 

@@ -27,13 +27,13 @@ from scheduler.logs import log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, Job, Status, new_id
 from scheduler.observers import Observers, RunObserver
-from scheduler.observers.events import EventObserver
 from scheduler.observers.logs import LogObserver
 from scheduler.observers.metrics import MetricsObserver
 from scheduler.planning import Plan, plan_run
 from scheduler.pool import WorkerPool
 from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
+from scheduler.relay import Relay
 from scheduler.runner import Outcome, Runner, Task
 from scheduler.timers import Timers
 
@@ -94,16 +94,11 @@ class Engine:
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
-        # A run's life becomes metrics, events and logs here, and whatever else is listening.
+        # A run's life becomes metrics and logs here, and whatever else is listening. Its events
+        # are written by the store with each execution (the outbox) and published by the relay.
         self.observer = Observers(
             [
                 MetricsObserver(self.metrics),
-                EventObserver(
-                    ports.events,
-                    source=settings.instance_id,
-                    clock=ports.clock,
-                    metrics=self.metrics,
-                ),
                 LogObserver(),
                 *observers,
             ]
@@ -115,6 +110,9 @@ class Engine:
             observer=self.observer,
             rng=self.rng,
             resources=resources or {},
+        )
+        self.relay = Relay(
+            ports.store, ports.events, clock=ports.clock, metrics=self.metrics, lock=ports.lock
         )
         self.pool = WorkerPool(
             self.runner,
@@ -188,7 +186,8 @@ class Engine:
         return runs
 
     async def _reap(self, now: datetime) -> None:
-        for execution in await self.ports.store.reap_expired_leases(now):
+        source = self.settings.instance_id
+        for execution in await self.ports.store.reap_expired_leases(now, event_source=source):
             self.observer.reaped(execution)
 
     async def _dispatch(self, runs: list[DueRun], now: datetime) -> int:
@@ -288,7 +287,9 @@ class Engine:
             if plan.run_at is not None:
                 tasks.append(self._task(run, plan, plan.run_at, now, token))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
-        await self.ports.store.insert_executions([execution for _, execution in recorded])
+        await self.ports.store.insert_executions(
+            [execution for _, execution in recorded], event_source=self.settings.instance_id
+        )
         for job, execution in recorded:
             self.observer.recorded(job, execution)
         for job, plan, last_skip in only_skips:

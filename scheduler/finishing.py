@@ -39,8 +39,17 @@ class _Pending:
 
 
 class Finisher:
-    def __init__(self, store: Store, lock: Lock, *, batch_size: int, linger_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        lock: Lock,
+        *,
+        batch_size: int,
+        linger_seconds: float,
+        event_source: str | None = None,
+    ) -> None:
         self._store = store
+        self._event_source = event_source  # the executions' events go to the outbox with them
         self._lock = lock
         self._batch_size = batch_size
         # How long a batch waits for more runs to end before it goes (0: the runs that end in
@@ -84,7 +93,9 @@ class Finisher:
         finishes = [pending.finish for pending in batch]
         for attempt in range(1, FINISH_ATTEMPTS + 1):
             try:
-                applied = await self._store.finish_executions(finishes)
+                applied = await self._store.finish_executions(
+                    finishes, event_source=self._event_source
+                )
                 return [Ending(applied=flag) for flag in applied]
             except StoreError as exc:
                 if not exc.transient or attempt == FINISH_ATTEMPTS:

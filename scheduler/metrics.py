@@ -94,6 +94,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.outbox_backlog = Gauge(
+            "tickd_outbox_backlog", "Execution events in the outbox not yet delivered", registry=r
+        )
+        self.outbox_oldest_unsent_age = Gauge(
+            "tickd_outbox_oldest_unsent_age_seconds",
+            "How long the oldest undelivered event has waited in the outbox (0: none)",
+            registry=r,
+        )
         self.store_errors = Counter(
             "tickd_store_errors", "Store operations that failed", ["operation"], registry=r
         )

@@ -87,6 +87,26 @@ class Finish:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class OutboxEvent:
+    """An execution's event as the outbox holds it until the relay has it delivered: the
+    CloudEvent itself (its `id` is stable: `<execution id>:<status>`), the job it is keyed by,
+    and when it was written (its own `time`)."""
+
+    id: str
+    job_id: str
+    event: CloudEvent
+    written_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxBacklog:
+    """Events not yet delivered, and when the oldest of them was written."""
+
+    unsent: int
+    oldest_written_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutionQuery:
     """Newest first; `before` is the (scheduled_at, id) of the last row of the previous page."""
 
@@ -166,6 +186,17 @@ class Store(Protocol):
     - Each method is one round trip for its whole batch, or a small fixed number of them.
     - Only what a method says is atomic is atomic; on FerretDB a filtered update is not, which
       is why the lock keeps instances apart there (scheduler/store/mongodb.py).
+
+    The outbox (durable events). Given an `event_source` (the instance id), the three writes of an
+    execution's state (insert_executions, finish_executions, reap_expired_leases) write each
+    execution's CloudEvent (scheduler/events `execution_event`) to the outbox with it; the relay
+    (scheduler/relay.py) publishes them and marks them sent. An event's `id` is
+    `<execution id>:<status>`, so writing one twice (a replayed batch) stores it once, and a
+    consumer deduplicates redeliveries by it. On SQLite the events are in the same transaction as
+    the executions. On MongoDB (FerretDB has no transactions) they are written by the command
+    right BEFORE the executions': a crash in between leaves an event whose execution write never
+    happened (the run is then retried or reaped, and a later event of the execution tells what
+    became of it), never an execution change without its event: at least once, never lost.
     """
 
     async def open(self) -> None:
@@ -267,11 +298,16 @@ class Store(Protocol):
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         """Move a held lease's expiry; False if the token no longer holds it (fenced off)."""
 
-    async def insert_executions(self, executions: Sequence[Execution]) -> None:
+    async def insert_executions(
+        self, executions: Sequence[Execution], *, event_source: str | None = None
+    ) -> None:
         """Record executions (running ones, or skipped ones already final) in one batch. An
-        execution whose id is stored already is left as stored (idempotent)."""
+        execution whose id is stored already is left as stored (idempotent). With `event_source`,
+        their events go to the outbox with them (see the class)."""
 
-    async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
+    async def finish_executions(
+        self, finishes: Sequence[Finish], *, event_source: str | None = None
+    ) -> list[bool]:
         """End a batch of runs: write each execution's final state; then, for each whose job's
         lease token is still the execution's, apply its `advance` (None leaves the schedule as
         it is, so the occurrence runs again) and clear the lease. Returns, for each in order,
@@ -281,7 +317,8 @@ class Store(Protocol):
 
         With the executions, whether or not the run was fenced off: each `settles` finish marks
         its occurrence's other open or redriving dead letters redriven, and each `redrive` is
-        queued (idempotent by request id) with its history entry."""
+        queued (idempotent by request id) with its history entry. With `event_source`, each
+        final execution's event goes to the outbox with it (see the class)."""
 
     async def beat(self, instance: str, now: datetime) -> None:
         """Say that `instance` is alive at `now` (its heartbeat)."""
@@ -297,12 +334,31 @@ class Store(Protocol):
         nothing else: runs claimed ahead of their time that never started (a shutdown), whose
         occurrences then run as if never claimed. One round trip for the batch."""
 
-    async def reap_expired_leases(self, now: datetime) -> list[Execution]:
+    async def reap_expired_leases(
+        self, now: datetime, *, event_source: str | None = None
+    ) -> list[Execution]:
         """Clear every lease whose expiry has passed and mark the execution it guarded
-        `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions."""
+        `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions.
+        With `event_source`, their `abandoned` events go to the outbox with them."""
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         """The execution as stored now; None if there is none."""
+
+    # -- the outbox (read by the relay, scheduler/relay.py) ---------------------------------------
+
+    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
+        """Up to `limit` events not yet marked sent, oldest first (in the order they were
+        written: a job's events in the order of its executions' changes)."""
+
+    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
+        """Mark these events delivered at `now`, in one batch; unknown ids are ignored."""
+
+    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
+        """Delete at most `limit` events marked sent before `before`; returns how many. Unsent
+        events are never pruned."""
+
+    async def outbox_backlog(self) -> OutboxBacklog:
+        """How many events are unsent, and when the oldest of them was written."""
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         """Newest first (by scheduled_at, then id)."""
@@ -362,6 +418,13 @@ class EventPublisher(Protocol):
 
     def publish(self, event: CloudEvent) -> None:
         """Hand an event over without blocking; never raises (an outage is counted, not fatal)."""
+
+    async def publish_confirmed(
+        self, events: Sequence[CloudEvent], *, timeout_seconds: float
+    ) -> list[bool]:
+        """Publish events in order (each keyed by its job id) and wait, at most the timeout, for
+        their delivery: for each, whether the backend confirmed it. Never raises; an event not
+        confirmed may still arrive later (the relay publishes it again: at least once)."""
 
     async def close(self, timeout_seconds: float) -> None:
         """Deliver what is pending within the deadline, then let go."""

@@ -87,6 +87,7 @@ class Runner:
             ports.lock,
             batch_size=settings.batch_size,
             linger_seconds=settings.finish_linger_seconds,
+            event_source=settings.instance_id,
         )
         # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
         self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -80,6 +80,12 @@ class RecordingPublisher:
 
     def publish(self, event: CloudEvent) -> None:
         self.events.append(event)
+
+    async def publish_confirmed(
+        self, events: Sequence[CloudEvent], *, timeout_seconds: float
+    ) -> list[bool]:
+        self.events.extend(events)
+        return [True] * len(events)
 
     def types(self, job_id: str | None = None) -> list[str]:
         return [e["type"] for e in self.events if job_id is None or e["subject"] == job_id]

@@ -56,6 +56,7 @@ async def test_a_due_job_runs_once_and_advances(make_engine: EngineFactory) -> N
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None
     assert stored.next_run_at == T0 + timedelta(minutes=1)
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert h.events.types(job.id) == ["job.execution.started", "job.execution.success"]
 
     await h.engine.drain()  # nothing is due until the clock moves
@@ -240,6 +241,7 @@ async def test_secrets_in_results_and_errors_are_masked(make_engine: EngineFacto
     assert runs["fails"].error is not None
     assert "hunter2" not in runs["fails"].error.message
     assert "redis://tickd:***@cache" in runs["fails"].error.message
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert "hunter2" not in repr(h.events.events) and "sk-live" not in repr(h.events.events)
 
 
@@ -275,6 +277,7 @@ async def test_secrets_of_the_params_echoed_back_are_masked(
     assert runs["fails"].error.message.startswith("hello alice, your password is ***")
     job = await h.store.get_job(ok.id)
     last = [j.last_execution for j in await h.store.list_jobs(JobQuery())]
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     seen = [runs, h.events.events, caplog.text, last]
     for secret in secrets:
         assert secret not in repr(seen), secret
@@ -316,10 +319,11 @@ async def test_most_urgent_first_when_the_batch_is_smaller_than_the_backlog(
         return None
 
     h = make_engine({"record": record}, batch_size=1, workers=1, queue_size=1)
+    # All due for less than the starvation bound (60 s), past which age would come first.
     await h.add(
-        make_job("low", "record", priority=Priority.LOW, next_run_at=T0 - timedelta(hours=1))
+        make_job("low", "record", priority=Priority.LOW, next_run_at=T0 - timedelta(seconds=50))
     )
-    await h.add(make_job("normal", "record", next_run_at=T0 - timedelta(minutes=1)))
+    await h.add(make_job("normal", "record", next_run_at=T0 - timedelta(seconds=40)))
     await h.add(make_job("critical", "record", priority=Priority.CRITICAL, next_run_at=T0))
     await h.engine.drain()
     assert order == ["critical", "normal", "low"]
@@ -388,6 +392,7 @@ async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs
     assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
     assert second.token == 2, "the new run holds a newer fencing token"
     assert survivor.engine.metrics.leases_reaped._value.get() == 1
+    await survivor.engine.relay.flush_once()  # the outbox, to the publisher
     assert "job.execution.abandoned" in survivor.events.types(job.id)
 
 
@@ -585,6 +590,7 @@ async def test_misfire_skip_leaves_a_skipped_execution_per_missed_occurrence(
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None
     assert stored.next_run_at == T0 + timedelta(hours=1)
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert h.events.types(job.id) == ["job.execution.skipped"] * 4
 
 
@@ -742,6 +748,7 @@ async def test_an_observer_that_raises_fails_no_run_and_the_others_still_hear(
     [run] = await executions(h.store)
     assert run.status is Status.SUCCESS
     assert ("finished", "success") in h.observed.of("observed")
+    await h.engine.relay.flush_once()  # the outbox, to the publisher
     assert h.events.types() == ["job.execution.started", "job.execution.success"]
     assert "observer.failed" in caplog.text
 

@@ -33,6 +33,7 @@ from scheduler.metrics import Metrics
 from scheduler.observers import RunObserver
 from scheduler.ports import EventPublisher, Lock, Ports
 from scheduler.registry import HandlerRegistry
+from scheduler.relay import Relay
 from scheduler.retention import Housekeeper
 from scheduler.storage import open_patiently
 from scheduler.store import open_store
@@ -175,11 +176,14 @@ def build_api(
         metrics=metrics,
         wake=engine.wake if engine else None,
         dispatcher_health=(lambda: (engine.healthy, engine.last_error)) if engine else None,
+        relay_state=engine.relay.state if engine else None,
         products=opened(resources or {}, PRODUCTS),
     )
     app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
     if engine is not None and dispatch:
         app.cleanup_ctx.append(dispatching(engine))
+        # The events the store writes with the executions (the outbox), to the publisher.
+        app.cleanup_ctx.append(relaying(engine.relay))
         # Retention and the dead-letter gauge, on their own slow timer beside the dispatcher.
         housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)
         app.cleanup_ctx.append(housekeeping(housekeeper))
@@ -190,6 +194,20 @@ def housekeeping(housekeeper: Housekeeper) -> Callable[[web.Application], AsyncI
     async def context(app: web.Application) -> AsyncIterator[None]:
         stop = asyncio.Event()
         task = asyncio.create_task(housekeeper.run(stop), name="housekeeper")
+        yield
+        stop.set()
+        await task
+
+    return context
+
+
+def relaying(relay: Relay) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The outbox relay runs beside the dispatcher; what it has not sent at shutdown stays in
+    the store and goes out after the restart."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(relay.run(stop), name="relay")
         yield
         stop.set()
         await task

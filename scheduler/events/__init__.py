@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
@@ -47,18 +46,36 @@ def event_type(status: Status) -> str:
     return "job.execution.started" if status is Status.RUNNING else f"job.execution.{status}"
 
 
-def execution_event(execution: Execution, *, source: str, time: datetime) -> CloudEvent:
-    """CloudEvents 1.0, structured mode; the data is the execution minus its result."""
+def event_id(execution: Execution) -> str:
+    """Stable: the same change of the same execution, written or published twice, has one id (a
+    consumer deduplicates redeliveries by it)."""
+    return f"{execution.id}:{execution.status}"
+
+
+def event_time(execution: Execution) -> datetime:
+    """When the change the event tells of happened: the start of a running execution, the end of
+    a final one (a skipped one may have neither: then its occurrence)."""
+    if execution.status is Status.RUNNING:
+        return execution.started_at or execution.scheduled_at
+    return execution.finished_at or execution.started_at or execution.scheduled_at
+
+
+def execution_event(
+    execution: Execution, *, source: str, time: datetime | None = None
+) -> CloudEvent:
+    """CloudEvents 1.0, structured mode; the data is the execution minus its result. The id and,
+    unless `time` is given, the time come from the execution, so the event is the same however
+    often it is built."""
     data: dict[str, Any] = execution_to_doc(execution)
     data.pop("result")
     data["id"] = data.pop("_id")
     return {
         "specversion": "1.0",
-        "id": uuid.uuid4().hex,
+        "id": event_id(execution),
         "source": f"tickd/{source}",
         "type": event_type(execution.status),
         "subject": execution.job_id,
-        "time": to_json_ready(time),
+        "time": to_json_ready(time or event_time(execution)),
         "datacontenttype": "application/json",
         "data": to_json_ready(data),
     }

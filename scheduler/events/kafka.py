@@ -46,7 +46,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
@@ -285,6 +285,55 @@ class KafkaPublisher:
         else:
             self._tally.accepted()
 
+    async def publish_confirmed(
+        self, events: Sequence[CloudEvent], *, timeout_seconds: float
+    ) -> list[bool]:
+        """Each event is produced (in order, keyed by job id) with a delivery report that
+        resolves its future on this loop; what the brokers have not acknowledged within the
+        timeout counts as unconfirmed (the relay publishes it again later: the idempotent
+        producer keeps a retried batch in order, the stable event id lets a consumer dedupe)."""
+        loop = asyncio.get_running_loop()
+        confirmations: list[asyncio.Future[bool]] = []
+        for event in events:
+            confirmation: asyncio.Future[bool] = loop.create_future()
+            confirmations.append(confirmation)
+            if not self._produce_confirmed(event, loop, confirmation):
+                confirmation.set_result(False)
+        if confirmations:
+            await asyncio.wait(confirmations, timeout=timeout_seconds)
+        return [c.done() and c.result() for c in confirmations]
+
+    def _produce_confirmed(
+        self,
+        event: CloudEvent,
+        loop: asyncio.AbstractEventLoop,
+        confirmation: asyncio.Future[bool],
+    ) -> bool:
+        """Hand the event to librdkafka; False if it would not take it (closed, queue full)."""
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            self._on_delivery(error, message)  # the counts, as for `publish`
+            loop.call_soon_threadsafe(_resolve, confirmation, error is None)
+
+        if self._closed:
+            return False
+        try:
+            self._producer.produce(
+                self.settings.topic,
+                value=json.dumps(event, separators=(",", ":")).encode(),
+                key=event_key(event),
+                headers=HEADERS,
+                on_delivery=on_delivery,
+            )
+        except BufferError:
+            self._tally.dropped("queue_full", f"{self.settings.max_queued} events queued already")
+            return False
+        except Exception as exc:  # a fatal producer error, an event that is not JSON: never raise
+            self._tally.dropped("delivery_failed", f"{type(exc).__name__}: {exc}")
+            return False
+        self._tally.accepted()
+        return True
+
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
             self._tally.delivered()
@@ -343,6 +392,11 @@ class KafkaPublisher:
                 if created:
                     log_event(log, "events.topic_created", topic=self.settings.topic)
                 return
+
+
+def _resolve(confirmation: asyncio.Future[bool], delivered: bool) -> None:
+    if not confirmation.done():  # the relay may have stopped waiting (timeout, cancellation)
+        confirmation.set_result(delivered)
 
 
 def will_retry(exc: Exception, delay: float) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 
 from scheduler.ports import CloudEvent
 
@@ -22,6 +23,14 @@ class LogPublisher:
                 self.level, "event %s", json.dumps(event, separators=(",", ":"), sort_keys=True)
             )
 
+    async def publish_confirmed(
+        self, events: Sequence[CloudEvent], *, timeout_seconds: float
+    ) -> list[bool]:
+        """A log line is delivered once written."""
+        for event in events:
+            self.publish(event)
+        return [True] * len(events)
+
     async def close(self, timeout_seconds: float) -> None:
         return None
 
@@ -29,6 +38,11 @@ class LogPublisher:
 class NullPublisher:
     def publish(self, event: CloudEvent) -> None:
         return None
+
+    async def publish_confirmed(
+        self, events: Sequence[CloudEvent], *, timeout_seconds: float
+    ) -> list[bool]:
+        return [True] * len(events)
 
     async def close(self, timeout_seconds: float) -> None:
         return None

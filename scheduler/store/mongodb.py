@@ -50,6 +50,8 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    OutboxBacklog,
+    OutboxEvent,
     Retention,
     RunRequest,
 )
@@ -71,6 +73,8 @@ from scheduler.store.mongodb_documents import (
     LEASE_EXPIRED,
     NEWEST_FIRST,
     OLDEST_DUE_FIRST,
+    OUTBOX_INDEXES,
+    OUTBOX_ORDER,
     PRUNABLE,
     REQUEST_INDEXES,
     URGENCY,
@@ -80,6 +84,7 @@ from scheduler.store.mongodb_documents import (
     claim_update,
     due_filter,
     duplicate_job_error,
+    event_document,
     execution_document,
     execution_from_document,
     executions_filter,
@@ -88,6 +93,7 @@ from scheduler.store.mongodb_documents import (
     job_document,
     job_from_document,
     jobs_filter,
+    outbox_event_from_document,
     release_lease,
     request_claim,
     request_document,
@@ -111,6 +117,7 @@ class MongoStore(MongoDatabase):
         "executions": EXECUTION_INDEXES,
         "job_changes": CHANGE_INDEXES,
         "run_requests": REQUEST_INDEXES,
+        "outbox": OUTBOX_INDEXES,
     }
 
     # -- collections ----------------------------------------------------------------------------
@@ -134,6 +141,10 @@ class MongoStore(MongoDatabase):
     @property
     def instances(self) -> Collection:
         return self.database["instances"]
+
+    @property
+    def outbox(self) -> Collection:
+        return self.database["outbox"]
 
     @translating_errors
     async def ping(self) -> None:
@@ -308,20 +319,27 @@ class MongoStore(MongoDatabase):
         return result.matched_count == 1
 
     @translating_errors
-    async def insert_executions(self, executions: Sequence[Execution]) -> None:
+    async def insert_executions(
+        self, executions: Sequence[Execution], *, event_source: str | None = None
+    ) -> None:
         if executions:
+            await self._write_events(executions, event_source)
             await insert_ignoring_duplicates(
                 self.executions, [execution_document(e) for e in executions]
             )
 
     @translating_errors
-    async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
-        """The executions, then the fenced job updates, then one read of which applied (a bulk
-        write reports only counts): each applied update leaves its execution's id in the job's
-        `last_release`. The schedule moves only if ops did not change the job during the run
-        (see Advance); without pipeline updates that takes a second command for those that did."""
+    async def finish_executions(
+        self, finishes: Sequence[Finish], *, event_source: str | None = None
+    ) -> list[bool]:
+        """The events (before the executions: see Store), the executions, then the fenced job
+        updates, then one read of which applied (a bulk write reports only counts): each applied
+        update leaves its execution's id in the job's `last_release`. The schedule moves only if
+        ops did not change the job during the run (see Advance); without pipeline updates that
+        takes a second command for those that did."""
         if not finishes:
             return []
+        await self._write_events([f.execution for f in finishes], event_source)
         await self._update_each(self.executions, [finished_document(f) for f in finishes])
         await self._settle_and_redrive(finishes)
         fenced = [f for f in finishes if f.execution.token is not None]
@@ -379,7 +397,9 @@ class MongoStore(MongoDatabase):
         await self._update_each(self.jobs, [release_lease(job, token) for job, token in leases])
 
     @translating_errors
-    async def reap_expired_leases(self, now: datetime) -> list[Execution]:
+    async def reap_expired_leases(
+        self, now: datetime, *, event_source: str | None = None
+    ) -> list[Execution]:
         """Executions first, then the leases: a crash in between leaves a lease to reap again,
         never a `running` execution that nothing guards."""
         expired = await self._expired_leases(now)
@@ -387,6 +407,8 @@ class MongoStore(MongoDatabase):
             return []
         abandon = [abandon_running(job_id, token, now) for job_id, token in expired]
         await self._update_each(self.executions, abandon)
+        # outbox: before the leases go, so a crash in between writes them at the next reap
+        await self._write_events(await self._abandoned_by(expired), event_source)
         await self._update_each(self.jobs, [release_lease(job, token) for job, token in expired])
         return await self._abandoned_at(now, expired)
 
@@ -405,6 +427,57 @@ class MongoStore(MongoDatabase):
             }
         ).sort("scheduled_at_us", ASCENDING)
         return [execution_from_document(doc) async for doc in cursor]
+
+    async def _abandoned_by(self, leases: list[tuple[str, int]]) -> list[Execution]:
+        """Every execution these leases' reaps marked: this one's, or an interrupted one's."""
+        cursor = self.executions.find(
+            {
+                "$or": [{"job_id": job_id, "token": token} for job_id, token in leases],
+                "status": Status.ABANDONED.value,
+                "error.type": LEASE_EXPIRED["type"],
+            }
+        )
+        return [execution_from_document(doc) async for doc in cursor]
+
+    # -- the outbox -------------------------------------------------------------------------------
+
+    async def _write_events(self, executions: Sequence[Execution], source: str | None) -> None:
+        """The executions' events, in one command; one stored already (a replay) is left."""
+        if source is not None and executions:
+            documents = [event_document(e, source) for e in executions]
+            await insert_ignoring_duplicates(self.outbox, documents)
+
+    @translating_errors
+    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
+        cursor = self.outbox.find({"sent_at_us": None}).sort(OUTBOX_ORDER).limit(limit)
+        return [outbox_event_from_document(doc) async for doc in in_one_batch(cursor, limit)]
+
+    @translating_errors
+    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
+        for ids in chunks(event_ids, 1000):
+            await self.outbox.update_many(
+                {"_id": {"$in": list(ids)}, "sent_at_us": None},
+                {"$set": {"sent_at_us": exact_micros(now)}},
+            )
+
+    @translating_errors
+    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
+        old = {"sent_at_us": {"$ne": None, "$lt": exact_micros(before)}}
+        cursor = self.outbox.find(old, {"_id": 1}).limit(limit)
+        ids = [doc["_id"] async for doc in in_one_batch(cursor, limit)]
+        if not ids:
+            return 0
+        result = await self.outbox.delete_many({"_id": {"$in": ids}, **old})
+        return int(result.deleted_count)
+
+    @translating_errors
+    async def outbox_backlog(self) -> OutboxBacklog:
+        unsent = await self.outbox.count_documents({"sent_at_us": None})
+        oldest = await self.outbox.find_one({"sent_at_us": None}, sort=OUTBOX_ORDER)
+        return OutboxBacklog(
+            unsent=unsent,
+            oldest_written_at=None if oldest is None else from_micros(oldest["written_us"]),
+        )
 
     # -- executions -----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ are written and read, their indexes, and the filters and updates of the engine's
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ParamSpec, TypeVar
@@ -30,6 +31,7 @@ from scheduler.codec import (
     micros,
     summary_to_doc,
 )
+from scheduler.events import event_time, execution_event
 from scheduler.model import DeadLetter, Execution, Job, Status
 from scheduler.ports import (
     Advance,
@@ -39,11 +41,13 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    OutboxEvent,
     Retention,
     RunRequest,
     StoreError,
 )
 from scheduler.storage.mongodb import (
+    from_micros,
     with_exact_times,
     without_exact_times,
 )
@@ -111,6 +115,18 @@ EXECUTION_INDEXES = [
     IndexModel([("finished_at_us", ASCENDING)], name="executions_by_finish"),
 ]
 
+# The outbox: unsent events oldest first; at one instant (a fake clock), an earlier occurrence's
+# events first, and an execution's start before its end (`rank`).
+OUTBOX_ORDER = [
+    ("written_us", ASCENDING),
+    ("scheduled_us", ASCENDING),
+    ("rank", ASCENDING),
+    ("_id", ASCENDING),
+]
+OUTBOX_INDEXES = [
+    IndexModel([("sent_at_us", ASCENDING), *OUTBOX_ORDER], name="outbox_unsent"),
+]
+
 P = ParamSpec("P")
 T = TypeVar("T")
 Client = AsyncMongoClient[Doc]
@@ -145,6 +161,30 @@ def execution_document(execution: Execution) -> Doc:
 
 def execution_from_document(doc: Doc) -> Execution:
     return execution_from_doc(without_exact_times(doc, EXECUTION_TIMES))
+
+
+def event_document(execution: Execution, source: str) -> Doc:
+    """An execution's event as the outbox holds it: the CloudEvent as JSON text (kept exactly
+    as built), keyed by its stable id; `sent_at_us` is set once it is delivered."""
+    event = execution_event(execution, source=source)
+    return {
+        "_id": event["id"],
+        "job_id": execution.job_id,
+        "event": json.dumps(event, separators=(",", ":")),
+        "written_us": exact_micros(event_time(execution)),
+        "scheduled_us": exact_micros(execution.scheduled_at),
+        "rank": 0 if execution.status is Status.RUNNING else 1,
+        "sent_at_us": None,
+    }
+
+
+def outbox_event_from_document(doc: Doc) -> OutboxEvent:
+    return OutboxEvent(
+        id=doc["_id"],
+        job_id=doc["job_id"],
+        event=json.loads(doc["event"]),
+        written_at=from_micros(doc["written_us"]),
+    )
 
 
 def due_filter(now: datetime, exclude_handlers: Sequence[str] = ()) -> Doc:

@@ -28,6 +28,8 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    OutboxBacklog,
+    OutboxEvent,
     Retention,
     RunRequest,
     StoreError,
@@ -54,9 +56,11 @@ from scheduler.store.sqlite_rows import (
     job_filters,
     job_from_row,
     job_row,
+    outbox_event_from_row,
     record_change_row,
     release_sql,
     to_row,
+    write_events,
 )
 
 T = TypeVar("T")
@@ -316,20 +320,30 @@ class SQLiteStore(SQLiteFile):
         args = (micros(until), job_id, token)
         return bool(await self._run(lambda db: db.execute(sql, args).rowcount))
 
-    async def insert_executions(self, executions: Sequence[Execution]) -> None:
+    async def insert_executions(
+        self, executions: Sequence[Execution], *, event_source: str | None = None
+    ) -> None:
         rows = [execution_row(e) for e in executions]
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
-        await self._run(lambda db: db.executemany(sql, rows))
 
-    async def finish_executions(self, finishes: Sequence[Finish]) -> list[bool]:
-        """One transaction for the batch: the executions, their dead letters, then each job's
-        fenced release."""
+        def insert(db: sqlite3.Connection) -> None:
+            db.executemany(sql, rows)
+            write_events(db, executions, event_source)
+
+        await self._run(insert)
+
+    async def finish_executions(
+        self, finishes: Sequence[Finish], *, event_source: str | None = None
+    ) -> list[bool]:
+        """One transaction for the batch: the executions and their events, their dead letters,
+        then each job's fenced release."""
         rows = [execution_row(f.execution) for f in finishes]
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "REPLACE", 1)
         releases = [release_sql(f.execution, f.advance) for f in finishes]
 
         def finish(db: sqlite3.Connection) -> list[bool]:
             db.executemany(sql, rows)
+            write_events(db, [f.execution for f in finishes], event_source)
             self._settle_and_redrive(db, finishes)
             return [bool(db.execute(release, args).rowcount) for release, args in releases]
 
@@ -380,7 +394,9 @@ class SQLiteStore(SQLiteFile):
         if leases:
             await self._run(lambda db: db.executemany(sql, list(leases)))
 
-    async def reap_expired_leases(self, now: datetime) -> list[Execution]:
+    async def reap_expired_leases(
+        self, now: datetime, *, event_source: str | None = None
+    ) -> list[Execution]:
         error = ExecutionError(
             type="LeaseExpired", message="the lease expired before the run ended"
         )
@@ -412,6 +428,8 @@ class SQLiteStore(SQLiteFile):
                 "WHERE id = ? AND lease_token = ?",
                 [(job["id"], job["lease_token"]) for job in expired],
             )
+            # outbox: the abandoned executions' events, in this transaction
+            write_events(db, [execution_from_row(row) for row in abandoned], event_source)
             return abandoned
 
         return [execution_from_row(row) for row in await self._run(reap)]
@@ -431,6 +449,32 @@ class SQLiteStore(SQLiteFile):
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         rows = await self._run(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
+
+    # -- the outbox -------------------------------------------------------------------------------
+
+    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
+        sql = "SELECT * FROM outbox WHERE sent_at IS NULL ORDER BY seq LIMIT ?"
+        rows = await self._run(lambda db: db.execute(sql, (limit,)).fetchall())
+        return [outbox_event_from_row(row) for row in rows]
+
+    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
+        sql = "UPDATE outbox SET sent_at = ? WHERE id = ? AND sent_at IS NULL"
+        rows = [(micros(now), event_id) for event_id in event_ids]
+        if rows:
+            await self._run(lambda db: db.executemany(sql, rows))
+
+    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
+        sql = (
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE sent_at IS NOT NULL "
+            "AND sent_at < ? ORDER BY sent_at LIMIT ?)"
+        )
+        args = (micros(before), limit)
+        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
+
+    async def outbox_backlog(self) -> OutboxBacklog:
+        sql = "SELECT count(*), min(written_at) FROM outbox WHERE sent_at IS NULL"
+        row = await self._run(lambda db: db.execute(sql).fetchone())
+        return OutboxBacklog(unsent=int(row[0]), oldest_written_at=from_micros(row[1]))
 
     # -- dead letters and retention ----------------------------------------------------------------
 

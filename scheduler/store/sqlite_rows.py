@@ -21,12 +21,14 @@ from scheduler.codec import (
     summary_to_doc,
     to_json_ready,
 )
+from scheduler.events import event_time, execution_event
 from scheduler.model import Execution, Job
 from scheduler.ports import (
     Advance,
     ExecutionQuery,
     JobChange,
     JobQuery,
+    OutboxEvent,
 )
 
 T = TypeVar("T")
@@ -113,6 +115,19 @@ CREATE TABLE IF NOT EXISTS instances (
     beat_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
+
+-- The outbox: execution events written in the transaction of their execution's change, until
+-- the relay has them delivered. `seq` is the order they were written in.
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    job_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    written_at INTEGER NOT NULL,
+    sent_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (seq) WHERE sent_at IS NULL;
+CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
 """
 # Columns added since the first schema, with their type: a database made before gets them at
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
@@ -358,6 +373,38 @@ def execution_row(execution: Execution) -> tuple[Any, ...]:
     doc = execution_to_doc(execution)
     doc["id"] = doc.pop("_id")
     return to_row(doc, EXECUTION_COLUMNS)
+
+
+OUTBOX_INSERT = "INSERT OR IGNORE INTO outbox (id, job_id, event, written_at) VALUES (?, ?, ?, ?)"
+
+
+def write_events(
+    db: sqlite3.Connection, executions: Sequence[Execution], source: str | None
+) -> None:
+    """The executions' events into the outbox, in this transaction; an event stored already
+    (same id: a replayed batch) is left as it is. No source: no events (a tool's write)."""
+    if source is None:
+        return
+    rows = []
+    for execution in executions:
+        event = execution_event(execution, source=source)
+        rows.append(
+            (
+                event["id"],
+                execution.job_id,
+                json.dumps(event, separators=(",", ":")),
+                micros(event_time(execution)),
+            )
+        )
+    db.executemany(OUTBOX_INSERT, rows)
+
+
+def outbox_event_from_row(row: sqlite3.Row) -> OutboxEvent:
+    written_at = from_micros(row["written_at"])
+    assert written_at is not None
+    return OutboxEvent(
+        id=row["id"], job_id=row["job_id"], event=json.loads(row["event"]), written_at=written_at
+    )
 
 
 def execution_from_row(row: sqlite3.Row) -> Execution:

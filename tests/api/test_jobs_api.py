@@ -519,4 +519,11 @@ async def test_openapi_describes_every_route(api: Api) -> None:
 
 async def test_readiness(api: Api) -> None:
     status, body, _ = await api.call("GET", "/readyz", token=None)
-    assert (status, body) == (200, {"ready": True, "problems": {}})
+    assert (status, body["ready"], body["problems"]) == (200, True, {})
+    # The event relay is reported, never a reason to be unready (events are not on a run's path).
+    assert body["events"] == {
+        "state": "ok",
+        "backlog": 0,
+        "oldest_unsent_age_seconds": None,
+        "last_error": None,
+    }

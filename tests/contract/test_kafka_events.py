@@ -131,6 +131,32 @@ async def test_publisher_under_test_reads_back_what_was_published(
     assert kafka_publisher.keys == [f"job-{n}" for n in range(5)]
 
 
+async def test_confirmed_publishing_says_which_events_the_broker_acknowledged(
+    kafka_publisher: PublisherUnderTest,
+) -> None:
+    """What the relay relies on: True only for events the broker has, in the order given."""
+    publisher = kafka_publisher.publisher
+    assert isinstance(publisher, KafkaPublisher)
+    events = [event(f"job-{n % 2}") for n in range(6)]
+    assert await publisher.publish_confirmed(events, timeout_seconds=10) == [True] * 6
+    received = await kafka_publisher.published(expected=6)
+    assert [e["id"] for e in received] == [e["id"] for e in events]
+
+
+async def test_confirmed_publishing_to_an_unreachable_broker_confirms_nothing_in_time(
+    closed_port: int,
+) -> None:
+    publisher = KafkaPublisher.from_url(f"kafka://127.0.0.1:{closed_port}/tickd.executions")
+    try:
+        started = time.monotonic()
+        confirmed = await publisher.publish_confirmed([event(), event()], timeout_seconds=0.5)
+        assert confirmed == [False, False], "the relay keeps them and tries again later"
+        assert time.monotonic() - started < 0.5 + CLOSE_SLACK_SECONDS
+    finally:
+        await publisher.close(0)
+    assert await publisher.publish_confirmed([event()], timeout_seconds=1) == [False], "closed"
+
+
 SASL_URL = (
     "kafka://tickd:s%40cr3t-pw@127.0.0.1:{port},127.0.0.1:{port}/orders"
     "?security_protocol=SASL_PLAINTEXT&sasl_mechanism=PLAIN&max_queued=10"

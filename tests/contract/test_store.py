@@ -32,11 +32,14 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    OutboxBacklog,
     Retention,
     RunRequest,
     Store,
     StoreError,
 )
+from scheduler.store.mongodb import MongoStore
+from scheduler.store.sqlite import SQLiteStore
 from tests.conftest import T0, make_job
 
 OWNER = "instance-a"
@@ -877,3 +880,110 @@ async def test_starved_jobs_come_first_oldest_first_whatever_their_priority(stor
     aged = [j.name for j in await store.due_jobs(T0, 10, starved_before=bound)]
     assert aged == ["low-starved", "normal-starved", "critical-new", "low-new"]
     assert [j.name for j in await store.due_jobs(T0, 3, starved_before=bound)] == aged[:3]
+
+
+# -- the outbox: execution events written with the executions -----------------------------------
+
+SOURCE = "instance-a"
+
+
+async def test_events_are_written_with_the_executions_and_listed_in_order(store: Store) -> None:
+    first, second = make_job("first"), make_job("second")
+    for job in (first, second):
+        await store.insert_job(job)
+    runs = [running(await claimed(store, job), 1) for job in (first, second)]
+    await store.insert_executions(runs, event_source=SOURCE)
+    ended = replace(runs[0], status=Status.SUCCESS, finished_at=T0 + timedelta(seconds=1))
+    await store.finish_executions([Finish(ended, None)], event_source=SOURCE)
+
+    unsent = await store.unsent_events(10)
+
+    assert [(e.job_id, e.event["type"]) for e in unsent] == [
+        (first.id, "job.execution.started"),
+        (second.id, "job.execution.started"),
+        (first.id, "job.execution.success"),
+    ]
+    assert [e.id for e in unsent] == [e.event["id"] for e in unsent]
+    assert unsent[0].id == f"{runs[0].id}:running", "stable: the execution and its status"
+    assert unsent[2].event["source"] == "tickd/instance-a"
+    assert unsent[2].event["data"]["id"] == runs[0].id
+    assert unsent[2].written_at == T0 + timedelta(seconds=1)
+    assert await store.outbox_backlog() == OutboxBacklog(unsent=3, oldest_written_at=T0)
+    assert [e.id for e in await store.unsent_events(2)] == [e.id for e in unsent[:2]]
+
+
+async def test_an_event_written_twice_is_stored_once(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    run = running(await claimed(store, job), 1)
+    ended = replace(run, status=Status.FAILED, finished_at=T0 + timedelta(seconds=1))
+    for _ in range(2):  # a replayed batch, after a lost connection
+        await store.insert_executions([run], event_source=SOURCE)
+        await store.finish_executions([Finish(ended, None)], event_source=SOURCE)
+
+    assert [e.event["type"] for e in await store.unsent_events(10)] == [
+        "job.execution.started",
+        "job.execution.failed",
+    ]
+
+
+async def test_reaped_executions_write_their_abandoned_events(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    [won] = await store.claim_jobs([claim_of(job, until=T0 + timedelta(seconds=5))], T0)
+    run = running(won, 1)
+    await store.insert_executions([run], event_source=SOURCE)
+
+    await store.reap_expired_leases(T0 + timedelta(seconds=6), event_source=SOURCE)
+
+    [_started, abandoned] = await store.unsent_events(10)
+    assert abandoned.id == f"{run.id}:abandoned"
+    assert abandoned.event["data"]["error"]["type"] == "LeaseExpired"
+
+
+async def test_without_a_source_no_event_is_written(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    await store.insert_executions([running(await claimed(store, job), 1)])
+    assert await store.unsent_events(10) == []
+    assert await store.outbox_backlog() == OutboxBacklog(unsent=0, oldest_written_at=None)
+
+
+async def test_sent_events_leave_the_backlog_and_are_pruned_later(store: Store) -> None:
+    jobs = [make_job(f"job-{i}") for i in range(3)]
+    for job in jobs:
+        await store.insert_job(job)
+    runs = [running(await claimed(store, job), 1) for job in jobs]
+    await store.insert_executions(runs, event_source=SOURCE)
+    events = await store.unsent_events(10)
+
+    await store.mark_events_sent([events[0].id, events[2].id, "unknown"], T0)
+
+    assert [e.id for e in await store.unsent_events(10)] == [events[1].id]
+    assert (await store.outbox_backlog()).unsent == 1
+    assert await store.prune_sent_events(T0, limit=10) == 0, "not sent before T0"
+    assert await store.prune_sent_events(T0 + timedelta(minutes=5), limit=1) == 1
+    assert await store.prune_sent_events(T0 + timedelta(minutes=5), limit=10) == 1
+    assert [e.id for e in await store.unsent_events(10)] == [events[1].id], "unsent stays"
+
+
+async def test_unsent_events_survive_a_reopen(store: Store) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    await store.insert_executions([running(await claimed(store, job), 1)], event_source=SOURCE)
+    before = await store.unsent_events(10)
+
+    reopened = reopen(store)
+    await reopened.open()
+    try:
+        assert await reopened.unsent_events(10) == before
+    finally:
+        await reopened.close()
+
+
+def reopen(store: Store) -> Store:
+    """Another store on the same database, as after a restart."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(f"sqlite:///{store._path}")
+    assert isinstance(store, MongoStore)
+    return MongoStore(store.database.client, database=store.database.name)

@@ -545,6 +545,54 @@ def topic_size(topic: str) -> int:
         consumer.close()
 
 
+async def drain_outbox(sandbox: Sandbox, workdir: Path, events_url: str) -> None:
+    """A daemon of its own relays what stopped daemons left in the outbox, then stops. The
+    sandbox's jobs are paused first, so that it runs nothing and adds no event of its own."""
+    async with sandbox.store() as store:
+        await store.jobs.update_many({}, {"$set": {"enabled": False}})
+    async with daemons(sandbox, workdir, ["relay"], events_url=events_url) as relaying:
+
+        async def outbox_empty() -> bool:
+            async with sandbox.store() as store:
+                return await store.outbox.count_documents({"sent_at_us": None}) == 0
+
+        await eventually("the outbox is empty", outbox_empty, within=90)
+        codes = await asyncio.gather(*(daemon.stop() for daemon in relaying))
+        assert codes == [0], relaying[0].log_tail()
+
+
+def topic_event_ids(topic: str) -> list[str]:
+    """The `id` of every event in the topic's only partition, from the start, in order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": KAFKA_BOOTSTRAP,
+            "group.id": f"tickd-sys-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        ids: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(ids) < high and time.monotonic() < deadline:
+            messages = consumer.consume(num_messages=500, timeout=1.0)
+            ids += [json.loads(m.value() or b"{}")["id"] for m in messages if m.error() is None]
+        return ids
+    finally:
+        consumer.close()
+
+
+async def expected_event_ids(sandbox: Sandbox) -> set[str]:
+    """One event per state each execution went through: `running` when recorded, and its
+    final status (a skipped occurrence is recorded skipped at once)."""
+    async with sandbox.store() as store:
+        docs = await store.executions.find({}, {"status": 1}).to_list()
+    expected = {f"{doc['_id']}:{doc['status']}" for doc in docs}
+    return expected | {f"{doc['_id']}:running" for doc in docs if doc["status"] != "skipped"}
+
+
 def lag_seconds(runs: Iterable[Run]) -> list[float]:
     return sorted((run.started_at - run.scheduled_at).total_seconds() for run in runs)
 

@@ -1,0 +1,177 @@
+"""The outbox relay: every event written with an execution reaches the publisher, in order per
+job, at least once, however long the publisher fails."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+
+from scheduler.clock import FakeClock
+from scheduler.lock.memory import MemoryLock
+from scheduler.metrics import Metrics
+from scheduler.model import Execution, Status
+from scheduler.ports import CloudEvent, Finish, Store
+from scheduler.relay import RELAY_TURN_SECONDS, Relay
+from tests.conftest import T0, make_job
+
+
+class FlakyPublisher:
+    """Confirms nothing while `down`; `refuse` ids are refused even when it is up."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.refuse: set[str] = set()
+        self.delivered: list[CloudEvent] = []
+
+    def publish(self, event: CloudEvent) -> None:
+        raise AssertionError("the relay publishes with confirmation only")
+
+    async def publish_confirmed(
+        self, events: Sequence[CloudEvent], *, timeout_seconds: float
+    ) -> list[bool]:
+        confirmed = []
+        for event in events:
+            ok = not self.down and event["id"] not in self.refuse
+            if ok:
+                self.delivered.append(event)
+            confirmed.append(ok)
+        return confirmed
+
+    async def close(self, timeout_seconds: float) -> None:
+        return None
+
+
+async def run_twice(store: Store, name: str, clock: FakeClock) -> list[Execution]:
+    """Two runs of one job, each started and ended: four events."""
+    job = make_job(name)
+    await store.insert_job(job)
+    runs = []
+    for token in (1, 2):
+        run = Execution(
+            job_id=job.id,
+            job_name=name,
+            handler="noop",
+            scheduled_at=T0 + timedelta(minutes=token),
+            status=Status.RUNNING,
+            started_at=clock.now(),
+            owner="a",
+            token=token,
+        )
+        await store.insert_executions([run], event_source="a")
+        clock.advance(1)
+        ended = replace(run, status=Status.SUCCESS, finished_at=clock.now())
+        await store.finish_executions([Finish(ended, None)], event_source="a")
+        runs.append(run)
+    return runs
+
+
+def ids_per_job(events: list[CloudEvent], job_id: str) -> list[str]:
+    """What a consumer keeps: each id once, at its first arrival."""
+    seen: list[str] = []
+    for event in events:
+        if event["subject"] == job_id and event["id"] not in seen:
+            seen.append(event["id"])
+    return seen
+
+
+async def test_no_event_is_lost_while_the_publisher_is_down(store: Store) -> None:
+    clock = FakeClock(T0)
+    publisher = FlakyPublisher()
+    metrics = Metrics()
+    relay = Relay(store, publisher, clock=clock, metrics=metrics, batch_size=3)
+    publisher.down = True
+    a_runs = await run_twice(store, "a", clock)
+    b_runs = await run_twice(store, "b", clock)
+
+    for _ in range(5):  # an outage: every pass fails, nothing is marked sent
+        clock.advance(10)
+        assert (await relay.flush_once()).sent == 0
+    assert relay.state().state == "retrying"
+    assert metrics.outbox_backlog._value.get() == 8
+    assert metrics.outbox_oldest_unsent_age._value.get() == 54.0
+
+    publisher.down = False
+    while (await relay.flush_once()).read:
+        pass
+
+    for runs in (a_runs, b_runs):
+        expected = [f"{r.id}:{s}" for r in runs for s in ("running", "success")]
+        assert ids_per_job(publisher.delivered, runs[0].job_id) == expected
+    assert relay.state().state == "ok" and relay.state().backlog == 0
+    assert metrics.outbox_backlog._value.get() == 0
+
+
+async def test_a_refused_event_holds_back_the_later_events_of_its_job(store: Store) -> None:
+    clock = FakeClock(T0)
+    publisher = FlakyPublisher()
+    relay = Relay(store, publisher, clock=clock, metrics=Metrics())
+    a_runs = await run_twice(store, "a", clock)
+    b_runs = await run_twice(store, "b", clock)
+    publisher.refuse = {f"{a_runs[0].id}:success"}
+
+    first = await relay.flush_once()
+    publisher.refuse = set()
+    await relay.flush_once()
+
+    assert (first.read, first.sent) == (8, 5), "a's two later events wait for the refused one"
+    a_ids = [e["id"] for e in publisher.delivered if e["subject"] == a_runs[0].job_id]
+    # Delivered again in order from the refused one: the last arrival of each id is in order.
+    assert a_ids[-3:] == [f"{a_runs[0].id}:success", f"{a_runs[1].id}:running",
+                          f"{a_runs[1].id}:success"]  # fmt: skip
+    assert len(ids_per_job(publisher.delivered, b_runs[0].job_id)) == 4
+    assert (await store.outbox_backlog()).unsent == 0
+
+
+async def test_a_restarted_relay_resumes_from_the_store(store: Store) -> None:
+    clock = FakeClock(T0)
+    down = FlakyPublisher()
+    down.down = True
+    runs = await run_twice(store, "a", clock)
+    await Relay(store, down, clock=clock, metrics=Metrics()).flush_once()
+
+    after_restart = FlakyPublisher()
+    await Relay(store, after_restart, clock=clock, metrics=Metrics()).flush_once()
+
+    assert [e["id"] for e in after_restart.delivered] == [
+        f"{r.id}:{s}" for r in runs for s in ("running", "success")
+    ]
+
+
+async def test_sent_events_are_pruned_after_a_few_minutes(store: Store) -> None:
+    clock = FakeClock(T0)
+    relay = Relay(store, FlakyPublisher(), clock=clock, metrics=Metrics())
+    await run_twice(store, "a", clock)
+    await relay.flush_once()
+    clock.advance(301)
+    await relay.flush_once()
+    assert await store.prune_sent_events(clock.now(), limit=100) == 0, "pruned by the relay"
+
+
+async def test_one_relay_at_a_time_and_another_takes_over_when_it_stops(store: Store) -> None:
+    """Every instance runs a relay; the one whose turn it is publishes, the others stand by."""
+    clock = FakeClock(T0)
+    lock = MemoryLock(monotonic=lambda: clock.now().timestamp())
+    first, second = (
+        Relay(store, FlakyPublisher(), clock=clock, metrics=Metrics(), lock=lock) for _ in "ab"
+    )
+    assert await first._my_turn()
+    assert not await second._my_turn(), "the first holds the turn"
+    assert await first._my_turn(), "and renews it"
+    clock.advance(RELAY_TURN_SECONDS + 1)  # the first stopped: its turn runs out
+    assert await second._my_turn()
+    assert not await first._my_turn()
+
+
+async def test_a_relay_that_stops_hands_its_turn_back_at_once(store: Store) -> None:
+    clock = FakeClock(T0)
+    lock = MemoryLock(monotonic=lambda: clock.now().timestamp())
+    first, second = (
+        Relay(store, FlakyPublisher(), clock=clock, metrics=Metrics(), lock=lock) for _ in "ab"
+    )
+    stop = asyncio.Event()
+    stop.set()  # told to stop at once: it takes no turn, or gives it back
+    assert await first._my_turn()
+    await first.run(stop)
+    assert await second._my_turn(), "no need to wait for the first's turn to run out"
