@@ -21,15 +21,14 @@ lock (Redis) keeps instances apart; the system tests run two daemons that way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import ClassVar, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from pymongo import (
     ASCENDING,
     DESCENDING,
     AsyncMongoClient,
-    IndexModel,
     ReplaceOne,
     UpdateMany,
     UpdateOne,
@@ -41,7 +40,7 @@ from scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import DeadLetter, Execution, Job, Status
+from scheduler.model import Execution, Job, Status
 from scheduler.ports import (
     Backlog,
     Claim,
@@ -50,14 +49,8 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
-    OutboxBacklog,
-    OutboxEvent,
-    Retention,
-    RunRequest,
 )
 from scheduler.storage.mongodb import (
-    MongoDatabase,
-    chunks,
     from_micros,
     in_one_batch,
     insert_ignoring_duplicates,
@@ -65,18 +58,11 @@ from scheduler.storage.mongodb import (
     translating_errors,
 )
 from scheduler.store.mongodb_documents import (
-    CHANGE_INDEXES,
     DEFINITION_FIELDS,
-    EXECUTION_INDEXES,
     FREE,
-    JOB_INDEXES,
     LEASE_EXPIRED,
     NEWEST_FIRST,
     OLDEST_DUE_FIRST,
-    OUTBOX_INDEXES,
-    OUTBOX_ORDER,
-    PRUNABLE,
-    REQUEST_INDEXES,
     URGENCY,
     abandon_running,
     change_document,
@@ -84,7 +70,6 @@ from scheduler.store.mongodb_documents import (
     claim_update,
     due_filter,
     duplicate_job_error,
-    event_document,
     execution_document,
     execution_from_document,
     executions_filter,
@@ -93,14 +78,12 @@ from scheduler.store.mongodb_documents import (
     job_document,
     job_from_document,
     jobs_filter,
-    outbox_event_from_document,
     release_lease,
-    request_claim,
     request_document,
-    request_from_document,
-    retention_scope,
     settle_dead_letters,
 )
+from scheduler.store.mongodb_housekeeping import MongoHousekeeping
+from scheduler.store.mongodb_requests import MongoRequests
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -109,50 +92,8 @@ Collection = AsyncCollection[Doc]
 Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 
 
-class MongoStore(MongoDatabase):
+class MongoStore(MongoRequests, MongoHousekeeping):
     """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands."""
-
-    INDEXES: ClassVar[Mapping[str, Sequence[IndexModel]]] = {
-        "jobs": JOB_INDEXES,
-        "executions": EXECUTION_INDEXES,
-        "job_changes": CHANGE_INDEXES,
-        "run_requests": REQUEST_INDEXES,
-        "outbox": OUTBOX_INDEXES,
-    }
-
-    # -- collections ----------------------------------------------------------------------------
-
-    @property
-    def jobs(self) -> Collection:
-        return self.database["jobs"]
-
-    @property
-    def executions(self) -> Collection:
-        return self.database["executions"]
-
-    @property
-    def changes(self) -> Collection:
-        return self.database["job_changes"]
-
-    @property
-    def requests(self) -> Collection:
-        return self.database["run_requests"]
-
-    @property
-    def instances(self) -> Collection:
-        return self.database["instances"]
-
-    @property
-    def outbox(self) -> Collection:
-        return self.database["outbox"]
-
-    @translating_errors
-    async def ping(self) -> None:
-        await self.database.command("ping")
-
-    async def _update_each(self, collection: Collection, updates: Sequence[Update]) -> None:
-        for batch in chunks(updates, self._statements_per_update):
-            await collection.bulk_write(batch, ordered=False)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -231,12 +172,6 @@ class MongoStore(MongoDatabase):
             jobs_filter(query), sort=[("name", ASCENDING)], limit=query.limit
         )
 
-    async def _find_jobs(self, query: Doc, *, sort: list[tuple[str, int]], limit: int) -> list[Job]:
-        if limit <= 0:  # pymongo reads a limit of 0 as "no limit"
-            return []
-        cursor = in_one_batch(self.jobs.find(query).sort(sort), limit)
-        return [job_from_document(doc) async for doc in cursor]
-
     @translating_errors
     async def delete_job(
         self, job_id: str, change: JobChange | None = None, *, expected_revision: int | None = None
@@ -297,20 +232,6 @@ class MongoStore(MongoDatabase):
         """One read for the whole batch; a leased or disabled job is left out (it would lose)."""
         cursor = self.jobs.find({"_id": {"$in": job_ids}, **FREE}, {"fence": 1})
         return {doc["_id"]: int(doc["fence"]) async for doc in in_one_batch(cursor, len(job_ids))}
-
-    async def _winners(self, claims: Sequence[Claim], tokens: dict[str, int]) -> list[Job]:
-        """The jobs that now carry the lease token their claim computed, in the claims' order."""
-        if not tokens:
-            return []
-        cursor = in_one_batch(self.jobs.find({"_id": {"$in": list(tokens)}}), len(tokens))
-        leased = {doc["_id"]: job_from_document(doc) async for doc in cursor}
-        return [
-            job
-            for claim in claims
-            if (job := leased.pop(claim.job_id, None)) is not None
-            and job.lease is not None
-            and (job.lease.owner, job.lease.token) == (claim.owner, tokens[claim.job_id])
-        ]
 
     @translating_errors
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
@@ -439,46 +360,6 @@ class MongoStore(MongoDatabase):
         )
         return [execution_from_document(doc) async for doc in cursor]
 
-    # -- the outbox -------------------------------------------------------------------------------
-
-    async def _write_events(self, executions: Sequence[Execution], source: str | None) -> None:
-        """The executions' events, in one command; one stored already (a replay) is left."""
-        if source is not None and executions:
-            documents = [event_document(e, source) for e in executions]
-            await insert_ignoring_duplicates(self.outbox, documents)
-
-    @translating_errors
-    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
-        cursor = self.outbox.find({"sent_at_us": None}).sort(OUTBOX_ORDER).limit(limit)
-        return [outbox_event_from_document(doc) async for doc in in_one_batch(cursor, limit)]
-
-    @translating_errors
-    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
-        for ids in chunks(event_ids, 1000):
-            await self.outbox.update_many(
-                {"_id": {"$in": list(ids)}, "sent_at_us": None},
-                {"$set": {"sent_at_us": exact_micros(now)}},
-            )
-
-    @translating_errors
-    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
-        old = {"sent_at_us": {"$ne": None, "$lt": exact_micros(before)}}
-        cursor = self.outbox.find(old, {"_id": 1}).limit(limit)
-        ids = [doc["_id"] async for doc in in_one_batch(cursor, limit)]
-        if not ids:
-            return 0
-        result = await self.outbox.delete_many({"_id": {"$in": ids}, **old})
-        return int(result.deleted_count)
-
-    @translating_errors
-    async def outbox_backlog(self) -> OutboxBacklog:
-        unsent = await self.outbox.count_documents({"sent_at_us": None})
-        oldest = await self.outbox.find_one({"sent_at_us": None}, sort=OUTBOX_ORDER)
-        return OutboxBacklog(
-            unsent=unsent,
-            oldest_written_at=None if oldest is None else from_micros(oldest["written_us"]),
-        )
-
     # -- executions -----------------------------------------------------------------------------
 
     @translating_errors
@@ -506,239 +387,3 @@ class MongoStore(MongoDatabase):
             cursor = collection.find(wanted, {"scheduled_at_us": 1})
             found |= {from_micros(doc["scheduled_at_us"]) async for doc in cursor}
         return found
-
-    # -- run requests (trigger, retry, backfill) -------------------------------------------------
-
-    @translating_errors
-    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
-        if requests:
-            await insert_ignoring_duplicates(self.requests, [request_document(r) for r in requests])
-
-    @translating_errors
-    async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
-        wanted = {"job_id": job_id, "scheduled_at_us": exact_micros(scheduled_at)}
-        return await self.requests.find_one(wanted, {"_id": 1}) is not None
-
-    @translating_errors
-    async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
-        return await self.requests.count_documents({"job_id": job_id, "reason": reason})
-
-    @translating_errors
-    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
-        """Two reads a page: the due requests, then their jobs (those not leased). Usually one
-        page; another only while requests of leased jobs filled the one before."""
-        pairs: list[tuple[RunRequest, Job]] = []
-        after: RunRequest | None = None
-        while len(pairs) < limit:
-            page = await self._due_requests_page(now, after, limit)
-            pairs += (await self._with_free_jobs(page))[: limit - len(pairs)]
-            if len(page) < limit:
-                break
-            after = page[-1]
-        return pairs
-
-    async def _due_requests_page(
-        self, now: datetime, after: RunRequest | None, limit: int
-    ) -> list[RunRequest]:
-        due: Doc = {"not_before_us": {"$lte": exact_micros(now)}}
-        if after is not None:
-            at = exact_micros(after.not_before)
-            due = {
-                **due,
-                "$or": [
-                    {"not_before_us": {"$gt": at}},
-                    {"not_before_us": at, "_id": {"$gt": after.id}},
-                ],
-            }
-        cursor = self.requests.find(due).sort([("not_before_us", ASCENDING), ("_id", ASCENDING)])
-        return [request_from_document(doc) async for doc in in_one_batch(cursor, limit)]
-
-    async def _with_free_jobs(self, requests: list[RunRequest]) -> list[tuple[RunRequest, Job]]:
-        if not requests:
-            return []
-        job_ids = list({r.job_id for r in requests})
-        cursor = self.jobs.find({"_id": {"$in": job_ids}, "lease": None})
-        jobs = {
-            doc["_id"]: job_from_document(doc) async for doc in in_one_batch(cursor, len(job_ids))
-        }
-        return [(r, jobs[r.job_id]) for r in requests if r.job_id in jobs]
-
-    @translating_errors
-    async def claim_run_requests(
-        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
-    ) -> list[tuple[RunRequest, Job]]:
-        if not claims:
-            return []
-        ids = list({c.job_id for c in claims})
-        cursor = self.jobs.find({"_id": {"$in": ids}, "lease": None}, {"fence": 1})
-        tokens = {doc["_id"]: int(doc["fence"]) + 1 async for doc in in_one_batch(cursor, len(ids))}
-        first_claims = {c.job_id: c for c in reversed(claims) if c.job_id in tokens}
-        updates = [request_claim(c, tokens[c.job_id]) for c in first_claims.values()]
-        await self._update_each(self.jobs, updates)
-        won = {job.id: job for job in await self._winners(list(first_claims.values()), tokens)}
-        pairs: list[tuple[RunRequest, Job]] = []
-        for request, claim in zip(requests, claims, strict=True):
-            job = won.pop(claim.job_id, None)
-            if job is not None:
-                pairs.append((request, job))
-        if pairs:
-            await self.requests.delete_many({"_id": {"$in": [r.id for r, _ in pairs]}})
-        return pairs
-
-    # -- dead letters and retention ----------------------------------------------------------------
-
-    @translating_errors
-    async def mark_dead_letters(
-        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
-    ) -> set[str]:
-        """One read of the candidates, then one filtered update each: the update's own filter
-        is the compare-and-set, its count says who won."""
-        if not execution_ids or not states:
-            return set()
-        wanted = {
-            "_id": {"$in": list(execution_ids)},
-            "dead_letter": {"$in": list(map(str, states))},
-        }
-        cursor = self.executions.find(wanted, {"_id": 1})
-        candidates = [doc["_id"] async for doc in in_one_batch(cursor, len(execution_ids))]
-        moved = set()
-        for execution_id in candidates:
-            result = await self.executions.update_one(
-                {"_id": execution_id, "dead_letter": {"$in": list(map(str, states))}},
-                {"$set": {"dead_letter": str(to)}},
-            )
-            if result.modified_count == 1:
-                moved.add(execution_id)
-        return moved
-
-    @translating_errors
-    async def count_dead_letters(self) -> dict[str, int]:
-        pipeline: list[Doc] = [
-            {"$match": {"dead_letter": DeadLetter.OPEN.value}},
-            {"$group": {"_id": "$handler", "n": {"$sum": 1}}},
-        ]
-        return {
-            doc["_id"]: int(doc["n"]) async for doc in await self.executions.aggregate(pipeline)
-        }
-
-    @translating_errors
-    async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
-        """By age: the oldest prunable ones, less those as new as their job's newest (FerretDB
-        1.24 has no window functions, nor $first or $max in $group). By count: the jobs with
-        too many (one $group of $sum), then for each the N-th newest, and what is older."""
-        scope = retention_scope(retention)
-        deleted = 0
-        if retention.days:
-            before = exact_micros(now - timedelta(days=retention.days))
-            deleted += await self._prune_by_age(scope, before, limit)
-        if retention.max_per_job and deleted < limit:
-            deleted += await self._prune_by_count(scope, retention.max_per_job, limit - deleted)
-        return deleted
-
-    async def _prune_by_age(self, scope: Doc, before: int, limit: int) -> int:
-        """Page through the old ones, oldest first, past those that are their job's newest (at
-        most one a job), until `limit` are found or none is left."""
-        old = {**scope, **PRUNABLE, "finished_at_us": {"$lt": before}}
-        order = [("finished_at_us", ASCENDING), ("_id", ASCENDING)]
-        ids: list[str] = []
-        after: list[Doc] | None = None
-        while len(ids) < limit:
-            page_filter = old if after is None else {**old, "$or": after}
-            fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1}
-            cursor = self.executions.find(page_filter, fields)
-            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
-            if not page:
-                break
-            newest = await self._newest_per_job(list({doc["job_id"] for doc in page}))
-            ids += [d["_id"] for d in page if d["scheduled_at_us"] < newest.get(d["job_id"], 0)]
-            after = _after(page[-1], "finished_at_us")
-            if len(page) < limit:
-                break
-        return await self._delete_executions(ids[:limit])
-
-    async def _newest_per_job(self, job_ids: list[str]) -> dict[str, int]:
-        """One indexed read a job (executions_by_job): FerretDB 1.24's $group has no $max."""
-        newest: dict[str, int] = {}
-        for job_id in job_ids:
-            doc = await self.executions.find_one(
-                {"job_id": job_id}, {"scheduled_at_us": 1}, sort=NEWEST_FIRST
-            )
-            if doc is not None:
-                newest[job_id] = int(doc["scheduled_at_us"])
-        return newest
-
-    async def _prune_by_count(self, scope: Doc, keep: int, limit: int) -> int:
-        pipeline: list[Doc] = [
-            {"$match": scope},
-            {"$group": {"_id": "$job_id", "n": {"$sum": 1}}},
-            {"$match": {"n": {"$gt": keep}}},
-            {"$limit": limit},
-        ]
-        crowded = [doc["_id"] async for doc in await self.executions.aggregate(pipeline)]
-        deleted = 0
-        for job_id in crowded:
-            if deleted >= limit:
-                break
-            deleted += await self._prune_beyond(job_id, keep, limit - deleted)
-        return deleted
-
-    async def _prune_beyond(self, job_id: str, keep: int, limit: int) -> int:
-        """Delete what is older than the job's `keep`-th newest execution (kept itself)."""
-        ranked = self.executions.find({"job_id": job_id}, {"scheduled_at_us": 1}).sort(NEWEST_FIRST)
-        last_kept = [doc async for doc in ranked.skip(keep - 1).limit(1)]
-        if not last_kept:
-            return 0
-        at, last_id = last_kept[0]["scheduled_at_us"], last_kept[0]["_id"]
-        older = {
-            "job_id": job_id,
-            **PRUNABLE,
-            "$or": [
-                {"scheduled_at_us": {"$lt": at}},
-                {"scheduled_at_us": at, "_id": {"$lt": last_id}},
-            ],
-        }
-        cursor = in_one_batch(self.executions.find(older, {"_id": 1}), limit)
-        return await self._delete_executions([doc["_id"] async for doc in cursor])
-
-    async def _delete_executions(self, ids: list[str]) -> int:
-        if not ids:
-            return 0
-        # Filtered again: a dead letter opened or a run restarted since the read is kept.
-        result = await self.executions.delete_many({"_id": {"$in": ids}, **PRUNABLE})
-        return result.deleted_count
-
-    @translating_errors
-    async def prune_changes(self, before: datetime, *, limit: int) -> int:
-        """As _prune_by_age: pages of the oldest, past each job's newest entry."""
-        old: Doc = {"at_us": {"$lt": exact_micros(before)}}
-        order = [("at_us", ASCENDING), ("_id", ASCENDING)]
-        ids: list[str] = []
-        after: list[Doc] | None = None
-        while len(ids) < limit:
-            cursor = self.changes.find(old if after is None else {**old, "$or": after})
-            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
-            if not page:
-                break
-            newest = await self._newest_change_per_job({doc["job_id"] for doc in page})
-            ids += [doc["_id"] for doc in page if doc["at_us"] < newest[doc["job_id"]]]
-            after = _after(page[-1], "at_us")
-            if len(page) < limit:
-                break
-        if not ids:
-            return 0
-        return (await self.changes.delete_many({"_id": {"$in": ids[:limit]}})).deleted_count
-
-    async def _newest_change_per_job(self, job_ids: set[str]) -> dict[str, int]:
-        newest: dict[str, int] = {}
-        for job_id in job_ids:
-            last = await self.changes.find_one(
-                {"job_id": job_id}, {"at_us": 1}, sort=[("at_us", DESCENDING), ("_id", DESCENDING)]
-            )
-            newest[job_id] = int(last["at_us"]) if last else 0
-        return newest
-
-
-def _after(doc: Doc, field: str) -> list[Doc]:
-    """What sorts after `doc` by (field, _id): an $or."""
-    at = doc[field]
-    return [{field: {"$gt": at}}, {field: at, "_id": {"$gt": doc["_id"]}}]

@@ -1,0 +1,116 @@
+"""What the job store's parts on MongoDB share: its collections, its indexes, and the few
+helpers every part uses (bounded bulk updates, the due and claim reads, writing events)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, ParamSpec, TypeVar
+
+from pymongo import (
+    AsyncMongoClient,
+    IndexModel,
+    ReplaceOne,
+    UpdateMany,
+    UpdateOne,
+)
+from pymongo.asynchronous.collection import AsyncCollection
+
+from scheduler.codec import (
+    Doc,
+)
+from scheduler.model import Execution, Job
+from scheduler.ports import Claim
+from scheduler.storage.mongodb import (
+    MongoDatabase,
+    chunks,
+    in_one_batch,
+    insert_ignoring_duplicates,
+    translating_errors,
+)
+from scheduler.store.mongodb_documents import (
+    CHANGE_INDEXES,
+    EXECUTION_INDEXES,
+    JOB_INDEXES,
+    OUTBOX_INDEXES,
+    REQUEST_INDEXES,
+    event_document,
+    job_from_document,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Client = AsyncMongoClient[Doc]
+Collection = AsyncCollection[Doc]
+Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
+
+
+class MongoCollections(MongoDatabase):
+    """The job store's collections and indexes."""
+
+    INDEXES: ClassVar[Mapping[str, Sequence[IndexModel]]] = {
+        "jobs": JOB_INDEXES,
+        "executions": EXECUTION_INDEXES,
+        "job_changes": CHANGE_INDEXES,
+        "run_requests": REQUEST_INDEXES,
+        "outbox": OUTBOX_INDEXES,
+    }
+
+    # -- collections ----------------------------------------------------------------------------
+
+    @property
+    def jobs(self) -> Collection:
+        return self.database["jobs"]
+
+    @property
+    def executions(self) -> Collection:
+        return self.database["executions"]
+
+    @property
+    def changes(self) -> Collection:
+        return self.database["job_changes"]
+
+    @property
+    def requests(self) -> Collection:
+        return self.database["run_requests"]
+
+    @property
+    def instances(self) -> Collection:
+        return self.database["instances"]
+
+    @property
+    def outbox(self) -> Collection:
+        return self.database["outbox"]
+
+    @translating_errors
+    async def ping(self) -> None:
+        await self.database.command("ping")
+
+    async def _update_each(self, collection: Collection, updates: Sequence[Update]) -> None:
+        for batch in chunks(updates, self._statements_per_update):
+            await collection.bulk_write(batch, ordered=False)
+
+    async def _find_jobs(self, query: Doc, *, sort: list[tuple[str, int]], limit: int) -> list[Job]:
+        if limit <= 0:  # pymongo reads a limit of 0 as "no limit"
+            return []
+        cursor = in_one_batch(self.jobs.find(query).sort(sort), limit)
+        return [job_from_document(doc) async for doc in cursor]
+
+    async def _write_events(self, executions: Sequence[Execution], source: str | None) -> None:
+        """The executions' events, in one command; one stored already (a replay) is left."""
+        if source is not None and executions:
+            documents = [event_document(e, source) for e in executions]
+            await insert_ignoring_duplicates(self.outbox, documents)
+
+    async def _winners(self, claims: Sequence[Claim], tokens: dict[str, int]) -> list[Job]:
+        """The jobs that now carry the lease token their claim computed, in the claims' order."""
+        if not tokens:
+            return []
+        cursor = in_one_batch(self.jobs.find({"_id": {"$in": list(tokens)}}), len(tokens))
+        leased = {doc["_id"]: job_from_document(doc) async for doc in cursor}
+        return [
+            job
+            for claim in claims
+            if (job := leased.pop(claim.job_id, None)) is not None
+            and job.lease is not None
+            and (job.lease.owner, job.lease.token) == (claim.owner, tokens[claim.job_id])
+        ]

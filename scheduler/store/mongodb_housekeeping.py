@@ -1,0 +1,245 @@
+"""The job store's housekeeping on MongoDB: the event outbox the relay drains, dead letters,
+and retention (pruning old executions and history in bounded batches, off the hot path)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import ParamSpec, TypeVar
+
+from pymongo import (
+    ASCENDING,
+    DESCENDING,
+    AsyncMongoClient,
+    ReplaceOne,
+    UpdateMany,
+    UpdateOne,
+)
+from pymongo.asynchronous.collection import AsyncCollection
+
+from scheduler.codec import (
+    Doc,
+    exact_micros,
+)
+from scheduler.model import DeadLetter
+from scheduler.ports import (
+    OutboxBacklog,
+    OutboxEvent,
+    Retention,
+)
+from scheduler.storage.mongodb import (
+    chunks,
+    from_micros,
+    in_one_batch,
+    translating_errors,
+)
+from scheduler.store.mongodb_base import MongoCollections
+from scheduler.store.mongodb_documents import (
+    NEWEST_FIRST,
+    OUTBOX_ORDER,
+    PRUNABLE,
+    outbox_event_from_document,
+    retention_scope,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Client = AsyncMongoClient[Doc]
+Collection = AsyncCollection[Doc]
+Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
+
+
+class MongoHousekeeping(MongoCollections):
+    """The outbox, dead letters and retention of MongoStore."""
+
+    # -- the outbox -------------------------------------------------------------------------------
+
+    @translating_errors
+    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
+        cursor = self.outbox.find({"sent_at_us": None}).sort(OUTBOX_ORDER).limit(limit)
+        return [outbox_event_from_document(doc) async for doc in in_one_batch(cursor, limit)]
+
+    @translating_errors
+    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
+        for ids in chunks(event_ids, 1000):
+            await self.outbox.update_many(
+                {"_id": {"$in": list(ids)}, "sent_at_us": None},
+                {"$set": {"sent_at_us": exact_micros(now)}},
+            )
+
+    @translating_errors
+    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
+        old = {"sent_at_us": {"$ne": None, "$lt": exact_micros(before)}}
+        cursor = self.outbox.find(old, {"_id": 1}).limit(limit)
+        ids = [doc["_id"] async for doc in in_one_batch(cursor, limit)]
+        if not ids:
+            return 0
+        result = await self.outbox.delete_many({"_id": {"$in": ids}, **old})
+        return int(result.deleted_count)
+
+    @translating_errors
+    async def outbox_backlog(self) -> OutboxBacklog:
+        unsent = await self.outbox.count_documents({"sent_at_us": None})
+        oldest = await self.outbox.find_one({"sent_at_us": None}, sort=OUTBOX_ORDER)
+        return OutboxBacklog(
+            unsent=unsent,
+            oldest_written_at=None if oldest is None else from_micros(oldest["written_us"]),
+        )
+
+    # -- dead letters and retention ----------------------------------------------------------------
+
+    @translating_errors
+    async def mark_dead_letters(
+        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
+    ) -> set[str]:
+        """One read of the candidates, then one filtered update each: the update's own filter
+        is the compare-and-set, its count says who won."""
+        if not execution_ids or not states:
+            return set()
+        wanted = {
+            "_id": {"$in": list(execution_ids)},
+            "dead_letter": {"$in": list(map(str, states))},
+        }
+        cursor = self.executions.find(wanted, {"_id": 1})
+        candidates = [doc["_id"] async for doc in in_one_batch(cursor, len(execution_ids))]
+        moved = set()
+        for execution_id in candidates:
+            result = await self.executions.update_one(
+                {"_id": execution_id, "dead_letter": {"$in": list(map(str, states))}},
+                {"$set": {"dead_letter": str(to)}},
+            )
+            if result.modified_count == 1:
+                moved.add(execution_id)
+        return moved
+
+    @translating_errors
+    async def count_dead_letters(self) -> dict[str, int]:
+        pipeline: list[Doc] = [
+            {"$match": {"dead_letter": DeadLetter.OPEN.value}},
+            {"$group": {"_id": "$handler", "n": {"$sum": 1}}},
+        ]
+        return {
+            doc["_id"]: int(doc["n"]) async for doc in await self.executions.aggregate(pipeline)
+        }
+
+    @translating_errors
+    async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
+        """By age: the oldest prunable ones, less those as new as their job's newest (FerretDB
+        1.24 has no window functions, nor $first or $max in $group). By count: the jobs with
+        too many (one $group of $sum), then for each the N-th newest, and what is older."""
+        scope = retention_scope(retention)
+        deleted = 0
+        if retention.days:
+            before = exact_micros(now - timedelta(days=retention.days))
+            deleted += await self._prune_by_age(scope, before, limit)
+        if retention.max_per_job and deleted < limit:
+            deleted += await self._prune_by_count(scope, retention.max_per_job, limit - deleted)
+        return deleted
+
+    async def _prune_by_age(self, scope: Doc, before: int, limit: int) -> int:
+        """Page through the old ones, oldest first, past those that are their job's newest (at
+        most one a job), until `limit` are found or none is left."""
+        old = {**scope, **PRUNABLE, "finished_at_us": {"$lt": before}}
+        order = [("finished_at_us", ASCENDING), ("_id", ASCENDING)]
+        ids: list[str] = []
+        after: list[Doc] | None = None
+        while len(ids) < limit:
+            page_filter = old if after is None else {**old, "$or": after}
+            fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1}
+            cursor = self.executions.find(page_filter, fields)
+            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
+            if not page:
+                break
+            newest = await self._newest_per_job(list({doc["job_id"] for doc in page}))
+            ids += [d["_id"] for d in page if d["scheduled_at_us"] < newest.get(d["job_id"], 0)]
+            after = _after(page[-1], "finished_at_us")
+            if len(page) < limit:
+                break
+        return await self._delete_executions(ids[:limit])
+
+    async def _newest_per_job(self, job_ids: list[str]) -> dict[str, int]:
+        """One indexed read a job (executions_by_job): FerretDB 1.24's $group has no $max."""
+        newest: dict[str, int] = {}
+        for job_id in job_ids:
+            doc = await self.executions.find_one(
+                {"job_id": job_id}, {"scheduled_at_us": 1}, sort=NEWEST_FIRST
+            )
+            if doc is not None:
+                newest[job_id] = int(doc["scheduled_at_us"])
+        return newest
+
+    async def _prune_by_count(self, scope: Doc, keep: int, limit: int) -> int:
+        pipeline: list[Doc] = [
+            {"$match": scope},
+            {"$group": {"_id": "$job_id", "n": {"$sum": 1}}},
+            {"$match": {"n": {"$gt": keep}}},
+            {"$limit": limit},
+        ]
+        crowded = [doc["_id"] async for doc in await self.executions.aggregate(pipeline)]
+        deleted = 0
+        for job_id in crowded:
+            if deleted >= limit:
+                break
+            deleted += await self._prune_beyond(job_id, keep, limit - deleted)
+        return deleted
+
+    async def _prune_beyond(self, job_id: str, keep: int, limit: int) -> int:
+        """Delete what is older than the job's `keep`-th newest execution (kept itself)."""
+        ranked = self.executions.find({"job_id": job_id}, {"scheduled_at_us": 1}).sort(NEWEST_FIRST)
+        last_kept = [doc async for doc in ranked.skip(keep - 1).limit(1)]
+        if not last_kept:
+            return 0
+        at, last_id = last_kept[0]["scheduled_at_us"], last_kept[0]["_id"]
+        older = {
+            "job_id": job_id,
+            **PRUNABLE,
+            "$or": [
+                {"scheduled_at_us": {"$lt": at}},
+                {"scheduled_at_us": at, "_id": {"$lt": last_id}},
+            ],
+        }
+        cursor = in_one_batch(self.executions.find(older, {"_id": 1}), limit)
+        return await self._delete_executions([doc["_id"] async for doc in cursor])
+
+    async def _delete_executions(self, ids: list[str]) -> int:
+        if not ids:
+            return 0
+        # Filtered again: a dead letter opened or a run restarted since the read is kept.
+        result = await self.executions.delete_many({"_id": {"$in": ids}, **PRUNABLE})
+        return result.deleted_count
+
+    @translating_errors
+    async def prune_changes(self, before: datetime, *, limit: int) -> int:
+        """As _prune_by_age: pages of the oldest, past each job's newest entry."""
+        old: Doc = {"at_us": {"$lt": exact_micros(before)}}
+        order = [("at_us", ASCENDING), ("_id", ASCENDING)]
+        ids: list[str] = []
+        after: list[Doc] | None = None
+        while len(ids) < limit:
+            cursor = self.changes.find(old if after is None else {**old, "$or": after})
+            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
+            if not page:
+                break
+            newest = await self._newest_change_per_job({doc["job_id"] for doc in page})
+            ids += [doc["_id"] for doc in page if doc["at_us"] < newest[doc["job_id"]]]
+            after = _after(page[-1], "at_us")
+            if len(page) < limit:
+                break
+        if not ids:
+            return 0
+        return (await self.changes.delete_many({"_id": {"$in": ids[:limit]}})).deleted_count
+
+    async def _newest_change_per_job(self, job_ids: set[str]) -> dict[str, int]:
+        newest: dict[str, int] = {}
+        for job_id in job_ids:
+            last = await self.changes.find_one(
+                {"job_id": job_id}, {"at_us": 1}, sort=[("at_us", DESCENDING), ("_id", DESCENDING)]
+            )
+            newest[job_id] = int(last["at_us"]) if last else 0
+        return newest
+
+
+def _after(doc: Doc, field: str) -> list[Doc]:
+    """What sorts after `doc` by (field, _id): an $or."""
+    at = doc[field]
+    return [{field: {"$gt": at}}, {field: at, "_id": {"$gt": doc["_id"]}}]
