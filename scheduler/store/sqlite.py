@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from scheduler.codec import (
@@ -28,24 +28,16 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
-    OutboxBacklog,
-    OutboxEvent,
-    Retention,
-    RunRequest,
-    StoreError,
 )
-from scheduler.storage.sqlite import (
-    SQLiteFile,
-)
+from scheduler.store.sqlite_housekeeping import SQLiteHousekeeping
+from scheduler.store.sqlite_requests import SQLiteRequests
 from scheduler.store.sqlite_rows import (
     DEFINITION_COLUMNS,
     EXECUTION_COLUMNS,
     FREE,
     JOB_COLUMNS,
     REQUEST_COLUMNS,
-    SCHEMA,
     UNHANDLED,
-    add_missing_columns,
     execution_filters,
     execution_from_row,
     execution_row,
@@ -56,7 +48,6 @@ from scheduler.store.sqlite_rows import (
     job_filters,
     job_from_row,
     job_row,
-    outbox_event_from_row,
     record_change_row,
     release_sql,
     to_row,
@@ -66,34 +57,8 @@ from scheduler.store.sqlite_rows import (
 T = TypeVar("T")
 
 
-class SQLiteStore(SQLiteFile):
-    SCHEMA = SCHEMA
-
-    # -- plumbing -------------------------------------------------------------------------------
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            if self._db is None:
-                raise StoreError("the store is not open")
-            try:
-                with self._db:  # one transaction: committed on return, rolled back on error
-                    return fn(self._db)
-            except sqlite3.Error as exc:
-                error = StoreError(f"sqlite: {exc}")
-                # A constraint no retry satisfies; a busy or locked database is worth another go.
-                error.transient = not isinstance(exc, sqlite3.IntegrityError)
-                raise error from exc
-
-        return await self._in_thread(call)
-
-    def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
-        add_missing_columns(db)
-        # Python's sqlite3 opens transactions itself only for DML; make them explicit.
-        db.isolation_level = "DEFERRED"
-        return db
-
-    async def ping(self) -> None:
-        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
+    """Jobs and executions in one SQLite file: a batch of the engine is one transaction."""
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -147,19 +112,11 @@ class SQLiteStore(SQLiteFile):
     async def get_job_by_name(self, name: str) -> Job | None:
         return await self._one_job("SELECT * FROM jobs WHERE name = ?", (name,))
 
-    async def _one_job(self, sql: str, args: tuple[Any, ...]) -> Job | None:
-        row = await self._run(lambda db: db.execute(sql, args).fetchone())
-        return None if row is None else job_from_row(row)
-
     async def list_jobs(self, query: JobQuery | None = None) -> list[Job]:
         query = query or JobQuery()
         where, args = job_filters(query)
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         return await self._jobs(sql + " ORDER BY name LIMIT ?", (*args, query.limit))
-
-    async def _jobs(self, sql: str, args: Sequence[Any]) -> list[Job]:
-        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
-        return [job_from_row(row) for row in rows]
 
     async def delete_job(
         self, job_id: str, change: JobChange | None = None, *, expected_revision: int | None = None
@@ -191,79 +148,8 @@ class SQLiteStore(SQLiteFile):
         rows = await self._run(lambda db: db.execute(sql, (*args, limit)).fetchall())
         return [JobChange(**from_row(row, key="id")) for row in rows]
 
-    # -- run requests (trigger, retry, backfill) -------------------------------------------------
-
     async def record_change(self, change: JobChange) -> None:
         await self._run(lambda db: record_change_row(db, change))
-
-    async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
-        sql = "SELECT 1 FROM run_requests WHERE job_id = ? AND scheduled_at = ? LIMIT 1"
-        args = (job_id, micros(scheduled_at))
-        return await self._run(lambda db: db.execute(sql, args).fetchone()) is not None
-
-    async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
-        sql = "SELECT COUNT(*) FROM run_requests WHERE job_id = ? AND reason = ?"
-        row = await self._run(lambda db: db.execute(sql, (job_id, reason)).fetchone())
-        return int(row[0])
-
-    async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
-        rows = [to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
-        sql = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
-        await self._run(lambda db: db.executemany(sql, rows))
-
-    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
-        sql = (
-            "SELECT r.id AS request_id FROM run_requests r JOIN jobs j ON j.id = r.job_id "
-            "WHERE r.not_before <= ? AND j.lease_token IS NULL ORDER BY r.not_before, r.id LIMIT ?"
-        )
-
-        def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
-            pairs = []
-            for (request_id,) in db.execute(sql, (micros(now), limit)).fetchall():
-                request = db.execute("SELECT * FROM run_requests WHERE id = ?", (request_id,))
-                row = request.fetchone()
-                job = db.execute("SELECT * FROM jobs WHERE id = ?", (row["job_id"],)).fetchone()
-                pairs.append((row, job))
-            return pairs
-
-        return [
-            (RunRequest(**from_row(request, key="id")), job_from_row(job))
-            for request, job in await self._run(due)
-        ]
-
-    async def claim_run_requests(
-        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
-    ) -> list[tuple[RunRequest, Job]]:
-        update = (
-            "UPDATE jobs SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
-            "lease_token = fence + 1 WHERE id = ? AND revision = ? AND lease_token IS NULL"
-        )
-
-        def claim(db: sqlite3.Connection) -> list[tuple[RunRequest, sqlite3.Row]]:
-            won = []
-            for request, c in zip(requests, claims, strict=True):
-                if db.execute(update, (c.owner, micros(c.until), c.job_id, c.revision)).rowcount:
-                    db.execute("DELETE FROM run_requests WHERE id = ?", (request.id,))
-                    job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,)).fetchone()
-                    won.append((request, job))
-            return won
-
-        return [(request, job_from_row(row)) for request, row in await self._run(claim)]
-
-    async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
-        if not scheduled_ats:
-            return set()
-        marks = ",".join("?" * len(scheduled_ats))
-        times = [micros(t) for t in scheduled_ats]
-        sql = (
-            f"SELECT scheduled_at FROM executions WHERE job_id = ? AND scheduled_at IN ({marks}) "
-            f"UNION SELECT scheduled_at FROM run_requests WHERE job_id = ? "
-            f"AND scheduled_at IN ({marks})"
-        )
-        rows = await self._run(
-            lambda db: db.execute(sql, (job_id, *times, job_id, *times)).fetchall()
-        )
-        return {from_micros(row[0]) for row in rows if row[0] is not None}  # type: ignore[misc]
 
     # -- the engine's batch operations ----------------------------------------------------------
 
@@ -449,115 +335,3 @@ class SQLiteStore(SQLiteFile):
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         rows = await self._run(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
-
-    # -- the outbox -------------------------------------------------------------------------------
-
-    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
-        sql = "SELECT * FROM outbox WHERE sent_at IS NULL ORDER BY seq LIMIT ?"
-        rows = await self._run(lambda db: db.execute(sql, (limit,)).fetchall())
-        return [outbox_event_from_row(row) for row in rows]
-
-    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
-        sql = "UPDATE outbox SET sent_at = ? WHERE id = ? AND sent_at IS NULL"
-        rows = [(micros(now), event_id) for event_id in event_ids]
-        if rows:
-            await self._run(lambda db: db.executemany(sql, rows))
-
-    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
-        sql = (
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE sent_at IS NOT NULL "
-            "AND sent_at < ? ORDER BY sent_at LIMIT ?)"
-        )
-        args = (micros(before), limit)
-        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
-
-    async def outbox_backlog(self) -> OutboxBacklog:
-        sql = "SELECT count(*), min(written_at) FROM outbox WHERE sent_at IS NULL"
-        row = await self._run(lambda db: db.execute(sql).fetchone())
-        return OutboxBacklog(unsent=int(row[0]), oldest_written_at=from_micros(row[1]))
-
-    # -- dead letters and retention ----------------------------------------------------------------
-
-    async def mark_dead_letters(
-        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
-    ) -> set[str]:
-        if not execution_ids or not states:
-            return set()
-        ids = ",".join("?" * len(execution_ids))
-        marks = ",".join("?" * len(states))
-        sql = (
-            f"UPDATE executions SET dead_letter = ? WHERE id IN ({ids}) "
-            f"AND dead_letter IN ({marks}) RETURNING id"
-        )
-        args = (str(to), *execution_ids, *(str(state) for state in states))
-        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
-        return {row[0] for row in rows}
-
-    async def count_dead_letters(self) -> dict[str, int]:
-        sql = "SELECT handler, count(*) FROM executions WHERE dead_letter = ? GROUP BY handler"
-        rows = await self._run(lambda db: db.execute(sql, (DeadLetter.OPEN,)).fetchall())
-        return {row[0]: int(row[1]) for row in rows}
-
-    async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
-        """The age bound walks executions_by_finish; the count bound ranks each job's
-        executions in one pass of executions_by_job (a window function)."""
-        where, args = _retention_scope(retention)
-        prunable = (
-            f"status != 'running' AND (dead_letter IS NULL OR dead_letter NOT IN {UNHANDLED})"
-        )
-        statements: list[tuple[str, tuple[Any, ...]]] = []
-        if retention.days:
-            before = micros(now - timedelta(days=retention.days))
-            statements.append(
-                (
-                    "SELECT e.id FROM executions e WHERE e.finished_at < ? "
-                    f"AND {prunable} {where} AND EXISTS (SELECT 1 FROM executions n WHERE "
-                    "n.job_id = e.job_id AND (n.scheduled_at, n.id) > (e.scheduled_at, e.id)) "
-                    "ORDER BY e.finished_at LIMIT ?",
-                    (before, *args),
-                )
-            )
-        if retention.max_per_job:
-            statements.append(
-                (
-                    "SELECT id FROM (SELECT id, status, dead_letter, ROW_NUMBER() OVER ("
-                    "PARTITION BY job_id ORDER BY scheduled_at DESC, id DESC) AS newer "
-                    f"FROM executions e WHERE 1 = 1 {where}) "
-                    f"WHERE newer > ? AND {prunable} LIMIT ?",
-                    (*args, retention.max_per_job),
-                )
-            )
-
-        def prune(db: sqlite3.Connection) -> int:
-            deleted = 0
-            for select, select_args in statements:
-                if deleted >= limit:
-                    break
-                ids = [row[0] for row in db.execute(select, (*select_args, limit - deleted))]
-                marks = ",".join("?" * len(ids))
-                if ids:
-                    deleted += db.execute(
-                        f"DELETE FROM executions WHERE id IN ({marks})", ids
-                    ).rowcount
-            return deleted
-
-        return await self._run(prune)
-
-    async def prune_changes(self, before: datetime, *, limit: int) -> int:
-        sql = (
-            "DELETE FROM job_changes WHERE id IN (SELECT c.id FROM job_changes c WHERE c.at < ? "
-            "AND EXISTS (SELECT 1 FROM job_changes n WHERE n.job_id = c.job_id "
-            "AND (n.at, n.id) > (c.at, c.id)) ORDER BY c.at LIMIT ?)"
-        )
-        args = (micros(before), limit)
-        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
-
-
-def _retention_scope(retention: Retention) -> tuple[str, tuple[str, ...]]:
-    """The executions a retention covers, as a condition on `e` to AND with others."""
-    if retention.handler is not None:
-        return "AND e.handler = ?", (retention.handler,)
-    if retention.except_handlers:
-        marks = ",".join("?" * len(retention.except_handlers))
-        return f"AND e.handler NOT IN ({marks})", retention.except_handlers
-    return "", ()

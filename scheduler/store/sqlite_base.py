@@ -1,0 +1,63 @@
+"""What the job store's parts on SQLite share: the transaction every call runs in, the schema
+and the reads of jobs the other parts use."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from scheduler.model import Job
+from scheduler.ports import (
+    StoreError,
+)
+from scheduler.storage.sqlite import (
+    SQLiteFile,
+)
+from scheduler.store.sqlite_rows import (
+    SCHEMA,
+    add_missing_columns,
+    job_from_row,
+)
+
+T = TypeVar("T")
+
+
+class SQLiteTables(SQLiteFile):
+    """One transaction per call, on the store's own thread; its errors as StoreError."""
+
+    SCHEMA = SCHEMA
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            if self._db is None:
+                raise StoreError("the store is not open")
+            try:
+                with self._db:  # one transaction: committed on return, rolled back on error
+                    return fn(self._db)
+            except sqlite3.Error as exc:
+                error = StoreError(f"sqlite: {exc}")
+                # A constraint no retry satisfies; a busy or locked database is worth another go.
+                error.transient = not isinstance(exc, sqlite3.IntegrityError)
+                raise error from exc
+
+        return await self._in_thread(call)
+
+    def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        add_missing_columns(db)
+        # Python's sqlite3 opens transactions itself only for DML; make them explicit.
+        db.isolation_level = "DEFERRED"
+        return db
+
+    async def ping(self) -> None:
+        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+
+    async def _jobs(self, sql: str, args: Sequence[Any]) -> list[Job]:
+        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
+        return [job_from_row(row) for row in rows]
+
+    async def _one_job(self, sql: str, args: tuple[Any, ...]) -> Job | None:
+        row = await self._run(lambda db: db.execute(sql, args).fetchone())
+        return None if row is None else job_from_row(row)
