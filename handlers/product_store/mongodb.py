@@ -46,364 +46,65 @@ Ids. The product may use ObjectIds; ids travel as strings and every query matche
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any
 
-import bson
-from bson import ObjectId, Regex
 from pymongo import (
     ASCENDING,
     DESCENDING,
-    AsyncMongoClient,
-    IndexModel,
     ReplaceOne,
     ReturnDocument,
     UpdateOne,
 )
-from pymongo.asynchronous.collection import AsyncCollection
 
 from handlers.product_store import (
-    TRUE_PATTERN,
     Alert,
     Bounce,
     Doc,
     Notification,
-    PriceCheck,
     Reschedule,
     RuleKey,
     RuleUpdate,
     bounce_key,
 )
 from handlers.product_store.documents import (
-    PriceWrite,
     bounce_from_doc,
     by_alert,
     notification_from_doc,
     notification_to_doc,
-    price_entries,
-    price_writes,
-    rule_conditions,
-    rule_fields,
     rules_sending_email,
 )
+from handlers.product_store.mongodb_prices import (
+    MongoPrices,
+)
+from handlers.product_store.mongodb_queries import (
+    CLAIM_RETENTION,
+    CLAIMED,
+    DONE,
+    DUE_ORDER,
+    EMAIL_PENDING,
+    OLDEST_FIRST,
+    RELEASED,
+    alert_write,
+    due_filter,
+    id_filter,
+    id_forms,
+    next_claim,
+    reschedule_write,
+    written_by,
+)
 from scheduler.storage.mongodb import (
-    MongoDatabase,
-    chunks,
-    client_options,
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,
 )
 
-P = ParamSpec("P")
-T = TypeVar("T")
-Client = AsyncMongoClient[Doc]
-Documents = AsyncCollection[Doc]
 
-DUE_ORDER = [("nextCheckAt", ASCENDING), ("_id", ASCENDING)]
-OLDEST_FIRST = [("createdAt", ASCENDING), ("_id", ASCENDING)]
-# What is waiting for an email (and may be claimed, unless a live claim holds it).
-EMAIL_PENDING: Doc = {"notifyEmail": True, "emailedAt": None, "emailFailedAt": None}
-# A claim's state: held by a scan until `until`; done (emailed or given up); handed back.
-CLAIMED, DONE, RELEASED = "claimed", "done", "released"
-# An alert's conditional write (many fields of several rules) took FerretDB's PostgreSQL handler
-# about 7 ms at 2,000 alerts (its SQLite handler 100 to 500 ms, hence a bound of its own).
-FERRETDB_ALERT_WRITES_PER_COMMAND = 10
-SOCKET_TIMEOUT_MS = 30_000
-# Claims older than this are deleted: far longer than any scan that could still act on one.
-CLAIM_RETENTION = timedelta(days=1)
-# Missing or null (never priced) sorts first, then the longest ago.
-PRICE_ORDER = [("priceCheckedAt", ASCENDING), ("_id", ASCENDING)]
-NEWEST_FIRST = [("checkedAt", DESCENDING), ("_id", DESCENDING)]
-# Quota slots of a key older than this are deleted (by the first reservation of a day).
-QUOTA_RETENTION = timedelta(days=7)
-# Rounds of a reservation that lost slots to others and has already been granted some: it then
-# returns what it has rather than retrying on. One granted nothing retries while there is room.
-QUOTA_ROUNDS = 5
-# Keys and days whose top slot a store remembers; past this, it starts over.
-QUOTA_TOPS_REMEMBERED = 1000
-
-ALERT_INDEXES = [IndexModel(DUE_ORDER, name="alerts_due")]
-# Every stored form of `active` that handlers.product_store.is_true accepts: `1` matches an int,
-# a long and a double.
-ACTIVE: Doc = {"$in": [True, 1, Regex(TRUE_PATTERN)]}
-NOTIFICATION_INDEXES = [
-    IndexModel(
-        [*((field, ASCENDING) for field in EMAIL_PENDING), *OLDEST_FIRST],
-        name="notifications_to_email",
-    ),
-    IndexModel([("userId", ASCENDING), *OLDEST_FIRST], name="notifications_by_user"),
-]
-PART_INDEXES = [IndexModel(PRICE_ORDER, name="parts_to_price")]
-PRICE_HISTORY_INDEXES = [
-    IndexModel(
-        [("partId", ASCENDING), ("checkedAt", ASCENDING), ("_id", ASCENDING)],
-        name="price_history_by_part",
-    ),
-]
-QUOTA_SLOT_INDEXES = [
-    IndexModel([("key", ASCENDING), ("day", ASCENDING), ("n", ASCENDING)], name="quota_slots"),
-]
-BOUNCE_INDEXES = [IndexModel([("lastAt", DESCENDING)], name="bounces_recent_first")]
-CLAIM_INDEXES = [
-    IndexModel([("notificationId", ASCENDING), ("seq", ASCENDING)], name="claims_latest"),
-    IndexModel([("token", ASCENDING), ("state", ASCENDING)], name="claims_by_token"),
-    IndexModel([("at", ASCENDING)], name="claims_by_age"),
-]
-
-
-def product_client_options(url: str) -> dict[str, Any]:
-    """The job store's client options, with a longer socket timeout: the scanner's bulk writes
-    are heavier than the engine's (on FerretDB's SQLite handler they took seconds), and a scan
-    has minutes."""
-    options = client_options(url)
-    if "socketTimeoutMS" in options:
-        options["socketTimeoutMS"] = SOCKET_TIMEOUT_MS
-    return options
-
-
-def id_forms(ids: Iterable[str]) -> list[Any]:
-    """Each id as a string and, when it can be one, as an ObjectId or a 64-bit integer (ids of
-    imported data): matches any of them."""
-    forms: list[Any] = []
-    for value in dict.fromkeys(ids):
-        forms.append(value)
-        if ObjectId.is_valid(value):
-            forms.append(ObjectId(value))
-        elif _is_int64_text(value):
-            forms.append(int(value))
-    return forms
-
-
-@dataclass(frozen=True)
-class StoredId:
-    """An `_id` as read, compared and hashed by its BSON encoding: 7 is neither 7.0 nor "7",
-    and an id that is a document can key a dict too."""
-
-    value: Any = field(compare=False)
-    encoded: bytes
-
-
-def stored_id(value: Any) -> StoredId:
-    return StoredId(value, bson.encode({"_id": value}))
-
-
-PartKey = tuple[str, StoredId | None]
-
-
-def checks_by_part(checks: Sequence[PriceCheck]) -> dict[PartKey, list[PriceCheck]]:
-    """The checks of each part, in order, by (id as text, `_id` as read when given)."""
-    by_part: dict[PartKey, list[PriceCheck]] = {}
-    for check in checks:
-        as_read = None if check.stored_id is None else stored_id(check.stored_id)
-        by_part.setdefault((check.part_id, as_read), []).append(check)
-    return by_part
-
-
-def matched_ids(wanted: Iterable[PartKey], found: Sequence[Any]) -> dict[PartKey, Any]:
-    """Each wanted part -> the `_id` stored for it: the one read, if found, else a found `_id`
-    whose text it is."""
-    found_as_is = {stored_id(stored) for stored in found}
-    by_text: dict[str, Any] = {}
-    for stored in found:
-        by_text.setdefault(str(stored), stored)
-    matched: dict[PartKey, Any] = {}
-    for part_id, as_read in wanted:
-        if as_read is not None:
-            if as_read in found_as_is:
-                matched[(part_id, as_read)] = as_read.value
-        elif part_id in by_text:
-            matched[(part_id, as_read)] = by_text[part_id]
-    return matched
-
-
-def _is_int64_text(value: str) -> bool:
-    try:
-        number = int(value)
-    except ValueError:
-        return False
-    return str(number) == value and -(2**63) <= number < 2**63
-
-
-def due_filter(now: datetime) -> Doc:
-    # `$not: {$gt}` also matches an unset nextCheckAt; a condition on `rules.active` is "some
-    # rule is active" (FerretDB's $elemMatch cannot say it).
-    return {"active": ACTIVE, "rules.active": ACTIVE, "nextCheckAt": {"$not": {"$gt": now}}}
-
-
-def next_claim(
-    latest: Doc | None, notification_id: str, *, now: datetime, token: str, until: datetime
-) -> Doc | None:
-    """The claim a scan inserts to take a notification, or None while another claim holds it
-    (live) or it is done. Its `_id` follows the latest claim's: two scans that read the same
-    latest claim insert the same `_id`, and only one of them can."""
-    if latest is not None and _holds(latest, now):
-        return None
-    seq = 1 if latest is None else int(latest["seq"]) + 1
-    return {
-        "_id": f"{notification_id}#{seq}",
-        "notificationId": notification_id,
-        "seq": seq,
-        "token": token,
-        "until": until,
-        "state": CLAIMED,
-        "at": now,
-    }
-
-
-def _holds(claim: Doc, now: datetime) -> bool:
-    return bool(claim["state"] == DONE or (claim["state"] == CLAIMED and claim["until"] >= now))
-
-
-def price_write(part_id: Any, write: PriceWrite) -> UpdateOne:
-    """A part's price write, by its `_id` as stored (looked up by key on FerretDB)."""
-    update: Doc = {"$set": write.sets}
-    if write.unsets:
-        update["$unset"] = dict.fromkeys(write.unsets, "")
-    return UpdateOne({"_id": part_id}, update)
-
-
-def to_price(checked_before: datetime) -> Doc:
-    # `$not: {$gte}` also matches a missing or null priceCheckedAt (never priced).
-    return {"priceCheckedAt": {"$not": {"$gte": checked_before}}}
-
-
-def quota_slot(key: str, day: date, n: int, at: datetime) -> Doc:
-    """The n-th unit of `key`'s quota on `day`: its `_id` can be inserted once."""
-    return {
-        "_id": f"{key}|{day.isoformat()}|{n:08d}",
-        "key": key,
-        "day": day.isoformat(),
-        "n": n,
-        "at": at,
-    }
-
-
-def id_filter(alert_id: str) -> Any:
-    """Equality on `_id` (which FerretDB looks up by key; `$in` it scans for), or both forms for
-    an id that may be an ObjectId."""
-    return {"$in": id_forms([alert_id])} if ObjectId.is_valid(alert_id) else alert_id
-
-
-def alert_write(updates: list[RuleUpdate]) -> UpdateOne:
-    """One alert's rule updates and nextCheckAt, if every rule they touch is still as read.
-
-    Conditions are per field (`rules.<i>.<field>`), not on whole rules: the same test, which
-    FerretDB evaluates about ten times faster than equality of embedded documents."""
-    conditions = {
-        f"rules.{u.index}.{field}": value
-        for u in updates
-        for field, value in rule_conditions(u.rule_as_read).items()
-    }
-    changes = {
-        f"rules.{u.index}.{field}": value
-        for u in updates
-        for field, value in rule_fields(u).items()
-    }
-    return UpdateOne(
-        {"_id": id_filter(updates[0].alert_id), **conditions},
-        {"$set": {**changes, "nextCheckAt": updates[0].next_check_at}},
-    )
-
-
-def reschedule_write(reschedule: Reschedule) -> UpdateOne:
-    return UpdateOne(
-        {"_id": id_filter(reschedule.alert_id), "nextCheckAt": reschedule.next_check_at_as_read},
-        {"$set": {"nextCheckAt": reschedule.next_check_at}},
-    )
-
-
-def written_by(doc: Doc, update: RuleUpdate) -> bool:
-    """Whether the rule at the update's position now carries this scan's write."""
-    rules = doc.get("rules")
-    if not isinstance(rules, list) or not 0 <= update.index < len(rules):
-        return False
-    rule = rules[update.index]
-    return (
-        isinstance(rule, dict)
-        and rule.get("id") == update.rule_as_read.get("id")
-        and rule.get("lastScanId") == update.scan_id
-    )
-
-
-class MongoProductStore(MongoDatabase):
+class MongoProductStore(MongoPrices):
     """Alerts, parts and notifications in MongoDB; every batch is a bounded number of commands.
     A URL gives it a client of its own, with a longer socket timeout (product_client_options);
     it may also share the job store's client."""
-
-    INDEXES: ClassVar[Mapping[str, Sequence[IndexModel]]] = {
-        "alerts": ALERT_INDEXES,
-        "notifications": NOTIFICATION_INDEXES,
-        "emailClaims": CLAIM_INDEXES,
-        "parts": PART_INDEXES,
-        "priceHistory": PRICE_HISTORY_INDEXES,
-        "quotaSlots": QUOTA_SLOT_INDEXES,
-        "emailBounces": BOUNCE_INDEXES,
-    }
-    WHAT: ClassVar[str] = "the product store"
-
-    def __init__(self, target: str | Client, *, database: str | None = None) -> None:
-        super().__init__(target, database=database)
-        # The email claims this store won and has not ended: notification id -> claim id, and
-        # the notifications of each claiming token.
-        self._claims: dict[str, str] = {}
-        self._claims_of_token: dict[str, set[str]] = {}
-        # The highest quota slot known taken, by key and day (a lower bound: others take more).
-        self._quota_tops: dict[tuple[str, date], int] = {}
-
-    def client_options(self, url: str) -> dict[str, Any]:
-        return product_client_options(url)
-
-    # -- collections ----------------------------------------------------------------------------
-
-    @property
-    def alerts(self) -> Documents:
-        return self.database["alerts"]
-
-    @property
-    def part_docs(self) -> Documents:
-        return self.database["parts"]
-
-    @property
-    def notification_docs(self) -> Documents:
-        return self.database["notifications"]
-
-    @property
-    def email_claims(self) -> Documents:
-        return self.database["emailClaims"]
-
-    @property
-    def price_history_docs(self) -> Documents:
-        return self.database["priceHistory"]
-
-    @property
-    def lease_docs(self) -> Documents:
-        return self.database["leases"]
-
-    @property
-    def quota_slots(self) -> Documents:
-        return self.database["quotaSlots"]
-
-    @property
-    def bounce_docs(self) -> Documents:
-        return self.database["emailBounces"]
-
-    async def _bulk(
-        self, collection: Documents, writes: Sequence[Any], *, heavy: bool = False
-    ) -> None:
-        """In commands of the size FerretDB can take (one command on MongoDB). FerretDB commits
-        each statement on its own; alert writes go FERRETDB_ALERT_WRITES_PER_COMMAND a command,
-        well within the socket timeout."""
-        size = self._statements_per_update
-        if size is not None and heavy:
-            size = FERRETDB_ALERT_WRITES_PER_COMMAND
-        for batch in chunks(writes, size):
-            await collection.bulk_write(batch, ordered=False)
-
-    async def _find(self, collection: Documents, query: Doc, **options: Any) -> list[Doc]:
-        return [doc async for doc in collection.find(query, **options)]
 
     # -- the scan -------------------------------------------------------------------------------
 
@@ -600,113 +301,6 @@ class MongoProductStore(MongoDatabase):
     async def clear_bounce(self, address: str) -> bool:
         deleted = await self.bounce_docs.delete_one({"_id": bounce_key(address)})
         return deleted.deleted_count == 1
-
-    # -- the catalogue walk ---------------------------------------------------------------------
-
-    @translating_errors
-    async def parts_to_price(self, *, checked_before: datetime, limit: int) -> list[Doc]:
-        if limit <= 0:
-            return []
-        cursor = self.part_docs.find(to_price(checked_before)).sort(PRICE_ORDER)
-        return [doc async for doc in in_one_batch(cursor, limit)]
-
-    @translating_errors
-    async def record_price_checks(self, checks: Sequence[PriceCheck]) -> set[str]:
-        if not checks:
-            return set()
-        by_part = checks_by_part(checks)
-        # The parts that exist: none is created, and each write then goes by its `_id` as
-        # stored alone. By the id as read where the caller kept it, else by its string forms.
-        as_read = {key: key[1].value for key in by_part if key[1] is not None}
-        forms = list(as_read.values()) + id_forms(key[0] for key in by_part if key not in as_read)
-        found = await self._find(self.part_docs, {"_id": {"$in": forms}}, projection={"_id": 1})
-        stored = matched_ids(by_part, [doc["_id"] for doc in found])
-        updates = [price_write(stored[key], price_writes(by_part[key])[key[0]]) for key in stored]
-        if updates:
-            await self._bulk(self.part_docs, updates)
-        entries = price_entries([check for key in stored for check in by_part[key]])
-        if entries:
-            await insert_ignoring_duplicates(self.price_history_docs, entries)
-        return {part_id for part_id, _ in stored}
-
-    @translating_errors
-    async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
-        if limit <= 0:
-            return []
-        cursor = self.price_history_docs.find({"partId": part_id}).sort(NEWEST_FIRST)
-        return [doc async for doc in in_one_batch(cursor, limit)]
-
-    @translating_errors
-    async def reserve_quota(self, key: str, day: date, *, limit: int, want: int) -> int:
-        """Slots top + 1... inserted, round after round while others take some first. A round
-        that loses a slot finds a higher top next time, so the rounds end once the limit is
-        reached; and a reservation given nothing tries again until then (0 means spent)."""
-        granted = 0
-        at = datetime.now(UTC)  # for people reading the slots; no query uses it
-        for round_ in range(1, limit + 2):
-            remembered = self._quota_tops.get((key, day))
-            top = await self._top_slot(key, day) if remembered is None else remembered
-            slots = [
-                quota_slot(key, day, n, at)
-                for n in range(top + 1, min(top + want - granted, limit) + 1)
-            ]
-            if not slots and remembered is not None:
-                # Spent, as far as this store knows: make sure (ops may have deleted slots).
-                self._remember_top(key, day, None)
-                continue
-            if not slots:
-                break
-            refused = await insert_ignoring_duplicates(self.quota_slots, slots)
-            granted += len(slots) - len(refused)
-            self._remember_top(key, day, slots[-1]["n"] if len(refused) < len(slots) else None)
-            if top == 0 and 0 not in refused:  # this day's first slot: forget old days
-                cutoff = (day - QUOTA_RETENTION).isoformat()
-                await self.quota_slots.delete_many({"key": key, "day": {"$lt": cutoff}})
-            if granted >= want or (granted > 0 and round_ >= QUOTA_ROUNDS):
-                break
-        return granted
-
-    def _remember_top(self, key: str, day: date, top: int | None) -> None:
-        """Every slot number tried is taken now, by this store or another, so the next
-        reservation starts past them without reading the top (FerretDB reads every slot of the
-        collection for it). After a round that won nothing, others are ahead: forget, read."""
-        if top is None:
-            self._quota_tops.pop((key, day), None)
-            return
-        if len(self._quota_tops) > QUOTA_TOPS_REMEMBERED:
-            self._quota_tops.clear()
-        self._quota_tops[(key, day)] = top
-
-    async def _top_slot(self, key: str, day: date) -> int:
-        """The highest slot number taken of the day (0 before the first)."""
-        cursor = self.quota_slots.find({"key": key, "day": day.isoformat()}, projection={"n": 1})
-        top = await cursor.sort("n", DESCENDING).limit(1).to_list()
-        return int(top[0]["n"]) if top else 0
-
-    @translating_errors
-    async def quota_used(self, key: str, day: date) -> int:
-        return await self.quota_slots.count_documents({"key": key, "day": day.isoformat()})
-
-    @translating_errors
-    async def take_lease(self, name: str, *, owner: str, until: datetime, now: datetime) -> bool:
-        """An insert on the lease's `_id`, which one taker wins; a hold that ended is deleted
-        first, by its exact owner and end, so a hold taken meanwhile is not."""
-        hold = {"_id": name, "owner": owner, "until": until}
-        if not await insert_ignoring_duplicates(self.lease_docs, [hold]):
-            return True
-        current = await self.lease_docs.find_one({"_id": name})
-        if current is not None and current["owner"] == owner:
-            await self.lease_docs.update_one({"_id": name}, {"$set": {"until": until}})
-            return True
-        if current is not None and current["until"] >= now:
-            return False
-        if current is not None:
-            await self.lease_docs.delete_one(current)
-        return not await insert_ignoring_duplicates(self.lease_docs, [hold])
-
-    @translating_errors
-    async def release_lease(self, name: str, *, owner: str) -> None:
-        await self.lease_docs.delete_one({"_id": name, "owner": owner})
 
     # -- data for the demo, the tests and the app -----------------------------------------------
 

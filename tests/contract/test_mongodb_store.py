@@ -18,7 +18,8 @@ from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import InvalidOperation
 
 import scheduler.storage.mongodb
-from handlers.product_store.mongodb import ALERT_INDEXES, MongoProductStore
+from handlers.product_store.mongodb import MongoProductStore
+from handlers.product_store.mongodb_queries import ALERT_INDEXES
 from scheduler.codec import Doc, exact_micros
 from scheduler.model import Job
 from scheduler.ports import Claim, StoreError
