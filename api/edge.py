@@ -13,7 +13,6 @@ script of another origin cannot without a preflight, which the API never allows.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -23,6 +22,7 @@ from aiohttp import web
 from api.problems import ApiError
 from api.routing import TOKENS, WRITES
 from api.unsubscribe import PUBLIC_PATHS
+from scheduler.urls import is_loopback
 
 # Read-only, no job data: local scrapers and health checks reach them by whatever name.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -74,15 +74,6 @@ def check_same_origin(request: web.Request) -> None:
 def is_loopback_authority(authority: str) -> bool:
     match = _AUTHORITY.fullmatch(authority.strip())
     return match is not None and is_loopback(match[1])
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _same_origin(origin: str, request: web.Request) -> bool:

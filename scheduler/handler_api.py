@@ -47,6 +47,7 @@ from scheduler.model import (
 )
 from scheduler.ports import Mailer, MailError
 from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
+from scheduler.urls import is_loopback
 
 # What handlers may use besides the context: the HTTP guard's error, policy and helpers, and
 # masking.
@@ -72,6 +73,7 @@ __all__ = [
     "SystemJob",
     "failure_reason",
     "handler",
+    "is_loopback",
     "is_secret_name",
     "mask",
     "read_prefix",

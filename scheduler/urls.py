@@ -1,8 +1,19 @@
-"""Backend URLs: the local path in an embedded one."""
+"""Backend URLs (the local path in an embedded one) and loopback hosts."""
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost`, or an address in 127.0.0.0/8 or ::1 (brackets allowed)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
 
 
 def local_path(url: str) -> str:

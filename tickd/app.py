@@ -11,7 +11,7 @@ import contextlib
 import logging
 import random
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from aiohttp import web
@@ -33,7 +33,6 @@ from scheduler.metrics import Metrics
 from scheduler.observers import RunObserver
 from scheduler.ports import EventPublisher, Lock, Ports
 from scheduler.registry import HandlerRegistry
-from scheduler.relay import Relay
 from scheduler.retention import Housekeeper
 from scheduler.storage import open_patiently
 from scheduler.store import open_store
@@ -183,31 +182,26 @@ def build_api(
     if engine is not None and dispatch:
         app.cleanup_ctx.append(dispatching(engine))
         # The events the store writes with the executions (the outbox), to the publisher.
-        app.cleanup_ctx.append(relaying(engine.relay))
+        # What the relay has not sent at shutdown stays in the store, to go out after a restart.
+        app.cleanup_ctx.append(running_beside("relay", engine.relay.run))
         # Retention and the dead-letter gauge, on their own slow timer beside the dispatcher.
         housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)
-        app.cleanup_ctx.append(housekeeping(housekeeper))
+        app.cleanup_ctx.append(running_beside("housekeeper", housekeeper.run))
     return app
 
 
-def housekeeping(housekeeper: Housekeeper) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def context(app: web.Application) -> AsyncIterator[None]:
-        stop = asyncio.Event()
-        task = asyncio.create_task(housekeeper.run(stop), name="housekeeper")
-        yield
-        stop.set()
-        await task
-
-    return context
-
-
-def relaying(relay: Relay) -> Callable[[web.Application], AsyncIterator[None]]:
-    """The outbox relay runs beside the dispatcher; what it has not sent at shutdown stays in
-    the store and goes out after the restart."""
+def running_beside(
+    name: str,
+    run: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+    on_end: Callable[[asyncio.Task[None]], None] | None = None,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A task that starts with the application and, told to stop, ends with it, gracefully."""
 
     async def context(app: web.Application) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        task = asyncio.create_task(relay.run(stop), name="relay")
+        task = asyncio.create_task(run(stop), name=name)
+        if on_end is not None:
+            task.add_done_callback(on_end)
         yield
         stop.set()
         await task
@@ -216,17 +210,8 @@ def relaying(relay: Relay) -> Callable[[web.Application], AsyncIterator[None]]:
 
 
 def dispatching(engine: Engine) -> Callable[[web.Application], AsyncIterator[None]]:
-    """The dispatcher starts with the application and stops with it, gracefully."""
-
-    async def context(app: web.Application) -> AsyncIterator[None]:
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop), name="dispatcher")
-        task.add_done_callback(_dispatcher_ended)
-        yield
-        stop.set()
-        await task
-
-    return context
+    """The dispatcher: if it dies, the daemon stops (see _dispatcher_ended)."""
+    return running_beside("dispatcher", engine.run, _dispatcher_ended)
 
 
 def _dispatcher_ended(task: asyncio.Task[None]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
 
@@ -16,6 +15,7 @@ from scheduler.ports import Ports
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import scrub_text
 from scheduler.storage import StartupAborted
+from scheduler.urls import is_loopback
 from tickd.app import (
     Resources,
     api_resources,
@@ -91,15 +91,6 @@ def check_exposure(settings: Settings) -> None:
             "token of 32 characters or more, e.g. from `openssl rand -base64 32`), or listen on "
             "loopback only (TICKD_API_HOST=127.0.0.1)",
         )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def serve(app: web.Application, settings: Settings, stop: asyncio.Event) -> None:

@@ -17,11 +17,12 @@ A bad value is a ValueError naming the setting.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from scheduler.handler_api import is_loopback
 
 CONFIG_TABLE = "handler_settings.alert_scanner"
 MIN_SECRET_CHARS = 32
@@ -93,18 +94,9 @@ def _base_url(config: Mapping[str, Any], name: str) -> str | None:
         raise ValueError(f"{where}: spaces, quotes, angle brackets and control characters")
     if parts.query or parts.fragment or parts.username is not None or not parts.hostname:
         raise ValueError(f"{where}: scheme, host and path only (no query, fragment or login)")
-    if parts.scheme != "https" and not (parts.scheme == "http" and _loopback(parts.hostname)):
+    if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback(parts.hostname)):
         raise ValueError(f"{where}: https:// (http:// only for a loopback host)")
     return url
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _secret(value: Any) -> str | None:

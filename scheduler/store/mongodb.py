@@ -23,17 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import ParamSpec, TypeVar
 
 from pymongo import (
     ASCENDING,
     DESCENDING,
-    AsyncMongoClient,
-    ReplaceOne,
-    UpdateMany,
-    UpdateOne,
 )
-from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from scheduler.codec import (
@@ -84,12 +78,6 @@ from scheduler.store.mongodb_documents import (
 )
 from scheduler.store.mongodb_housekeeping import MongoHousekeeping
 from scheduler.store.mongodb_requests import MongoRequests
-
-P = ParamSpec("P")
-T = TypeVar("T")
-Client = AsyncMongoClient[Doc]
-Collection = AsyncCollection[Doc]
-Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 
 
 class MongoStore(MongoRequests, MongoHousekeeping):

@@ -4,10 +4,9 @@ helpers every part uses (bounded bulk updates, the due and claim reads, writing 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, ParamSpec, TypeVar
+from typing import ClassVar
 
 from pymongo import (
-    AsyncMongoClient,
     IndexModel,
     ReplaceOne,
     UpdateMany,
@@ -37,9 +36,6 @@ from scheduler.store.mongodb_documents import (
     job_from_document,
 )
 
-P = ParamSpec("P")
-T = TypeVar("T")
-Client = AsyncMongoClient[Doc]
 Collection = AsyncCollection[Doc]
 Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import ParamSpec, TypeVar
 
 from pymongo import (
     ASCENDING,
     DESCENDING,
-    AsyncMongoClient,
-    ReplaceOne,
-    UpdateMany,
-    UpdateOne,
 )
-from pymongo.asynchronous.collection import AsyncCollection
 
 from scheduler.codec import (
     Doc,
@@ -41,12 +35,6 @@ from scheduler.store.mongodb_documents import (
     outbox_event_from_document,
     retention_scope,
 )
-
-P = ParamSpec("P")
-T = TypeVar("T")
-Client = AsyncMongoClient[Doc]
-Collection = AsyncCollection[Doc]
-Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 
 
 class MongoHousekeeping(MongoCollections):

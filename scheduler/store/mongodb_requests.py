@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ParamSpec, TypeVar
 
 from pymongo import (
     ASCENDING,
-    AsyncMongoClient,
-    ReplaceOne,
-    UpdateMany,
-    UpdateOne,
 )
-from pymongo.asynchronous.collection import AsyncCollection
 
 from scheduler.codec import (
     Doc,
@@ -37,12 +31,6 @@ from scheduler.store.mongodb_documents import (
     request_document,
     request_from_document,
 )
-
-P = ParamSpec("P")
-T = TypeVar("T")
-Client = AsyncMongoClient[Doc]
-Collection = AsyncCollection[Doc]
-Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 
 
 class MongoRequests(MongoCollections):
