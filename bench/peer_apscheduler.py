@@ -19,6 +19,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def measure(store: str, count: int, timeout: float) -> dict[str, Any]:
         time.sleep(0.1)
     starts = list(apscheduler_job.STARTS)
     scheduler.shutdown(wait=False)
+    shutil.rmtree(folder, ignore_errors=True)
     return _summary(store, count, due_s, insert_s, starts, timed_out=len(starts) < count)
 
 
