@@ -53,8 +53,20 @@ unit: install
 	$(BIN)/pytest
 	cd examples/tickd-example-plugin && ../../$(BIN)/pytest
 
-bench: install
-	$(BIN)/python -m bench.engine_throughput
+## Every figure of issue 10 in one run, side by side (about 20 minutes): bursts and steady load
+## through the real daemon on the embedded and the real stack, APScheduler on the same bursts,
+## the bare floor of each store, a py-spy profile. Tables on stdout, var/bench/results.json and
+## .md. Not part of `make test`. BENCH_ARGS passes options (python -m bench.run --help), e.g.
+## BENCH_ARGS="--steady-seconds 60 --no-real".
+BENCH_STAMP := $(VENV)/.bench-stamp
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: services $(BENCH_STAMP)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

@@ -2,8 +2,9 @@
 
 The engine's cost per run is the store's cost per run plus its own (locking, planning, events,
 metrics, the worker pool). So the peer, measured in the same process on a store of the same kind,
-is the bare sequence of store calls one run needs without an engine around them; the ratio says
-how much of a run's time is the engine's.
+is the bare sequence of store calls one run needs without an engine around them (bench/floor.py);
+the ratio says how much of a run's time is the engine's. In one process, through the engine's
+drain(), not the daemon: `python -m bench.run` (make bench) measures the daemon as users run it.
 
     python -m bench.engine_throughput [--jobs 2000] [--store-url sqlite:///...]
 
@@ -17,9 +18,9 @@ import asyncio
 import json
 import tempfile
 import time
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+from bench.floor import due_jobs, store_floor
 from handlers.noop import noop
 from scheduler.clock import SystemClock
 from scheduler.config import Settings
@@ -27,23 +28,10 @@ from scheduler.events.log import NullPublisher
 from scheduler.lock.memory import MemoryLock
 from scheduler.mail.outbox import OutboxMailer
 from scheduler.metrics import Metrics
-from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
-from scheduler.ports import Advance, Claim, Finish, Ports, Store
+from scheduler.ports import Ports, Store
 from scheduler.registry import HandlerRegistry
 from scheduler.store import open_store
 from tickd.app import build_engine
-
-
-def due_jobs(count: int, now: datetime, prefix: str) -> list[Job]:
-    return [
-        Job(
-            name=f"{prefix}-{i:06}",
-            handler="noop",
-            schedule=IntervalSchedule(every_seconds=3600),
-            next_run_at=now - timedelta(seconds=1),
-        )
-        for i in range(count)
-    ]
 
 
 async def engine_run(store: Store, count: int, workers: int) -> float:
@@ -65,57 +53,6 @@ async def engine_run(store: Store, count: int, workers: int) -> float:
     elapsed = time.perf_counter() - started
     await engine.shutdown()
     return elapsed
-
-
-async def store_floor(store: Store, count: int, batch: int) -> float:
-    """The store calls of `count` runs, batched as the dispatcher batches them, no engine."""
-    now = datetime.now(UTC)
-    await store.insert_missing_jobs(due_jobs(count, now, "floor"))
-    started = time.perf_counter()
-    while jobs := await store.due_jobs(now, batch):
-        claims = [
-            Claim(
-                job_id=j.id,
-                revision=j.revision,
-                next_run_at=j.next_run_at or now,
-                owner="floor",
-                until=now + timedelta(minutes=1),
-            )
-            for j in jobs
-        ]
-        claimed = await store.claim_jobs(claims, now)
-        runs = [_running(j, now) for j in claimed]
-        await store.insert_executions(runs)
-        done = [replace(r, status=Status.SUCCESS, finished_at=now, duration_ms=0.0) for r in runs]
-        await store.finish_executions([Finish(d, _advance(d, now)) for d in done])
-    return time.perf_counter() - started
-
-
-def _running(job: Job, now: datetime) -> Execution:
-    assert job.lease is not None
-    return Execution(
-        job_id=job.id,
-        job_name=job.name,
-        handler=job.handler,
-        scheduled_at=now,
-        status=Status.RUNNING,
-        started_at=now,
-        owner="floor",
-        token=job.lease.token,
-    )
-
-
-def _advance(execution: Execution, now: datetime) -> Advance:
-    return Advance(
-        revision=1,
-        next_run_at=now + timedelta(hours=1),
-        enabled=True,
-        consecutive_failures=0,
-        paused_reason=None,
-        last_execution=ExecutionSummary(
-            execution_id=execution.id, status=Status.SUCCESS, finished_at=now
-        ),
-    )
 
 
 async def fresh_store(url: str | None) -> Store:

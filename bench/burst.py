@@ -1,0 +1,125 @@
+"""Burst: N no-op one-shot jobs due in the same second (1 % of them critical), the real daemon.
+
+The jobs are written into the store before the daemon starts, all due at T, a few seconds after
+the daemon is up. Drain time is T to the end of the last run; executions/s is the jobs run over
+that; missed is the jobs with no run; run twice counts extra runs of one occurrence.
+
+    python -m bench.burst --stack embedded --jobs 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.records import RAN, lag_summary, run_twice
+from bench.stack import Stack, embedded_stack, real_stack
+from bench.trial import at, observed_fields, timed_insert, watch
+from scheduler.model import Job, OnceSchedule, Priority
+
+CRITICAL_EVERY = 100  # 1 %
+# Seconds between the daemon's start and the jobs' due time; the daemon needs about 1-2 s.
+LEAD_SECONDS = {"embedded": 5.0, "real": 8.0}
+# Seconds per job to write them (measured: SQLite about 30 us, FerretDB about 1 ms), doubled.
+INSERT_SECONDS_PER_JOB = {"embedded": 60e-6, "real": 2e-3}
+
+
+def burst_jobs(count: int, due: float, prefix: str) -> list[Job]:
+    when = at(due)
+    return [
+        Job(
+            name=f"{prefix}-{'c' if i % CRITICAL_EVERY == 0 else 'n'}-{i:06}",
+            handler="noop",
+            schedule=OnceSchedule(at=when),
+            next_run_at=when,
+            priority=Priority.CRITICAL if i % CRITICAL_EVERY == 0 else Priority.NORMAL,
+        )
+        for i in range(count)
+    ]
+
+
+def run_burst(
+    stack: Stack,
+    count: int,
+    *,
+    timeout_seconds: float,
+    log_level: str = "INFO",
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    """One burst on a fresh stack (cleaned up afterwards)."""
+    try:
+        lead = LEAD_SECONDS[stack.kind] + count * INSERT_SECONDS_PER_JOB[stack.kind]
+        due = math.ceil(time.time() + lead)
+        insert_s = timed_insert(stack, burst_jobs(count, due, "burst"))
+        seen = watch(
+            stack,
+            "burst",
+            due=due,
+            done=lambda finished, _elapsed: finished >= count,
+            timeout_seconds=timeout_seconds,
+            stall_seconds=min(60.0, timeout_seconds),
+            log_level=log_level,
+            profile=profile,
+        )
+    finally:
+        stack.cleanup()
+    result = _summary(stack.kind, count, due, insert_s, seen.records)
+    if seen.timed_out:
+        # Not drained: the rate is that of the runs seen before the watch gave up.
+        result["drain_s"] = None
+    return result | observed_fields(seen, _executed(seen.records))
+
+
+def _executed(records: list[Any]) -> int:
+    return len({r.job_id for r in records if r.status in RAN})
+
+
+def _summary(
+    kind: str, count: int, due: float, insert_s: float, records: list[Any]
+) -> dict[str, Any]:
+    ran = [r for r in records if r.status in RAN]
+    executed = _executed(records)
+    last_end = max((r.finished_at for r in ran if r.finished_at is not None), default=None)
+    drain = None if last_end is None else last_end - due
+    critical = [r for r in ran if r.job_name.startswith("burst-c-")]
+    return {
+        "stack": kind,
+        "jobs": count,
+        "critical_jobs": math.ceil(count / CRITICAL_EVERY),
+        "insert_s": round(insert_s, 2),
+        "executed": executed,
+        "missed": count - executed,
+        "run_twice": run_twice(records),
+        "failed": sum(1 for r in ran if r.status != "success"),
+        "drain_s": None if drain is None else round(drain, 2),
+        "executions_per_s": round(executed / drain) if drain and drain > 0 else None,
+        **lag_summary(ran),
+        **{f"critical_{k}": v for k, v in lag_summary(critical).items() if k != "runs"},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--stack", choices=("embedded", "real"), default="embedded")
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--profile", type=Path)
+    args = parser.parse_args()
+    stack = embedded_stack() if args.stack == "embedded" else real_stack()
+    result = run_burst(
+        stack,
+        args.jobs,
+        timeout_seconds=args.timeout,
+        log_level=args.log_level,
+        profile=args.profile,
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

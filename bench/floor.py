@@ -1,0 +1,248 @@
+"""The bare floor of a store: the batched store calls of N runs, no engine around them.
+
+Per batch (100 on SQLite, 40 on FerretDB, its safe bulk size): the due query, the claim, the
+executions recorded as running, and their ends (finish_executions: executions final, jobs
+advanced, leases cleared). What the engine does beyond this (lock, planning, workers, metrics,
+events, logs, and the ticks' other queries) is the engine's cost; this is the ceiling.
+
+Round trips are counted too: MongoDB commands through pymongo's command monitoring, SQLite
+transactions (one store call, one trip to the store's thread) and statements (the sqlite3 trace
+callback: each execution of a statement, every row of an executemany). On SQLite the counted run
+is a second run, since a Python callback per statement slows the floor it would be counting.
+
+    python -m bench.floor --stack embedded --jobs 30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import monitoring
+
+from bench.stack import Stack, embedded_stack, real_stack
+from bench.trial import insert_jobs
+from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
+from scheduler.ports import Advance, Claim, Finish, Store
+from scheduler.store import open_store
+from scheduler.store.sqlite import SQLiteStore
+
+
+class CommandCounter(monitoring.CommandListener):
+    """Every command pymongo sends while `counting` (registered once, for every client)."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.commands: Counter[str] = Counter()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.counting:
+            self.commands[event.command_name] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+COMMANDS = CommandCounter()
+monitoring.register(COMMANDS)
+
+
+def due_jobs(count: int, now: datetime, prefix: str) -> list[Job]:
+    return [
+        Job(
+            name=f"{prefix}-{i:06}",
+            handler="noop",
+            schedule=IntervalSchedule(every_seconds=3600),
+            next_run_at=now - timedelta(seconds=1),
+        )
+        for i in range(count)
+    ]
+
+
+async def store_floor(store: Store, count: int, batch: int) -> float:
+    """The store calls of `count` runs, batched as the dispatcher batches them, no engine.
+
+    Returns the seconds they took (the jobs are written before the clock starts)."""
+    now = datetime.now(UTC)
+    await store.insert_missing_jobs(due_jobs(count, now, "floor"))
+    started = time.perf_counter()
+    await floor_calls(store, now, batch)
+    return time.perf_counter() - started
+
+
+async def floor_calls(
+    store: Store,
+    now: datetime,
+    batch: int,
+    spent: dict[str, float] | None = None,
+    deadline: float = float("inf"),
+) -> int:
+    """Runs every due job through the store calls of a run, or as many as fit before
+    `deadline` (time.perf_counter()); returns how many ran. `spent` gets the seconds of each
+    kind of call."""
+    spent = {} if spent is None else spent
+    runs = 0
+    while time.perf_counter() < deadline:
+        clock = time.perf_counter()
+        jobs = await store.due_jobs(now, batch)
+        clock = _lap(spent, "due", clock)
+        if not jobs:
+            return runs
+        claims = [
+            Claim(
+                job_id=j.id,
+                revision=j.revision,
+                next_run_at=j.next_run_at or now,
+                owner="floor",
+                until=now + timedelta(minutes=1),
+            )
+            for j in jobs
+        ]
+        claimed = await store.claim_jobs(claims, now)
+        clock = _lap(spent, "claim", clock)
+        running = [_running(j, now) for j in claimed]
+        await store.insert_executions(running)
+        clock = _lap(spent, "record", clock)
+        done = [
+            replace(r, status=Status.SUCCESS, finished_at=now, duration_ms=0.0) for r in running
+        ]
+        await store.finish_executions([Finish(d, _advance(d, now)) for d in done])
+        _lap(spent, "finish", clock)
+        runs += len(done)
+    return runs
+
+
+def _lap(spent: dict[str, float], step: str, since: float) -> float:
+    now = time.perf_counter()
+    spent[step] = spent.get(step, 0.0) + now - since
+    return now
+
+
+def _running(job: Job, now: datetime) -> Execution:
+    assert job.lease is not None
+    return Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        scheduled_at=now,
+        status=Status.RUNNING,
+        started_at=now,
+        owner="floor",
+        token=job.lease.token,
+    )
+
+
+def _advance(execution: Execution, now: datetime) -> Advance:
+    return Advance(
+        revision=1,
+        next_run_at=now + timedelta(hours=1),
+        enabled=True,
+        consecutive_failures=0,
+        paused_reason=None,
+        last_execution=ExecutionSummary(
+            execution_id=execution.id, status=Status.SUCCESS, finished_at=now
+        ),
+    )
+
+
+async def _timed(
+    stack: Stack, count: int, spent: dict[str, float], limit_seconds: float
+) -> tuple[int, float, dict[str, int]]:
+    """Runs done (all `count`, unless `limit_seconds` ran out first), the seconds they took,
+    and the round trips counted (MongoDB only: free there)."""
+    now = datetime.now(UTC)
+    await insert_jobs(stack, due_jobs(count, now, "floor"))
+    store = open_store(stack.store_url)
+    await store.open()
+    try:
+        COMMANDS.commands.clear()
+        COMMANDS.counting = True
+        started = time.perf_counter()
+        deadline = started + limit_seconds
+        runs = await floor_calls(store, now, stack.floor_batch, spent, deadline)
+        seconds = time.perf_counter() - started
+    finally:
+        COMMANDS.counting = False
+        await store.close()
+    return runs, seconds, dict(COMMANDS.commands)
+
+
+async def _sqlite_counted(stack: Stack, count: int) -> dict[str, int]:
+    """SQLite's round trips for `count` runs, in a run of their own."""
+    now = datetime.now(UTC)
+    await insert_jobs(stack, due_jobs(count, now, "counted"))
+    store = SQLiteStore(stack.store_url)
+    await store.open()
+    counts: Counter[str] = Counter()
+    trip = store._in_thread
+
+    async def counted_trip(fn: Any) -> Any:
+        counts["transactions"] += 1
+        return await trip(fn)
+
+    try:
+        assert store._db is not None
+        store._db.set_trace_callback(lambda _sql: counts.update(("statements",)))
+        store._in_thread = counted_trip  # type: ignore[method-assign]
+        await floor_calls(store, now, stack.floor_batch)
+    finally:
+        await store.close()
+    return dict(counts)
+
+
+def run_floor(stack: Stack, count: int, limit_seconds: float = 600.0) -> dict[str, Any]:
+    """The floor on a fresh stack (cleaned up afterwards), stopped after `limit_seconds`."""
+    kind = stack.kind
+    try:
+        spent: dict[str, float] = {}
+        runs, seconds, commands = asyncio.run(_timed(stack, count, spent, limit_seconds))
+        per_run: dict[str, Any]
+        if stack.kind == "embedded":
+            stack.cleanup()
+            stack = embedded_stack()
+            trips = asyncio.run(_sqlite_counted(stack, count))
+            per_run = {f"{k}_per_execution": round(v / count, 3) for k, v in trips.items()}
+            ops = per_run.get("transactions_per_execution")
+        else:
+            per_run = {
+                "commands_per_execution": round(sum(commands.values()) / max(runs, 1), 3),
+                "commands": commands,
+            }
+            ops = per_run["commands_per_execution"]
+    finally:
+        stack.cleanup()
+    return {
+        "stack": kind,
+        "jobs": count,
+        "batch": stack.floor_batch,
+        "executed": runs,
+        "timed_out": runs < count,
+        "seconds": round(seconds, 2),
+        "executions_per_s": round(runs / seconds),
+        "store_ops_per_execution": ops,
+        "seconds_by_call": {step: round(s, 2) for step, s in spent.items()},
+        **per_run,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--stack", choices=("embedded", "real"), default="embedded")
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--limit-seconds", type=float, default=600.0)
+    args = parser.parse_args()
+    stack = embedded_stack() if args.stack == "embedded" else real_stack()
+    print(json.dumps(run_floor(stack, args.jobs, args.limit_seconds)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""The results as Markdown tables (printed, and written beside the JSON), and the issue's targets
+beside what was measured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and abs(value) >= 100:
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(rows: Sequence[Row], columns: Sequence[tuple[str, str]]) -> str:
+    head = "| " + " | ".join(title for title, _ in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_cell(row.get(key)) for _, key in columns) + " |" for row in rows]
+    return "\n".join([head, rule, *body])
+
+
+BURST_COLUMNS = [
+    ("run", "label"),
+    ("jobs", "jobs"),
+    ("executions/s", "executions_per_s"),
+    ("drain s", "drain_s"),
+    ("lag p50 ms", "lag_p50_ms"),
+    ("lag p99 ms", "lag_p99_ms"),
+    ("lag max ms", "lag_max_ms"),
+    ("critical p50 ms", "critical_lag_p50_ms"),
+    ("critical p99 ms", "critical_lag_p99_ms"),
+    ("critical max ms", "critical_lag_max_ms"),
+    ("missed", "missed"),
+    ("run twice", "run_twice"),
+    ("store ops/exec", "store_ops_per_execution"),
+    ("peak RSS MB", "peak_rss_mb"),
+    ("timed out", "timed_out"),
+]
+FLOOR_COLUMNS = [
+    ("store", "label"),
+    ("jobs", "jobs"),
+    ("batch", "batch"),
+    ("ran", "executed"),
+    ("seconds", "seconds"),
+    ("executions/s", "executions_per_s"),
+    ("round trips/exec", "store_ops_per_execution"),
+    ("statements/exec", "statements_per_execution"),
+    ("s in due / claim / record / finish", "split"),
+]
+STEADY_COLUMNS = [
+    ("run", "label"),
+    ("executions/s", "rate_per_s"),
+    ("seconds", "seconds"),
+    ("expected", "expected"),
+    ("ran", "executed"),
+    ("lag p50 ms", "lag_p50_ms"),
+    ("lag p99 ms", "lag_p99_ms"),
+    ("lag max ms", "lag_max_ms"),
+    ("missed", "missed"),
+    ("skipped", "skipped"),
+    ("run twice", "run_twice"),
+    ("peak RSS MB", "peak_rss_mb"),
+]
+
+
+def _labelled(rows: Sequence[Row], label: Callable[[Row], str]) -> list[Row]:
+    return [{**row, "label": label(row)} for row in rows]
+
+
+def _split(row: Row) -> Row:
+    spent = row.get("seconds_by_call") or {}
+    parts = [spent.get(step) for step in ("due", "claim", "record", "finish")]
+    return {**row, "split": " / ".join(_cell(p) for p in parts)}
+
+
+def render(results: Row) -> str:
+    bursts = _labelled(
+        results.get("burst", []),
+        lambda r: f"{r.get('label') or r['stack']}" + (f" #{r['repeat']}" if "repeat" in r else ""),
+    )
+    floors = [_split(r) for r in _labelled(results.get("floor", []), _floor_label)]
+    steady = _labelled(results.get("steady", []), lambda r: f"tickd {r['stack']}")
+    parts = [
+        "### Burst (N no-op one-shot jobs due in the same second, 1 % critical)",
+        table(bursts, BURST_COLUMNS),
+        "### Bare store floor (the batched store calls of a run, no engine)",
+        table(floors, FLOOR_COLUMNS),
+        "### Steady (cron jobs on `* * * * * *`)",
+        table(steady, STEADY_COLUMNS),
+        "### Targets of issue 10",
+        table(targets(results), [("target", "target"), ("measured", "measured"), ("met", "met")]),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _floor_label(row: Row) -> str:
+    return "SQLite (WAL)" if row["stack"] == "embedded" else "FerretDB 1.24 (PostgreSQL)"
+
+
+# -- the targets ----------------------------------------------------------------------------------
+
+
+def _runs(results: Row, label: str, jobs: int) -> list[Row]:
+    return [r for r in results.get("burst", []) if r.get("label") == label and r["jobs"] == jobs]
+
+
+def _worst(rows: Sequence[Row], key: str, *, high_is_bad: bool) -> Any:
+    values: list[float] = [r[key] for r in rows if r.get(key) is not None]
+    if not values:
+        return None
+    return max(values) if high_is_bad else min(values)
+
+
+def _verdict(value: Any, ok: Callable[[Any], bool]) -> str:
+    return "not measured" if value is None else ("yes" if ok(value) else "NO")
+
+
+def targets(results: Row) -> list[Row]:
+    rows: list[Row] = []
+    embedded = _runs(results, "tickd embedded", 30_000)
+    peer = _runs(results, "APScheduler SQLite", 30_000)
+    rate = _worst(embedded, "executions_per_s", high_is_bad=False)
+    rows.append(_target("embedded burst 30,000: >= 10,000 executions/s", rate, lambda v: v >= 1e4))
+    peer_rate = _worst(peer, "executions_per_s", high_is_bad=True)
+    ratio = round(rate / peer_rate, 1) if rate and peer_rate else None
+    rows.append(_target(">= 10 x APScheduler on SQLite, same burst", ratio, lambda v: v >= 10, "x"))
+    for key, what in (("missed", "zero missed"), ("run_twice", "zero run twice")):
+        worst = _worst(embedded, key, high_is_bad=True)
+        rows.append(_target(f"embedded burst 30,000: {what}", worst, lambda v: v == 0))
+    critical = _worst(embedded, "critical_lag_p99_ms", high_is_bad=True)
+    rows.append(_target("critical p99 lag < 100 ms", critical, lambda v: v < 100, " ms"))
+    for rate_per_s, limit in ((1000, 50), (2000, 200)):
+        run = [
+            r
+            for r in results.get("steady", [])
+            if r["stack"] == "embedded" and r["rate_per_s"] == rate_per_s
+        ]
+        p99 = _worst(run, "lag_p99_ms", high_is_bad=True)
+        rows.append(
+            _target(
+                f"steady {rate_per_s}/s embedded: p99 < {limit} ms",
+                p99,
+                _below(limit),
+                " ms",
+            )
+        )
+    rows += _real_targets(results)
+    ops = _worst(embedded, "store_ops_per_execution", high_is_bad=True)
+    rows.append(
+        _target(
+            "< 0.1 store operations per execution (burst)",
+            ops,
+            lambda v: v < 0.1,
+            missing="pending: the daemon does not expose tickd_store_operations_total yet",
+        )
+    )
+    return rows
+
+
+def _below(limit: float) -> Callable[[Any], bool]:
+    return lambda value: bool(value < limit)
+
+
+def _real_targets(results: Row) -> list[Row]:
+    real = _runs(results, "tickd real", 3000)
+    floors = [r for r in results.get("floor", []) if r["stack"] == "real" and r["jobs"] == 3000]
+    rate = _worst(real, "executions_per_s", high_is_bad=False)
+    floor = floors[0]["executions_per_s"] if floors else None
+    rows = [_target("real burst 3,000: >= 500 executions/s", rate, lambda v: v >= 500)]
+    ratio = round(floor / rate, 2) if rate and floor else None
+    within = "real burst: within 1.5 x the store floor (floor rate / engine rate)"
+    rows.append(_target(within, ratio, lambda v: v <= 1.5, " x"))
+    steady = [r for r in results.get("steady", []) if r["stack"] == "real"]
+    p99 = _worst(steady, "lag_p99_ms", high_is_bad=True)
+    at = f" (run at {steady[0]['rate_per_s']}/s)" if steady else ""
+    rows.append(_target(f"real steady: p99 < 100 ms{at}", p99, lambda v: v < 100, " ms"))
+    return rows
+
+
+def _target(
+    what: str, value: Any, ok: Callable[[Any], bool], unit: str = "", missing: str = "not measured"
+) -> Row:
+    if value is None:
+        return {"target": what, "measured": missing, "met": "-"}
+    return {"target": what, "measured": f"{_cell(value)}{unit}", "met": _verdict(value, ok)}
