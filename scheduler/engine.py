@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from scheduler.backlog import BacklogGauges
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
+from scheduler.events import event_source
 from scheduler.heartbeat import Heartbeat
 from scheduler.lock import lock_key
 from scheduler.logs import log_event
@@ -186,7 +187,7 @@ class Engine:
         return runs
 
     async def _reap(self, now: datetime) -> None:
-        source = self.settings.instance_id
+        source = event_source(self.settings, self.ports)
         for execution in await self.ports.store.reap_expired_leases(now, event_source=source):
             self.observer.reaped(execution)
 
@@ -288,7 +289,8 @@ class Engine:
                 tasks.append(self._task(run, plan, plan.run_at, now, token))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.ports.store.insert_executions(
-            [execution for _, execution in recorded], event_source=self.settings.instance_id
+            [execution for _, execution in recorded],
+            event_source=event_source(self.settings, self.ports),
         )
         for job, execution in recorded:
             self.observer.recorded(job, execution)

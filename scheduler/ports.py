@@ -416,6 +416,10 @@ CloudEvent = dict[str, Any]
 class EventPublisher(Protocol):
     """Execution events, CloudEvents 1.0 structured JSON, keyed by job id."""
 
+    # False for a publisher that drops everything (none://): then no event is even written to
+    # the outbox, and runs cost nothing for events.
+    keeps_events: bool
+
     def publish(self, event: CloudEvent) -> None:
         """Hand an event over without blocking; never raises (an outage is counted, not fatal)."""
 

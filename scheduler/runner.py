@@ -11,18 +11,19 @@ import inspect
 import json
 import logging
 import random
-from collections.abc import Awaitable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import aiohttp
 
 from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.dead_letters import finish_of
+from scheduler.events import event_source
 from scheduler.finishing import Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
@@ -36,6 +37,8 @@ from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
 
 log = logging.getLogger("tickd.runner")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # After cancelling a handler at its deadline, how long to wait for it to let go.
 CANCEL_GRACE_SECONDS = 1.0
@@ -87,7 +90,7 @@ class Runner:
             ports.lock,
             batch_size=settings.batch_size,
             linger_seconds=settings.finish_linger_seconds,
-            event_source=settings.instance_id,
+            event_source=event_source(settings, ports),
         )
         # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
         self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
@@ -168,9 +171,10 @@ class Runner:
     async def _attempts(self, task: Task, handler: Handler, deadline: datetime) -> Outcome:
         # What the handler returns or raises passes through here only, on its way to the
         # execution record, its events, its logs and the job's last error: the job's own
-        # secrets are masked in it, should the far end echo them back. Off the event loop: the
-        # params may be large.
-        secrets = await asyncio.to_thread(secret_values, task.job.params, handler.secret_params)
+        # secrets are masked in it, should the far end echo them back.
+        secrets = await _off_the_loop_if_large(
+            task.job.params, secret_values, task.job.params, handler.secret_params
+        )
         attempt = 0
         while True:
             attempt += 1
@@ -208,8 +212,8 @@ class Runner:
             )
         raised = future.exception()
         returned = None if raised else future.result()
-        # Masking a large result is work for a thread, not for the event loop.
-        return await asyncio.to_thread(_outcome_of, returned, raised, secrets)
+        weighed = returned if raised is None else str(raised)
+        return await _off_the_loop_if_large(weighed, _outcome_of, returned, raised, secrets)
 
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
         if inspect.iscoroutinefunction(handler.func) or _is_async_callable(handler.func):
@@ -306,6 +310,38 @@ class Runner:
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
+
+
+# Masking is linear in what it reads, but a large value still takes milliseconds: that goes to a
+# thread; a small one (most results and params) is masked at once, a thread hop costing more.
+INLINE_MASKING_CHARS = 16 * 1024
+
+
+async def _off_the_loop_if_large(
+    value: object, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    if _smaller_than(value, INLINE_MASKING_CHARS):
+        return work(*args, **kwargs)
+    return await asyncio.to_thread(work, *args, **kwargs)
+
+
+def _smaller_than(value: object, budget: int) -> bool:
+    """Whether a JSON-like value holds fewer characters than `budget`; stops counting as soon
+    as it does not."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str | bytes):
+            budget -= len(item)
+        elif isinstance(item, Mapping):
+            pending += [*item.keys(), *item.values()]
+        elif isinstance(item, list | tuple | set):
+            pending += list(item)
+        else:
+            budget -= 32  # a number, a date, an object: its text is short
+        if budget < 0:
+            return False
+    return True
 
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:

@@ -75,6 +75,8 @@ class RecordingObserver(RunObserver):
 class RecordingPublisher:
     """Keeps the events it is handed, for assertions on what the engine publishes."""
 
+    keeps_events = True
+
     def __init__(self) -> None:
         self.events: list[CloudEvent] = []
 

@@ -20,6 +20,8 @@ from tests.conftest import T0, make_job
 class FlakyPublisher:
     """Confirms nothing while `down`; `refuse` ids are refused even when it is up."""
 
+    keeps_events = True
+
     def __init__(self) -> None:
         self.down = False
         self.refuse: set[str] = set()

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from scheduler.codec import execution_to_doc, to_json_ready
+from scheduler.config import Settings
 from scheduler.model import Execution, Status
-from scheduler.ports import CloudEvent, EventPublisher
+from scheduler.ports import CloudEvent, EventPublisher, Ports
 
 if TYPE_CHECKING:
     from scheduler.metrics import Metrics
@@ -79,3 +80,9 @@ def execution_event(
         "datacontenttype": "application/json",
         "data": to_json_ready(data),
     }
+
+
+def event_source(settings: Settings, ports: Ports) -> str | None:
+    """Who the events of this instance's runs come from, written to the outbox with them; None
+    when the publisher keeps no event (none://), so that none is even written."""
+    return settings.instance_id if ports.events.keeps_events else None

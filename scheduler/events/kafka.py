@@ -245,6 +245,8 @@ class EventTally:
 class KafkaPublisher:
     """The events port on Kafka (see the module's docstring for the URL and the design)."""
 
+    keeps_events = True
+
     def __init__(self, settings: KafkaSettings, *, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self._tally = EventTally(metrics)

@@ -14,6 +14,8 @@ log = logging.getLogger("tickd.events")
 class LogPublisher:
     """`log://` logs each event at INFO; `log://?level=debug` keeps them out of a normal log."""
 
+    keeps_events = True
+
     def __init__(self, level: int = logging.INFO) -> None:
         self.level = level
 
@@ -36,6 +38,8 @@ class LogPublisher:
 
 
 class NullPublisher:
+    keeps_events = False
+
     def publish(self, event: CloudEvent) -> None:
         return None
 
