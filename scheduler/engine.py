@@ -11,6 +11,7 @@ next job falls due or the tick interval passes, whichever is sooner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import Counter
@@ -157,7 +158,9 @@ class Engine:
         claimed = await self._dispatch(runs, now) if runs else 0
         full = len(fetched) == limit
         self._backlogged = full
-        return Tick(fetched=len(fetched), claimed=claimed, full=full, fired=fired)
+        # A full fetch of which nothing could be taken (every run held elsewhere, or over its
+        # handler's limit) is no reason to look again at once: that would spin on the store.
+        return Tick(fetched=len(fetched), claimed=claimed, full=full and claimed > 0, fired=fired)
 
     def _starved_before(self, now: datetime) -> datetime | None:
         """Only under a backlog (the last fetch was full) can a job starve: then the jobs due
@@ -214,8 +217,17 @@ class Engine:
         by_token: dict[str, list[DueRun]] = {}
         for run, token in fired:
             by_token.setdefault(token, []).append(run)
-        for token, runs in by_token.items():
-            await self._submit(await self._record(runs, now, token))
+        groups = list(by_token.items())
+        for done, (token, runs) in enumerate(groups):
+            try:
+                tasks = await self._record(runs, now, token)
+            except StoreError:
+                # Not recorded, so not started: armed again, to fire once the store answers.
+                for held, group in groups[done:]:
+                    for run in group:
+                        self.timers.arm(run.starts_at(now), run.job.handler, (run, held))
+                raise
+            await self._submit(tasks)
         return len(fired)
 
     async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
@@ -427,6 +439,7 @@ class Engine:
                     await self._sleep(self._until_next_timer(), stop)
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
+                await self._beat_while_backing_off()
                 await self._sleep(self._backing_off(exc, failures), stop)
             except Exception as exc:  # a bug of ours: say so loudly, but keep dispatching
                 log.exception("dispatcher.unexpected_error")
@@ -440,8 +453,17 @@ class Engine:
         self.healthy, self.last_error = True, None
         return 0
 
+    async def _beat_while_backing_off(self) -> None:
+        """Running work goes on while the dispatcher backs off (the lock service down, say): the
+        heartbeat must too, or other instances take this one for dead and run its jobs again."""
+        with contextlib.suppress(StoreError, OSError):
+            await self.heartbeat.beat_if_due()
+
     def _backing_off(self, exc: Exception, failures: int) -> float:
-        delay = backoff_delay(failures, base=self.settings.tick_seconds, cap=30.0)
+        # The heartbeat is sent between tries: never so long apart that others take this
+        # instance for dead while its runs go on.
+        cap = min(30.0, self.settings.heartbeat_timeout_seconds / 2)
+        delay = backoff_delay(failures, base=self.settings.tick_seconds, cap=cap)
         self.healthy, self.last_error = False, f"{type(exc).__name__}: {exc}"
         self.metrics.store_errors.labels("tick").inc()
         log_event(

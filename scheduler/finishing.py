@@ -83,7 +83,11 @@ class Finisher:
             self._flushing = None
 
     async def _end(self, batch: list[_Pending]) -> None:
-        endings = await self._write(batch)
+        try:
+            endings = await self._write(batch)
+        except Exception as exc:  # a bug, or an error no store translated: no run may hang on it
+            log.exception("finisher.batch_failed")
+            endings = [Ending(applied=False, error=f"{type(exc).__name__}: {exc}") for _ in batch]
         await self._release_locks(batch)
         for pending, ending in zip(batch, endings, strict=True):
             if not pending.ended.done():

@@ -28,7 +28,7 @@ from scheduler.finishing import Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.lock import lock_key
-from scheduler.logs import FIELDS
+from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
@@ -290,6 +290,17 @@ class Runner:
         self.observer.finished(task.job, execution)
         if ending.applied and advance is not None and advance.paused_reason:
             self.observer.paused(task.job, advance.paused_reason)
+        if task.request is not None and execution.status is Status.ABANDONED:
+            await self._give_request_back(task.request)
+
+    async def _give_request_back(self, request: RunRequest) -> None:
+        """A requested run that never got to run (a shutdown) is asked for again, as a
+        scheduled one's occurrence is given back: its request was taken off the queue when it
+        was claimed. The same id, so giving it back twice queues it once."""
+        try:
+            await self.ports.store.insert_run_requests([request])
+        except StoreError as exc:
+            log_event(log, "run.request_not_given_back", level=logging.ERROR, error=str(exc))
 
     def _advance(self, task: Task, execution: Execution) -> Advance | None:
         if execution.status is Status.ABANDONED:
@@ -334,8 +345,10 @@ def _smaller_than(value: object, budget: int) -> bool:
         if isinstance(item, str | bytes):
             budget -= len(item)
         elif isinstance(item, Mapping):
+            budget -= 2  # containers count too, so one that holds itself ends the count
             pending += [*item.keys(), *item.values()]
         elif isinstance(item, list | tuple | set):
+            budget -= 2
             pending += list(item)
         else:
             budget -= 32  # a number, a date, an object: its text is short
@@ -368,7 +381,11 @@ def _checked_result(value: object, secrets: list[str]) -> Outcome:
         return Outcome(status=Status.FAILED, error=_error("BadResult", message))
     if value is None:
         return Outcome(status=Status.SUCCESS)
-    safe: dict[str, Any] = json.loads(json.dumps(mask(value), default=str))
+    try:
+        safe: dict[str, Any] = json.loads(json.dumps(mask(value), default=str))
+    except (TypeError, ValueError, RecursionError) as exc:  # keys not strings, a cycle...
+        message = f"a handler's result must be JSON: {type(exc).__name__}: {exc}"
+        return Outcome(status=Status.FAILED, error=_error("BadResult", message))
     size = len(json.dumps(safe))
     if size > MAX_RESULT_BYTES:
         return Outcome(status=Status.SUCCESS, result={"truncated": True, "size_bytes": size})

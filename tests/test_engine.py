@@ -838,3 +838,51 @@ async def test_under_a_sustained_backlog_a_low_job_still_runs_within_the_starvat
         )
         == 1
     )
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [{(1, 2): 3}, "cycle"],
+    ids=["keys-not-strings", "holds-itself"],
+)
+async def test_a_result_that_is_not_json_fails_the_run_and_ends_it(
+    make_engine: EngineFactory, returned: object
+) -> None:
+    """A result no JSON holds (a tuple key, a list inside itself) is the run's failure, recorded
+    at once: not a crashed worker, nor an event loop counting a cycle forever."""
+
+    async def odd(ctx: HandlerContext) -> Result:
+        if returned == "cycle":
+            loop: list[object] = []
+            loop.append(loop)
+            return {"loop": loop}
+        return returned  # type: ignore[return-value]
+
+    h = make_engine({"odd": odd})
+    job = await h.add(make_job("odd", "odd"))
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    [run] = await executions(h.store)
+    assert run.status is Status.FAILED and run.error is not None
+    assert run.error.type == "BadResult"
+    after = await h.store.get_job(job.id)
+    assert after is not None and after.lease is None, "the run ended: its lease is free"
+
+
+async def test_a_requested_run_given_back_at_shutdown_is_asked_for_again(
+    make_engine: EngineFactory,
+) -> None:
+    async def endless(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    h = make_engine({"endless": endless}, workers=1, queue_size=5, shutdown_grace_seconds=0)
+    busy = await h.add(make_job("busy", "endless", timeout_seconds=3600))
+    asked = await h.add(make_job("asked", "endless", next_run_at=T0 + timedelta(days=1)))
+    h.engine.start()
+    await h.engine.tick()  # "busy" takes the only worker
+    await h.store.insert_run_requests([trigger(asked.id)])
+    await h.engine.tick()  # the trigger is claimed and queued behind it
+    await asyncio.sleep(0)
+    await h.engine.shutdown()
+    assert [r.job_id for r, _ in await h.store.due_run_requests(T0, 10)] == [asked.id]
+    assert busy.id
