@@ -184,7 +184,10 @@ wait_ready() {
 	local svc="$1" timeout="$2" deadline pid
 	deadline=$(($(now) + timeout))
 	while true; do
-		if ! pid="$(our_pid "$svc")"; then
+		# Alive is enough here: right after launch the process may still be the
+		# wrapper (bash, setpriv) that execs the service, whose name our_pid checks.
+		pid="$(cat "$(pid_file "$svc")" 2>/dev/null)"
+		if ! [[ "$pid" =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
 			rm -f "$(pid_file "$svc")"
 			fail_with_log "$svc" "process exited during startup"
 		fi
