@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit install services services-stop browser bench clean
+.PHONY: run test lint typecheck unit install services services-stop browser bench faults clean
 
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ BENCH_ARGS ?=
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
+
+## The fault suite on the real stack: outages of Redis, Kafka and FerretDB under real daemons,
+## with figures (docs/reliability.md). Also part of `make test`.
+faults: services install
+	$(BIN)/pytest -m system -s
 
 bench: services $(BENCH_STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
