@@ -177,13 +177,15 @@ class Engine:
         """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
         Then the jobs falling due before the lookahead horizon, most urgent first."""
         store = self.ports.store
-        runs = [DueRun(job, request) for request, job in await store.due_run_requests(now, limit)]
+        saturated = self._saturated()
+        requested = await store.due_run_requests(now, limit, exclude_handlers=saturated)
+        runs = [DueRun(job, request) for request, job in requested]
         if len(runs) < limit:
             horizon = now + timedelta(seconds=self.settings.lookahead_seconds)
             jobs = await store.due_jobs(
                 horizon,
                 limit - len(runs),
-                exclude_handlers=self._saturated(),
+                exclude_handlers=saturated,
                 starved_before=self._starved_before(now),
             )
             runs += [DueRun(job) for job in jobs]

@@ -255,10 +255,13 @@ class Store(Protocol):
     async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
         """How many of a job's requests for this reason (trigger...) are queued, not yet taken."""
 
-    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
-        """Up to `limit` requests whose not_before has passed, of jobs with no lease, each with
-        its job as it is now; ordered by not_before, then id. Requests of a leased job are left
-        out before the limit applies. A job with several due requests appears once for each."""
+    async def due_run_requests(
+        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+    ) -> list[tuple[RunRequest, Job]]:
+        """Up to `limit` requests whose not_before has passed, of jobs with no lease and whose
+        handler is not among `exclude_handlers` (those at their concurrency limit), each with
+        its job as it is now; ordered by not_before, then id. The requests left out are left out
+        before the limit applies. A job with several due requests appears once for each."""
 
     async def claim_run_requests(
         self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime

@@ -886,3 +886,30 @@ async def test_a_requested_run_given_back_at_shutdown_is_asked_for_again(
     await h.engine.shutdown()
     assert [r.job_id for r, _ in await h.store.due_run_requests(T0, 10)] == [asked.id]
     assert busy.id
+
+
+async def test_triggers_of_a_handler_at_its_limit_do_not_hold_back_other_jobs(
+    make_engine: EngineFactory,
+) -> None:
+    release = asyncio.Event()
+
+    @handler(max_concurrency=1)
+    async def capped(ctx: HandlerContext) -> Result:
+        await release.wait()
+        return None
+
+    h = make_engine({"capped": capped, "noop": noop}, batch_size=2)
+    await h.add(make_job("running", "capped"))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1  # the capped handler is now at its limit
+    later = T0 + timedelta(days=1)
+    for i in range(3):
+        asked = await h.add(make_job(f"asked-{i}", "capped", next_run_at=later))
+        await h.store.insert_run_requests([trigger(asked.id)])
+    other = await h.add(make_job("other", "noop", next_run_at=T0 + timedelta(microseconds=1)))
+    h.clock.advance(1)
+    tick = await h.engine.tick()
+    assert tick.claimed == 1, "the other job is taken although triggers of the capped wait"
+    release.set()
+    await h.engine.drain()
+    assert [e.status for e in await executions(h.store, other.id)] == [Status.SUCCESS]

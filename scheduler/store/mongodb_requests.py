@@ -53,14 +53,17 @@ class MongoRequests(MongoCollections):
         return await self.requests.count_documents({"job_id": job_id, "reason": reason})
 
     @translating_errors
-    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
-        """Two reads a page: the due requests, then their jobs (those not leased). Usually one
-        page; another only while requests of leased jobs filled the one before."""
+    async def due_run_requests(
+        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+    ) -> list[tuple[RunRequest, Job]]:
+        """Two reads a page: the due requests, then their jobs (those not leased nor on an
+        excluded handler). Usually one page; another only while requests left out filled the
+        one before."""
         pairs: list[tuple[RunRequest, Job]] = []
         after: RunRequest | None = None
         while len(pairs) < limit:
             page = await self._due_requests_page(now, after, limit)
-            pairs += (await self._with_free_jobs(page))[: limit - len(pairs)]
+            pairs += (await self._with_free_jobs(page, exclude_handlers))[: limit - len(pairs)]
             if len(page) < limit:
                 break
             after = page[-1]
@@ -82,11 +85,16 @@ class MongoRequests(MongoCollections):
         cursor = self.requests.find(due).sort([("not_before_us", ASCENDING), ("_id", ASCENDING)])
         return [request_from_document(doc) async for doc in in_one_batch(cursor, limit)]
 
-    async def _with_free_jobs(self, requests: list[RunRequest]) -> list[tuple[RunRequest, Job]]:
+    async def _with_free_jobs(
+        self, requests: list[RunRequest], exclude_handlers: Sequence[str]
+    ) -> list[tuple[RunRequest, Job]]:
         if not requests:
             return []
         job_ids = list({r.job_id for r in requests})
-        cursor = self.jobs.find({"_id": {"$in": job_ids}, "lease": None})
+        free: Doc = {"_id": {"$in": job_ids}, "lease": None}
+        if exclude_handlers:
+            free["handler"] = {"$nin": list(exclude_handlers)}
+        cursor = self.jobs.find(free)
         jobs = {
             doc["_id"]: job_from_document(doc) async for doc in in_one_batch(cursor, len(job_ids))
         }

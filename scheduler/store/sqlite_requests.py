@@ -50,15 +50,21 @@ class SQLiteRequests(SQLiteTables):
         sql = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         await self._run(lambda db: db.executemany(sql, rows))
 
-    async def due_run_requests(self, now: datetime, limit: int) -> list[tuple[RunRequest, Job]]:
+    async def due_run_requests(
+        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+    ) -> list[tuple[RunRequest, Job]]:
+        excluded = ",".join("?" * len(exclude_handlers))
         sql = (
             "SELECT r.id AS request_id FROM run_requests r JOIN jobs j ON j.id = r.job_id "
-            "WHERE r.not_before <= ? AND j.lease_token IS NULL ORDER BY r.not_before, r.id LIMIT ?"
+            "WHERE r.not_before <= ? AND j.lease_token IS NULL"
+            + (f" AND j.handler NOT IN ({excluded})" if excluded else "")
+            + " ORDER BY r.not_before, r.id LIMIT ?"
         )
+        args = (micros(now), *exclude_handlers, limit)
 
         def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
             pairs = []
-            for (request_id,) in db.execute(sql, (micros(now), limit)).fetchall():
+            for (request_id,) in db.execute(sql, args).fetchall():
                 request = db.execute("SELECT * FROM run_requests WHERE id = ?", (request_id,))
                 row = request.fetchone()
                 job = db.execute("SELECT * FROM jobs WHERE id = ?", (row["job_id"],)).fetchone()

@@ -987,3 +987,17 @@ def reopen(store: Store) -> Store:
         return SQLiteStore(f"sqlite:///{store._path}")
     assert isinstance(store, MongoStore)
     return MongoStore(store.database.client, database=store.database.name)
+
+
+async def test_requests_of_handlers_at_their_limit_are_left_out_before_the_limit(
+    store: Store,
+) -> None:
+    capped, other = make_job("capped", "capped"), make_job("other", "noop")
+    for job in (capped, other):
+        await store.insert_job(job)
+    queued = [request_for(capped, not_before=T0 - timedelta(seconds=s)) for s in (3, 2)]
+    wanted = request_for(other, not_before=T0 - timedelta(seconds=1))
+    await store.insert_run_requests([*queued, wanted])
+    due = await store.due_run_requests(T0, 1, exclude_handlers=["capped"])
+    assert [(r.id, j.id) for r, j in due] == [(wanted.id, other.id)]
+    assert len(await store.due_run_requests(T0, 10)) == 3
