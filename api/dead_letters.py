@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from api.executions import load_execution
+from api.executions import load_execution, page_of
 from api.jobs import change_entry, guard_system
 from api.models import (
     ExecutionOut,
@@ -30,7 +30,7 @@ from api.models import (
 from api.problems import ApiError
 from api.routing import B, Call, Q, Reply, Route, Routes
 from api.runs import run_request_out
-from api.v1 import encode_cursor, execution_out, state, time_cursor
+from api.v1 import execution_out, state, time_cursor
 from scheduler.dead_letters import REDRIVE, redrive_entry
 from scheduler.model import DeadLetter, Execution, Job, new_id
 from scheduler.ports import ExecutionQuery, RunRequest
@@ -75,13 +75,9 @@ async def list_dead_letters(call: Call[DeadLetterQuery, None]) -> Reply:
         since=q.since,
         dead_letter=q.state,
         before=time_cursor(q.cursor),
-        limit=q.limit + 1,
+        limit=q.limit,
     )
-    found = await state(call).store.list_executions(query)
-    page, more = found[: q.limit], len(found) > q.limit
-    last = page[-1] if more else None
-    cursor = encode_cursor(at=last.scheduled_at.isoformat(), id=last.id) if last else None
-    return Reply(ExecutionPage(items=[execution_out(e) for e in page], next_cursor=cursor))
+    return await page_of(call, query)
 
 
 async def load_dead_letter(call: Call[None, None]) -> Execution:

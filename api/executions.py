@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from api.models import ExecutionListQuery, ExecutionOut, ExecutionPage, JobExecutionQuery
 from api.problems import ApiError
 from api.routing import B, Call, Q, Reply, Route, Routes
@@ -35,10 +37,16 @@ async def execution_page(
         since=q.since,
         until=q.until,
         before=time_cursor(q.cursor),
-        limit=q.limit + 1,
+        limit=q.limit,
     )
-    runs = await state(call).store.list_executions(query)
-    page, more = runs[: q.limit], len(runs) > q.limit
+    return await page_of(call, query)
+
+
+async def page_of(call: Call[Q, B], query: ExecutionQuery) -> Reply:
+    """One page of executions, newest first, with the cursor of the next page if there is one
+    (one more row is read to know)."""
+    runs = await state(call).store.list_executions(replace(query, limit=query.limit + 1))
+    page, more = runs[: query.limit], len(runs) > query.limit
     last = page[-1] if more else None
     cursor = encode_cursor(at=last.scheduled_at.isoformat(), id=last.id) if last else None
     return Reply(ExecutionPage(items=[execution_out(e) for e in page], next_cursor=cursor))

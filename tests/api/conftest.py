@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +95,14 @@ def api_app(
     return harness, app
 
 
-async def serve(make_engine: EngineFactory, tokens: tuple[ApiToken, ...]) -> AsyncIterator[Api]:
-    harness, app = api_app(make_engine, tokens=tokens)
+@asynccontextmanager
+async def serving(
+    make_engine: EngineFactory,
+    handlers: dict[str, Handler | HandlerFunc] | None = None,
+    **settings: Any,
+) -> AsyncIterator[Api]:
+    """The API of `api_app` served on loopback, with a client; closed on the way out."""
+    harness, app = api_app(make_engine, handlers, **settings)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
@@ -106,12 +113,12 @@ async def serve(make_engine: EngineFactory, tokens: tuple[ApiToken, ...]) -> Asy
 
 @pytest.fixture
 async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
-    async for served in serve(make_engine, TOKENS):
+    async with serving(make_engine) as served:
         yield served
 
 
 @pytest.fixture
 async def open_api(make_engine: EngineFactory) -> AsyncIterator[Api]:
     """The API without tokens, as `make run` serves it on 127.0.0.1."""
-    async for served in serve(make_engine, ()):
+    async with serving(make_engine, tokens=()) as served:
         yield served

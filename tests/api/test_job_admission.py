@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from handlers.alert_scanner import alert_scanner
 from handlers.http_check import http_check
@@ -19,7 +17,7 @@ from handlers.noop import noop
 from handlers.webhook import webhook
 from scheduler.model import Status
 from scheduler.ports import ExecutionQuery, JobQuery
-from tests.api.conftest import ADMIN, WRITE, Api, api_app
+from tests.api.conftest import ADMIN, WRITE, Api, serving
 from tests.conftest import T0, EngineFactory
 
 HANDLERS = {
@@ -39,20 +37,9 @@ SCANNER: dict[str, Any] = {"name": "scanner", "handler": "alert_scanner", "sched
 NOOP: dict[str, Any] = {"name": "plain", "handler": "noop", "schedule": EVERY_HOUR}
 
 
-@asynccontextmanager
-async def running(make_engine: EngineFactory, **settings: Any) -> AsyncIterator[Api]:
-    harness, app = api_app(make_engine, dict(HANDLERS), **settings)
-    client: TestClient[Any, Any] = TestClient(TestServer(app))
-    await client.start_server()
-    try:
-        yield Api(client, harness, harness.clock, harness.store)
-    finally:
-        await client.close()
-
-
 @pytest.fixture
 async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
-    async with running(make_engine) as api:
+    async with serving(make_engine, dict(HANDLERS)) as api:
         yield api
 
 
@@ -178,7 +165,7 @@ async def test_an_internal_destination_is_refused_on_put_and_patch(api: Api) -> 
 
 
 async def test_an_allowlisted_internal_destination_is_accepted(make_engine: EngineFactory) -> None:
-    async with running(make_engine, http_allow=("127.0.0.1", "10.0.0.0/8")) as api:
+    async with serving(make_engine, dict(HANDLERS), http_allow=("127.0.0.1", "10.0.0.0/8")) as api:
         for url in ("http://127.0.0.1:8080/hook", "http://10.1.2.3/", "http://[::ffff:10.0.0.1]/"):
             await create(api, {**HOOK, "name": f"hook-{len(url)}", "params": {"url": url}})
         status, problem, _ = await api.call(
