@@ -27,6 +27,7 @@ from scheduler.events import event_source
 from scheduler.finishing import Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
+from scheduler.leftovers import tasks_ending_with_the_run
 from scheduler.lock import lock_key
 from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
@@ -42,7 +43,11 @@ R = TypeVar("R")
 
 # After cancelling a handler at its deadline, how long to wait for it to let go.
 CANCEL_GRACE_SECONDS = 1.0
+# A result is stored up to this size, replaced by its size up to the next...
 MAX_RESULT_BYTES = 16 * 1024
+# ...and past that, the run fails: measured before the result is copied or serialised, so a
+# handler returning 100 MB costs the daemon no more than the handler's own memory.
+MAX_RESULT_CHARS = 1_000_000
 MAX_ERROR_CHARS = 2000
 
 
@@ -343,13 +348,14 @@ def _smaller_than(value: object, budget: int) -> bool:
     while pending:
         item = pending.pop()
         if isinstance(item, str | bytes):
-            budget -= len(item)
-        elif isinstance(item, Mapping):
-            budget -= 2  # containers count too, so one that holds itself ends the count
-            pending += [*item.keys(), *item.values()]
-        elif isinstance(item, list | tuple | set):
-            budget -= 2
-            pending += list(item)
+            budget -= len(item) + 2  # its quotes: ten million empty strings are not nothing
+        elif isinstance(item, Mapping | list | tuple | set):
+            # Brackets and a separator per item, counted before the items are: so one that
+            # holds itself, or holds millions, ends the count without being copied.
+            budget -= 2 + len(item)
+            if budget < 0:
+                return False
+            pending += [*item.keys(), *item.values()] if isinstance(item, Mapping) else item
         else:
             budget -= 32  # a number, a date, an object: its text is short
         if budget < 0:
@@ -357,17 +363,45 @@ def _smaller_than(value: object, budget: int) -> bool:
     return True
 
 
+class HandlerExit(Exception):
+    """A handler raised SystemExit, KeyboardInterrupt or GeneratorExit: in its task they
+    would stop the event loop, and the daemon with it. The run fails instead."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(raised)
+        self.raised = raised
+
+
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
-    value = handler(ctx)
-    assert isinstance(value, Awaitable)
-    return await value
+    with tasks_ending_with_the_run(ctx.job_name):
+        value = handler(ctx)
+        assert isinstance(value, Awaitable)
+        try:
+            return await value
+        except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+            raise HandlerExit(exc) from None
 
 
 def _is_async_callable(func: object) -> bool:
     return inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004
 
 
+_TOO_LARGE = (
+    f"the result holds more than {MAX_RESULT_CHARS:,} characters of JSON (the limit): return a "
+    "summary and keep the data elsewhere"
+)
+
+
 def _outcome_of(returned: object, raised: BaseException | None, secrets: list[str]) -> Outcome:
+    if isinstance(raised, HandlerExit):
+        raised = raised.raised
+    if raised is not None and not isinstance(raised, Exception):
+        # SystemExit and the like, from a coroutine (see HandlerExit) or a thread.
+        message = (
+            f"the handler raised {type(raised).__name__}({str(raised)!r}): tickd does not stop "
+            "for a handler; raise an exception to fail a run"
+        )
+        return Outcome(status=Status.FAILED, error=_error(type(raised).__name__, message, secrets))
     if raised is not None:
         return Outcome(
             status=Status.FAILED, error=_error(type(raised).__name__, str(raised), secrets)
@@ -381,6 +415,10 @@ def _checked_result(value: object, secrets: list[str]) -> Outcome:
         return Outcome(status=Status.FAILED, error=_error("BadResult", message))
     if value is None:
         return Outcome(status=Status.SUCCESS)
+    if not _smaller_than(value, MAX_RESULT_BYTES):
+        problem = _too_large_or_cyclic(value, MAX_RESULT_CHARS)
+        if problem is not None:
+            return Outcome(status=Status.FAILED, error=problem)
     try:
         safe: dict[str, Any] = json.loads(json.dumps(mask(value), default=str))
     except (TypeError, ValueError, RecursionError) as exc:  # keys not strings, a cycle...
@@ -390,6 +428,35 @@ def _checked_result(value: object, secrets: list[str]) -> Outcome:
     if size > MAX_RESULT_BYTES:
         return Outcome(status=Status.SUCCESS, result={"truncated": True, "size_bytes": size})
     return Outcome(status=Status.SUCCESS, result=scrub_values(safe, secrets))
+
+
+def _too_large_or_cyclic(value: object, budget: int) -> ExecutionError | None:
+    """Walks the result depth first, at most `budget` characters of it, before anything copies
+    or serialises it: a container met again on its own path is a cycle (no JSON holds it), and
+    one that runs past the budget is too large."""
+    on_path: set[int] = set()
+    pending: list[tuple[object, bool]] = [(value, False)]
+    while pending:
+        item, leaving = pending.pop()
+        if leaving:
+            on_path.discard(id(item))
+        elif isinstance(item, str | bytes):
+            budget -= len(item) + 2
+        elif isinstance(item, Mapping | list | tuple | set):
+            if id(item) in on_path:
+                return _error("BadResult", "a handler's result must be JSON: it holds itself")
+            budget -= 2 + len(item)
+            if budget < 0:
+                break
+            on_path.add(id(item))
+            pending.append((item, True))
+            children = [*item.keys(), *item.values()] if isinstance(item, Mapping) else item
+            pending += [(child, False) for child in children]
+        else:
+            budget -= 32
+        if budget < 0:
+            break
+    return _error("ResultTooLarge", _TOO_LARGE) if budget < 0 else None
 
 
 def _error(kind: str, message: str, secrets: Collection[str] = ()) -> ExecutionError:
