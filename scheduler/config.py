@@ -133,6 +133,10 @@ class Settings:
     lock_margin_seconds: float = 5.0
     # On SIGTERM, running executions get this long to finish before they are cancelled.
     shutdown_grace_seconds: float = 30.0
+    # The event loop blocked for longer than this (a handler calling time.sleep or a blocking
+    # client inside an async def) is a stall: counted in tickd_loop_stalls_total and logged
+    # (loop.stalled) with the jobs that were running.
+    loop_stall_threshold_seconds: float = 0.5
     # Pause a job after this many consecutive failed executions; 0 turns the breaker off.
     circuit_breaker_failures: int = 0
     # No job may ask for a longer timeout than this.
@@ -183,6 +187,7 @@ class Settings:
             "lease_margin_seconds",
             "max_timeout_seconds",
             "heartbeat_seconds",
+            "loop_stall_threshold_seconds",
         ):
             _positive(name, getattr(self, name))
         for name in ("batch_size", "workers"):

@@ -38,6 +38,7 @@ from scheduler.registry import HandlerRegistry
 from scheduler.relay import Relay
 from scheduler.runner import Outcome, Runner, Task
 from scheduler.timers import Timers
+from scheduler.watchdog import LoopWatchdog
 
 log = logging.getLogger("tickd.engine")
 
@@ -121,6 +122,12 @@ class Engine:
             workers=settings.workers,
             queue_size=settings.effective_queue_size,
             metrics=self.metrics,
+        )
+        # Started beside the dispatcher by the daemon (tickd/app.py).
+        self.watchdog = LoopWatchdog(
+            threshold_seconds=settings.loop_stall_threshold_seconds,
+            metrics=self.metrics,
+            running_jobs=self.pool.running_jobs,
         )
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()

@@ -122,6 +122,17 @@ class Metrics:
             ["handler"],
             registry=r,
         )
+        self.loop_stalls = Counter(
+            "tickd_loop_stalls",
+            "Times the event loop was blocked longer than loop_stall_threshold_seconds",
+            registry=r,
+        )
+        self.loop_stall_seconds = Histogram(
+            "tickd_loop_stall_seconds",
+            "How long the event loop was blocked, per stall over the threshold",
+            buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=r,
+        )
         self.breaker_trips = Counter(
             "tickd_circuit_breaker_trips",
             "Jobs paused by the circuit breaker",

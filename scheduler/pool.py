@@ -26,11 +26,16 @@ class WorkerPool:
         self.busy = 0
         self.slot_freed = asyncio.Event()
         self.inflight: Counter[str] = Counter()  # by handler: queued or running
+        self._running: dict[str, str] = {}  # execution id -> job name, for the watchdog
 
     def start(self) -> None:
         self._workers = [
             asyncio.create_task(self._work(), name=f"worker-{i}") for i in range(self._size)
         ]
+
+    def running_jobs(self) -> list[str]:
+        """The names of the jobs whose runs the workers are on now."""
+        return list(self._running.values())
 
     def free_slots(self) -> int:
         idle = self._size - self.busy
@@ -66,6 +71,7 @@ class WorkerPool:
             task = await self._queue.get()
             self.busy += 1
             self._metrics.busy_workers.set(self.busy)
+            self._running[task.execution.id] = task.job.name
             try:
                 await self._runner.run(task)
             except asyncio.CancelledError:
@@ -73,6 +79,7 @@ class WorkerPool:
             except Exception:  # a bug of ours must not take a worker down with it
                 log.exception("worker.task_crashed")
             finally:
+                del self._running[task.execution.id]
                 self.busy -= 1
                 self._metrics.busy_workers.set(self.busy)
                 self._queue.task_done()

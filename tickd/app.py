@@ -184,6 +184,8 @@ def build_api(
         # The events the store writes with the executions (the outbox), to the publisher.
         # What the relay has not sent at shutdown stays in the store, to go out after a restart.
         app.cleanup_ctx.append(running_beside("relay", engine.relay.run))
+        # A handler that blocks the event loop is noticed, and named (scheduler/watchdog.py).
+        app.cleanup_ctx.append(running_beside("watchdog", engine.watchdog.run))
         # Retention and the dead-letter gauge, on their own slow timer beside the dispatcher.
         housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)
         app.cleanup_ctx.append(running_beside("housekeeper", housekeeper.run))
