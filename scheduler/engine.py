@@ -42,6 +42,9 @@ from scheduler.watchdog import LoopWatchdog
 
 log = logging.getLogger("tickd.engine")
 
+# The wall clock moving this much more or less than real time between two ticks is a jump.
+CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class DueRun:
@@ -143,6 +146,7 @@ class Engine:
         self.healthy = True
         self.last_error: str | None = None
         self._started = False
+        self._last_seen: tuple[datetime, float] | None = None  # wall and real time, last tick
 
     def start(self) -> None:
         if not self._started:
@@ -155,6 +159,7 @@ class Engine:
         """One dispatcher pass: fire the armed runs whose time came, then claim what falls due
         before the lookahead horizon. The due query is its only read of the jobs."""
         now = self.ports.clock.now()
+        await self._follow_clock_jump(now)
         await self._reap(now)
         fired = await self._fire(now)
         limit = min(self.settings.batch_size, self._free_slots())
@@ -197,6 +202,30 @@ class Engine:
             )
             runs += [DueRun(job) for job in jobs]
         return runs
+
+    async def _follow_clock_jump(self, now: datetime) -> None:
+        """A wall clock stepped forward (NTP, a restored VM) makes the leases of this instance's
+        own runs look expired, though no real time passed: they are renewed before the reaper
+        sees them, or it would abandon them and run their occurrences again. A step back needs
+        nothing: runs wait for their wall time, as every job does."""
+        real = self.ports.clock.monotonic()
+        if self._last_seen is not None:
+            last_now, last_real = self._last_seen
+            jump = (now - last_now).total_seconds() - (real - last_real)
+            if abs(jump) >= CLOCK_JUMP_TOLERANCE_SECONDS:
+                log_event(log, "clock.jumped", level=logging.WARNING, seconds=round(jump, 3))
+                if jump > 0:
+                    await self._renew_own_leases(now)
+        self._last_seen = (now, real)  # not before the renewal: a failed one is tried again
+
+    async def _renew_own_leases(self, now: datetime) -> None:
+        jobs = [task.job for task in self.pool.in_flight()]
+        jobs += [run.job for run, _ in self.timers.pending()]
+        margin = timedelta(seconds=self.settings.lease_margin_seconds)
+        for job in jobs:
+            if job.lease is not None:
+                until = now + timedelta(seconds=job.timeout_seconds) + margin
+                await self.ports.store.renew_lease(job.id, job.lease.token, until)
 
     async def _reap(self, now: datetime) -> None:
         source = event_source(self.settings, self.ports)

@@ -27,6 +27,7 @@ class WorkerPool:
         self.slot_freed = asyncio.Event()
         self.inflight: Counter[str] = Counter()  # by handler: queued or running
         self._running: dict[str, str] = {}  # execution id -> job name, for the watchdog
+        self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
 
     def start(self) -> None:
         self._workers = [
@@ -37,12 +38,17 @@ class WorkerPool:
         """The names of the jobs whose runs the workers are on now."""
         return list(self._running.values())
 
+    def in_flight(self) -> list[Task]:
+        """The tasks queued or running."""
+        return list(self._in_flight.values())
+
     def free_slots(self) -> int:
         idle = self._size - self.busy
         return max(0, idle + self._queue.maxsize - self._queue.qsize())
 
     async def submit(self, task: Task) -> None:
         self.inflight[task.job.handler] += 1
+        self._in_flight[task.execution.id] = task
         await self._queue.put(task)  # blocks while the queue is full
 
     async def join(self) -> None:
@@ -87,4 +93,5 @@ class WorkerPool:
 
     def _done(self, task: Task) -> None:
         self.inflight[task.job.handler] -= 1
+        self._in_flight.pop(task.execution.id, None)
         self.slot_freed.set()

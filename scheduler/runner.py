@@ -108,15 +108,16 @@ class Runner:
         if not await self._still_ours(task):
             return
         started = self.ports.clock.now()
+        real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
         try:
             outcome = await self._run_handler(task, started)
         except asyncio.CancelledError:
             # Shutdown past its grace period: record the run as abandoned and give the
             # occurrence back (no advance), so it runs again after the restart.
             abandoned = Outcome(status=Status.ABANDONED, error=_error("Shutdown", "cancelled"))
-            await asyncio.shield(self.finish(task, abandoned, started))
+            await asyncio.shield(self.finish(task, abandoned, started, started_real=real))
             raise
-        await self.finish(task, outcome, started)
+        await self.finish(task, outcome, started, started_real=real)
 
     async def close(self) -> None:
         await self.finisher.close()
@@ -272,13 +273,19 @@ class Runner:
 
     # -- after the handler ----------------------------------------------------------------------
 
-    async def finish(self, task: Task, outcome: Outcome, started: datetime) -> None:
+    async def finish(
+        self, task: Task, outcome: Outcome, started: datetime, *, started_real: float | None = None
+    ) -> None:
         finished = self.ports.clock.now()
+        if started_real is None:
+            seconds = (finished - started).total_seconds()
+        else:
+            seconds = self.ports.clock.monotonic() - started_real
         execution = replace(
             task.execution,
             status=outcome.status,
             finished_at=finished,
-            duration_ms=round((finished - started).total_seconds() * 1000, 3),
+            duration_ms=round(seconds * 1000, 3),
             attempts=outcome.attempts,
             error=outcome.error,
             result=outcome.result,

@@ -37,6 +37,10 @@ class Timers(Generic[T]):
             fired.append(self._take())
         return fired
 
+    def pending(self) -> list[T]:
+        """Every armed item, left armed."""
+        return [item for _, _, _, item in self._heap]
+
     def take_all(self) -> list[T]:
         return [self._take() for _ in range(len(self._heap))]
 

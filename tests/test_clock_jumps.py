@@ -1,0 +1,148 @@
+"""The wall clock jumping an hour forward and back (an NTP step, a VM restored from a snapshot),
+injected through the fake clock: its wall time moves, its monotonic time does not. No occurrence
+runs twice, none is lost beyond its misfire policy, and a run in flight keeps its lease."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from scheduler.handler_api import HandlerContext, Result
+from scheduler.model import (
+    CronSchedule,
+    Execution,
+    IntervalSchedule,
+    Misfire,
+    MisfirePolicy,
+    Status,
+)
+from scheduler.ports import ExecutionQuery, Store
+from tests.conftest import T0, EngineFactory, Harness, make_job
+
+WAIT = 5.0
+HOUR = 3600.0
+
+
+async def noop(ctx: HandlerContext) -> Result:
+    return None
+
+
+async def executions(store: Store) -> list[Execution]:
+    return list(reversed(await store.list_executions(ExecutionQuery(limit=1000))))
+
+
+async def in_flight(h: Harness, gate: asyncio.Event, started: asyncio.Event) -> None:
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1
+    await asyncio.wait_for(started.wait(), WAIT)
+
+
+def gated() -> tuple[asyncio.Event, asyncio.Event, object]:
+    gate, started = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx: HandlerContext) -> Result:
+        started.set()
+        await gate.wait()
+        return None
+
+    return gate, started, slow
+
+
+@pytest.mark.parametrize("jump", [HOUR, -HOUR], ids=["forward", "back"])
+async def test_a_run_in_flight_across_a_jump_runs_once_and_its_duration_is_real(
+    make_engine: EngineFactory, jump: float
+) -> None:
+    gate, started, slow = gated()
+    h = make_engine({"slow": slow}, lease_margin_seconds=30)
+    job = await h.add(make_job("slow", "slow", schedule=CronSchedule(expr="0 * * * * *")))
+    await in_flight(h, gate, started)
+    h.clock.jump(jump)
+    await h.engine.tick()  # the reaper looks at the lease with the new wall time
+    gate.set()
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    run, *after = await executions(h.store)
+    assert (run.status, run.scheduled_at, run.token) == (Status.SUCCESS, T0, 1)
+    assert run.duration_ms is not None and 0 <= run.duration_ms < WAIT * 1000
+    # Forward, the missed hour is one coalesced run (the default policy); back, nothing more.
+    assert [(e.status, e.scheduled_at) for e in after] == (
+        [(Status.SUCCESS, T0 + timedelta(minutes=1))] if jump > 0 else []
+    )
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert h.engine.metrics.leases_reaped._value.get() == 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "status"),
+    [
+        (MisfirePolicy.COALESCE, Status.SUCCESS),
+        (MisfirePolicy.RUN_ALL, Status.SUCCESS),
+        (MisfirePolicy.SKIP, Status.SKIPPED),
+    ],
+)
+async def test_a_run_armed_ahead_of_a_forward_jump_fires_once_by_its_misfire_policy(
+    make_engine: EngineFactory, policy: MisfirePolicy, status: Status
+) -> None:
+    h = make_engine({"noop": noop}, lookahead_seconds=10)
+    job = await h.add(
+        make_job(
+            schedule=IntervalSchedule(every_seconds=HOUR),
+            next_run_at=T0 + timedelta(seconds=5),
+            misfire=Misfire(policy=policy, grace_seconds=60),
+        )
+    )
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1, "armed"
+    h.clock.jump(HOUR)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    [run] = await executions(h.store)
+    assert (run.status, run.scheduled_at) == (status, T0 + timedelta(seconds=5))
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None and stored.next_run_at is not None
+    assert stored.next_run_at > h.clock.now(), "the schedule moved on past the jump"
+
+
+async def test_a_run_armed_ahead_of_a_backward_jump_fires_once_at_its_time(
+    make_engine: EngineFactory,
+) -> None:
+    h = make_engine({"noop": noop}, lookahead_seconds=10)
+    await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1, "armed"
+    h.clock.jump(-HOUR)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert await executions(h.store) == [], "not before its time comes again"
+    h.clock.advance(HOUR + 5)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    [run] = await executions(h.store)
+    assert (run.status, run.scheduled_at) == (Status.SUCCESS, T0 + timedelta(seconds=5))
+
+
+@pytest.mark.parametrize("jump", [HOUR, -HOUR], ids=["forward", "back"])
+async def test_a_cron_job_across_a_jump_runs_each_occurrence_once(
+    make_engine: EngineFactory, jump: float
+) -> None:
+    """Every minute for ten minutes, a jump in the middle: no minute twice, and after a forward
+    jump the missed hour is one coalesced run (the default policy), not sixty."""
+    h = make_engine({"noop": noop}, lookahead_seconds=10)
+    await h.add(make_job(schedule=CronSchedule(expr="0 * * * * *"), next_run_at=T0))
+    for minute in range(10):
+        if minute == 5:
+            h.clock.jump(jump)
+        await asyncio.wait_for(h.engine.drain(), WAIT)
+        h.clock.advance(60)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    runs = await executions(h.store)
+    times = [run.scheduled_at for run in runs]
+    assert len(times) == len(set(times)), "no occurrence ran twice"
+    assert all(run.status is Status.SUCCESS for run in runs)
+    expected = 11 if jump > 0 else 5  # back: minute 5 waits for the wall clock to come back
+    assert len(runs) == expected, times
