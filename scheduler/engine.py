@@ -240,12 +240,23 @@ class Engine:
         token = new_id()
         allowed = self._within_handler_limits(runs)
         locked = await self._lock(allowed, token)
-        won = await self._claim(locked, now)
+        try:
+            won = await self._claim(locked, now)
+        except StoreError:  # the locks go back at once, not when their time-to-live runs out
+            await self._give_back([(run, token) for run in locked], "claim_failed")
+            raise
         await self._release_lost(locked, won, token)
         later = [run for run in won if run.starts_at(now) > now]
         for run in later:
             self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
-        tasks = await self._record([run for run in won if run.starts_at(now) <= now], now, token)
+        due_now = [run for run in won if run.starts_at(now) <= now]
+        try:
+            tasks = await self._record(due_now, now, token)
+        except StoreError:
+            # Not recorded (a full disk, say), so not started: given back at once, they run as
+            # soon as the store takes writes again, not when their leases would have expired.
+            await self._give_back([(run, token) for run in due_now], "record_failed")
+            raise
         await self._submit(tasks)
         return len(won)
 
@@ -541,15 +552,23 @@ class Engine:
     async def _give_back_armed(self) -> None:
         """Runs claimed ahead that never started: their leases and locks go back, and nothing
         is recorded, since nothing happened (a store that is down lets the leases expire)."""
-        armed = self.timers.take_all()
-        leases = [(run.job.id, run.job.lease.token) for run, _ in armed if run.job.lease]
+        await self._give_back(self.timers.take_all(), "shutdown")
+
+    async def _give_back(self, held: list[tuple[DueRun, str]], why: str) -> None:
+        """The leases and locks of runs claimed but never started, each with its lock token."""
+        leases = [(run.job.id, run.job.lease.token) for run, _ in held if run.job.lease]
+        # A request was taken off the queue with its claim: asked for again (the same id, so
+        # never queued twice), or it would be lost.
+        requests = [run.request for run, _ in held if run.request is not None]
         try:
+            if requests:
+                await self.ports.store.insert_run_requests(requests)
             await self.ports.store.give_back(leases)
-            for token in {token for _, token in armed}:
-                keys = [lock_key(run.job.id) for run, held in armed if held == token]
+            for token in {token for _, token in held}:
+                keys = [lock_key(run.job.id) for run, lock in held if lock == token]
                 await self.ports.lock.release_many(keys, token)
         except (StoreError, LockUnavailable) as exc:
-            log_event(log, "shutdown.leases_left_to_expire", level=logging.WARNING, error=str(exc))
+            log_event(log, f"{why}.leases_left_to_expire", level=logging.WARNING, error=str(exc))
 
     async def shutdown(self) -> None:
         """Stop taking work; let running executions finish within the grace period; cancel and

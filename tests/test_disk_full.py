@@ -1,0 +1,88 @@
+"""The embedded store's disk full (SQLITE_FULL, provoked for real with PRAGMA max_page_count on
+the store's own connection): the daemon says so (log and readiness), the database stays whole,
+and work resumes when space returns, with no run lost or run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from scheduler.handler_api import HandlerContext, Result
+from scheduler.model import Status
+from scheduler.ports import ExecutionQuery, Store
+from scheduler.store.sqlite import SQLiteStore
+from tests.conftest import T0, EngineFactory, make_job
+
+WAIT = 5.0
+JOBS = 20
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """This file's tests are about SQLite's file only."""
+    sqlite = SQLiteStore(f"sqlite:///{tmp_path}/tickd.db")
+    await sqlite.open()
+    yield sqlite
+    await sqlite.close()
+
+
+async def pragma(store: SQLiteStore, sql: str) -> object:
+    def run() -> object:
+        assert store._db is not None
+        return store._db.execute(sql).fetchone()[0]
+
+    return await store._in_thread(run)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    while not condition():  # noqa: ASYNC110 - plain state, polled under the caller's bound
+        await asyncio.sleep(0.005)
+
+
+async def succeeded(store: Store) -> list[str]:
+    runs = await store.list_executions(ExecutionQuery(limit=1000))
+    return [e.job_name for e in runs if e.status is Status.SUCCESS]
+
+
+async def noop(ctx: HandlerContext) -> Result:
+    return None
+
+
+async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space_returns(
+    make_engine: EngineFactory, store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = make_engine({"noop": noop}, tick_seconds=0.01, lookahead_seconds=0)
+    jobs = [await h.add(make_job(f"job-{i:02}", next_run_at=T0)) for i in range(JOBS)]
+    used = await pragma(store, "PRAGMA page_count")
+    await pragma(store, f"PRAGMA max_page_count = {used}")  # not one page more: the disk is full
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    try:
+        with caplog.at_level(logging.ERROR, logger="tickd.engine"):
+            await asyncio.wait_for(until(lambda: not h.engine.healthy), WAIT)
+        assert h.engine.last_error is not None and "full" in h.engine.last_error  # /readyz
+        errors = [str(r.tickd_fields.get("error")) for r in caplog.records]  # type: ignore[attr-defined]
+        assert any("database or disk is full" in error for error in errors), errors
+        assert await store.list_executions(ExecutionQuery()) == [], "nothing half-written"
+
+        await pragma(store, "PRAGMA max_page_count = 1073741823")  # space is back
+
+        async def all_ran() -> None:
+            while len(await succeeded(store)) < JOBS:  # noqa: ASYNC110 - polled under a bound
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(all_ran(), WAIT)
+        assert h.engine.healthy
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, WAIT)
+
+    runs = await store.list_executions(ExecutionQuery(limit=1000))
+    assert sorted(e.job_name for e in runs) == sorted(job.name for job in jobs), "each once"
+    assert {(e.status, e.scheduled_at) for e in runs} == {(Status.SUCCESS, T0)}
+    assert await pragma(store, "PRAGMA integrity_check") == "ok"
