@@ -129,6 +129,9 @@ OUTBOX_ORDER = [
     ("rank", ASCENDING),
     ("_id", ASCENDING),
 ]
+# Not sent yet. `sent` is what FerretDB pushes down (it cannot push `sent_at_us: None` down, and
+# would decode every event ever written); events written before `sent` existed lack it, hence $ne.
+UNSENT: Doc = {"sent": {"$ne": True}, "sent_at_us": None}
 OUTBOX_INDEXES = [
     IndexModel([("sent_at_us", ASCENDING), *OUTBOX_ORDER], name="outbox_unsent"),
 ]
@@ -188,6 +191,7 @@ def event_document(execution: Execution, source: str) -> Doc:
         "written_us": exact_micros(event_time(execution)),
         "scheduled_us": exact_micros(execution.scheduled_at),
         "rank": 0 if execution.status is Status.RUNNING else 1,
+        "sent": False,
         "sent_at_us": None,
     }
 
