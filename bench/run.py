@@ -13,7 +13,7 @@ run keeps what it measured) and var/bench/results.md. Measures; asserts nothing.
 bounded: a run that does not finish in time is stopped and reported as it was.
 
     python -m bench.run [--sizes 3000,10000,30000] [--real-sizes 3000] [--steady-seconds 120]
-                        [--no-real] [--no-profile] [--repeats 2]
+                        [--no-real] [--no-embedded] [--no-profile] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -122,9 +122,10 @@ class Bench:
             self.results["real_stack_skipped"] = f"{missing} (scripts/services.sh start)"
         self.floors(real)
         self.bursts(real)
-        self.peers()
+        if not a.no_embedded:
+            self.peers()
         self.steady(real)
-        if not a.no_profile:
+        if not a.no_profile and not a.no_embedded:
             self.profile()
         self.results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         self.save()
@@ -132,7 +133,7 @@ class Bench:
         print(f"[bench] written: {self.out} and {self.out.with_suffix('.md')}", file=sys.stderr)
 
     def floors(self, real: bool) -> None:
-        for jobs in self.args.sizes:
+        for jobs in [] if self.args.no_embedded else self.args.sizes:
             self.step("floor", f"floor SQLite {jobs}", run_floor, embedded_stack(), jobs)
         if real:
             for jobs in [*self.args.real_sizes, STEADY_FLOOR_JOBS]:
@@ -141,9 +142,9 @@ class Bench:
 
     def bursts(self, real: bool) -> None:
         a = self.args
-        plans: list[tuple[str, Callable[[], Stack], list[int], float]] = [
-            ("tickd embedded", embedded_stack, a.sizes, a.burst_timeout)
-        ]
+        plans: list[tuple[str, Callable[[], Stack], list[int], float]] = []
+        if not a.no_embedded:
+            plans.append(("tickd embedded", embedded_stack, a.sizes, a.burst_timeout))
         if real:
             plans.append(("tickd real", real_stack, a.real_sizes, a.real_burst_timeout))
         for label, stack, sizes, timeout in plans:
@@ -177,7 +178,7 @@ class Bench:
     def steady(self, real: bool) -> None:
         seconds = self.args.steady_seconds
         level = self.args.log_level
-        for rate in self.args.steady_rates:
+        for rate in [] if self.args.no_embedded else self.args.steady_rates:
             self.step(
                 "steady",
                 f"steady embedded {rate}/s",
@@ -254,6 +255,9 @@ def main() -> None:
     parser.add_argument("--real-floor-seconds", type=float, default=60.0)
     parser.add_argument("--log-level", default="INFO", help="the daemon's log_level")
     parser.add_argument("--no-real", action="store_true", help="embedded stack and peers only")
+    parser.add_argument(
+        "--no-embedded", action="store_true", help="the real stack only (no SQLite, no peers)"
+    )
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "var" / "bench" / "results.json"))
     # SIGTERM unwinds like Ctrl-C, so every daemon and profiler started is stopped on the way out.

@@ -8,11 +8,16 @@ MongoDB store shares (errors, FerretDB's limits, clients, indexes) is scheduler/
 
 Compare-and-set without transactions. Each statement is atomic on its document, which is all a
 claim needs: the filter holds everything the claim read (revision, next_run_at, no lease, enabled)
-plus the job's fence, and the update sets fence and lease.token to fence + 1. The store does not
-know the fence from the Claim, so on MongoDB a batch claim is three round trips whatever its size:
-one find reads the fences, one update command carries an UpdateOne per claim, one find reads the
-winners back (the documents that now carry the lease token this claim computed). Every other
-fenced write filters on `lease.token`: once a lease is reaped, its run can no longer touch the job.
+and the update increments the job's fence, whose new value is the lease's token, and names the
+claim call in `batch`. So a batch claim is two round trips whatever its size: one update command
+with an UpdateOne per claim, then one find of the jobs whose `batch` is this call's (the winners).
+Every other fenced write filters on the fence with a lease present: once a lease is reaped, its run
+can no longer touch the job.
+
+FerretDB 1.24 pushes down to PostgreSQL only equality on top-level fields (and $ne); `$in`, `$or`,
+ranges, null and sorts are evaluated in Go over every document the pushed-down part matched. So
+the hot path reads and writes by `_id` and by such equalities only (`batch`, `sent`), never by an
+`_id` $in, which would decode the whole collection (scripts/services.sh indexes the equalities).
 
 On FerretDB 1.24 (the test server, on its PostgreSQL handler) a statement is NOT atomic, so two
 instances claiming one job at the same instant can both win, with the same token. There, only the
@@ -34,7 +39,7 @@ from scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import Execution, Job, Status
+from scheduler.model import Execution, Job, Status, new_id
 from scheduler.ports import (
     Backlog,
     Claim,
@@ -53,7 +58,6 @@ from scheduler.storage.mongodb import (
 )
 from scheduler.store.mongodb_documents import (
     DEFINITION_FIELDS,
-    FREE,
     LEASE_EXPIRED,
     NEWEST_FIRST,
     OLDEST_DUE_FIRST,
@@ -69,6 +73,7 @@ from scheduler.store.mongodb_documents import (
     executions_filter,
     finish_update,
     finished_document,
+    held_by,
     job_document,
     job_from_document,
     jobs_filter,
@@ -210,21 +215,14 @@ class MongoStore(MongoRequests, MongoHousekeeping):
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         if not claims:
             return []
-        fences = await self._fences_of_free_jobs([claim.job_id for claim in claims])
-        tokens = {job_id: fence + 1 for job_id, fence in fences.items()}
-        updates = [claim_update(c, tokens[c.job_id]) for c in claims if c.job_id in tokens]
-        await self._update_each(self.jobs, updates)
-        return await self._winners(claims, tokens)
-
-    async def _fences_of_free_jobs(self, job_ids: list[str]) -> dict[str, int]:
-        """One read for the whole batch; a leased or disabled job is left out (it would lose)."""
-        cursor = self.jobs.find({"_id": {"$in": job_ids}, **FREE}, {"fence": 1})
-        return {doc["_id"]: int(doc["fence"]) async for doc in in_one_batch(cursor, len(job_ids))}
+        batch = new_id()
+        await self._update_each(self.jobs, [claim_update(c, batch) for c in claims])
+        return await self._winners(claims, batch)
 
     @translating_errors
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         moved = {"lease.until": until, "lease.until_us": exact_micros(until)}
-        result = await self.jobs.update_one({"_id": job_id, "lease.token": token}, {"$set": moved})
+        result = await self.jobs.update_one(held_by(job_id, token), {"$set": moved})
         return result.matched_count == 1
 
     @translating_errors
@@ -252,12 +250,10 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._update_each(self.executions, [finished_document(f) for f in finishes])
         await self._settle_and_redrive(finishes)
         fenced = [f for f in finishes if f.execution.token is not None]
-        await self._update_each(self.jobs, [finish_update(f, schedule=True) for f in fenced])
-        released = await self._released(fenced)
+        released = await self._release(fenced, schedule=True)
         changed = [f for f in fenced if f.advance and f.execution.id not in released]
         if changed:
-            await self._update_each(self.jobs, [finish_update(f, schedule=False) for f in changed])
-            released |= await self._released(changed)
+            released |= await self._release(changed, schedule=False)
         return [f.execution.id in released for f in finishes]
 
     async def _settle_and_redrive(self, finishes: Sequence[Finish]) -> None:
@@ -272,13 +268,18 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         if changes:
             await self.changes.insert_many([change_document(c) for c in changes])
 
-    async def _released(self, finishes: Sequence[Finish]) -> set[str]:
-        """Which of these runs' updates applied: their ids, as the jobs now name them."""
+    async def _release(self, finishes: Sequence[Finish], *, schedule: bool) -> set[str]:
+        """The fenced job updates, then which applied: the runs the jobs this call (`batch`)
+        touched now name. A bulk write reports only counts, so when every update matched, no
+        read is needed."""
         if not finishes:
             return set()
-        job_ids = list({f.execution.job_id for f in finishes})
-        cursor = self.jobs.find({"_id": {"$in": job_ids}}, {"last_release": 1})
-        named = {doc.get("last_release") async for doc in in_one_batch(cursor, len(job_ids))}
+        batch = new_id()
+        updates = [finish_update(f, schedule=schedule, batch=batch) for f in finishes]
+        if await self._update_each(self.jobs, updates) == len(updates):
+            return {f.execution.id for f in finishes}
+        cursor = self.jobs.find({"batch": batch}, {"last_release": 1})
+        named = {doc.get("last_release") async for doc in in_one_batch(cursor, len(finishes))}
         return {f.execution.id for f in finishes} & named
 
     @translating_errors
@@ -322,8 +323,8 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         return await self._abandoned_at(now, expired)
 
     async def _expired_leases(self, now: datetime) -> list[tuple[str, int]]:
-        cursor = self.jobs.find({"lease.until_us": {"$lt": exact_micros(now)}}, {"lease.token": 1})
-        return [(doc["_id"], int(doc["lease"]["token"])) async for doc in cursor]
+        cursor = self.jobs.find({"lease.until_us": {"$lt": exact_micros(now)}}, {"fence": 1})
+        return [(doc["_id"], int(doc["fence"])) async for doc in cursor]
 
     async def _abandoned_at(self, now: datetime, leases: list[tuple[str, int]]) -> list[Execution]:
         """Read back what this reap marked (an execution the run finished meanwhile is not)."""

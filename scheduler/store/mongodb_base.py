@@ -81,9 +81,12 @@ class MongoCollections(MongoDatabase):
     async def ping(self) -> None:
         await self.database.command("ping")
 
-    async def _update_each(self, collection: Collection, updates: Sequence[Update]) -> None:
+    async def _update_each(self, collection: Collection, updates: Sequence[Update]) -> int:
+        """How many documents the updates matched, in all."""
+        matched = 0
         for batch in chunks(updates, self._statements_per_update):
-            await collection.bulk_write(batch, ordered=False)
+            matched += (await collection.bulk_write(batch, ordered=False)).matched_count
+        return matched
 
     async def _find_jobs(self, query: Doc, *, sort: list[tuple[str, int]], limit: int) -> list[Job]:
         if limit <= 0:  # pymongo reads a limit of 0 as "no limit"
@@ -97,16 +100,15 @@ class MongoCollections(MongoDatabase):
             documents = [event_document(e, source) for e in executions]
             await insert_ignoring_duplicates(self.outbox, documents)
 
-    async def _winners(self, claims: Sequence[Claim], tokens: dict[str, int]) -> list[Job]:
-        """The jobs that now carry the lease token their claim computed, in the claims' order."""
-        if not tokens:
-            return []
-        cursor = in_one_batch(self.jobs.find({"_id": {"$in": list(tokens)}}), len(tokens))
+    async def _winners(self, claims: Sequence[Claim], batch: str) -> list[Job]:
+        """The jobs this claim call (`batch`) leased, in the claims' order: one read by a value
+        FerretDB pushes down, where an `_id` $in would make it decode the whole collection."""
+        cursor = in_one_batch(self.jobs.find({"batch": batch}), len(claims))
         leased = {doc["_id"]: job_from_document(doc) async for doc in cursor}
         return [
             job
             for claim in claims
             if (job := leased.pop(claim.job_id, None)) is not None
             and job.lease is not None
-            and (job.lease.owner, job.lease.token) == (claim.owner, tokens[claim.job_id])
+            and job.lease.owner == claim.owner
         ]

@@ -65,6 +65,9 @@ ADVANCE_TIMES = ("next_run_at", "last_execution.finished_at")
 
 # Free to run: enabled and not leased (a lease, live or expired, is reaped before a rerun).
 FREE: Doc = {"enabled": True, "lease": None}
+# The lease's token is the job's fence: a claim increments the fence and sets the lease in one
+# statement, so the claim needs no read of the fence first. Leases written before that carry
+# their token too, and it always equals the fence.
 URGENCY = [("priority", ASCENDING), ("next_run_at_us", ASCENDING)]
 OLDEST_DUE_FIRST = [("next_run_at_us", ASCENDING)]
 NEWEST_FIRST = [("scheduled_at_us", DESCENDING), ("_id", DESCENDING)]
@@ -79,6 +82,9 @@ JOB_INDEXES = [
         name="jobs_next",
     ),
     IndexModel([("lease.until_us", ASCENDING)], name="jobs_lease_expiry"),
+    # The store call that last claimed or released the job: a batch's outcome is read back by
+    # this one value (an equality FerretDB pushes down), not by an `_id` $in it cannot.
+    IndexModel([("batch", ASCENDING)], name="jobs_batch"),
 ]
 CHANGE_INDEXES = [
     IndexModel(
@@ -123,6 +129,9 @@ OUTBOX_ORDER = [
     ("rank", ASCENDING),
     ("_id", ASCENDING),
 ]
+# Not sent yet. `sent` is what FerretDB pushes down (it cannot push `sent_at_us: None` down, and
+# would decode every event ever written); events written before `sent` existed lack it, hence $ne.
+UNSENT: Doc = {"sent": {"$ne": True}, "sent_at_us": None}
 OUTBOX_INDEXES = [
     IndexModel([("sent_at_us", ASCENDING), *OUTBOX_ORDER], name="outbox_unsent"),
 ]
@@ -152,7 +161,15 @@ def job_document(job: Job) -> Doc:
 
 
 def job_from_document(doc: Doc) -> Job:
+    lease = doc.get("lease")
+    if lease is not None and "token" not in lease:
+        lease["token"] = doc["fence"]
     return job_from_doc(without_exact_times(doc, JOB_TIMES))
+
+
+def held_by(job_id: str, token: int) -> Doc:
+    """The job while the lease of `token` holds it (the fence moves only with a new claim)."""
+    return {"_id": job_id, "fence": token, "lease": {"$ne": None}}
 
 
 def execution_document(execution: Execution) -> Doc:
@@ -174,6 +191,7 @@ def event_document(execution: Execution, source: str) -> Doc:
         "written_us": exact_micros(event_time(execution)),
         "scheduled_us": exact_micros(execution.scheduled_at),
         "rank": 0 if execution.status is Status.RUNNING else 1,
+        "sent": False,
         "sent_at_us": None,
     }
 
@@ -194,18 +212,23 @@ def due_filter(now: datetime, exclude_handlers: Sequence[str] = ()) -> Doc:
     return due
 
 
-def claim_update(claim: Claim, token: int) -> UpdateOne:
-    """Lease the job with `token` only if it is still as read, fence included (token - 1)."""
-    lease = {"owner": claim.owner, "token": token, "until": claim.until}
+def take_lease(claim: Claim, batch: str) -> Doc:
+    """The claim's update: the next fence is the lease's token; `batch` names the claim call."""
+    lease = {"owner": claim.owner, "until": claim.until}
+    taken = {"lease": with_exact_times(lease, ["until"]), "batch": batch}
+    return {"$inc": {"fence": 1}, "$set": taken}
+
+
+def claim_update(claim: Claim, batch: str) -> UpdateOne:
+    """Lease the job only if it is still as the due query read it."""
     return UpdateOne(
         {
             "_id": claim.job_id,
             "revision": claim.revision,
             "next_run_at_us": micros(claim.next_run_at),
-            "fence": token - 1,
             **FREE,
         },
-        {"$set": {"fence": token, "lease": with_exact_times(lease, ["until"])}},
+        take_lease(claim, batch),
     )
 
 
@@ -234,16 +257,18 @@ def finished_document(finish: Finish) -> ReplaceOne[Doc]:
     return ReplaceOne({"_id": execution.id}, execution_document(execution), upsert=True)
 
 
-def finish_update(finish: Finish, *, schedule: bool) -> UpdateOne:
+def finish_update(finish: Finish, *, schedule: bool, batch: str) -> UpdateOne:
     """The fenced update that ends a run: only while its token holds the lease, and with the
     schedule only while the job is at the revision the run claimed. It names the execution in
-    `last_release`, so the store can tell afterwards which of a batch applied."""
+    `last_release` and the store call in `batch`, so the store can tell afterwards which of a
+    batch applied."""
     execution, advance = finish.execution, finish.advance
-    fenced: Doc = {"_id": execution.job_id, "lease.token": execution.token}
+    assert execution.token is not None
+    fenced = held_by(execution.job_id, execution.token)
     if schedule and advance is not None:
         fenced["revision"] = advance.revision
     update = release_update(advance, schedule=schedule)
-    update["$set"]["last_release"] = execution.id
+    update["$set"] |= {"last_release": execution.id, "batch": batch}
     return UpdateOne(fenced, update)
 
 
@@ -257,7 +282,7 @@ def abandon_running(job_id: str, token: int, now: datetime) -> UpdateMany:
 
 
 def release_lease(job_id: str, token: int) -> UpdateOne:
-    return UpdateOne({"_id": job_id, "lease.token": token}, {"$set": {"lease": None}})
+    return UpdateOne(held_by(job_id, token), {"$set": {"lease": None}})
 
 
 def executions_filter(query: ExecutionQuery) -> Doc:
@@ -353,10 +378,9 @@ def request_from_document(doc: Doc) -> RunRequest:
     return RunRequest(**doc)
 
 
-def request_claim(claim: Claim, token: int) -> UpdateOne:
+def request_claim(claim: Claim, batch: str) -> UpdateOne:
     """Like claim_update, whenever the job is due: a requested run ignores the schedule."""
-    lease = {"owner": claim.owner, "token": token, "until": claim.until}
     return UpdateOne(
-        {"_id": claim.job_id, "revision": claim.revision, "fence": token - 1, "lease": None},
-        {"$set": {"fence": token, "lease": with_exact_times(lease, ["until"])}},
+        {"_id": claim.job_id, "revision": claim.revision, "lease": None},
+        take_lease(claim, batch),
     )

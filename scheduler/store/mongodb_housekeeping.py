@@ -32,6 +32,7 @@ from scheduler.store.mongodb_documents import (
     NEWEST_FIRST,
     OUTBOX_ORDER,
     PRUNABLE,
+    UNSENT,
     outbox_event_from_document,
     retention_scope,
 )
@@ -44,15 +45,15 @@ class MongoHousekeeping(MongoCollections):
 
     @translating_errors
     async def unsent_events(self, limit: int) -> list[OutboxEvent]:
-        cursor = self.outbox.find({"sent_at_us": None}).sort(OUTBOX_ORDER).limit(limit)
+        cursor = self.outbox.find(UNSENT).sort(OUTBOX_ORDER).limit(limit)
         return [outbox_event_from_document(doc) async for doc in in_one_batch(cursor, limit)]
 
     @translating_errors
     async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
         for ids in chunks(event_ids, 1000):
             await self.outbox.update_many(
-                {"_id": {"$in": list(ids)}, "sent_at_us": None},
-                {"$set": {"sent_at_us": exact_micros(now)}},
+                {"_id": {"$in": list(ids)}, **UNSENT},
+                {"$set": {"sent": True, "sent_at_us": exact_micros(now)}},
             )
 
     @translating_errors
@@ -67,8 +68,8 @@ class MongoHousekeeping(MongoCollections):
 
     @translating_errors
     async def outbox_backlog(self) -> OutboxBacklog:
-        unsent = await self.outbox.count_documents({"sent_at_us": None})
-        oldest = await self.outbox.find_one({"sent_at_us": None}, sort=OUTBOX_ORDER)
+        unsent = await self.outbox.count_documents(UNSENT)
+        oldest = await self.outbox.find_one(UNSENT, sort=OUTBOX_ORDER)
         return OutboxBacklog(
             unsent=unsent,
             oldest_written_at=None if oldest is None else from_micros(oldest["written_us"]),

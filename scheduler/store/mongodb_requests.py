@@ -14,7 +14,7 @@ from scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import Job
+from scheduler.model import Job, new_id
 from scheduler.ports import (
     Claim,
     RunRequest,
@@ -106,13 +106,10 @@ class MongoRequests(MongoCollections):
     ) -> list[tuple[RunRequest, Job]]:
         if not claims:
             return []
-        ids = list({c.job_id for c in claims})
-        cursor = self.jobs.find({"_id": {"$in": ids}, "lease": None}, {"fence": 1})
-        tokens = {doc["_id"]: int(doc["fence"]) + 1 async for doc in in_one_batch(cursor, len(ids))}
-        first_claims = {c.job_id: c for c in reversed(claims) if c.job_id in tokens}
-        updates = [request_claim(c, tokens[c.job_id]) for c in first_claims.values()]
-        await self._update_each(self.jobs, updates)
-        won = {job.id: job for job in await self._winners(list(first_claims.values()), tokens)}
+        first_claims = list({c.job_id: c for c in reversed(claims)}.values())
+        batch = new_id()
+        await self._update_each(self.jobs, [request_claim(c, batch) for c in first_claims])
+        won = {job.id: job for job in await self._winners(first_claims, batch)}
         pairs: list[tuple[RunRequest, Job]] = []
         for request, claim in zip(requests, claims, strict=True):
             job = won.pop(claim.job_id, None)
