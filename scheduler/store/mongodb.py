@@ -251,14 +251,33 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._write_events([f.execution for f in finishes], event_source)
         await self._update_each(self.executions, [finished_document(f) for f in finishes])
         await self._settle_and_redrive(finishes)
-        fenced = [f for f in finishes if f.execution.token is not None]
+        # Read before any lease of the batch is released (the last shard's may be).
+        held = await self._leases_held([f for f in finishes if f.keeps_lease])
+        fenced = [f for f in finishes if f.execution.token is not None and not f.keeps_lease]
         await self._update_each(self.jobs, [finish_update(f, schedule=True) for f in fenced])
         released = await self._released(fenced)
         changed = [f for f in fenced if f.advance and f.execution.id not in released]
         if changed:
             await self._update_each(self.jobs, [finish_update(f, schedule=False) for f in changed])
             released |= await self._released(changed)
-        return [f.execution.id in released for f in finishes]
+        applied = released | held
+        return [f.execution.id in applied for f in finishes]
+
+    async def _leases_held(self, finishes: Sequence[Finish]) -> set[str]:
+        """Which of these runs' tokens still hold their jobs' leases: their execution ids."""
+        if not finishes:
+            return set()
+        job_ids = list({f.execution.job_id for f in finishes})
+        cursor = self.jobs.find({"_id": {"$in": job_ids}}, {"lease.token": 1})
+        tokens = {
+            doc["_id"]: (doc.get("lease") or {}).get("token")
+            async for doc in in_one_batch(cursor, len(job_ids))
+        }
+        return {
+            f.execution.id
+            for f in finishes
+            if f.execution.token is not None and tokens.get(f.execution.job_id) == f.execution.token
+        }
 
     async def _settle_and_redrive(self, finishes: Sequence[Finish]) -> None:
         settles = [settle_dead_letters(f.execution) for f in finishes if f.settles]
