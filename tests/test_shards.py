@@ -9,6 +9,7 @@ from datetime import timedelta
 from scheduler.handler_api import HandlerContext, Result
 from scheduler.lock import lock_key
 from scheduler.model import CronSchedule, DeadLetter, RedrivePolicy, Status
+from scheduler.testing import handler_context
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
 
@@ -230,3 +231,11 @@ async def test_a_sharded_run_counts_each_shard_against_its_handlers_limit(
     await asyncio.wait_for(h.engine.pool.join(), WAIT)
     await h.engine.drain()
     assert len(await executions(h.store)) == 4
+
+
+async def test_a_handlers_test_context_can_be_a_shard() -> None:
+    async with handler_context(shard=2, shards=4) as ctx:
+        assert (ctx.shard, ctx.shards) == (2, 4)
+        assert ctx.idempotency_key.endswith(":shard-2")
+    async with handler_context() as ctx:
+        assert (ctx.shard, ctx.shards) == (0, 1) and ":shard-" not in ctx.idempotency_key
