@@ -45,15 +45,16 @@ class Occurrence:
     def outcome(self) -> Execution:
         """The occurrence as one execution, for the job's advance (its last run, its circuit
         breaker): the first shard that failed, else one that was abandoned (the occurrence is
-        given back), else the last to end, with the status of them all."""
+        given back), else the last to end, with the status of them all. It ended when the last
+        shard did (an interval job's next run counts from then)."""
+        last = self.ended[-1]
         failed = [e for e in self.ended if e.status.is_failure]
         if failed:
             first = min(failed, key=lambda e: e.shard)
-            return replace(first, error=_of_shard(first, len(failed)))
+            return replace(first, error=_of_shard(first, len(failed)), finished_at=last.finished_at)
         abandoned = [e for e in self.ended if e.status is Status.ABANDONED]
         if abandoned:
             return abandoned[0]
-        last = self.ended[-1]
         if any(e.status is Status.SUCCESS for e in self.ended):
             return replace(last, status=Status.SUCCESS)
         return last

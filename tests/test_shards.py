@@ -135,6 +135,28 @@ async def test_failed_shards_fail_their_occurrence_once(make_engine: EngineFacto
     assert paused is not None and not paused.enabled and paused.consecutive_failures == 2
 
 
+async def test_an_interval_jobs_next_run_counts_from_its_last_shards_end(
+    make_engine: EngineFactory,
+) -> None:
+    async def part(ctx: HandlerContext) -> Result:
+        if ctx.shard == 0:
+            raise ConnectionError("upstream down")  # ends at T0
+        await asyncio.wait_for(
+            _until(lambda: ("finished", "failed") in h.observed.of("sharded")), WAIT
+        )
+        await ctx.clock.sleep(5)  # the fake clock moves on: shard 1 ends at T0 + 5
+        return None
+
+    h = make_engine({"part": part}, workers=2)
+    job = await h.add(make_job("sharded", "part", shards=2))
+    await h.engine.drain()
+
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.last_execution is not None
+    assert stored.last_execution.status is Status.FAILED
+    assert stored.next_run_at == T0 + timedelta(seconds=5 + 60)
+
+
 async def test_a_shard_failed_for_good_is_a_dead_letter_whose_redrive_runs_it_alone(
     make_engine: EngineFactory,
 ) -> None:
@@ -171,8 +193,10 @@ async def test_a_shard_fenced_off_does_not_end_the_occurrence(make_engine: Engin
     """The old instance's shards end after another instance took the occurrence over: neither
     the shard that ends first nor the last one touches the job."""
     gate = asyncio.Event()
+    started: list[int] = []
 
     async def slow(ctx: HandlerContext) -> Result:
+        started.append(ctx.shard)
         await gate.wait()
         return None
 
@@ -180,6 +204,7 @@ async def test_a_shard_fenced_off_does_not_end_the_occurrence(make_engine: Engin
     job = await old.add(make_job("work", "work", schedule=EVERY_MINUTE, shards=2))
     old.engine.start()
     await old.engine.tick()
+    await asyncio.wait_for(_until(lambda: len(started) == 2), WAIT)  # both shards run
     old.clock.advance(60 + 2)  # the old lease is past its expiry (a long GC pause, say)
     new = make_engine({"work": noop}, instance_id="new", workers=2)
     await new.engine.drain()  # reaps the expired lease and runs the occurrence's shards
