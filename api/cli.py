@@ -106,6 +106,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     create.add_argument("--timeout", type=float, metavar="SECONDS", help="timeout_seconds")
     create.add_argument("--retries", type=int, metavar="N", help="max_retries")
+    create.add_argument(
+        "--shards", type=int, metavar="N", help="run each occurrence as N shards (default 1)"
+    )
     create.set_defaults(act=jobs_create)
 
     for name, act, what in [
@@ -307,6 +310,8 @@ def job_from_args(args: argparse.Namespace) -> Json:
         job["timeout_seconds"] = args.timeout
     if args.retries is not None:
         job["max_retries"] = args.retries
+    if args.shards is not None:
+        job["shards"] = args.shards
     if not args.file:
         missing = [f"--{key}" for key in ("name", "handler") if key not in job]
         if "schedule" not in job:
@@ -351,8 +356,7 @@ def executions_list(client: Client, args: argparse.Namespace) -> None:
     if args.json:
         print_json(page)
         return
-    rows = [execution_row(e) for e in page["items"]]
-    print_table(EXECUTION_COLUMNS, rows, empty="No executions.")
+    print_executions(page["items"], empty="No executions.")
 
 
 def executions_show(client: Client, args: argparse.Namespace) -> None:
@@ -385,8 +389,7 @@ def dead_letters_list(client: Client, args: argparse.Namespace) -> None:
     if args.json:
         print_json(page)
         return
-    rows = [execution_row(e) for e in page["items"]]
-    print_table(EXECUTION_COLUMNS, rows, empty="No dead letters.")
+    print_executions(page["items"], empty="No dead letters.")
 
 
 def dead_letters_redrive(client: Client, args: argparse.Namespace) -> None:
@@ -462,6 +465,7 @@ def job_fields(job: Json) -> list[tuple[str, str]]:
             f"{misfire.get('policy')}, grace {seconds_text(misfire.get('grace_seconds'))}",
         ),
         ("jitter", seconds_text(job.get("jitter_seconds"))),
+        ("shards", str(job.get("shards", 1))),
         (
             "last run",
             f"{last['status']} at {when(last.get('finished_at'))} ({last['execution_id']})"
@@ -475,6 +479,25 @@ def job_fields(job: Json) -> list[tuple[str, str]]:
         ("updated", when(job.get("updated_at"))),
     ]
     return fields
+
+
+def print_executions(executions: Sequence[Json], *, empty: str) -> None:
+    """A table of executions; with a SHARD column (shard/shards, from 0) when any is a shard."""
+    rows = [execution_row(e) for e in executions]
+    if not any((e.get("shards") or 1) > 1 for e in executions):
+        print_table(EXECUTION_COLUMNS, rows, empty=empty)
+        return
+    shards = [shard_text(e) for e in executions]
+    print_table(
+        (*EXECUTION_COLUMNS, "SHARD"),
+        [[*row, shard] for row, shard in zip(rows, shards, strict=True)],
+        empty=empty,
+    )
+
+
+def shard_text(execution: Json) -> str:
+    shards = execution.get("shards") or 1
+    return "-" if shards == 1 else f"{execution.get('shard')}/{shards}"
 
 
 def execution_row(execution: Json) -> list[str]:
@@ -501,6 +524,7 @@ def execution_fields(execution: Json) -> list[tuple[str, str]]:
         ("finished", when(execution.get("finished_at"))),
         ("duration", millis_text(execution.get("duration_ms"))),
         ("attempts", str(execution.get("attempts"))),
+        ("shard", shard_text(execution)),
         ("error", f"{error.get('type')}: {error.get('message')}" if error else "-"),
         ("result", json.dumps(result, ensure_ascii=False) if result is not None else "-"),
         ("owner", str(execution.get("owner") or "-")),

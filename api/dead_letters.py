@@ -31,7 +31,7 @@ from api.problems import ApiError
 from api.routing import B, Call, Q, Reply, Route, Routes
 from api.runs import run_request_out
 from api.v1 import execution_out, state, time_cursor
-from scheduler.dead_letters import REDRIVE, redrive_entry
+from scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
 from scheduler.model import DeadLetter, Execution, Job, new_id
 from scheduler.ports import ExecutionQuery, RunRequest
 
@@ -174,13 +174,16 @@ async def redrive(call: Call[Q, B], dead: Sequence[tuple[Execution, Job]]) -> di
     for execution, job in dead:
         if execution.id not in won:
             continue
-        request = RunRequest(
-            id=new_id(),
-            job_id=job.id,
-            scheduled_at=execution.scheduled_at,
-            reason=REDRIVE,
-            not_before=now,
-            created_at=now,
+        request = rerun_of(
+            execution,
+            RunRequest(
+                id=new_id(),
+                job_id=job.id,
+                scheduled_at=execution.scheduled_at,
+                reason=REDRIVE,
+                not_before=now,
+                created_at=now,
+            ),
         )
         requests[execution.id] = request
         entries[job.id].append(redrive_entry(execution, request))

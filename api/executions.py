@@ -49,7 +49,23 @@ async def page_of(call: Call[Q, B], query: ExecutionQuery) -> Reply:
     page, more = runs[: query.limit], len(runs) > query.limit
     last = page[-1] if more else None
     cursor = encode_cursor(at=last.scheduled_at.isoformat(), id=last.id) if last else None
-    return Reply(ExecutionPage(items=[execution_out(e) for e in page], next_cursor=cursor))
+    items = [execution_out(e) for e in occurrences_together(page)]
+    return Reply(ExecutionPage(items=items, next_cursor=cursor))
+
+
+def occurrences_together(page: list[Execution]) -> list[Execution]:
+    """The page's executions of one occurrence (its shards, and their re-runs) side by side,
+    where the first of them was, shard by shard, the newest run of a shard first. Another job's
+    run of the same instant, or a later re-run, would otherwise come between them. The page
+    holds the same rows, so its cursor (the last row as stored) stands."""
+    by_occurrence: dict[str, list[Execution]] = {}
+    for execution in page:
+        by_occurrence.setdefault(execution.occurrence, []).append(execution)
+    return [
+        execution
+        for runs in by_occurrence.values()
+        for execution in sorted(runs, key=lambda e: e.shard)
+    ]
 
 
 async def load_execution(call: Call[Q, B]) -> Execution:

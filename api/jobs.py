@@ -36,7 +36,7 @@ T = TypeVar("T")
 # Fields whose change is recorded in the history (the engine's own fields are not).
 TRACKED = [
     "name", "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries",
-    "priority", "misfire", "jitter_seconds", "paused_reason", "redrive",
+    "priority", "misfire", "jitter_seconds", "paused_reason", "redrive", "shards",
 ]  # fmt: skip
 
 
@@ -114,6 +114,7 @@ class JobBuilder:
             misfire=_misfire(body.misfire),
             jitter_seconds=body.jitter_seconds,
             redrive=_redrive(body.redrive),
+            shards=body.shards,
         )
         with validation_problems():
             return self.rules.build(spec, now)
@@ -143,6 +144,7 @@ class JobBuilder:
             misfire=_misfire(body.misfire) if body.misfire else job.misfire,
             jitter_seconds=_given(body.jitter_seconds, job.jitter_seconds),
             redrive=_redrive(body.redrive) if "redrive" in fields else job.redrive,
+            shards=_given(body.shards, job.shards),
             updated_at=now,
         )
         with validation_problems():

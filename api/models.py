@@ -25,6 +25,7 @@ from scheduler.jobspec import (
 from scheduler.model import (
     MAX_REDRIVE_ATTEMPTS,
     MAX_REDRIVE_BACKOFF_SECONDS,
+    MAX_SHARDS,
     DeadLetter,
     MisfirePolicy,
     Status,
@@ -81,6 +82,16 @@ def integral(value: object) -> object:
 # The integers of a body (the bounds come first, or the document loses them).
 Retries = Annotated[int, Field(ge=0, le=MAX_RETRIES), BeforeValidator(integral)]
 Count = Annotated[int, Field(ge=1, le=100), BeforeValidator(integral)]
+Shards = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_SHARDS,
+        description="Each occurrence runs as this many executions (ctx.shard 0 to shards - 1); "
+        "it succeeds when every shard has. At most the handler's concurrency limit.",
+    ),
+    BeforeValidator(integral),
+]
 
 
 class Strict(BaseModel):
@@ -135,6 +146,7 @@ class JobCreate(Strict):
     misfire: MisfireIn = Field(default_factory=MisfireIn)
     jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
     redrive: RedriveIn | None = Field(default=None, description="None: re-driven by hand only")
+    shards: Shards = 1
 
 
 class JobPatch(Strict):
@@ -151,6 +163,7 @@ class JobPatch(Strict):
     misfire: MisfireIn | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
     redrive: RedriveIn | None = Field(default=None, description="null removes the policy")
+    shards: Shards | None = None
 
 
 class LeaseOut(BaseModel):
@@ -186,6 +199,7 @@ class JobOut(BaseModel):
     last_execution: LastExecutionOut | None
     system: bool
     redrive: RedriveIn | None = None
+    shards: int = 1
     created_at: datetime
     updated_at: datetime
 
@@ -219,6 +233,12 @@ class ExecutionOut(BaseModel):
     dead_letter: DeadLetter | None = Field(
         default=None, description="Set when the run failed for good: see /v1/dead-letters"
     )
+    occurrence: str = Field(
+        description="The occurrence this run is of (job id and scheduled_at): its shards and "
+        "its re-runs share it"
+    )
+    shard: int = Field(default=0, description="Which shard of its occurrence, from 0")
+    shards: int = Field(default=1, description="How many shards its occurrence has")
 
 
 class ExecutionPage(BaseModel):
@@ -233,6 +253,7 @@ class RunRequestOut(BaseModel):
     reason: str
     not_before: datetime
     created_at: datetime
+    shard: int | None = Field(default=None, description="Set when it re-runs one shard alone")
 
 
 class ChangeOut(BaseModel):

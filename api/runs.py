@@ -14,6 +14,7 @@ from api.problems import ApiError, field_error
 from api.routing import B, Call, Q, Reply, Route, Routes, parse_body
 from api.v1 import JOB, load_job, state
 from scheduler.codec import to_json_ready
+from scheduler.dead_letters import rerun_of
 from scheduler.model import Execution, IntervalSchedule, Job, Status, new_id
 from scheduler.ports import ExecutionQuery, RunRequest
 from scheduler.schedules import next_fire, occurrences
@@ -50,9 +51,16 @@ async def refuse_trigger_options(call: Call[Q, B]) -> None:
 
 
 async def enqueue(
-    call: Call[Q, B], job: Job, times: list[datetime], reason: str, per_second: float | None
+    call: Call[Q, B],
+    job: Job,
+    times: list[datetime],
+    reason: str,
+    per_second: float | None,
+    *,
+    rerun: Execution | None = None,
 ) -> list[RunRequest]:
-    """Queue runs of chosen occurrences (the schedule does not move) and record who asked."""
+    """Queue runs of chosen occurrences (the schedule does not move) and record who asked.
+    `rerun`: the execution run again (a shard's re-runs that shard alone)."""
     s = state(call)
     now = s.clock.now()
     step = timedelta(seconds=1 / per_second) if per_second else timedelta(0)
@@ -67,6 +75,8 @@ async def enqueue(
         )
         for i, at in enumerate(times)
     ]
+    if rerun is not None:
+        requests = [rerun_of(rerun, request) for request in requests]
     await s.store.insert_run_requests(requests)
     change = change_entry(reason, job, job, call.actor, now, s.registry)
     listed = [t.isoformat() for t in times[:20]]
@@ -142,7 +152,9 @@ async def retry_execution(call: Call[None, None]) -> Reply:
     pending = await state(call).store.executions_at(job.id, [execution.scheduled_at])
     if execution.scheduled_at in pending and await _retry_pending(call, execution):
         raise ApiError(409, "Conflict", "a retry of this occurrence is already queued or running")
-    [request] = await enqueue(call, job, [execution.scheduled_at], "retry", per_second=None)
+    [request] = await enqueue(
+        call, job, [execution.scheduled_at], "retry", per_second=None, rerun=execution
+    )
     return Reply(run_request_out(request), 202)
 
 
@@ -156,7 +168,12 @@ async def _retry_pending(call: Call[Q, B], execution: Execution) -> bool:
             limit=100,
         )
     )
-    newer = [e for e in runs if e.id > execution.id or e.status is Status.RUNNING]
+    # Another shard of the occurrence is no re-run of this one.
+    newer = [
+        e
+        for e in runs
+        if e.shard == execution.shard and (e.id > execution.id or e.status is Status.RUNNING)
+    ]
     return bool(newer) or await state(call).store.run_request_pending(
         execution.job_id, execution.scheduled_at
     )

@@ -133,6 +133,7 @@ def execution_out(execution: Execution) -> ExecutionOut:
     doc = to_json_ready(execution_to_doc(execution))
     doc["id"] = doc.pop("_id")
     doc["idempotency_key"] = execution.idempotency_key
+    doc["occurrence"] = execution.occurrence
     return ExecutionOut.model_validate(doc)
 
 

@@ -107,6 +107,7 @@ def job_to_doc(job: Job) -> Doc:
         "last_execution": summary_to_doc(job.last_execution),
         "system": job.system,
         "redrive": redrive_to_doc(job.redrive),
+        "shards": job.shards,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
@@ -138,6 +139,7 @@ def job_from_doc(doc: Doc) -> Job:
         last_execution=summary_from_doc(doc.get("last_execution")),
         system=bool(doc.get("system", False)),
         redrive=redrive_from_doc(doc.get("redrive")),
+        shards=int(doc.get("shards") or 1),
         created_at=as_datetime(doc["created_at"], "created_at"),
         updated_at=as_datetime(doc["updated_at"], "updated_at"),
     )
@@ -211,6 +213,8 @@ def execution_to_doc(execution: Execution) -> Doc:
         "owner": execution.owner,
         "token": execution.token,
         "dead_letter": None if execution.dead_letter is None else str(execution.dead_letter),
+        "shard": execution.shard,
+        "shards": execution.shards,
     }
 
 
@@ -232,6 +236,8 @@ def execution_from_doc(doc: Doc) -> Execution:
         owner=doc.get("owner"),
         token=doc.get("token"),
         dead_letter=DeadLetter(doc["dead_letter"]) if doc.get("dead_letter") else None,
+        shard=int(doc.get("shard") or 0),
+        shards=int(doc.get("shards") or 1),
     )
 
 

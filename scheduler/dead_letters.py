@@ -2,9 +2,11 @@
 last retry) is marked on its execution record, so listing them is a query and costs the run no
 extra write; its job's re-drive policy may queue the next re-drive in the same batch.
 
-An abandoned run is no dead letter: its occurrence runs again anyway. A run that re-ran its
-occurrence (any run request) settles the occurrence's earlier dead letters, whatever its outcome:
-a success ends the story, a new failure is the occurrence's dead letter from then on.
+A sharded occurrence's shard that failed for good is a dead letter of its own: its re-drive runs
+that shard alone. An abandoned run is no dead letter: its occurrence runs again anyway. A run that
+re-ran its occurrence (any run request) settles the occurrence's earlier dead letters (of its
+shard), whatever its outcome: a success ends the story, a new failure is the occurrence's dead
+letter from then on.
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ def automatic_redrive(
 ) -> tuple[RunRequest, JobChange]:
     # The request's id derives from the execution's: a batch written twice (a lost connection)
     # queues it once.
-    request = RunRequest(
-        id=f"{execution.id}-r{redrive}",
-        job_id=job.id,
-        scheduled_at=execution.scheduled_at,
-        reason=REDRIVE,
-        not_before=now + timedelta(seconds=delay_seconds),
-        created_at=now,
-        redrives=redrive,
+    request = rerun_of(
+        execution,
+        RunRequest(
+            id=f"{execution.id}-r{redrive}",
+            job_id=job.id,
+            scheduled_at=execution.scheduled_at,
+            reason=REDRIVE,
+            not_before=now + timedelta(seconds=delay_seconds),
+            created_at=now,
+            redrives=redrive,
+        ),
     )
     change = JobChange(
         id=new_id(),
@@ -68,11 +73,22 @@ def automatic_redrive(
     return request, change
 
 
+def rerun_of(execution: Execution, request: RunRequest) -> RunRequest:
+    """A request that re-runs this execution: a shard's, that shard alone (as many shards as
+    the job had then); a plain run's, the whole occurrence."""
+    if execution.shards == 1:
+        return request
+    return replace(request, shard=execution.shard, shards=execution.shards)
+
+
 def redrive_entry(execution: Execution, request: RunRequest) -> dict[str, object]:
     """What the history says of a re-drive, automatic or asked for."""
-    return {
+    entry: dict[str, object] = {
         "execution": execution.id,
         "occurrence": execution.scheduled_at.isoformat(),
         "not_before": request.not_before.isoformat(),
         "redrive": request.redrives or None,
     }
+    if request.shard is not None:
+        entry["shard"] = request.shard
+    return entry

@@ -37,6 +37,7 @@ from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreErro
 from scheduler.registry import HandlerRegistry
 from scheduler.relay import Relay
 from scheduler.runner import Outcome, Runner, Task
+from scheduler.shards import Occurrence
 from scheduler.timers import Timers
 from scheduler.watchdog import LoopWatchdog
 
@@ -61,6 +62,13 @@ class DueRun:
 
     def wait_seconds(self, now: datetime) -> float:
         return (self.starts_at(now) - now).total_seconds()
+
+    @property
+    def width(self) -> int:
+        """How many runs it starts: its job's shards, or the one shard a request re-runs."""
+        if self.request is not None and self.request.shard is not None:
+            return 1
+        return self.job.shards
 
 
 def one_per_job(runs: list[DueRun]) -> list[DueRun]:
@@ -347,7 +355,7 @@ class Engine:
                 only_skips.append((job, plan, last))
             skipped += [(job, execution) for execution in missed]
             if plan.run_at is not None:
-                tasks.append(self._task(run, plan, plan.run_at, now, token))
+                tasks += self._tasks(run, plan, plan.run_at, now, token)
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.ports.store.insert_executions(
             [execution for _, execution in recorded],
@@ -359,8 +367,35 @@ class Engine:
             await self._finish_skipped(job, plan, last_skip, token)
         return tasks
 
-    def _task(self, run: DueRun, plan: Plan, run_at: datetime, now: datetime, token: str) -> Task:
-        execution = self._execution(run.job, run_at, Status.RUNNING, now)
+    def _tasks(
+        self, run: DueRun, plan: Plan, run_at: datetime, now: datetime, token: str
+    ) -> list[Task]:
+        """One task, or one per shard of a sharded occurrence (scheduler/shards.py); a request
+        to re-run one shard runs it alone."""
+        request = run.request
+        if request is not None and request.shard is not None:
+            shard = (request.shard, request.shards or run.job.shards)
+            return [self._task(run, plan, run_at, now, token, shard=shard)]
+        if run.job.shards == 1:
+            return [self._task(run, plan, run_at, now, token)]
+        occurrence = Occurrence(run.job.shards)
+        return [
+            self._task(run, plan, run_at, now, token, shard=(i, occurrence.shards), of=occurrence)
+            for i in range(occurrence.shards)
+        ]
+
+    def _task(
+        self,
+        run: DueRun,
+        plan: Plan,
+        run_at: datetime,
+        now: datetime,
+        token: str,
+        *,
+        shard: tuple[int, int] = (0, 1),
+        of: Occurrence | None = None,
+    ) -> Task:
+        execution = self._execution(run.job, run_at, Status.RUNNING, now, shard=shard)
         return Task(
             job=run.job,
             execution=execution,
@@ -368,6 +403,7 @@ class Engine:
             lock_token=token,
             claimed_at=now,
             request=run.request,
+            occurrence=of,
         )
 
     @staticmethod
@@ -412,6 +448,7 @@ class Engine:
         *,
         error: ExecutionError | None = None,
         finished: datetime | None = None,
+        shard: tuple[int, int] = (0, 1),
     ) -> Execution:
         assert job.lease is not None
         return Execution(
@@ -426,6 +463,8 @@ class Engine:
             error=error,
             owner=self.settings.instance_id,
             token=job.lease.token,
+            shard=shard[0],
+            shards=shard[1],
         )
 
     # -- per-handler concurrency ----------------------------------------------------------------
@@ -448,13 +487,17 @@ class Engine:
         ]
 
     def _within_handler_limits(self, runs: Sequence[DueRun]) -> list[DueRun]:
+        """A sharded run counts as many runs as it has shards; one wider than the limit itself
+        (the limit lowered since the job was checked) goes when the handler is idle."""
         taken: Counter[str] = Counter()
         kept = []
         for run in runs:
             handler = run.job.handler
             limit = self._limit(handler)
-            if limit is None or self._busy(handler) + taken[handler] < limit:
-                taken[handler] += 1
+            busy = self._busy(handler) + taken[handler]
+            wider = limit is not None and run.width > limit
+            if limit is None or busy + run.width <= limit or (wider and busy == 0):
+                taken[handler] += run.width
                 kept.append(run)
         return kept
 

@@ -112,6 +112,8 @@ class Finisher:
         so a failure here never fails a finished run."""
         keys_by_token: defaultdict[str, list[str]] = defaultdict(list)
         for pending in batch:
+            if pending.finish.keeps_lease:
+                continue  # a shard whose occurrence goes on: the lock guards it still
             keys_by_token[pending.lock_token].append(lock_key(pending.finish.execution.job_id))
         for token, keys in keys_by_token.items():
             try:

@@ -187,6 +187,10 @@ class HandlerContext:
     config: Mapping[str, Any] = field(default_factory=dict, repr=False)
     # The opened resources this handler declared, by name: read them with `resource()`.
     resources: Mapping[str, object] = field(default_factory=dict, repr=False)
+    # Which shard of its occurrence this run is (0 to shards - 1), of how many: a job with
+    # `shards: N` runs each occurrence as N runs, each doing its own part of the work.
+    shard: int = 0
+    shards: int = 1
 
     def remaining_seconds(self) -> float:
         return max(0.0, (self.deadline - self.clock.now()).total_seconds())

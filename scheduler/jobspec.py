@@ -68,6 +68,8 @@ class JobSpec:
     jitter_seconds: float = 0.0
     # Dead letters re-driven automatically (None: by hand only).
     redrive: RedrivePolicy | None = None
+    # Each occurrence runs as this many executions (scheduler/shards.py).
+    shards: int = 1
     system: bool = False
 
 
@@ -93,6 +95,7 @@ class JobRules:
             misfire=spec.misfire,
             jitter_seconds=spec.jitter_seconds,
             redrive=spec.redrive,
+            shards=spec.shards,
             system=spec.system,
             created_at=now,
             updated_at=now,
@@ -105,6 +108,7 @@ class JobRules:
         """A new or changed definition; `new_schedule`: a once schedule must lie ahead."""
         self.check_schedule(job.schedule, job.name)
         self.check_handler(job.handler, job.params)
+        self._check_shards(job)
         if job.timeout_seconds > self.settings.max_timeout_seconds:
             limit = f"{self.settings.max_timeout_seconds:g}"
             raise ValidationError(
@@ -142,6 +146,18 @@ class JobRules:
             raise ValidationError(f"params.{path}" if path else "params", _safe_message(error))
         if registered.handler.check_params is not None:
             self._check_params(registered.handler.check_params, params)
+
+    def _check_shards(self, job: Job) -> None:
+        """Every shard of an occurrence runs at once: more than the handler may run at once
+        could never start together."""
+        limit = self.settings.handler_concurrency.get(job.handler)
+        registered = self.registry.get(job.handler)
+        if limit is None and registered is not None:
+            limit = registered.handler.max_concurrency
+        if limit is not None and job.shards > limit:
+            raise ValidationError(
+                "shards", f"must not exceed the handler's concurrency limit ({limit})"
+            )
 
     def _check_params(self, check: ParamsCheck, params: Mapping[str, Any]) -> None:
         """The handler's own checks, against the same HTTP policy its runs get."""

@@ -146,6 +146,8 @@ class Misfire:
 MAX_REDRIVE_ATTEMPTS = 20
 MAX_REDRIVE_BACKOFF_SECONDS = 86400.0
 MAX_REDRIVE_DELAY_SECONDS = 7 * 86400.0
+# A sharded occurrence is this many executions at most: each takes a worker and a record.
+MAX_SHARDS = 1000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +217,9 @@ class Job:
     system: bool = False
     # Re-drive this job's dead letters automatically (None: only when ops ask).
     redrive: RedrivePolicy | None = None
+    # Each occurrence runs as this many executions (shards 0..shards-1), all of which must
+    # succeed for the occurrence to; 1 is a plain job.
+    shards: int = 1
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
 
@@ -229,6 +234,8 @@ class Job:
             raise ValidationError("max_retries", "must not be negative")
         if self.jitter_seconds < 0:
             raise ValidationError("jitter_seconds", "must not be negative")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValidationError("shards", f"must be from 1 to {MAX_SHARDS}")
         require_utc("next_run_at", self.next_run_at)
 
 
@@ -256,8 +263,19 @@ class Execution:
     token: int | None = None
     # Set when the run failed for good: the occurrence is a dead letter (see DeadLetter).
     dead_letter: DeadLetter | None = None
+    # Which shard of its occurrence this run is, of how many (0 of 1: a plain run).
+    shard: int = 0
+    shards: int = 1
+
+    @property
+    def occurrence(self) -> str:
+        """The occurrence this run is of: every shard of it, and every re-run, shares it."""
+        return f"{self.job_id}:{self.scheduled_at.isoformat()}"
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across the attempts (and retries) of one occurrence of one job."""
-        return f"{self.job_id}:{self.scheduled_at.isoformat()}"
+        """Stable across the attempts (and retries) of one occurrence of one job, or of one
+        shard of it."""
+        if self.shards == 1:
+            return self.occurrence
+        return f"{self.occurrence}:shard-{self.shard}"

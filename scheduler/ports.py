@@ -76,14 +76,17 @@ class Finish:
     back, as after a shutdown).
 
     `settles`: the run re-ran its occurrence (a run request), so its end settles the
-    occurrence's earlier dead letters (open or redriving become redriven). `redrive`: the run
-    failed for good and the job's policy re-drives it: queue this request, with its history
-    entry."""
+    occurrence's earlier dead letters of the same shard (open or redriving become redriven).
+    `redrive`: the run failed for good and the job's policy re-drives it: queue this request,
+    with its history entry."""
 
     execution: Execution
     advance: Advance | None
     settles: bool = False
     redrive: tuple[RunRequest, JobChange] | None = None
+    # A shard's end while other shards of its occurrence still run: its execution (dead letter,
+    # re-drive, event) is written, the job and its lease are left as they are.
+    keeps_lease: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,6 +162,10 @@ class RunRequest:
     created_at: datetime
     # For an automatic re-drive, which one it is (1 for the first); 0 for any other request.
     redrives: int = 0
+    # Set to run one shard of a sharded occurrence alone (a re-drive or retry of that shard),
+    # of `shards` as the job had when it failed; None: every shard of the job.
+    shard: int | None = None
+    shards: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -318,10 +325,14 @@ class Store(Protocol):
         written before the jobs, so a crash in between leaves a lease to reap, never a job
         moved on without its record. A few round trips for the whole batch.
 
+        A `keeps_lease` finish (a shard whose occurrence goes on) touches neither the job nor
+        its lease: its flag says whether the execution's token still holds the lease.
+
         With the executions, whether or not the run was fenced off: each `settles` finish marks
-        its occurrence's other open or redriving dead letters redriven, and each `redrive` is
-        queued (idempotent by request id) with its history entry. With `event_source`, each
-        final execution's event goes to the outbox with it (see the class)."""
+        its occurrence's other open or redriving dead letters of the same shard redriven, and
+        each `redrive` is queued (idempotent by request id) with its history entry. With
+        `event_source`, each final execution's event goes to the outbox with it (see the
+        class)."""
 
     async def beat(self, instance: str, now: datetime) -> None:
         """Say that `instance` is alive at `now` (its heartbeat)."""

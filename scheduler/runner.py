@@ -36,6 +36,7 @@ from scheduler.planning import Plan, advance_after, keep_schedule
 from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
+from scheduler.shards import Occurrence
 
 log = logging.getLogger("tickd.runner")
 P = ParamSpec("P")
@@ -60,6 +61,8 @@ class Task:
     claimed_at: datetime
     # Set for a run someone asked for (trigger, retry, backfill): it leaves the schedule alone.
     request: RunRequest | None = None
+    # Set for a shard of a sharded occurrence: the last of its shards to end ends it.
+    occurrence: Occurrence | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +109,10 @@ class Runner:
 
     async def run(self, task: Task) -> None:
         if not await self._still_ours(task):
+            if task.occurrence is not None:
+                # Its occurrence cannot end here: the shard's execution stays `running` under
+                # the lease, left to expire; the reaper then gives the occurrence back.
+                task.occurrence.end(None)
             return
         started = self.ports.clock.now()
         real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
@@ -248,6 +255,8 @@ class Runner:
     ) -> HandlerContext:
         job = task.job
         fields = {"job": job.name, "execution": task.execution.id, "attempt": attempt}
+        if task.execution.shards > 1:
+            fields["shard"] = task.execution.shard
         return HandlerContext(
             job_id=job.id,
             job_name=job.name,
@@ -256,6 +265,8 @@ class Runner:
             attempt=attempt,
             deadline=deadline,
             idempotency_key=task.execution.idempotency_key,
+            shard=task.execution.shard,
+            shards=task.execution.shards,
             logger=logging.LoggerAdapter(
                 logging.getLogger(f"tickd.handler.{job.handler}"), {FIELDS: fields}
             ),
@@ -290,9 +301,14 @@ class Runner:
             error=outcome.error,
             result=outcome.result,
         )
-        advance = self._advance(task, execution)
+        ends, outcome_of = True, execution
+        if task.occurrence is not None:  # a shard: scheduler/shards.py
+            ends, outcome_of = self._shard_end(task.occurrence, execution)
+        advance = self._advance(task, outcome_of) if ends else None
         # Dead letters and automatic re-drives: scheduler/dead_letters.py.
         end = finish_of(task.job, task.request, execution, advance)
+        if not ends:
+            end = replace(end, keeps_lease=True)
         execution = end.execution
         ending = await self.finisher.finish(end, task.lock_token)
         if ending.error is not None:
@@ -304,6 +320,13 @@ class Runner:
             self.observer.paused(task.job, advance.paused_reason)
         if task.request is not None and execution.status is Status.ABANDONED:
             await self._give_request_back(task.request)
+
+    @staticmethod
+    def _shard_end(occurrence: Occurrence, execution: Execution) -> tuple[bool, Execution]:
+        """Whether this shard's end ends its occurrence, and what the occurrence became."""
+        if not occurrence.end(execution) or not occurrence.whole:
+            return False, execution
+        return True, occurrence.outcome()
 
     async def _give_request_back(self, request: RunRequest) -> None:
         """A requested run that never got to run (a shutdown) is asked for again, as a

@@ -36,9 +36,12 @@ async def handler_context(
     outbox: str | None = None,
     config: Mapping[str, Any] | None = None,
     resources: Mapping[Resource[Any], object] | None = None,
+    shard: int = 0,
+    shards: int = 1,
 ) -> AsyncIterator[HandlerContext]:
     """`config` is the handler's own settings (`ctx.config`); `resources` the opened resources
-    it may ask for (left open: they are the caller's)."""
+    it may ask for (left open: they are the caller's); `shard` of `shards`, a sharded job's
+    run."""
     clock = FakeClock(scheduled_at or datetime(2026, 1, 1, tzinfo=UTC))
     http = safe_client_session(allow=tuple(http_allow))
     try:
@@ -49,13 +52,16 @@ async def handler_context(
             scheduled_at=clock.now(),
             attempt=attempt,
             deadline=clock.now() + timedelta(seconds=timeout_seconds),
-            idempotency_key=f"{job_name}-id:{clock.now().isoformat()}",
+            idempotency_key=f"{job_name}-id:{clock.now().isoformat()}"
+            + (f":shard-{shard}" if shards > 1 else ""),
             logger=logging.getLogger(f"tickd.handler.{job_name}"),
             clock=clock,
             mailer=OutboxMailer(outbox or tempfile.mkdtemp(prefix="tickd-outbox-")),
             http=http,
             config=dict(config or {}),
             resources={resource.name: opened for resource, opened in (resources or {}).items()},
+            shard=shard,
+            shards=shards,
         )
     finally:
         await http.close()

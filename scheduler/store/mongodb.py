@@ -249,12 +249,33 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._write_events([f.execution for f in finishes], event_source)
         await self._update_each(self.executions, [finished_document(f) for f in finishes])
         await self._settle_and_redrive(finishes)
-        fenced = [f for f in finishes if f.execution.token is not None]
+        # Read before any lease of the batch is released (the last shard's may be).
+        held = await self._leases_held([f for f in finishes if f.keeps_lease])
+        fenced = [f for f in finishes if f.execution.token is not None and not f.keeps_lease]
         released = await self._release(fenced, schedule=True)
         changed = [f for f in fenced if f.advance and f.execution.id not in released]
         if changed:
             released |= await self._release(changed, schedule=False)
-        return [f.execution.id in released for f in finishes]
+        applied = released | held
+        return [f.execution.id in applied for f in finishes]
+
+    async def _leases_held(self, finishes: Sequence[Finish]) -> set[str]:
+        """Which of these runs' tokens still hold their jobs' leases: their execution ids."""
+        if not finishes:
+            return set()
+        job_ids = list({f.execution.job_id for f in finishes})
+        # The fence is the token of the lease that holds the job (see held_by).
+        cursor = self.jobs.find({"_id": {"$in": job_ids}}, {"fence": 1, "lease": 1})
+        tokens = {
+            doc["_id"]: doc.get("fence")
+            async for doc in in_one_batch(cursor, len(job_ids))
+            if doc.get("lease") is not None
+        }
+        return {
+            f.execution.id
+            for f in finishes
+            if f.execution.token is not None and tokens.get(f.execution.job_id) == f.execution.token
+        }
 
     async def _settle_and_redrive(self, finishes: Sequence[Finish]) -> None:
         settles = [settle_dead_letters(f.execution) for f in finishes if f.settles]

@@ -102,7 +102,7 @@ REQUEST_TIMES = ("scheduled_at", "not_before", "created_at")
 DEFINITION_FIELDS = (
     "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
     "max_retries", "priority", "misfire", "jitter_seconds", "consecutive_failures",
-    "paused_reason", "system", "updated_at", "redrive",
+    "paused_reason", "system", "updated_at", "redrive", "shards",
 )  # fmt: skip
 # Dead letters pruning keeps (DeadLetter.unhandled).
 UNHANDLED = [str(state) for state in DeadLetter if state.unhandled]
@@ -310,11 +310,14 @@ def executions_filter(query: ExecutionQuery) -> Doc:
 
 
 def settle_dead_letters(execution: Execution) -> UpdateMany:
-    """The occurrence's other unhandled dead letters: a later run of it has ended."""
+    """The occurrence's other unhandled dead letters of the same shard: a later run of it has
+    ended. (Executions written before shards have no `shard`: they are shard 0.)"""
+    shard = {"$in": [0, None]} if execution.shard == 0 else execution.shard
     return UpdateMany(
         {
             "job_id": execution.job_id,
             "scheduled_at_us": exact_micros(execution.scheduled_at),
+            "shard": shard,
             "_id": {"$ne": execution.id},
             "dead_letter": {"$in": UNHANDLED},
         },

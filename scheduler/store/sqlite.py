@@ -43,6 +43,7 @@ from scheduler.store.sqlite_rows import (
     execution_row,
     from_micros,
     from_row,
+    holds_lease_sql,
     insert_sql,
     job_doc,
     job_filters,
@@ -225,7 +226,10 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         then each job's fenced release."""
         rows = [execution_row(f.execution) for f in finishes]
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "REPLACE", 1)
-        releases = [release_sql(f.execution, f.advance) for f in finishes]
+        releases = [
+            holds_lease_sql(f.execution) if f.keeps_lease else release_sql(f.execution, f.advance)
+            for f in finishes
+        ]
 
         def finish(db: sqlite3.Connection) -> list[bool]:
             db.executemany(sql, rows)
@@ -239,12 +243,12 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
     def _settle_and_redrive(db: sqlite3.Connection, finishes: Sequence[Finish]) -> None:
         settle = (
             "UPDATE executions SET dead_letter = ? WHERE job_id = ? AND scheduled_at = ? "
-            f"AND id != ? AND dead_letter IN {UNHANDLED}"
+            f"AND shard = ? AND id != ? AND dead_letter IN {UNHANDLED}"
         )
         db.executemany(
             settle,
             [
-                (DeadLetter.REDRIVEN, e.job_id, micros(e.scheduled_at), e.id)
+                (DeadLetter.REDRIVEN, e.job_id, micros(e.scheduled_at), e.shard, e.id)
                 for f in finishes
                 if f.settles
                 for e in [f.execution]

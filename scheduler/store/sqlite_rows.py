@@ -132,9 +132,17 @@ CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT 
 # Columns added since the first schema, with their type: a database made before gets them at
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
 ADDED_COLUMNS = {
-    "jobs": [("redrive", "TEXT")],
-    "executions": [("dead_letter", "TEXT")],
-    "run_requests": [("redrives", "INTEGER NOT NULL DEFAULT 0")],
+    "jobs": [("redrive", "TEXT"), ("shards", "INTEGER NOT NULL DEFAULT 1")],
+    "executions": [
+        ("dead_letter", "TEXT"),
+        ("shard", "INTEGER NOT NULL DEFAULT 0"),
+        ("shards", "INTEGER NOT NULL DEFAULT 1"),
+    ],
+    "run_requests": [
+        ("redrives", "INTEGER NOT NULL DEFAULT 0"),
+        ("shard", "INTEGER"),
+        ("shards", "INTEGER"),
+    ],
 }
 LATE_SCHEMA = """
 -- The dead-letter listings and the gauge read only these few rows.
@@ -172,6 +180,7 @@ JOB_COLUMNS = [
     "created_at",
     "updated_at",
     "redrive",
+    "shards",
 ]
 EXECUTION_COLUMNS = [
     "id",
@@ -189,9 +198,14 @@ EXECUTION_COLUMNS = [
     "owner",
     "token",
     "dead_letter",
+    "shard",
+    "shards",
 ]
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
-REQUEST_COLUMNS = ["id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives"]
+REQUEST_COLUMNS = [
+    "id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives", "shard",
+    "shards",
+]  # fmt: skip
 # What ops may change of a job; the lease, fence and run state are the engine's.
 DEFINITION_COLUMNS = [
     "name",
@@ -210,6 +224,7 @@ DEFINITION_COLUMNS = [
     "system",
     "updated_at",
     "redrive",
+    "shards",
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
@@ -234,6 +249,15 @@ def from_micros(value: int | None) -> datetime | None:
 
 def insert_sql(table: str, columns: Sequence[str]) -> str:
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def holds_lease_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
+    """Whether the run's token still holds its job's lease (a shard whose occurrence goes on):
+    an update that changes nothing, so that its row count answers as a release's does."""
+    return "UPDATE jobs SET lease_token = lease_token WHERE id = ? AND lease_token = ?", (
+        execution.job_id,
+        execution.token,
+    )
 
 
 def release_sql(execution: Execution, advance: Advance | None) -> tuple[str, tuple[Any, ...]]:

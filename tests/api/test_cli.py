@@ -317,6 +317,28 @@ async def test_executions_list_show_and_retry(live: Live) -> None:
     assert json.loads(as_json.out) == await live.get("/v1/executions?handler=ping&limit=1")
 
 
+async def test_a_sharded_job_from_the_command_line_and_its_shards_listed(live: Live) -> None:
+    created = await live.tickd(
+        "jobs", "create", "--name", "wide", "--handler", "ping", "--every", "3600",
+        "--param", "url=https://x.example", "--shards", "2",
+    )  # fmt: skip
+    assert created.code == 0, created.err
+    assert ["shards", "2"] in [line.split() for line in created.out.splitlines()]
+    live.clock.advance(3600)
+    await live.harness.engine.drain()
+
+    listed = await live.tickd("executions", "list", "--job", "wide")
+    assert listed.code == 0, listed.err
+    header, *rows = listed.out.splitlines()
+    assert header.split()[-1] == "SHARD"
+    assert sorted(row.split()[-1] for row in rows) == ["0/2", "1/2"]
+    bad = await live.tickd(
+        "jobs", "create", "--name", "w", "--handler", "ping", "--every", "60",
+        "--param", "url=https://x.example", "--shards", "0",
+    )  # fmt: skip
+    assert bad.code == 1 and "shards" in bad.err
+
+
 async def test_command_line_mistakes_exit_with_2(live: Live, tmp_path: Path) -> None:
     missing = await live.tickd("jobs", "create", "--name", "x")
     assert missing.code == 2 and "--handler" in missing.err

@@ -99,6 +99,10 @@ BAD_CREATES = [
     ),
     ({"name": "bad name with spaces"}, 422, "name"),
     ({"priority": "urgent"}, 422, "priority"),
+    ({"shards": 0}, 422, "shards"),
+    ({"shards": 1001}, 422, "shards"),
+    ({"shards": "3"}, 422, "shards"),
+    ({"shards": 2.5}, 422, "shards"),
 ]
 
 

@@ -1001,3 +1001,106 @@ async def test_requests_of_handlers_at_their_limit_are_left_out_before_the_limit
     due = await store.due_run_requests(T0, 1, exclude_handlers=["capped"])
     assert [(r.id, j.id) for r, j in due] == [(wanted.id, other.id)]
     assert len(await store.due_run_requests(T0, 10)) == 3
+
+
+# -- sharded occurrences (scheduler/shards.py) ----------------------------------------------------
+
+
+async def test_shards_round_trip_on_jobs_executions_and_run_requests(store: Store) -> None:
+    job = make_job("sharded", shards=8)
+    await store.insert_job(job)
+    assert await store.get_job(job.id) == job
+    fewer = await store.replace_job(replace(job, shards=3), job.revision, change_of(job, "update"))
+    assert fewer is not None and fewer.shards == 3, "shards are part of the definition"
+
+    shard = replace(ended(job, T0, Status.FAILED), shard=5, shards=8)
+    await store.insert_executions([shard])
+    assert await store.get_execution(shard.id) == shard
+    request = replace(request_for(job), shard=5, shards=8)
+    await store.insert_run_requests([request])
+    [(due, _)] = await store.due_run_requests(T0, 10)
+    assert due == request
+
+
+async def test_a_shard_that_keeps_the_lease_writes_its_execution_and_leaves_the_job(
+    store: Store,
+) -> None:
+    """A shard's end while its occurrence goes on: the execution is final, the job keeps its
+    lease and schedule; the flag says whether the token still holds the lease."""
+    job = make_job(shards=2)
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    token = won.lease.token  # type: ignore[union-attr]
+    first, second = (replace(running(won, token), shard=i, shards=2) for i in range(2))
+    await store.insert_executions([first, second])
+
+    done = replace(first, status=Status.SUCCESS, finished_at=T0, attempts=1)
+    [held] = await store.finish_executions([Finish(done, None, keeps_lease=True)])
+    assert held
+    assert await store.get_execution(done.id) == done
+    still = await store.get_job(job.id)
+    assert still is not None and still.lease == won.lease and still.next_run_at == T0
+    assert await store.due_jobs(T0, 10) == [], "still leased: the occurrence goes on"
+
+    last = replace(second, status=Status.SUCCESS, finished_at=T0, attempts=1)
+    assert await finish_one(store, last, advance_to(T0 + timedelta(minutes=1), last))
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None
+    assert after.next_run_at == T0 + timedelta(minutes=1)
+
+
+async def test_a_shard_that_keeps_the_lease_says_when_it_was_fenced_off(store: Store) -> None:
+    job = make_job(shards=2)
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    token = won.lease.token  # type: ignore[union-attr]
+    first, second = (replace(running(won, token), shard=i, shards=2) for i in range(2))
+    await store.insert_executions([first, second])
+    await store.reap_expired_leases(T0 + timedelta(hours=1))  # our lease expires...
+    retaken = await claimed(store, won)  # ...and someone else claims the job
+
+    late = replace(first, status=Status.SUCCESS, finished_at=T0)
+    last = replace(second, status=Status.SUCCESS, finished_at=T0)
+    # In one batch, the shard that keeps the lease before the one that would release it.
+    applied = await store.finish_executions(
+        [Finish(late, None, keeps_lease=True), Finish(last, advance_to(None, last))]
+    )
+    assert applied == [False, False]
+    now = await store.get_job(job.id)
+    assert now is not None and now.lease == retaken.lease and now.next_run_at == T0
+
+
+async def test_ends_of_several_shards_of_one_job_in_one_batch_each_say_what_applied(
+    store: Store,
+) -> None:
+    job = make_job(shards=3)
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    token = won.lease.token  # type: ignore[union-attr]
+    shards = [
+        replace(running(won, token), shard=i, shards=3, status=Status.SUCCESS, finished_at=T0)
+        for i in range(3)
+    ]
+    *going_on, last = shards
+    ends = [Finish(e, None, keeps_lease=True) for e in going_on]
+    ends.append(Finish(last, advance_to(T0 + timedelta(minutes=1), last)))
+    assert await store.finish_executions(ends) == [True, True, True]
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None
+    assert after.last_execution is not None and after.last_execution.execution_id == last.id
+
+
+async def test_a_rerun_of_a_shard_settles_only_that_shards_dead_letters(store: Store) -> None:
+    job = make_job(shards=2)
+    await store.insert_job(job)
+    dead = [
+        replace(ended(job, T0, Status.FAILED, dead_letter=DeadLetter.OPEN), shard=i, shards=2)
+        for i in range(2)
+    ]
+    await store.finish_executions([Finish(e, None) for e in dead])
+
+    again = replace(ended(job, T0, finished=T0 + timedelta(hours=1)), shard=1, shards=2)
+    await store.finish_executions([Finish(again, None, settles=True)])
+
+    by_id = {e.id: e.dead_letter for e in await store.list_executions(ExecutionQuery())}
+    assert by_id == {dead[0].id: DeadLetter.OPEN, dead[1].id: DeadLetter.REDRIVEN, again.id: None}

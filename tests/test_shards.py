@@ -1,0 +1,266 @@
+"""Sharded jobs end to end on every store, with a fake clock and drain mode: an occurrence runs
+as N shard executions, claimed once, ended once by its last shard (scheduler/shards.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from scheduler.handler_api import HandlerContext, Result
+from scheduler.lock import lock_key
+from scheduler.model import CronSchedule, DeadLetter, RedrivePolicy, Status
+from scheduler.testing import handler_context
+from tests.conftest import T0, EngineFactory, make_job
+from tests.test_engine import WAIT, _until, executions, noop
+
+EVERY_MINUTE = CronSchedule(expr="0 * * * * *")
+
+
+async def test_an_occurrence_of_n_shards_runs_as_n_executions_and_advances_once(
+    make_engine: EngineFactory,
+) -> None:
+    seen: list[tuple[int, int, str]] = []
+
+    async def part(ctx: HandlerContext) -> Result:
+        seen.append((ctx.shard, ctx.shards, ctx.idempotency_key))
+        return {"shard": ctx.shard}
+
+    h = make_engine({"part": part}, workers=4)
+    job = await h.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=4))
+    await h.engine.drain()
+
+    runs = await executions(h.store, job.id)
+    assert sorted((e.shard, e.shards, e.status) for e in runs) == [
+        (i, 4, Status.SUCCESS) for i in range(4)
+    ]
+    assert {(e.scheduled_at, e.occurrence, e.token) for e in runs} == {
+        (T0, f"{job.id}:{T0.isoformat()}", 1)
+    }, "one occurrence, claimed once: one fencing token"
+    assert sorted(seen) == [(i, 4, f"{job.id}:{T0.isoformat()}:shard-{i}") for i in range(4)]
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert stored.next_run_at == T0 + timedelta(minutes=1)
+    assert stored.last_execution is not None and stored.last_execution.status is Status.SUCCESS
+    lock = h.engine.ports.lock
+    assert await lock.acquire_many({lock_key(job.id): 1}, "other"), "the lock was released"
+    await lock.release_many([lock_key(job.id)], "other")
+
+    h.clock.advance(60)
+    await h.engine.drain()
+    later = [e for e in await executions(h.store, job.id) if e.scheduled_at > T0]
+    assert sorted(e.shard for e in later) == [0, 1, 2, 3], "the next occurrence, once"
+
+
+async def test_the_job_stays_leased_until_its_last_shard_ends(make_engine: EngineFactory) -> None:
+    """The job never overlaps itself: a shard that ended early does not free it."""
+    gate = asyncio.Event()
+
+    async def part(ctx: HandlerContext) -> Result:
+        if ctx.shard > 0:
+            await gate.wait()
+        return None
+
+    h = make_engine({"part": part}, workers=3)
+    job = await h.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=3))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1
+
+    def shard_0_ended() -> bool:
+        return ("finished", "success") in h.observed.of("sharded")
+
+    await asyncio.wait_for(_until(shard_0_ended), WAIT)  # its end is written
+
+    h.clock.advance(60)  # the next occurrence is due, but this one still runs
+    assert (await h.engine.tick()).claimed == 0
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is not None and stored.next_run_at == T0
+
+    gate.set()
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert stored.next_run_at == T0 + timedelta(minutes=1)
+
+
+async def test_a_failed_shard_is_retried_alone_and_the_occurrence_succeeds_once(
+    make_engine: EngineFactory,
+) -> None:
+    attempts: list[tuple[int, int]] = []
+
+    async def flaky(ctx: HandlerContext) -> Result:
+        attempts.append((ctx.shard, ctx.attempt))
+        if ctx.shard == 1 and ctx.attempt == 1:
+            raise ConnectionError("upstream down")
+        return None
+
+    h = make_engine({"flaky": flaky}, workers=3)
+    job = await h.add(make_job("sharded", "flaky", schedule=EVERY_MINUTE, shards=3, max_retries=2))
+    await h.engine.drain()
+
+    assert sorted(attempts) == [(0, 1), (1, 1), (1, 2), (2, 1)], "only shard 1 ran again"
+    runs = await executions(h.store, job.id)
+    assert sorted((e.shard, e.status, e.attempts) for e in runs) == [
+        (0, Status.SUCCESS, 1),
+        (1, Status.SUCCESS, 2),
+        (2, Status.SUCCESS, 1),
+    ]
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.last_execution is not None
+    assert stored.last_execution.status is Status.SUCCESS
+    assert (stored.consecutive_failures, stored.next_run_at) == (0, T0 + timedelta(minutes=1))
+    finished = [detail for hook, detail in h.observed.of("sharded") if hook == "finished"]
+    assert finished == ["success"] * 3
+
+
+async def test_failed_shards_fail_their_occurrence_once(make_engine: EngineFactory) -> None:
+    """However many shards fail, the occurrence is one failed run of the job: one step towards
+    its circuit breaker, its last error naming the first failed shard."""
+
+    async def broken(ctx: HandlerContext) -> Result:
+        if ctx.shard > 0:
+            raise ValueError(f"bad part {ctx.shard}")
+        return None
+
+    h = make_engine({"broken": broken}, workers=3, circuit_breaker_failures=2)
+    job = await h.add(make_job("sharded", "broken", schedule=EVERY_MINUTE, shards=3))
+    await h.engine.drain()
+
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.enabled and stored.consecutive_failures == 1
+    assert stored.last_execution is not None and stored.last_execution.status is Status.FAILED
+    assert stored.last_execution.error == "shard 1 of 3 (and 1 other shards): bad part 1"
+    h.clock.advance(60)
+    await h.engine.drain()
+    paused = await h.store.get_job(job.id)
+    assert paused is not None and not paused.enabled and paused.consecutive_failures == 2
+
+
+async def test_an_interval_jobs_next_run_counts_from_its_last_shards_end(
+    make_engine: EngineFactory,
+) -> None:
+    async def part(ctx: HandlerContext) -> Result:
+        if ctx.shard == 0:
+            raise ConnectionError("upstream down")  # ends at T0
+        await asyncio.wait_for(
+            _until(lambda: ("finished", "failed") in h.observed.of("sharded")), WAIT
+        )
+        await ctx.clock.sleep(5)  # the fake clock moves on: shard 1 ends at T0 + 5
+        return None
+
+    h = make_engine({"part": part}, workers=2)
+    job = await h.add(make_job("sharded", "part", shards=2))
+    await h.engine.drain()
+
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.last_execution is not None
+    assert stored.last_execution.status is Status.FAILED
+    assert stored.next_run_at == T0 + timedelta(seconds=5 + 60)
+
+
+async def test_a_shard_failed_for_good_is_a_dead_letter_whose_redrive_runs_it_alone(
+    make_engine: EngineFactory,
+) -> None:
+    fixed = False
+
+    async def part(ctx: HandlerContext) -> Result:
+        if ctx.shard == 2 and not fixed:
+            raise ValueError("bad part")
+        return {"shard": ctx.shard, "shards": ctx.shards}
+
+    h = make_engine({"part": part}, workers=3)
+    redrive = RedrivePolicy(max_attempts=1, backoff_seconds=10)
+    job = await h.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=3, redrive=redrive))
+    await h.engine.drain()
+    dead = [e for e in await executions(h.store, job.id) if e.dead_letter is not None]
+    assert [(e.shard, e.dead_letter) for e in dead] == [(2, DeadLetter.REDRIVING)]
+
+    fixed = True
+    h.clock.advance(10)
+    await h.engine.drain()
+    runs = await executions(h.store, job.id)
+    assert len(runs) == 4, "the re-drive ran shard 2 alone"
+    rerun = runs[-1]
+    assert (rerun.shard, rerun.shards, rerun.status) == (2, 3, Status.SUCCESS)
+    assert rerun.result == {"shard": 2, "shards": 3}
+    assert rerun.idempotency_key == dead[0].idempotency_key, "the same shard of the occurrence"
+    settled = await h.store.get_execution(dead[0].id)
+    assert settled is not None and settled.dead_letter is DeadLetter.REDRIVEN
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.next_run_at == T0 + timedelta(minutes=1)
+
+
+async def test_a_shard_fenced_off_does_not_end_the_occurrence(make_engine: EngineFactory) -> None:
+    """The old instance's shards end after another instance took the occurrence over: neither
+    the shard that ends first nor the last one touches the job."""
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    async def slow(ctx: HandlerContext) -> Result:
+        started.append(ctx.shard)
+        await gate.wait()
+        return None
+
+    old = make_engine({"work": slow}, instance_id="old", lease_margin_seconds=1, workers=2)
+    job = await old.add(make_job("work", "work", schedule=EVERY_MINUTE, shards=2))
+    old.engine.start()
+    await old.engine.tick()
+    await asyncio.wait_for(_until(lambda: len(started) == 2), WAIT)  # both shards run
+    old.clock.advance(60 + 2)  # the old lease is past its expiry (a long GC pause, say)
+    new = make_engine({"work": noop}, instance_id="new", workers=2)
+    await new.engine.drain()  # reaps the expired lease and runs the occurrence's shards
+    taken_over = await new.store.get_job(job.id)
+    assert taken_over is not None and taken_over.last_execution is not None
+
+    gate.set()
+    await asyncio.wait_for(old.engine.pool.join(), WAIT)
+
+    assert old.engine.metrics.fenced._value.get() == 2, "both of the old shards were fenced off"
+    stored = await old.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert stored.last_execution == taken_over.last_execution
+    assert stored.next_run_at == taken_over.next_run_at
+    runs = await executions(old.store, job.id)
+    assert sorted((e.owner, e.shard) for e in runs) == [
+        ("new", 0),
+        ("new", 1),
+        ("old", 0),
+        ("old", 1),
+    ]
+
+
+async def test_a_job_of_one_shard_runs_as_before(make_engine: EngineFactory) -> None:
+    h = make_engine({"noop": noop})
+    job = await h.add(make_job())
+    await h.engine.drain()
+    [run] = await executions(h.store, job.id)
+    assert (run.shard, run.shards) == (0, 1)
+    assert run.idempotency_key == f"{job.id}:{T0.isoformat()}"
+
+
+async def test_a_sharded_run_counts_each_shard_against_its_handlers_limit(
+    make_engine: EngineFactory,
+) -> None:
+    gate = asyncio.Event()
+
+    async def part(ctx: HandlerContext) -> Result:
+        await gate.wait()
+        return None
+
+    h = make_engine({"part": part}, workers=10, handler_concurrency={"part": 3})
+    await h.add(make_job("wide", "part", shards=3))
+    await h.add(make_job("plain", "part"))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1, "3 shards fill the limit of 3"
+    assert h.engine.pool.inflight["part"] == 3
+    gate.set()
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await h.engine.drain()
+    assert len(await executions(h.store)) == 4
+
+
+async def test_a_handlers_test_context_can_be_a_shard() -> None:
+    async with handler_context(shard=2, shards=4) as ctx:
+        assert (ctx.shard, ctx.shards) == (2, 4)
+        assert ctx.idempotency_key.endswith(":shard-2")
+    async with handler_context() as ctx:
+        assert (ctx.shard, ctx.shards) == (0, 1) and ":shard-" not in ctx.idempotency_key
