@@ -27,6 +27,7 @@ from scheduler.model import (
     Status,
     ValidationError,
 )
+from scheduler.ports import RunRequest
 
 Doc = dict[str, Any]
 
@@ -238,6 +239,47 @@ def execution_from_doc(doc: Doc) -> Execution:
         dead_letter=DeadLetter(doc["dead_letter"]) if doc.get("dead_letter") else None,
         shard=int(doc.get("shard") or 0),
         shards=int(doc.get("shards") or 1),
+    )
+
+
+def request_to_doc(request: RunRequest) -> Doc:
+    """A run request, or a shard entry with its lease and how it ended (ports.RunRequest)."""
+    return {
+        "_id": request.id,
+        "job_id": request.job_id,
+        "scheduled_at": request.scheduled_at,
+        "reason": request.reason,
+        "not_before": request.not_before,
+        "created_at": request.created_at,
+        "redrives": request.redrives,
+        "shard": request.shard,
+        "shards": request.shards,
+        "occurrence": request.occurrence,
+        "revision": request.revision,
+        "advance_from": request.advance_from,
+        "lease": _lease_to_doc(request.lease),
+        "fence": request.fence,
+        "ended": summary_to_doc(request.ended),
+    }
+
+
+def request_from_doc(doc: Doc) -> RunRequest:
+    return RunRequest(
+        id=str(doc["_id"]),
+        job_id=doc["job_id"],
+        scheduled_at=as_datetime(doc["scheduled_at"], "scheduled_at"),
+        reason=doc["reason"],
+        not_before=as_datetime(doc["not_before"], "not_before"),
+        created_at=as_datetime(doc["created_at"], "created_at"),
+        redrives=int(doc.get("redrives") or 0),
+        shard=doc.get("shard"),
+        shards=doc.get("shards"),
+        occurrence=doc.get("occurrence"),
+        revision=int(doc.get("revision") or 0),
+        advance_from=_maybe_datetime(doc.get("advance_from"), "advance_from"),
+        lease=_lease_from_doc(doc.get("lease")),
+        fence=int(doc.get("fence") or 0),
+        ended=summary_from_doc(doc.get("ended")),
     )
 
 

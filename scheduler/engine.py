@@ -24,7 +24,7 @@ from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.events import event_source
 from scheduler.heartbeat import Heartbeat
-from scheduler.lock import lock_key
+from scheduler.lock import lock_key, shard_lock_key
 from scheduler.logs import log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, Job, Status, new_id
@@ -37,7 +37,7 @@ from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreErro
 from scheduler.registry import HandlerRegistry
 from scheduler.relay import Relay
 from scheduler.runner import Outcome, Runner, Task
-from scheduler.shards import Occurrence
+from scheduler.shards import shard_entries
 from scheduler.timers import Timers
 from scheduler.watchdog import LoopWatchdog
 
@@ -65,10 +65,37 @@ class DueRun:
 
     @property
     def width(self) -> int:
-        """How many runs it starts: its job's shards, or the one shard a request re-runs."""
+        """How many runs it starts: one, or none for a sharded occurrence, which is handed to
+        its shards (scheduler/shards.py), each taken later against its handler's limit."""
         if self.request is not None and self.request.shard is not None:
             return 1
-        return self.job.shards
+        return 1 if self.job.shards == 1 else 0
+
+    @property
+    def shard_entry(self) -> RunRequest | None:
+        """The shard entry it runs, for a shard of an occurrence in progress."""
+        if self.request is not None and self.request.occurrence is not None:
+            return self.request
+        return None
+
+    @property
+    def lock_key(self) -> str:
+        entry = self.shard_entry
+        if entry is not None and entry.shard is not None:
+            return shard_lock_key(self.job.id, entry.shard)
+        return lock_key(self.job.id)
+
+    @property
+    def token(self) -> int:
+        """The fencing token of its claim: its shard entry's, or its job's."""
+        lease = self.shard_entry.lease if self.shard_entry is not None else self.job.lease
+        assert lease is not None
+        return lease.token
+
+
+def _key(run: DueRun) -> str:
+    """What runs once at a time: a job, or one shard of an occurrence in progress."""
+    return run.request.id if run.shard_entry is not None and run.request else run.job.id
 
 
 def one_per_job(runs: list[DueRun]) -> list[DueRun]:
@@ -77,8 +104,8 @@ def one_per_job(runs: list[DueRun]) -> list[DueRun]:
     seen: set[str] = set()
     first = []
     for run in runs:
-        if run.job.id not in seen:
-            seen.add(run.job.id)
+        if _key(run) not in seen:
+            seen.add(_key(run))
             first.append(run)
     return first
 
@@ -155,6 +182,7 @@ class Engine:
         self.last_error: str | None = None
         self._started = False
         self._last_seen: tuple[datetime, float] | None = None  # wall and real time, last tick
+        self._handed_to_shards = 0  # occurrences started this tick: their shards are due now
 
     def start(self) -> None:
         if not self._started:
@@ -169,6 +197,7 @@ class Engine:
         now = self.ports.clock.now()
         await self._follow_clock_jump(now)
         await self._reap(now)
+        self._handed_to_shards = 0
         fired = await self._fire(now)
         limit = min(self.settings.batch_size, self._free_slots())
         if limit == 0:
@@ -178,6 +207,7 @@ class Engine:
         claimed = await self._dispatch(runs, now) if runs else 0
         full = len(fetched) == limit
         self._backlogged = full
+        full = full or self._handed_to_shards > 0  # their shards are due at once
         # A full fetch of which nothing could be taken (every run held elsewhere, or over its
         # handler's limit) is no reason to look again at once: that would spin on the store.
         return Tick(fetched=len(fetched), claimed=claimed, full=full and claimed > 0, fired=fired)
@@ -227,13 +257,15 @@ class Engine:
         self._last_seen = (now, real)  # not before the renewal: a failed one is tried again
 
     async def _renew_own_leases(self, now: datetime) -> None:
-        jobs = [task.job for task in self.pool.in_flight()]
-        jobs += [run.job for run, _ in self.timers.pending()]
+        runs = [DueRun(task.job, task.request) for task in self.pool.in_flight()]
+        runs += [run for run, _ in self.timers.pending()]
         margin = timedelta(seconds=self.settings.lease_margin_seconds)
-        for job in jobs:
-            if job.lease is not None:
-                until = now + timedelta(seconds=job.timeout_seconds) + margin
-                await self.ports.store.renew_lease(job.id, job.lease.token, until)
+        for run in runs:
+            until = now + timedelta(seconds=run.job.timeout_seconds) + margin
+            if run.shard_entry is not None:
+                await self.ports.store.renew_shard_lease(run.shard_entry, run.token, until, now)
+            elif run.job.lease is not None:
+                await self.ports.store.renew_lease(run.job.id, run.job.lease.token, until)
 
     async def _reap(self, now: datetime) -> None:
         source = event_source(self.settings, self.ports)
@@ -297,20 +329,20 @@ class Engine:
         if requested:
             requests = [run.request for run in requested if run.request is not None]
             claims = [self._claim_of(run.job, now, None) for run in requested]
-            won += [
-                DueRun(job, r) for r, job in await store.claim_run_requests(requests, claims, now)
-            ]
+            source = event_source(self.settings, self.ports)
+            pairs = await store.claim_run_requests(requests, claims, now, event_source=source)
+            won += [DueRun(job, r) for r, job in pairs]
         if scheduled:
             claims = [self._claim_of(job, now, job.next_run_at) for job in scheduled]
             won += [DueRun(job) for job in await store.claim_jobs(claims, now)]
         return won
 
     async def _release_lost(self, locked: list[DueRun], won: list[DueRun], token: str) -> None:
-        won_ids = {run.job.id for run in won}
-        lost = {run.job.id for run in locked if run.job.id not in won_ids}
+        won_keys = {run.lock_key for run in won}
+        lost = {run.lock_key for run in locked if run.lock_key not in won_keys}
         self.metrics.claims_lost.inc(len(lost))
         if lost:
-            await self.ports.lock.release_many([lock_key(job_id) for job_id in lost], token)
+            await self.ports.lock.release_many(list(lost), token)
 
     async def _submit(self, tasks: list[Task]) -> None:
         self.metrics.batch_size.observe(len(tasks))
@@ -322,12 +354,11 @@ class Engine:
         margin = self.settings.lock_margin_seconds
         now = self.ports.clock.now()
         ttls = {
-            lock_key(run.job.id): run.wait_seconds(now) + run.job.timeout_seconds + margin
-            for run in runs
+            run.lock_key: run.wait_seconds(now) + run.job.timeout_seconds + margin for run in runs
         }
         held = await self.ports.lock.acquire_many(ttls, token)
         self.metrics.lock_contention.inc(len(runs) - len(held))
-        return [run for run in runs if lock_key(run.job.id) in held]
+        return [run for run in runs if run.lock_key in held]
 
     def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
         """The lease covers the wait for the run's time (lookahead), its timeout and a margin."""
@@ -346,6 +377,7 @@ class Engine:
         tasks: list[Task] = []
         skipped: list[tuple[Job, Execution]] = []
         only_skips: list[tuple[Job, Plan, Execution]] = []
+        sharded: list[tuple[DueRun, Plan]] = []
         for run in runs:
             job = run.job
             plan = self._plan(run, now)
@@ -354,8 +386,10 @@ class Engine:
                 *missed, last = missed
                 only_skips.append((job, plan, last))
             skipped += [(job, execution) for execution in missed]
-            if plan.run_at is not None:
-                tasks += self._tasks(run, plan, plan.run_at, now, token)
+            if plan.run_at is not None and run.width == 0:
+                sharded.append((run, plan))
+            elif plan.run_at is not None:
+                tasks.append(self._task(run, plan, plan.run_at, now, token))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.ports.store.insert_executions(
             [execution for _, execution in recorded],
@@ -365,37 +399,32 @@ class Engine:
             self.observer.recorded(job, execution)
         for job, plan, last_skip in only_skips:
             await self._finish_skipped(job, plan, last_skip, token)
+        for run, plan in sharded:
+            await self._hand_to_shards(run, plan, now, token)
         return tasks
 
-    def _tasks(
-        self, run: DueRun, plan: Plan, run_at: datetime, now: datetime, token: str
-    ) -> list[Task]:
-        """One task, or one per shard of a sharded occurrence (scheduler/shards.py); a request
-        to re-run one shard runs it alone."""
+    async def _hand_to_shards(self, run: DueRun, plan: Plan, now: datetime, token: str) -> None:
+        """A claimed sharded occurrence becomes its shards' (scheduler/shards.py), which any
+        instance takes, each under its own lock: the job's lock goes back now. A requested
+        occurrence leaves the schedule alone."""
+        job = run.job
+        assert job.lease is not None
+        assert plan.run_at is not None
+        advance_from = None if run.request is not None else plan.advance_from
+        entries = shard_entries(job, plan.run_at, advance_from, now)
+        await self.ports.store.start_occurrence(job.id, job.lease.token, job.lease.until, entries)
+        await self.ports.lock.release_many([lock_key(job.id)], token)
+        self._handed_to_shards += 1
+
+    def _task(self, run: DueRun, plan: Plan, run_at: datetime, now: datetime, token: str) -> Task:
+        """A run; a shard's (of an occurrence in progress, or one re-run alone) is that shard."""
         request = run.request
+        shard = (0, 1)
         if request is not None and request.shard is not None:
             shard = (request.shard, request.shards or run.job.shards)
-            return [self._task(run, plan, run_at, now, token, shard=shard)]
-        if run.job.shards == 1:
-            return [self._task(run, plan, run_at, now, token)]
-        occurrence = Occurrence(run.job.shards)
-        return [
-            self._task(run, plan, run_at, now, token, shard=(i, occurrence.shards), of=occurrence)
-            for i in range(occurrence.shards)
-        ]
-
-    def _task(
-        self,
-        run: DueRun,
-        plan: Plan,
-        run_at: datetime,
-        now: datetime,
-        token: str,
-        *,
-        shard: tuple[int, int] = (0, 1),
-        of: Occurrence | None = None,
-    ) -> Task:
-        execution = self._execution(run.job, run_at, Status.RUNNING, now, shard=shard)
+        execution = self._execution(
+            run.job, run_at, Status.RUNNING, now, shard=shard, token=run.token
+        )
         return Task(
             job=run.job,
             execution=execution,
@@ -403,7 +432,6 @@ class Engine:
             lock_token=token,
             claimed_at=now,
             request=run.request,
-            occurrence=of,
         )
 
     @staticmethod
@@ -449,6 +477,7 @@ class Engine:
         error: ExecutionError | None = None,
         finished: datetime | None = None,
         shard: tuple[int, int] = (0, 1),
+        token: int | None = None,
     ) -> Execution:
         assert job.lease is not None
         return Execution(
@@ -462,7 +491,7 @@ class Engine:
             duration_ms=0.0 if finished else None,
             error=error,
             owner=self.settings.instance_id,
-            token=job.lease.token,
+            token=job.lease.token if token is None else token,
             shard=shard[0],
             shards=shard[1],
         )
@@ -599,16 +628,20 @@ class Engine:
 
     async def _give_back(self, held: list[tuple[DueRun, str]], why: str) -> None:
         """The leases and locks of runs claimed but never started, each with its lock token."""
-        leases = [(run.job.id, run.job.lease.token) for run, _ in held if run.job.lease]
+        shards = [(run.shard_entry, run.token) for run, _ in held if run.shard_entry is not None]
+        jobs = [run for run, _ in held if run.shard_entry is None]
+        leases = [(run.job.id, run.job.lease.token) for run in jobs if run.job.lease]
         # A request was taken off the queue with its claim: asked for again (the same id, so
-        # never queued twice), or it would be lost.
-        requests = [run.request for run, _ in held if run.request is not None]
+        # never queued twice), or it would be lost. A shard entry stays queued: its lease goes.
+        requests = [run.request for run in jobs if run.request is not None]
         try:
             if requests:
                 await self.ports.store.insert_run_requests(requests)
             await self.ports.store.give_back(leases)
+            if shards:
+                await self.ports.store.give_back_shards(shards)
             for token in {token for _, token in held}:
-                keys = [lock_key(run.job.id) for run, lock in held if lock == token]
+                keys = [run.lock_key for run, lock in held if lock == token]
                 await self.ports.lock.release_many(keys, token)
         except (StoreError, LockUnavailable) as exc:
             log_event(log, f"{why}.leases_left_to_expire", level=logging.WARNING, error=str(exc))

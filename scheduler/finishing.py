@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from scheduler.backoff import backoff_delay
-from scheduler.lock import lock_key
+from scheduler.lock import lock_key, shard_lock_key
 from scheduler.logs import log_event
 from scheduler.ports import Finish, Lock, Store, StoreError
 
@@ -112,9 +112,9 @@ class Finisher:
         so a failure here never fails a finished run."""
         keys_by_token: defaultdict[str, list[str]] = defaultdict(list)
         for pending in batch:
-            if pending.finish.keeps_lease:
-                continue  # a shard whose occurrence goes on: the lock guards it still
-            keys_by_token[pending.lock_token].append(lock_key(pending.finish.execution.job_id))
+            job_id, entry = pending.finish.execution.job_id, pending.finish.shard
+            key = lock_key(job_id) if entry is None else shard_lock_key(job_id, entry.shard or 0)
+            keys_by_token[pending.lock_token].append(key)
         for token, keys in keys_by_token.items():
             try:
                 await self._lock.release_many(keys, token)

@@ -14,7 +14,11 @@ from email.message import EmailMessage
 from typing import Any, Protocol
 
 from scheduler.clock import Clock
-from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Status
+from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Lease, Status
+
+# The owner of a sharded occurrence's lease on its job: no instance, so that no instance's death
+# ends it (its shards have leases of their own, on their entries).
+OCCURRENCE_OWNER = "(shards)"
 
 
 class StoreError(Exception):
@@ -78,15 +82,15 @@ class Finish:
     `settles`: the run re-ran its occurrence (a run request), so its end settles the
     occurrence's earlier dead letters of the same shard (open or redriving become redriven).
     `redrive`: the run failed for good and the job's policy re-drives it: queue this request,
-    with its history entry."""
+    with its history entry.
+    `shard`: the run was a shard of an occurrence in progress, under this entry's lease: its end
+    is fenced by the entry (the execution's token), not by the job, which it leaves as it is."""
 
     execution: Execution
     advance: Advance | None
     settles: bool = False
     redrive: tuple[RunRequest, JobChange] | None = None
-    # A shard's end while other shards of its occurrence still run: its execution (dead letter,
-    # re-drive, event) is written, the job and its lease are left as they are.
-    keeps_lease: bool = False
+    shard: RunRequest | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,6 +170,31 @@ class RunRequest:
     # of `shards` as the job had when it failed; None: every shard of the job.
     shard: int | None = None
     shards: int | None = None
+    # Set on a shard entry: one shard of a sharded occurrence in progress, which any instance
+    # may take (see Store.start_occurrence). `occurrence` is the occurrence's token (its job's
+    # lease token while it runs); `revision` the job's revision it was claimed at; `advance_from`
+    # where its schedule moves on from once it ends (None: a requested occurrence, which leaves
+    # the schedule alone). The entry stays queued until the occurrence ends: `lease` is the
+    # instance running it now (its token fences that run alone), `fence` the highest token it
+    # handed out, `ended` how its last run ended (then it is not due any more).
+    occurrence: int | None = None
+    revision: int = 0
+    advance_from: datetime | None = None
+    lease: Lease | None = None
+    fence: int = 0
+    ended: ExecutionSummary | None = None
+
+
+# A shard's fencing tokens are its own range of its job's: above every token the job hands out
+# (its fence, far below 2**31), distinct per occurrence and shard, so that (job id, token) still
+# names one run: occurrence << 32 | shard << 16, then one more per claim of the shard.
+SHARD_TOKEN_OCCURRENCE_SHIFT = 32
+SHARD_TOKEN_SHARD_SHIFT = 16
+
+
+def shard_fence(occurrence: int, shard: int) -> int:
+    """The fence a shard entry starts from: its first claim's token is this + 1."""
+    return occurrence << SHARD_TOKEN_OCCURRENCE_SHIFT | shard << SHARD_TOKEN_SHARD_SHIFT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,13 +297,58 @@ class Store(Protocol):
         """Up to `limit` requests whose not_before has passed, of jobs with no lease and whose
         handler is not among `exclude_handlers` (those at their concurrency limit), each with
         its job as it is now; ordered by not_before, then id. The requests left out are left out
-        before the limit applies. A job with several due requests appears once for each."""
+        before the limit applies. A job with several due requests appears once for each.
+
+        Shard entries are due too, while their job's lease is still their occurrence's: those
+        not ended and not leased, or whose lease has expired (its instance died: the shard is
+        taken over and runs again alone)."""
 
     async def claim_run_requests(
-        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
+        self,
+        requests: Sequence[RunRequest],
+        claims: Sequence[Claim],
+        now: datetime,
+        *,
+        event_source: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Claim each request's job (claims[i] goes with requests[i]) and, for each job won,
-        take its request off the queue, in one batch. Returns the pairs won."""
+        take its request off the queue, in one batch. Returns the pairs won.
+
+        A shard entry is claimed instead: compare-and-set on the entry as the due query read it
+        (its fence and lease), while its job's lease is still its occurrence's. The entry takes
+        its own lease (owner and until from its claim) and token (its fence + 1) and stays
+        queued; it is returned with them, with its job. A lease it had (expired) is taken over:
+        the execution that lease guarded becomes `abandoned` (its event, with `event_source`,
+        goes to the outbox). The occurrence's lease on the job is pushed back to outlive the
+        shard's by as long again (until + (until - now)), time to take the shard over should
+        its instance die."""
+
+    async def start_occurrence(
+        self, job_id: str, token: int, until: datetime, shards: Sequence[RunRequest]
+    ) -> bool:
+        """Hand a claimed sharded occurrence to its shards: while `token` still holds the job's
+        lease, the lease becomes the occurrence's (owner OCCURRENCE_OWNER, expiring at `until`),
+        the entries of any earlier occurrence of the job are dropped and `shards` (one entry a
+        shard, `occurrence` = token) are queued. False, and nothing written, otherwise."""
+
+    async def renew_shard_lease(
+        self, shard: RunRequest, token: int, until: datetime, now: datetime
+    ) -> bool:
+        """Move a shard entry's lease expiry while `token` holds it, and push back its
+        occurrence's lease as a claim does; False if the token no longer holds it."""
+
+    async def give_back_shards(self, shards: Sequence[tuple[RunRequest, int]]) -> None:
+        """Clear these shard entries' leases, (entry, token), where the token still holds one:
+        claimed shards that never started, due again at once. One round trip for the batch."""
+
+    async def occurrence_shards(self, job_id: str, occurrence: int) -> list[RunRequest]:
+        """The shard entries of an occurrence in progress (to tell whether every one ended)."""
+
+    async def end_occurrence(self, job_id: str, occurrence: int, advance: Advance) -> bool:
+        """End an occurrence whose shards have all ended: while `occurrence` still holds the
+        job's lease, apply the advance (as finish_executions does) and clear the lease, then drop
+        its entries. False, and nothing changed, otherwise (it ended already: two last shards
+        racing end it once)."""
 
     async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
         """Which of these occurrences of a job already have an execution or a run request."""
@@ -325,8 +399,9 @@ class Store(Protocol):
         written before the jobs, so a crash in between leaves a lease to reap, never a job
         moved on without its record. A few round trips for the whole batch.
 
-        A `keeps_lease` finish (a shard whose occurrence goes on) touches neither the job nor
-        its lease: its flag says whether the execution's token still holds the lease.
+        A `shard` finish touches neither the job nor its lease: applied while the execution's
+        token still holds its entry's lease, it clears that lease and, unless the run was
+        abandoned (then the shard is due again, to run alone), marks the entry `ended`.
 
         With the executions, whether or not the run was fenced off: each `settles` finish marks
         its occurrence's other open or redriving dead letters of the same shard redriven, and
@@ -341,7 +416,8 @@ class Store(Protocol):
         """End now the leases held by instances whose last heartbeat is older than
         `lapsed_before` (never those of `alive`, the caller): their expiry becomes `now`, so the
         next reap gives their runs back at once instead of when their timeout would have run
-        out. Returns how many. A paused instance that comes back finds its tokens stale."""
+        out, and the same for the leases of shard entries. Returns how many. A paused instance
+        that comes back finds its tokens stale."""
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         """Clear these leases, (job id, token), where the token still holds one, and change

@@ -28,7 +28,7 @@ from scheduler.finishing import Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.leftovers import tasks_ending_with_the_run
-from scheduler.lock import lock_key
+from scheduler.lock import lock_key, shard_lock_key
 from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
@@ -36,7 +36,7 @@ from scheduler.planning import Plan, advance_after, keep_schedule
 from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
-from scheduler.shards import Occurrence
+from scheduler.shards import all_ended, outcome
 
 log = logging.getLogger("tickd.runner")
 P = ParamSpec("P")
@@ -59,10 +59,22 @@ class Task:
     plan: Plan
     lock_token: str
     claimed_at: datetime
-    # Set for a run someone asked for (trigger, retry, backfill): it leaves the schedule alone.
+    # Set for a run someone asked for (trigger, retry, backfill): it leaves the schedule alone;
+    # or for a shard of an occurrence in progress (its entry): the last shard to end ends it.
     request: RunRequest | None = None
-    # Set for a shard of a sharded occurrence: the last of its shards to end ends it.
-    occurrence: Occurrence | None = None
+
+    @property
+    def shard_entry(self) -> RunRequest | None:
+        if self.request is not None and self.request.occurrence is not None:
+            return self.request
+        return None
+
+    @property
+    def lock_key(self) -> str:
+        entry = self.shard_entry
+        if entry is not None and entry.shard is not None:
+            return shard_lock_key(self.job.id, entry.shard)
+        return lock_key(self.job.id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,10 +121,6 @@ class Runner:
 
     async def run(self, task: Task) -> None:
         if not await self._still_ours(task):
-            if task.occurrence is not None:
-                # Its occurrence cannot end here: the shard's execution stays `running` under
-                # the lease, left to expire; the reaper then gives the occurrence back.
-                task.occurrence.end(None)
             return
         started = self.ports.clock.now()
         real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
@@ -150,15 +158,13 @@ class Runner:
         now = self.ports.clock.now()
         if now - task.claimed_at < timedelta(seconds=1):
             return True
-        lease = task.job.lease
-        assert lease is not None
         timeout = task.job.timeout_seconds
         until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
         try:
-            renewed = await self.ports.store.renew_lease(task.job.id, lease.token, until)
+            renewed = await self._renew(task, until, now)
             if renewed:
                 ttl = timeout + self.settings.lock_margin_seconds
-                await self.ports.lock.extend(lock_key(task.job.id), task.lock_token, ttl)
+                await self.ports.lock.extend(task.lock_key, task.lock_token, ttl)
                 return True
         except (StoreError, LockUnavailable) as exc:
             # Not started, so nothing is lost: the lease expires, the reaper marks the execution
@@ -167,6 +173,14 @@ class Runner:
             return False
         self.observer.fenced(task.job, task.execution, before_start=True)
         return False
+
+    async def _renew(self, task: Task, until: datetime, now: datetime) -> bool:
+        token = task.execution.token
+        assert token is not None
+        entry = task.shard_entry
+        if entry is not None:
+            return await self.ports.store.renew_shard_lease(entry, token, until, now)
+        return await self.ports.store.renew_lease(task.job.id, token, until)
 
     # -- the handler, its deadline and its retries ----------------------------------------------
 
@@ -301,14 +315,13 @@ class Runner:
             error=outcome.error,
             result=outcome.result,
         )
-        ends, outcome_of = True, execution
-        if task.occurrence is not None:  # a shard: scheduler/shards.py
-            ends, outcome_of = self._shard_end(task.occurrence, execution)
-        advance = self._advance(task, outcome_of) if ends else None
-        # Dead letters and automatic re-drives: scheduler/dead_letters.py.
-        end = finish_of(task.job, task.request, execution, advance)
-        if not ends:
-            end = replace(end, keeps_lease=True)
+        entry = task.shard_entry
+        # A shard's end leaves the job to its occurrence's last shard (scheduler/shards.py).
+        advance = self._advance(task, execution) if entry is None else None
+        # Dead letters and automatic re-drives: scheduler/dead_letters.py. A shard of a
+        # scheduled occurrence re-runs nothing; one of a requested occurrence does.
+        asked = task.request if entry is None or entry.advance_from is None else None
+        end = replace(finish_of(task.job, asked, execution, advance), shard=entry)
         execution = end.execution
         ending = await self.finisher.finish(end, task.lock_token)
         if ending.error is not None:
@@ -318,15 +331,43 @@ class Runner:
         self.observer.finished(task.job, execution)
         if ending.applied and advance is not None and advance.paused_reason:
             self.observer.paused(task.job, advance.paused_reason)
-        if task.request is not None and execution.status is Status.ABANDONED:
+        if entry is not None and ending.applied and execution.status is not Status.ABANDONED:
+            await self._end_occurrence_if_last(task.job, entry)
+        if entry is None and task.request is not None and execution.status is Status.ABANDONED:
             await self._give_request_back(task.request)
 
-    @staticmethod
-    def _shard_end(occurrence: Occurrence, execution: Execution) -> tuple[bool, Execution]:
-        """Whether this shard's end ends its occurrence, and what the occurrence became."""
-        if not occurrence.end(execution) or not occurrence.whole:
-            return False, execution
-        return True, occurrence.outcome()
+    async def _end_occurrence_if_last(self, job: Job, entry: RunRequest) -> None:
+        """Read after this shard's end was written, so that of two last shards ending at once,
+        at least one sees every shard ended; both may end the occurrence, fenced: it ends once.
+        Should this fail, the occurrence's lease expires and the occurrence runs again."""
+        assert entry.occurrence is not None
+        try:
+            entries = await self.ports.store.occurrence_shards(job.id, entry.occurrence)
+            if not all_ended(entries):
+                return
+            advance = self._occurrence_advance(job, entry, outcome(entries))
+            ended = await self.ports.store.end_occurrence(job.id, entry.occurrence, advance)
+        except StoreError as exc:
+            log_event(log, "occurrence.not_ended", level=logging.ERROR, error=str(exc))
+            return
+        if ended and advance.paused_reason:
+            self.observer.paused(job, advance.paused_reason)
+
+    def _occurrence_advance(
+        self, job: Job, entry: RunRequest, summary: ExecutionSummary
+    ) -> Advance:
+        """As for one run of the job as it was claimed (its revision then)."""
+        claimed = replace(job, revision=entry.revision)
+        if entry.advance_from is None:
+            return keep_schedule(claimed, summary)
+        plan = Plan(run_at=entry.scheduled_at, advance_from=entry.advance_from)
+        return advance_after(
+            claimed,
+            plan,
+            summary,
+            breaker_threshold=self.settings.circuit_breaker_failures,
+            rng=self.rng,
+        )
 
     async def _give_request_back(self, request: RunRequest) -> None:
         """A requested run that never got to run (a shutdown) is asked for again, as a

@@ -1,68 +1,78 @@
 """Sharded occurrences: a job with `shards: N` runs each occurrence as N executions (shard 0 to
-N-1), submitted to the pool as N tasks, so that they spread over its workers.
+N-1), which any instance may take, so that they spread over the workers of every instance.
 
-The occurrence is claimed once (one lease, one fencing token, one lock, which fence and lock
-every shard of it), so the job never overlaps itself and its schedule advances once. Each shard
-runs, retries and ends on its own; its execution is written as it ends, the job left leased. The
-last shard to end ends the occurrence: its finish carries the job's advance, computed from every
-shard's outcome (succeeded only if every shard did), and releases the lease and the lock.
+The occurrence is claimed once, like any run (one compare-and-set, so its schedule advances once),
+then handed to its shards (Store.start_occurrence): the job's lease becomes the occurrence's, held
+by no instance, so the job never overlaps itself, and N shard entries are queued beside the run
+requests. Each entry is taken through the dispatcher's one path (handler limits, its own lock,
+its own compare-and-set lease and fencing token, record, submit), runs, retries and ends on its
+own. A shard whose instance dies (its lease expired or its heartbeat lapsed) is taken over and
+runs again alone; a shard fenced off cannot end anything. The last shard to end (every entry
+ended) ends the occurrence, fenced by the occurrence's token: the job's advance is computed from
+every shard's outcome (succeeded only if every shard did), once.
 
 A shard that failed for good is a dead letter of its own, whose re-drive (or retry) runs that
-shard alone, as an ordinary requested run. Shards run in the instance that claimed their
-occurrence: they spread over its workers, not over instances.
+shard alone, as an ordinary requested run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 
-from scheduler.model import Execution, ExecutionError, Status
+from scheduler.model import ExecutionSummary, Job, Status
+from scheduler.ports import RunRequest, shard_fence
 
-
-@dataclass(eq=False)
-class Occurrence:
-    """The shards of one claimed occurrence, as they end in this instance."""
-
-    shards: int
-    ended: list[Execution] = field(default_factory=list)
-    # Shards that never started (their lease or lock could not be renewed).
-    not_started: int = 0
-
-    def end(self, execution: Execution | None) -> bool:
-        """Count a shard's end (None: it never started); True once every shard has ended."""
-        if execution is None:
-            self.not_started += 1
-        else:
-            self.ended.append(execution)
-        return len(self.ended) + self.not_started == self.shards
-
-    @property
-    def whole(self) -> bool:
-        """Every shard ran: the occurrence may end. A shard that never started leaves the lease
-        to expire, and the reaper gives the occurrence back, as for an unsharded run."""
-        return self.not_started == 0
-
-    def outcome(self) -> Execution:
-        """The occurrence as one execution, for the job's advance (its last run, its circuit
-        breaker): the first shard that failed, else one that was abandoned (the occurrence is
-        given back), else the last to end, with the status of them all. It ended when the last
-        shard did (an interval job's next run counts from then)."""
-        last = self.ended[-1]
-        failed = [e for e in self.ended if e.status.is_failure]
-        if failed:
-            first = min(failed, key=lambda e: e.shard)
-            return replace(first, error=_of_shard(first, len(failed)), finished_at=last.finished_at)
-        abandoned = [e for e in self.ended if e.status is Status.ABANDONED]
-        if abandoned:
-            return abandoned[0]
-        if any(e.status is Status.SUCCESS for e in self.ended):
-            return replace(last, status=Status.SUCCESS)
-        return last
+# The reason of a shard entry, among the run requests.
+SHARD = "shard"
 
 
-def _of_shard(execution: Execution, failures: int) -> ExecutionError:
-    """The failed shard's error, saying which shard it was and how many failed."""
-    error = execution.error or ExecutionError(type=str(execution.status), message="")
-    others = f" (and {failures - 1} other shards)" if failures > 1 else ""
-    prefix = f"shard {execution.shard} of {execution.shards}{others}: "
-    return replace(error, message=prefix + error.message)
+def shard_entries(
+    job: Job, scheduled_at: datetime, advance_from: datetime | None, now: datetime
+) -> list[RunRequest]:
+    """The entries of a claimed occurrence of `job`, one a shard; `advance_from` None for a
+    requested occurrence (it leaves the schedule alone). Their ids derive from the occurrence's
+    token, so that writing them twice queues them once."""
+    assert job.lease is not None
+    token = job.lease.token
+    return [
+        RunRequest(
+            id=f"{job.id}-o{token}-s{shard:04}",
+            job_id=job.id,
+            scheduled_at=scheduled_at,
+            reason=SHARD,
+            not_before=now,
+            created_at=now,
+            shard=shard,
+            shards=job.shards,
+            occurrence=token,
+            revision=job.revision,
+            advance_from=advance_from,
+            fence=shard_fence(token, shard),
+        )
+        for shard in range(job.shards)
+    ]
+
+
+def all_ended(entries: Sequence[RunRequest]) -> bool:
+    return bool(entries) and all(entry.ended is not None for entry in entries)
+
+
+def outcome(entries: Sequence[RunRequest]) -> ExecutionSummary:
+    """The occurrence as one run, for the job's advance (its last run, its circuit breaker): the
+    first shard that failed, else a success if any shard succeeded, with the status of them all.
+    It ended when its last shard did (an interval job's next run counts from then)."""
+    ended = [(entry, entry.ended) for entry in entries if entry.ended is not None]
+    finished_at = max(summary.finished_at for _, summary in ended)
+    failed = [(entry, summary) for entry, summary in ended if summary.status.is_failure]
+    if failed:
+        entry, first = min(failed, key=lambda pair: pair[0].shard or 0)
+        others = f" (and {len(failed) - 1} other shards)" if len(failed) > 1 else ""
+        prefix = f"shard {entry.shard} of {entry.shards}{others}: "
+        error = prefix + (first.error or str(first.status))
+        return replace(first, error=error, finished_at=finished_at)
+    last = max((summary for _, summary in ended), key=lambda summary: summary.finished_at)
+    if any(summary.status is Status.SUCCESS for _, summary in ended):
+        return replace(last, status=Status.SUCCESS)
+    return last

@@ -1,14 +1,17 @@
 """Sharded jobs end to end on every store, with a fake clock and drain mode: an occurrence runs
-as N shard executions, claimed once, ended once by its last shard (scheduler/shards.py)."""
+as N shard executions, claimed once, each shard taken by any instance under its own lock and
+fencing token, ended once by its last shard (scheduler/shards.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from scheduler.handler_api import HandlerContext, Result
-from scheduler.lock import lock_key
-from scheduler.model import CronSchedule, DeadLetter, RedrivePolicy, Status
+from scheduler.lock import lock_key, shard_lock_key
+from scheduler.lock.memory import MemoryLock
+from scheduler.model import CronSchedule, DeadLetter, IntervalSchedule, RedrivePolicy, Status
 from scheduler.testing import handler_context
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
@@ -33,9 +36,8 @@ async def test_an_occurrence_of_n_shards_runs_as_n_executions_and_advances_once(
     assert sorted((e.shard, e.shards, e.status) for e in runs) == [
         (i, 4, Status.SUCCESS) for i in range(4)
     ]
-    assert {(e.scheduled_at, e.occurrence, e.token) for e in runs} == {
-        (T0, f"{job.id}:{T0.isoformat()}", 1)
-    }, "one occurrence, claimed once: one fencing token"
+    assert {(e.scheduled_at, e.occurrence) for e in runs} == {(T0, f"{job.id}:{T0.isoformat()}")}
+    assert len({e.token for e in runs}) == 4, "each shard fenced by a token of its own"
     assert sorted(seen) == [(i, 4, f"{job.id}:{T0.isoformat()}:shard-{i}") for i in range(4)]
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None
@@ -63,7 +65,8 @@ async def test_the_job_stays_leased_until_its_last_shard_ends(make_engine: Engin
     h = make_engine({"part": part}, workers=3)
     job = await h.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=3))
     h.engine.start()
-    assert (await h.engine.tick()).claimed == 1
+    assert (await h.engine.tick()).claimed == 1, "the occurrence, handed to its shards"
+    assert (await h.engine.tick()).claimed == 3, "its shards, each claimed on its own"
 
     def shard_0_ended() -> bool:
         return ("finished", "success") in h.observed.of("sharded")
@@ -203,7 +206,8 @@ async def test_a_shard_fenced_off_does_not_end_the_occurrence(make_engine: Engin
     old = make_engine({"work": slow}, instance_id="old", lease_margin_seconds=1, workers=2)
     job = await old.add(make_job("work", "work", schedule=EVERY_MINUTE, shards=2))
     old.engine.start()
-    await old.engine.tick()
+    await old.engine.tick()  # the occurrence
+    await old.engine.tick()  # its shards
     await asyncio.wait_for(_until(lambda: len(started) == 2), WAIT)  # both shards run
     old.clock.advance(60 + 2)  # the old lease is past its expiry (a long GC pause, say)
     new = make_engine({"work": noop}, instance_id="new", workers=2)
@@ -219,7 +223,7 @@ async def test_a_shard_fenced_off_does_not_end_the_occurrence(make_engine: Engin
     assert stored is not None and stored.lease is None
     assert stored.last_execution == taken_over.last_execution
     assert stored.next_run_at == taken_over.next_run_at
-    runs = await executions(old.store, job.id)
+    runs = [e for e in await executions(old.store, job.id) if e.scheduled_at == T0]
     assert sorted((e.owner, e.shard) for e in runs) == [
         ("new", 0),
         ("new", 1),
@@ -250,8 +254,11 @@ async def test_a_sharded_run_counts_each_shard_against_its_handlers_limit(
     await h.add(make_job("wide", "part", shards=3))
     await h.add(make_job("plain", "part"))
     h.engine.start()
-    assert (await h.engine.tick()).claimed == 1, "3 shards fill the limit of 3"
+    assert (await h.engine.tick()).claimed == 2, "the sharded occurrence and the plain run"
+    assert h.engine.pool.inflight["part"] == 1
+    assert (await h.engine.tick()).claimed == 2, "two shards: the third is over the limit"
     assert h.engine.pool.inflight["part"] == 3
+    assert (await h.engine.tick()).claimed == 0
     gate.set()
     await asyncio.wait_for(h.engine.pool.join(), WAIT)
     await h.engine.drain()
@@ -264,3 +271,99 @@ async def test_a_handlers_test_context_can_be_a_shard() -> None:
         assert ctx.idempotency_key.endswith(":shard-2")
     async with handler_context() as ctx:
         assert (ctx.shard, ctx.shards) == (0, 1) and ":shard-" not in ctx.idempotency_key
+
+
+# -- shards spread over instances -----------------------------------------------------------------
+
+
+async def test_two_instances_share_the_shards_of_one_occurrence_each_fenced_alone(
+    make_engine: EngineFactory,
+) -> None:
+    gate = asyncio.Event()
+
+    async def part(ctx: HandlerContext) -> Result:
+        await gate.wait()
+        return {"shard": ctx.shard}
+
+    lock = MemoryLock()  # one lock service, as in production
+    a = make_engine({"part": part}, instance_id="a", lock=lock, batch_size=2)
+    b = make_engine({"part": part}, instance_id="b", lock=lock, batch_size=2)
+    job = await a.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=4))
+    a.engine.start()
+    b.engine.start()
+    assert (await a.engine.tick()).claimed == 1, "a claims the occurrence..."
+    assert (await a.engine.tick()).claimed == 2, "...and two of its shards"
+    assert (await b.engine.tick()).claimed == 2, "b takes the other two"
+    assert (await b.engine.tick()).claimed == 0, "the job does not overlap itself"
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(a.engine.pool.join(), b.engine.pool.join()), WAIT)
+
+    runs = await executions(a.store, job.id)
+    assert sorted((e.owner, e.shard, e.status) for e in runs) == [
+        ("a", 0, Status.SUCCESS),
+        ("a", 1, Status.SUCCESS),
+        ("b", 2, Status.SUCCESS),
+        ("b", 3, Status.SUCCESS),
+    ]
+    assert len({e.token for e in runs}) == 4, "each shard fenced by a token of its own"
+    stored = await a.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+    assert stored.next_run_at == T0 + timedelta(minutes=1), "the schedule advanced once"
+    assert stored.last_execution is not None and stored.last_execution.status is Status.SUCCESS
+    keys = {lock_key(job.id), *(shard_lock_key(job.id, shard) for shard in range(4))}
+    assert await lock.acquire_many(dict.fromkeys(keys, 1.0), "probe") == keys, "all released"
+
+
+async def test_an_instance_killed_mid_occurrence_leaves_its_shard_to_run_again_alone(
+    make_engine: EngineFactory,
+) -> None:
+    """a dies running shard 1 (after shard 0 succeeded): b takes shard 1 over once its lease
+    has expired and runs it alone; shard 0 does not run again; the occurrence ends once, and
+    a's late end of shard 1 is fenced off."""
+    ran: list[tuple[str, int]] = []
+    hung = asyncio.Event()
+
+    def part(instance: str) -> Callable[[HandlerContext], Awaitable[Result]]:
+        async def run(ctx: HandlerContext) -> Result:
+            ran.append((instance, ctx.shard))
+            if instance == "a" and ctx.shard == 1:
+                await hung.wait()  # a's process froze here
+            return None
+
+        return run
+
+    lock = MemoryLock(monotonic=lambda: a.clock.now().timestamp())
+    hourly = IntervalSchedule(every_seconds=3600)
+    settings = {"lock": lock, "batch_size": 2, "lease_margin_seconds": 1}
+    a = make_engine({"part": part("a")}, instance_id="a", **settings)
+    b = make_engine({"part": part("b")}, instance_id="b", **settings)
+    job = await a.add(make_job("sharded", "part", schedule=hourly, shards=4))
+    a.engine.start()
+    await a.engine.tick()  # the occurrence
+    await a.engine.tick()  # shards 0 and 1
+    await asyncio.wait_for(_until(lambda: ("a", 1) in ran and a.engine.pool.busy == 1), WAIT)
+    await b.engine.drain()  # shards 2 and 3; shard 1 is still a's
+    assert sorted(ran) == [("a", 0), ("a", 1), ("b", 2), ("b", 3)]
+    held = await b.store.get_job(job.id)
+    assert held is not None and held.lease is not None, "the occurrence goes on"
+
+    a.clock.advance(60 + 6)  # past shard 1's lease and lock: a is gone
+    await b.engine.drain()
+    assert sorted(ran) == [("a", 0), ("a", 1), ("b", 1), ("b", 2), ("b", 3)], "shard 1 alone"
+    runs = await executions(b.store, job.id)
+    assert sorted((e.shard, e.owner, e.status) for e in runs) == [
+        (0, "a", Status.SUCCESS),
+        (1, "a", Status.ABANDONED),
+        (1, "b", Status.SUCCESS),
+        (2, "b", Status.SUCCESS),
+        (3, "b", Status.SUCCESS),
+    ]
+    ended = await b.store.get_job(job.id)
+    assert ended is not None and ended.lease is None
+    assert ended.last_execution is not None and ended.last_execution.status is Status.SUCCESS
+    assert ended.next_run_at == T0 + timedelta(seconds=66 + 3600), "advanced once, from its end"
+
+    hung.set()  # a wakes up, too late
+    await asyncio.wait_for(a.engine.pool.join(), WAIT)
+    assert a.engine.metrics.fenced._value.get() == 1
+    assert await b.store.get_job(job.id) == ended, "a's late shard changed nothing"

@@ -25,3 +25,8 @@ def open_lock(url: str) -> Lock:
 
 def lock_key(job_id: str) -> str:
     return f"job:{job_id}"
+
+
+def shard_lock_key(job_id: str, shard: int) -> str:
+    """The shards of an occurrence in progress run at once, each under a lock of its own."""
+    return f"{lock_key(job_id)}:shard-{shard}"

@@ -249,33 +249,14 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._write_events([f.execution for f in finishes], event_source)
         await self._update_each(self.executions, [finished_document(f) for f in finishes])
         await self._settle_and_redrive(finishes)
-        # Read before any lease of the batch is released (the last shard's may be).
-        held = await self._leases_held([f for f in finishes if f.keeps_lease])
-        fenced = [f for f in finishes if f.execution.token is not None and not f.keeps_lease]
+        shards = await self._shards_ended([f for f in finishes if f.shard is not None])
+        fenced = [f for f in finishes if f.execution.token is not None and f.shard is None]
         released = await self._release(fenced, schedule=True)
         changed = [f for f in fenced if f.advance and f.execution.id not in released]
         if changed:
             released |= await self._release(changed, schedule=False)
-        applied = released | held
+        applied = released | shards
         return [f.execution.id in applied for f in finishes]
-
-    async def _leases_held(self, finishes: Sequence[Finish]) -> set[str]:
-        """Which of these runs' tokens still hold their jobs' leases: their execution ids."""
-        if not finishes:
-            return set()
-        job_ids = list({f.execution.job_id for f in finishes})
-        # The fence is the token of the lease that holds the job (see held_by).
-        cursor = self.jobs.find({"_id": {"$in": job_ids}}, {"fence": 1, "lease": 1})
-        tokens = {
-            doc["_id"]: doc.get("fence")
-            async for doc in in_one_batch(cursor, len(job_ids))
-            if doc.get("lease") is not None
-        }
-        return {
-            f.execution.id
-            for f in finishes
-            if f.execution.token is not None and tokens.get(f.execution.job_id) == f.execution.token
-        }
 
     async def _settle_and_redrive(self, finishes: Sequence[Finish]) -> None:
         settles = [settle_dead_letters(f.execution) for f in finishes if f.settles]
@@ -317,11 +298,14 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         if not owners:
             return 0
         expired = now - timedelta(microseconds=1)
-        result = await self.jobs.update_many(
-            {"lease.owner": {"$in": owners}, "lease.until_us": {"$gt": exact_micros(now)}},
-            {"$set": {"lease.until": expired, "lease.until_us": exact_micros(expired)}},
-        )
-        return int(result.modified_count)
+        lapsed_leases = {
+            "lease.owner": {"$in": owners},
+            "lease.until_us": {"$gt": exact_micros(now)},
+        }
+        ended = {"$set": {"lease.until": expired, "lease.until_us": exact_micros(expired)}}
+        jobs = await self.jobs.update_many(lapsed_leases, ended)
+        shards = await self.requests.update_many(lapsed_leases, ended)
+        return int(jobs.modified_count) + int(shards.modified_count)
 
     @translating_errors
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
@@ -357,17 +341,6 @@ class MongoStore(MongoRequests, MongoHousekeeping):
                 "finished_at_us": exact_micros(now),
             }
         ).sort("scheduled_at_us", ASCENDING)
-        return [execution_from_document(doc) async for doc in cursor]
-
-    async def _abandoned_by(self, leases: list[tuple[str, int]]) -> list[Execution]:
-        """Every execution these leases' reaps marked: this one's, or an interrupted one's."""
-        cursor = self.executions.find(
-            {
-                "$or": [{"job_id": job_id, "token": token} for job_id, token in leases],
-                "status": Status.ABANDONED.value,
-                "error.type": LEASE_EXPIRED["type"],
-            }
-        )
         return [execution_from_document(doc) async for doc in cursor]
 
     # -- executions -----------------------------------------------------------------------------

@@ -29,10 +29,12 @@ from scheduler.codec import (
     job_from_doc,
     job_to_doc,
     micros,
+    request_from_doc,
+    request_to_doc,
     summary_to_doc,
 )
 from scheduler.events import event_time, execution_event
-from scheduler.model import DeadLetter, Execution, Job, Status
+from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Status
 from scheduler.ports import (
     Advance,
     Claim,
@@ -97,7 +99,9 @@ REQUEST_INDEXES = [
     IndexModel([("job_id", ASCENDING), ("scheduled_at_us", ASCENDING)], name="requests_by_job"),
 ]
 CHANGE_TIMES = ("at",)
-REQUEST_TIMES = ("scheduled_at", "not_before", "created_at")
+REQUEST_TIMES = (
+    "scheduled_at", "not_before", "created_at", "advance_from", "lease.until", "ended.finished_at",
+)  # fmt: skip
 # What ops may change of a job (replace_job); the lease, fence and run state are the engine's.
 DEFINITION_FIELDS = (
     "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
@@ -370,15 +374,58 @@ def change_from_document(doc: Doc) -> JobChange:
 
 
 def request_document(request: RunRequest) -> Doc:
-    doc = dataclasses.asdict(request)
-    doc["_id"] = doc.pop("id")
-    return with_exact_times(doc, REQUEST_TIMES)
+    return with_exact_times(request_to_doc(request), REQUEST_TIMES)
 
 
 def request_from_document(doc: Doc) -> RunRequest:
-    doc = without_exact_times(doc, REQUEST_TIMES)
-    doc["id"] = doc.pop("_id")
-    return RunRequest(**doc)
+    return request_from_doc(without_exact_times(doc, REQUEST_TIMES))
+
+
+def shard_held_by(entry_id: str, token: int) -> Doc:
+    """A shard entry while the lease of `token` holds it (its fence moves only with a claim)."""
+    return {"_id": entry_id, "fence": token, "lease": {"$ne": None}}
+
+
+def shard_claim(entry: RunRequest, claim: Claim, batch: str) -> UpdateOne:
+    """Lease the entry only if it is still as the due query read it: the same fence, and the
+    same lease (none, or the one that expired)."""
+    read: Doc = {"_id": entry.id, "fence": entry.fence, "ended": None}
+    if entry.lease is None:
+        read["lease"] = None
+    else:
+        read["lease.until_us"] = exact_micros(entry.lease.until)
+    token = entry.fence + 1
+    lease = with_exact_times(
+        {"owner": claim.owner, "token": token, "until": claim.until}, ["until"]
+    )
+    return UpdateOne(read, {"$set": {"fence": token, "lease": lease, "batch": batch}})
+
+
+def shard_end(finish: Finish, batch: str) -> UpdateOne:
+    """A shard's end on its entry, fenced by its token: the lease goes; the entry is ended,
+    unless the run was abandoned (then the shard is due again)."""
+    execution, entry = finish.execution, finish.shard
+    assert entry is not None
+    assert execution.token is not None
+    changes: Doc = {"lease": None, "batch": batch}
+    if execution.status is not Status.ABANDONED:
+        assert execution.finished_at is not None
+        summary = ExecutionSummary(
+            execution_id=execution.id,
+            status=execution.status,
+            finished_at=execution.finished_at,
+            error=execution.error.message if execution.error else None,
+        )
+        changes["ended"] = with_exact_times(summary_to_doc(summary) or {}, ["finished_at"])
+    return UpdateOne(shard_held_by(entry.id, execution.token), {"$set": changes})
+
+
+def lease_until_at_least(job_id: str, token: int, until: datetime) -> UpdateOne:
+    """Push back the lease of `token` on the job to `until`, never forward."""
+    fenced = {**held_by(job_id, token), "lease.until_us": {"$lt": exact_micros(until)}}
+    return UpdateOne(
+        fenced, {"$set": {"lease.until": until, "lease.until_us": exact_micros(until)}}
+    )
 
 
 def request_claim(claim: Claim, batch: str) -> UpdateOne:

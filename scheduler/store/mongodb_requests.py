@@ -8,15 +8,19 @@ from datetime import datetime
 
 from pymongo import (
     ASCENDING,
+    UpdateOne,
 )
 
 from scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import Job, new_id
+from scheduler.model import Execution, Job, Status, new_id
 from scheduler.ports import (
+    OCCURRENCE_OWNER,
+    Advance,
     Claim,
+    Finish,
     RunRequest,
 )
 from scheduler.storage.mongodb import (
@@ -26,10 +30,19 @@ from scheduler.storage.mongodb import (
 )
 from scheduler.store.mongodb_base import MongoCollections
 from scheduler.store.mongodb_documents import (
+    LEASE_EXPIRED,
+    abandon_running,
+    execution_from_document,
+    held_by,
     job_from_document,
+    lease_until_at_least,
+    release_update,
     request_claim,
     request_document,
     request_from_document,
+    shard_claim,
+    shard_end,
+    shard_held_by,
 )
 
 
@@ -63,7 +76,8 @@ class MongoRequests(MongoCollections):
         after: RunRequest | None = None
         while len(pairs) < limit:
             page = await self._due_requests_page(now, after, limit)
-            pairs += (await self._with_free_jobs(page, exclude_handlers))[: limit - len(pairs)]
+            free = await self._with_free_jobs(page, exclude_handlers, now)
+            pairs += free[: limit - len(pairs)]
             if len(page) < limit:
                 break
             after = page[-1]
@@ -72,7 +86,7 @@ class MongoRequests(MongoCollections):
     async def _due_requests_page(
         self, now: datetime, after: RunRequest | None, limit: int
     ) -> list[RunRequest]:
-        due: Doc = {"not_before_us": {"$lte": exact_micros(now)}}
+        due: Doc = {"not_before_us": {"$lte": exact_micros(now)}, "ended": None}
         if after is not None:
             at = exact_micros(after.not_before)
             due = {
@@ -86,26 +100,39 @@ class MongoRequests(MongoCollections):
         return [request_from_document(doc) async for doc in in_one_batch(cursor, limit)]
 
     async def _with_free_jobs(
-        self, requests: list[RunRequest], exclude_handlers: Sequence[str]
+        self, requests: list[RunRequest], exclude_handlers: Sequence[str], now: datetime
     ) -> list[tuple[RunRequest, Job]]:
         if not requests:
             return []
         job_ids = list({r.job_id for r in requests})
-        free: Doc = {"_id": {"$in": job_ids}, "lease": None}
+        wanted: Doc = {"_id": {"$in": job_ids}}
         if exclude_handlers:
-            free["handler"] = {"$nin": list(exclude_handlers)}
-        cursor = self.jobs.find(free)
+            wanted["handler"] = {"$nin": list(exclude_handlers)}
+        cursor = self.jobs.find(wanted)
         jobs = {
             doc["_id"]: job_from_document(doc) async for doc in in_one_batch(cursor, len(job_ids))
         }
-        return [(r, jobs[r.job_id]) for r in requests if r.job_id in jobs]
+        return [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job, now)]
 
     @translating_errors
     async def claim_run_requests(
-        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
+        self,
+        requests: Sequence[RunRequest],
+        claims: Sequence[Claim],
+        now: datetime,
+        *,
+        event_source: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
-        if not claims:
-            return []
+        shards = [(r, c) for r, c in zip(requests, claims, strict=True) if r.occurrence is not None]
+        plain = [(r, c) for r, c in zip(requests, claims, strict=True) if r.occurrence is None]
+        won = await self._claim_shards(shards, now, event_source) if shards else []
+        if plain:
+            won += await self._claim_requests([r for r, _ in plain], [c for _, c in plain])
+        return won
+
+    async def _claim_requests(
+        self, requests: Sequence[RunRequest], claims: Sequence[Claim]
+    ) -> list[tuple[RunRequest, Job]]:
         first_claims = list({c.job_id: c for c in reversed(claims)}.values())
         batch = new_id()
         await self._update_each(self.jobs, [request_claim(c, batch) for c in first_claims])
@@ -118,3 +145,151 @@ class MongoRequests(MongoCollections):
         if pairs:
             await self.requests.delete_many({"_id": {"$in": [r.id for r, _ in pairs]}})
         return pairs
+
+    async def _claim_shards(
+        self, shards: Sequence[tuple[RunRequest, Claim]], now: datetime, source: str | None
+    ) -> list[tuple[RunRequest, Job]]:
+        """The runs of expired leases abandoned first (their events before them, as a reap
+        does), then each entry's compare-and-set, one read of the winners by `batch`, one of
+        their jobs (those still held by the occurrence), and their occurrences' leases pushed
+        back."""
+        expired = [(r.job_id, r.lease.token) for r, _ in shards if r.lease is not None]
+        if expired:
+            abandon = [abandon_running(job_id, token, now) for job_id, token in expired]
+            await self._update_each(self.executions, abandon)
+            await self._write_events(await self._abandoned_by(expired), source)
+        batch = new_id()
+        await self._update_each(self.requests, [shard_claim(r, c, batch) for r, c in shards])
+        cursor = in_one_batch(self.requests.find({"batch": batch}), len(shards))
+        taken = {doc["_id"]: request_from_document(doc) async for doc in cursor}
+        jobs = await self._jobs_by_id({r.job_id for r in taken.values()})
+        won = [
+            (entry, job)
+            for request, _ in shards
+            if (entry := taken.get(request.id)) is not None
+            and (job := jobs.get(entry.job_id)) is not None
+            and job.lease is not None
+            and job.lease.token == entry.occurrence
+        ]
+        outlive: dict[tuple[str, int], datetime] = {}
+        for entry, _ in won:
+            assert entry.lease is not None
+            assert entry.occurrence is not None
+            until = entry.lease.until + (entry.lease.until - now)
+            key = (entry.job_id, entry.occurrence)
+            outlive[key] = max(until, outlive.get(key, until))
+        await self._update_each(
+            self.jobs, [lease_until_at_least(j, t, until) for (j, t), until in outlive.items()]
+        )
+        return won
+
+    async def _jobs_by_id(self, job_ids: set[str]) -> dict[str, Job]:
+        """By `_id` equality, one read a job (FerretDB pushes it down; an `$in` it does not):
+        the shards of one batch are mostly of one job or a few."""
+        jobs = {}
+        for job_id in job_ids:
+            doc = await self.jobs.find_one({"_id": job_id})
+            if doc is not None:
+                jobs[job_id] = job_from_document(doc)
+        return jobs
+
+    async def _abandoned_by(self, leases: list[tuple[str, int]]) -> list[Execution]:
+        """Every execution these leases' reaps marked: this one's, or an interrupted one's."""
+        cursor = self.executions.find(
+            {
+                "$or": [{"job_id": job_id, "token": token} for job_id, token in leases],
+                "status": Status.ABANDONED.value,
+                "error.type": LEASE_EXPIRED["type"],
+            }
+        )
+        return [execution_from_document(doc) async for doc in cursor]
+
+    # -- sharded occurrences (ports.Store.start_occurrence) --------------------------------------
+
+    @translating_errors
+    async def start_occurrence(
+        self, job_id: str, token: int, until: datetime, shards: Sequence[RunRequest]
+    ) -> bool:
+        """The lease handed over, then the entries of an earlier occurrence dropped and these
+        queued: a crash in between leaves the occurrence's lease to expire (it runs again)."""
+        moved = {
+            "lease.owner": OCCURRENCE_OWNER,
+            "lease.until": until,
+            "lease.until_us": exact_micros(until),
+        }
+        result = await self.jobs.update_one(held_by(job_id, token), {"$set": moved})
+        if result.matched_count != 1:
+            return False
+        await self.requests.delete_many({"job_id": job_id, "occurrence": {"$ne": None}})
+        await insert_ignoring_duplicates(self.requests, [request_document(r) for r in shards])
+        return True
+
+    @translating_errors
+    async def renew_shard_lease(
+        self, shard: RunRequest, token: int, until: datetime, now: datetime
+    ) -> bool:
+        moved = {"lease.until": until, "lease.until_us": exact_micros(until)}
+        result = await self.requests.update_one(shard_held_by(shard.id, token), {"$set": moved})
+        if result.matched_count != 1:
+            return False
+        assert shard.occurrence is not None
+        outlives = until + (until - now)
+        await self._update_each(
+            self.jobs, [lease_until_at_least(shard.job_id, shard.occurrence, outlives)]
+        )
+        return True
+
+    @translating_errors
+    async def give_back_shards(self, shards: Sequence[tuple[RunRequest, int]]) -> None:
+        updates = [
+            UpdateOne(shard_held_by(entry.id, token), {"$set": {"lease": None}})
+            for entry, token in shards
+        ]
+        await self._update_each(self.requests, updates)
+
+    @translating_errors
+    async def occurrence_shards(self, job_id: str, occurrence: int) -> list[RunRequest]:
+        cursor = self.requests.find({"job_id": job_id, "occurrence": occurrence})
+        entries = [request_from_document(doc) async for doc in cursor]
+        return sorted(entries, key=lambda entry: entry.shard or 0)
+
+    @translating_errors
+    async def end_occurrence(self, job_id: str, occurrence: int, advance: Advance) -> bool:
+        """The schedule moves only if ops did not change the job meanwhile (see Advance)."""
+        fenced = held_by(job_id, occurrence)
+        result = await self.jobs.update_one(
+            {**fenced, "revision": advance.revision}, release_update(advance)
+        )
+        if result.matched_count != 1:
+            result = await self.jobs.update_one(fenced, release_update(advance, schedule=False))
+        if result.matched_count != 1:
+            return False
+        await self.requests.delete_many({"job_id": job_id, "occurrence": occurrence})
+        return True
+
+    async def _shards_ended(self, finishes: Sequence[Finish]) -> set[str]:
+        """The shards' ends on their entries (see shard_end); which applied: their execution
+        ids. A bulk write reports only counts, so when every update matched, no read is
+        needed."""
+        if not finishes:
+            return set()
+        batch = new_id()
+        if await self._update_each(self.requests, [shard_end(f, batch) for f in finishes]) == len(
+            finishes
+        ):
+            return {f.execution.id for f in finishes}
+        cursor = self.requests.find({"batch": batch}, {"_id": 1})
+        ended = {doc["_id"] async for doc in in_one_batch(cursor, len(finishes))}
+        return {f.execution.id for f in finishes if f.shard is not None and f.shard.id in ended}
+
+
+def _due_now(request: RunRequest, job: Job, now: datetime) -> bool:
+    """A request of a free job; or a shard entry of the occurrence holding its job, free or
+    whose lease expired."""
+    if request.occurrence is None:
+        return job.lease is None
+    return (
+        job.lease is not None
+        and job.lease.token == request.occurrence
+        and (request.lease is None or request.lease.until < now)
+    )

@@ -7,7 +7,6 @@ epoch, so a compare-and-set compares exactly what it read.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -43,7 +42,6 @@ from scheduler.store.sqlite_rows import (
     execution_row,
     from_micros,
     from_row,
-    holds_lease_sql,
     insert_sql,
     job_doc,
     job_filters,
@@ -51,6 +49,8 @@ from scheduler.store.sqlite_rows import (
     job_row,
     record_change_row,
     release_sql,
+    request_row,
+    shard_end_sql,
     to_row,
     write_events,
 )
@@ -227,7 +227,9 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         rows = [execution_row(f.execution) for f in finishes]
         sql = insert_sql("executions", EXECUTION_COLUMNS).replace("INSERT", "REPLACE", 1)
         releases = [
-            holds_lease_sql(f.execution) if f.keeps_lease else release_sql(f.execution, f.advance)
+            shard_end_sql(f.execution)
+            if f.shard is not None
+            else release_sql(f.execution.job_id, f.execution.token, f.advance)
             for f in finishes
         ]
 
@@ -257,7 +259,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         requests = [f.redrive for f in finishes if f.redrive is not None]
         queue = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         for request, change in requests:
-            if db.execute(queue, to_row(dataclasses.asdict(request), REQUEST_COLUMNS)).rowcount:
+            if db.execute(queue, request_row(request)).rowcount:
                 record_change_row(db, change)
 
     async def beat(self, instance: str, now: datetime) -> None:
@@ -274,7 +276,12 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         )
         at = exact_micros(now)
         args = (at - 1, at, alive, exact_micros(lapsed_before))
-        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
+        shards = sql.replace("UPDATE jobs", "UPDATE run_requests", 1)
+        return int(
+            await self._run(
+                lambda db: db.execute(sql, args).rowcount + db.execute(shards, args).rowcount
+            )
+        )
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         sql = (

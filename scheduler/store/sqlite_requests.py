@@ -3,7 +3,7 @@ due, and claimed with their jobs."""
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
@@ -11,20 +11,35 @@ from typing import TypeVar
 
 from scheduler.codec import (
     micros,
+    to_json_ready,
 )
-from scheduler.model import Job
+from scheduler.model import Execution, Job, Status
 from scheduler.ports import (
+    OCCURRENCE_OWNER,
+    Advance,
     Claim,
     RunRequest,
 )
 from scheduler.store.sqlite_base import SQLiteTables
 from scheduler.store.sqlite_rows import (
+    CLEAR_LEASE,
     REQUEST_COLUMNS,
+    execution_from_row,
     from_micros,
-    from_row,
     insert_sql,
     job_from_row,
-    to_row,
+    release_sql,
+    request_from_row,
+    request_row,
+    write_events,
+)
+
+LEASE_EXPIRED = json.dumps(
+    to_json_ready({"type": "LeaseExpired", "message": "the lease expired before the run ended"})
+)
+# A shard's occurrence outlives the shard's lease by as long again (see Store.claim_run_requests).
+EXTEND_OCCURRENCE = (
+    "UPDATE jobs SET lease_until = max(lease_until, ?) WHERE id = ? AND lease_token = ?"
 )
 
 T = TypeVar("T")
@@ -46,7 +61,7 @@ class SQLiteRequests(SQLiteTables):
         return int(row[0])
 
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
-        rows = [to_row(dataclasses.asdict(r), REQUEST_COLUMNS) for r in requests]
+        rows = [request_row(r) for r in requests]
         sql = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         await self._run(lambda db: db.executemany(sql, rows))
 
@@ -54,13 +69,18 @@ class SQLiteRequests(SQLiteTables):
         self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
     ) -> list[tuple[RunRequest, Job]]:
         excluded = ",".join("?" * len(exclude_handlers))
+        # A request, of a free job; or a shard entry of the occurrence holding its job, not
+        # ended, and free or whose lease expired (taken over).
         sql = (
             "SELECT r.id AS request_id FROM run_requests r JOIN jobs j ON j.id = r.job_id "
-            "WHERE r.not_before <= ? AND j.lease_token IS NULL"
+            "WHERE r.not_before <= ? AND ((r.occurrence IS NULL AND j.lease_token IS NULL) "
+            "OR (r.occurrence = j.lease_token AND r.ended IS NULL "
+            "AND (r.lease_token IS NULL OR r.lease_until < ?)))"
             + (f" AND j.handler NOT IN ({excluded})" if excluded else "")
             + " ORDER BY r.not_before, r.id LIMIT ?"
         )
-        args = (micros(now), *exclude_handlers, limit)
+        at = micros(now)
+        args = (at, at, *exclude_handlers, limit)
 
         def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
             pairs = []
@@ -72,12 +92,16 @@ class SQLiteRequests(SQLiteTables):
             return pairs
 
         return [
-            (RunRequest(**from_row(request, key="id")), job_from_row(job))
-            for request, job in await self._run(due)
+            (request_from_row(request), job_from_row(job)) for request, job in await self._run(due)
         ]
 
     async def claim_run_requests(
-        self, requests: Sequence[RunRequest], claims: Sequence[Claim], now: datetime
+        self,
+        requests: Sequence[RunRequest],
+        claims: Sequence[Claim],
+        now: datetime,
+        *,
+        event_source: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         update = (
             "UPDATE jobs SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
@@ -86,14 +110,124 @@ class SQLiteRequests(SQLiteTables):
 
         def claim(db: sqlite3.Connection) -> list[tuple[RunRequest, sqlite3.Row]]:
             won = []
+            abandoned: list[Execution] = []
             for request, c in zip(requests, claims, strict=True):
-                if db.execute(update, (c.owner, micros(c.until), c.job_id, c.revision)).rowcount:
+                if request.occurrence is not None:
+                    if self._claim_shard(db, request, c, now, abandoned):
+                        row = db.execute("SELECT * FROM run_requests WHERE id = ?", (request.id,))
+                        job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,))
+                        won.append((request_from_row(row.fetchone()), job.fetchone()))
+                elif db.execute(update, (c.owner, micros(c.until), c.job_id, c.revision)).rowcount:
                     db.execute("DELETE FROM run_requests WHERE id = ?", (request.id,))
                     job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,)).fetchone()
                     won.append((request, job))
+            write_events(db, abandoned, event_source)
             return won
 
-        return [(request, job_from_row(row)) for request, row in await self._run(claim)]
+        return [(request, job_from_row(job)) for request, job in await self._run(claim)]
+
+    @staticmethod
+    def _claim_shard(
+        db: sqlite3.Connection,
+        entry: RunRequest,
+        claim: Claim,
+        now: datetime,
+        abandoned: list[Execution],
+    ) -> bool:
+        """Compare-and-set on the entry as the due query read it, while its occurrence holds
+        the job; a lease it had expired, and the run it guarded is abandoned."""
+        taken = db.execute(
+            "UPDATE run_requests SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
+            "lease_token = fence + 1 WHERE id = ? AND fence = ? AND lease_until IS ? "
+            "AND ended IS NULL AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND lease_token = ?)",
+            (
+                claim.owner,
+                micros(claim.until),
+                entry.id,
+                entry.fence,
+                micros(entry.lease.until) if entry.lease else None,
+                entry.job_id,
+                entry.occurrence,
+            ),
+        ).rowcount
+        if not taken:
+            return False
+        if entry.lease is not None:
+            rows = db.execute(
+                "UPDATE executions SET status = ?, finished_at = ?, error = ? "
+                "WHERE job_id = ? AND token = ? AND status = ? RETURNING *",
+                (
+                    Status.ABANDONED,
+                    micros(now),
+                    LEASE_EXPIRED,
+                    entry.job_id,
+                    entry.lease.token,
+                    Status.RUNNING,
+                ),
+            ).fetchall()
+            abandoned += [execution_from_row(row) for row in rows]
+        outlives = claim.until + (claim.until - now)
+        db.execute(EXTEND_OCCURRENCE, (micros(outlives), entry.job_id, entry.occurrence))
+        return True
+
+    # -- sharded occurrences (ports.Store.start_occurrence) --------------------------------------
+
+    async def start_occurrence(
+        self, job_id: str, token: int, until: datetime, shards: Sequence[RunRequest]
+    ) -> bool:
+        hand_over = (
+            "UPDATE jobs SET lease_owner = ?, lease_until = ? WHERE id = ? AND lease_token = ?"
+        )
+        queue = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
+        rows = [request_row(entry) for entry in shards]
+
+        def start(db: sqlite3.Connection) -> bool:
+            args = (OCCURRENCE_OWNER, micros(until), job_id, token)
+            if not db.execute(hand_over, args).rowcount:
+                return False
+            stale = "DELETE FROM run_requests WHERE job_id = ? AND occurrence IS NOT NULL"
+            db.execute(stale, (job_id,))
+            db.executemany(queue, rows)
+            return True
+
+        return await self._run(start)
+
+    async def renew_shard_lease(
+        self, shard: RunRequest, token: int, until: datetime, now: datetime
+    ) -> bool:
+        renew = "UPDATE run_requests SET lease_until = ? WHERE id = ? AND lease_token = ?"
+        outlives = micros(until + (until - now))
+
+        def renewed(db: sqlite3.Connection) -> bool:
+            if not db.execute(renew, (micros(until), shard.id, token)).rowcount:
+                return False
+            db.execute(EXTEND_OCCURRENCE, (outlives, shard.job_id, shard.occurrence))
+            return True
+
+        return await self._run(renewed)
+
+    async def give_back_shards(self, shards: Sequence[tuple[RunRequest, int]]) -> None:
+        sql = f"UPDATE run_requests SET {CLEAR_LEASE} WHERE id = ? AND lease_token = ?"
+        if shards:
+            args = [(entry.id, token) for entry, token in shards]
+            await self._run(lambda db: db.executemany(sql, args))
+
+    async def occurrence_shards(self, job_id: str, occurrence: int) -> list[RunRequest]:
+        sql = "SELECT * FROM run_requests WHERE job_id = ? AND occurrence = ? ORDER BY shard"
+        rows = await self._run(lambda db: db.execute(sql, (job_id, occurrence)).fetchall())
+        return [request_from_row(row) for row in rows]
+
+    async def end_occurrence(self, job_id: str, occurrence: int, advance: Advance) -> bool:
+        release, args = release_sql(job_id, occurrence, advance)
+        drop = "DELETE FROM run_requests WHERE job_id = ? AND occurrence = ?"
+
+        def end(db: sqlite3.Connection) -> bool:
+            if not db.execute(release, args).rowcount:
+                return False
+            db.execute(drop, (job_id, occurrence))
+            return True
+
+        return await self._run(end)
 
     async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
         if not scheduled_ats:

@@ -18,17 +18,20 @@ from scheduler.codec import (
     job_from_doc,
     job_to_doc,
     micros,
+    request_from_doc,
+    request_to_doc,
     summary_to_doc,
     to_json_ready,
 )
 from scheduler.events import event_time, execution_event
-from scheduler.model import Execution, Job
+from scheduler.model import Execution, ExecutionSummary, Job, Status
 from scheduler.ports import (
     Advance,
     ExecutionQuery,
     JobChange,
     JobQuery,
     OutboxEvent,
+    RunRequest,
 )
 
 T = TypeVar("T")
@@ -142,6 +145,15 @@ ADDED_COLUMNS = {
         ("redrives", "INTEGER NOT NULL DEFAULT 0"),
         ("shard", "INTEGER"),
         ("shards", "INTEGER"),
+        # Shard entries of occurrences in progress (ports.RunRequest).
+        ("occurrence", "INTEGER"),
+        ("revision", "INTEGER NOT NULL DEFAULT 0"),
+        ("advance_from", "INTEGER"),
+        ("lease_owner", "TEXT"),
+        ("lease_token", "INTEGER"),
+        ("lease_until", "INTEGER"),
+        ("fence", "INTEGER NOT NULL DEFAULT 0"),
+        ("ended", "TEXT"),
     ],
 }
 LATE_SCHEMA = """
@@ -151,6 +163,8 @@ CREATE INDEX IF NOT EXISTS executions_dead ON executions (dead_letter, scheduled
 -- Pruning by age walks this index, oldest first.
 CREATE INDEX IF NOT EXISTS executions_by_finish ON executions (finished_at);
 CREATE INDEX IF NOT EXISTS job_changes_by_time ON job_changes (at);
+CREATE INDEX IF NOT EXISTS run_requests_by_occurrence ON run_requests (job_id, occurrence)
+    WHERE occurrence IS NOT NULL;
 """
 # Dead letters that pruning must keep (DeadLetter.unhandled), as SQL.
 UNHANDLED = "('open', 'redriving')"
@@ -204,7 +218,8 @@ EXECUTION_COLUMNS = [
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
 REQUEST_COLUMNS = [
     "id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives", "shard",
-    "shards",
+    "shards", "occurrence", "revision", "advance_from", "lease_owner", "lease_token",
+    "lease_until", "fence", "ended",
 ]  # fmt: skip
 # What ops may change of a job; the lease, fence and run state are the engine's.
 DEFINITION_COLUMNS = [
@@ -228,6 +243,7 @@ DEFINITION_COLUMNS = [
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
+    "ended",
 }  # fmt: skip
 TIME_COLUMNS = {
     "next_run_at",
@@ -239,6 +255,7 @@ TIME_COLUMNS = {
     "finished_at",
     "at",
     "not_before",
+    "advance_from",
 }
 FREE = "enabled = 1 AND lease_token IS NULL"
 
@@ -251,19 +268,33 @@ def insert_sql(table: str, columns: Sequence[str]) -> str:
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
 
 
-def holds_lease_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
-    """Whether the run's token still holds its job's lease (a shard whose occurrence goes on):
-    an update that changes nothing, so that its row count answers as a release's does."""
-    return "UPDATE jobs SET lease_token = lease_token WHERE id = ? AND lease_token = ?", (
-        execution.job_id,
-        execution.token,
-    )
+CLEAR_LEASE = "lease_owner = NULL, lease_token = NULL, lease_until = NULL"
 
 
-def release_sql(execution: Execution, advance: Advance | None) -> tuple[str, tuple[Any, ...]]:
-    """The fenced update that ends a run: applies only while the run's token holds the lease."""
-    clear = "lease_owner = NULL, lease_token = NULL, lease_until = NULL"
+def shard_end_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
+    """The fenced update that ends a shard's run on its entry: the lease goes; the entry is
+    ended, unless the run was abandoned (then the shard is due again)."""
+    assert execution.finished_at is not None
     fence = (execution.job_id, execution.token)
+    where = "WHERE job_id = ? AND lease_token = ?"
+    if execution.status is Status.ABANDONED:
+        return f"UPDATE run_requests SET {CLEAR_LEASE} {where}", fence
+    summary = ExecutionSummary(
+        execution_id=execution.id,
+        status=execution.status,
+        finished_at=execution.finished_at,
+        error=execution.error.message if execution.error else None,
+    )
+    ended = json.dumps(to_json_ready(summary_to_doc(summary)))
+    return f"UPDATE run_requests SET {CLEAR_LEASE}, ended = ? {where}", (ended, *fence)
+
+
+def release_sql(
+    job_id: str, token: int | None, advance: Advance | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The fenced update that ends a run: applies only while the run's token holds the lease."""
+    clear = CLEAR_LEASE
+    fence = (job_id, token)
     if advance is None:
         return f"UPDATE jobs SET {clear} WHERE id = ? AND lease_token = ?", fence
     summary = json.dumps(to_json_ready(summary_to_doc(advance.last_execution)))
@@ -429,6 +460,25 @@ def outbox_event_from_row(row: sqlite3.Row) -> OutboxEvent:
     return OutboxEvent(
         id=row["id"], job_id=row["job_id"], event=json.loads(row["event"]), written_at=written_at
     )
+
+
+def request_row(request: RunRequest) -> tuple[Any, ...]:
+    doc = request_to_doc(request)
+    doc["id"] = doc.pop("_id")
+    lease = doc.pop("lease") or {}
+    doc.update(
+        lease_owner=lease.get("owner"),
+        lease_token=lease.get("token"),
+        lease_until=lease.get("until"),
+    )
+    return to_row(doc, REQUEST_COLUMNS)
+
+
+def request_from_row(row: sqlite3.Row) -> RunRequest:
+    doc = from_row(row)
+    owner, token, until = doc.pop("lease_owner"), doc.pop("lease_token"), doc.pop("lease_until")
+    doc["lease"] = None if token is None else {"owner": owner, "token": token, "until": until}
+    return request_from_doc(doc)
 
 
 def execution_from_row(row: sqlite3.Row) -> Execution:

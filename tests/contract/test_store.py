@@ -24,6 +24,7 @@ from scheduler.model import (
     new_id,
 )
 from scheduler.ports import (
+    OCCURRENCE_OWNER,
     Advance,
     Backlog,
     Claim,
@@ -37,7 +38,9 @@ from scheduler.ports import (
     RunRequest,
     Store,
     StoreError,
+    shard_fence,
 )
+from scheduler.shards import shard_entries
 from scheduler.store.mongodb import MongoStore
 from scheduler.store.sqlite import SQLiteStore
 from tests.conftest import T0, make_job
@@ -1022,72 +1025,138 @@ async def test_shards_round_trip_on_jobs_executions_and_run_requests(store: Stor
     assert due == request
 
 
-async def test_a_shard_that_keeps_the_lease_writes_its_execution_and_leaves_the_job(
-    store: Store,
-) -> None:
-    """A shard's end while its occurrence goes on: the execution is final, the job keeps its
-    lease and schedule; the flag says whether the token still holds the lease."""
-    job = make_job(shards=2)
+async def started(store: Store, shards: int) -> tuple[Job, list[RunRequest]]:
+    """A sharded job claimed, its occurrence handed to its shards; with their entries."""
+    job = make_job("sharded", shards=shards)
     await store.insert_job(job)
     won = await claimed(store, job)
-    token = won.lease.token  # type: ignore[union-attr]
-    first, second = (replace(running(won, token), shard=i, shards=2) for i in range(2))
-    await store.insert_executions([first, second])
+    assert won.lease is not None
+    entries = shard_entries(won, T0, T0, T0)
+    until = T0 + timedelta(minutes=5)
+    assert await store.start_occurrence(job.id, won.lease.token, until, entries)
+    return won, entries
 
-    done = replace(first, status=Status.SUCCESS, finished_at=T0, attempts=1)
-    [held] = await store.finish_executions([Finish(done, None, keeps_lease=True)])
-    assert held
+
+async def claimed_shards(
+    store: Store, job: Job, entries: list[RunRequest], *, owner: str = OWNER, now: datetime = T0
+) -> list[RunRequest]:
+    claims = [claim_of(job, owner=owner, until=now + timedelta(minutes=1)) for _ in entries]
+    won = await store.claim_run_requests(entries, claims, now, event_source=SOURCE)
+    return [entry for entry, _ in won]
+
+
+def shard_run(job: Job, entry: RunRequest) -> Execution:
+    assert entry.lease is not None and entry.shard is not None
+    return replace(running(job, entry.lease.token), shard=entry.shard, shards=entry.shards or 1)
+
+
+async def test_a_started_occurrence_queues_its_shards_each_claimed_with_its_own_token(
+    store: Store,
+) -> None:
+    job, entries = await started(store, 3)
+    stored = await store.get_job(job.id)
+    assert stored is not None and stored.lease is not None
+    assert (stored.lease.owner, stored.lease.token) == (OCCURRENCE_OWNER, 1), "no instance's"
+    assert await store.due_jobs(T0, 10) == [], "the occurrence holds the job"
+
+    due = await store.due_run_requests(T0, 10)
+    assert [(entry.shard, j.id) for entry, j in due] == [(0, job.id), (1, job.id), (2, job.id)]
+    won = await claimed_shards(store, job, [entry for entry, _ in due])
+    assert [entry.shard for entry in won] == [0, 1, 2]
+    tokens = [entry.lease.token for entry in won if entry.lease is not None]
+    assert tokens == [shard_fence(1, shard) + 1 for shard in range(3)], "a token per shard"
+    assert await store.due_run_requests(T0, 10) == [], "each is leased now"
+    assert await claimed_shards(store, job, entries, owner="b") == [], "compare-and-set"
+
+
+async def test_an_occurrence_is_started_only_under_its_claims_token(store: Store) -> None:
+    job = make_job("sharded", shards=2)
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    entries = shard_entries(won, T0, T0, T0)
+    assert not await store.start_occurrence(job.id, 99, T0 + timedelta(minutes=5), entries)
+    assert await store.due_run_requests(T0, 10) == []
+
+
+async def test_the_last_shard_to_end_ends_the_occurrence_once(store: Store) -> None:
+    job, entries = await started(store, 2)
+    first, second = await claimed_shards(store, job, entries)
+    runs = [shard_run(job, first), shard_run(job, second)]
+    await store.insert_executions(runs)
+
+    done = replace(runs[0], status=Status.SUCCESS, finished_at=T0, attempts=1)
+    assert await store.finish_executions([Finish(done, None, shard=first)]) == [True]
     assert await store.get_execution(done.id) == done
+    assert [e.ended is not None for e in await store.occurrence_shards(job.id, 1)] == [True, False]
     still = await store.get_job(job.id)
-    assert still is not None and still.lease == won.lease and still.next_run_at == T0
-    assert await store.due_jobs(T0, 10) == [], "still leased: the occurrence goes on"
+    assert still is not None and still.lease is not None and still.next_run_at == T0
 
-    last = replace(second, status=Status.SUCCESS, finished_at=T0, attempts=1)
-    assert await finish_one(store, last, advance_to(T0 + timedelta(minutes=1), last))
+    fenced = replace(runs[1], token=first.lease.token if first.lease else 0, finished_at=T0)
+    assert await store.finish_executions([Finish(fenced, None, shard=second)]) == [False]
+    last = replace(runs[1], status=Status.FAILED, finished_at=T0 + timedelta(seconds=5))
+    assert await store.finish_executions([Finish(last, None, shard=second)]) == [True]
+    ended = await store.occurrence_shards(job.id, 1)
+    assert [(e.shard, e.ended and e.ended.status) for e in ended] == [
+        (0, Status.SUCCESS),
+        (1, Status.FAILED),
+    ]
+
+    advance = advance_to(T0 + timedelta(minutes=1), last)
+    assert await store.end_occurrence(job.id, 1, advance)
+    assert not await store.end_occurrence(job.id, 1, advance), "two last shards end it once"
     after = await store.get_job(job.id)
     assert after is not None and after.lease is None
     assert after.next_run_at == T0 + timedelta(minutes=1)
+    assert await store.occurrence_shards(job.id, 1) == []
 
 
-async def test_a_shard_that_keeps_the_lease_says_when_it_was_fenced_off(store: Store) -> None:
-    job = make_job(shards=2)
-    await store.insert_job(job)
-    won = await claimed(store, job)
-    token = won.lease.token  # type: ignore[union-attr]
-    first, second = (replace(running(won, token), shard=i, shards=2) for i in range(2))
-    await store.insert_executions([first, second])
-    await store.reap_expired_leases(T0 + timedelta(hours=1))  # our lease expires...
-    retaken = await claimed(store, won)  # ...and someone else claims the job
-
-    late = replace(first, status=Status.SUCCESS, finished_at=T0)
-    last = replace(second, status=Status.SUCCESS, finished_at=T0)
-    # In one batch, the shard that keeps the lease before the one that would release it.
-    applied = await store.finish_executions(
-        [Finish(late, None, keeps_lease=True), Finish(last, advance_to(None, last))]
-    )
-    assert applied == [False, False]
-    now = await store.get_job(job.id)
-    assert now is not None and now.lease == retaken.lease and now.next_run_at == T0
-
-
-async def test_ends_of_several_shards_of_one_job_in_one_batch_each_say_what_applied(
+async def test_a_shard_whose_lease_expired_is_taken_over_and_its_run_abandoned(
     store: Store,
 ) -> None:
-    job = make_job(shards=3)
-    await store.insert_job(job)
-    won = await claimed(store, job)
-    token = won.lease.token  # type: ignore[union-attr]
-    shards = [
-        replace(running(won, token), shard=i, shards=3, status=Status.SUCCESS, finished_at=T0)
-        for i in range(3)
-    ]
-    *going_on, last = shards
-    ends = [Finish(e, None, keeps_lease=True) for e in going_on]
-    ends.append(Finish(last, advance_to(T0 + timedelta(minutes=1), last)))
-    assert await store.finish_executions(ends) == [True, True, True]
-    after = await store.get_job(job.id)
-    assert after is not None and after.lease is None
-    assert after.last_execution is not None and after.last_execution.execution_id == last.id
+    job, entries = await started(store, 2)
+    [lost, kept] = await claimed_shards(store, job, entries)
+    runs = [shard_run(job, lost), shard_run(job, kept)]
+    await store.insert_executions(runs)
+    assert await store.renew_shard_lease(
+        kept, kept.lease.token if kept.lease else 0, T0 + timedelta(minutes=5), T0
+    )
+
+    later = T0 + timedelta(minutes=2)  # the first shard's lease (1 minute) has expired
+    due = await store.due_run_requests(later, 10)
+    assert [entry.id for entry, _ in due] == [lost.id], "the expired one only"
+    [again] = await claimed_shards(store, job, [entry for entry, _ in due], owner="b", now=later)
+    assert again.lease is not None and lost.lease is not None
+    assert (again.lease.owner, again.lease.token) == ("b", lost.lease.token + 1)
+    abandoned = await store.get_execution(runs[0].id)
+    assert abandoned is not None and abandoned.status is Status.ABANDONED
+    assert f"{runs[0].id}:abandoned" in {e.id for e in await store.unsent_events(10)}
+    other = await store.get_execution(runs[1].id)
+    assert other is not None and other.status is Status.RUNNING, "the other shard runs on"
+
+    late = replace(runs[0], status=Status.SUCCESS, finished_at=later)
+    assert await store.finish_executions([Finish(late, None, shard=lost)]) == [False]
+    held = await store.get_job(job.id)
+    assert held is not None and held.lease is not None
+    assert held.lease.until >= again.lease.until, "the occurrence outlives its shards"
+
+
+async def test_the_shards_of_a_lapsed_instance_expire_at_once(store: Store) -> None:
+    job, entries = await started(store, 2)
+    await store.beat("dead", T0)
+    await claimed_shards(store, job, entries[:1], owner="dead")
+    await claimed_shards(store, job, entries[1:], owner="alive")
+    later = T0 + timedelta(seconds=30)
+    assert await store.expire_lapsed_leases(T0 + timedelta(seconds=1), later, "alive") == 1
+    assert [entry.shard for entry, _ in await store.due_run_requests(later, 10)] == [0]
+    stored = await store.get_job(job.id)
+    assert stored is not None and stored.lease is not None, "the occurrence is no instance's"
+
+
+async def test_shards_given_back_are_due_again(store: Store) -> None:
+    job, entries = await started(store, 2)
+    won = await claimed_shards(store, job, entries)
+    await store.give_back_shards([(entry, entry.lease.token) for entry in won if entry.lease])
+    assert len(await store.due_run_requests(T0, 10)) == 2
 
 
 async def test_a_rerun_of_a_shard_settles_only_that_shards_dead_letters(store: Store) -> None:
