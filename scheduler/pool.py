@@ -41,7 +41,9 @@ class WorkerPool:
         await self._queue.put(task)  # blocks while the queue is full
 
     async def join(self) -> None:
+        """Until every task submitted has run and its end is written."""
         await self._queue.join()
+        await self._runner.settled()
 
     def take_queued(self) -> list[Task]:
         """Empty the queue of tasks no worker has started (for shutdown)."""

@@ -24,7 +24,7 @@ from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.dead_letters import finish_of
 from scheduler.events import event_source
-from scheduler.finishing import Finisher
+from scheduler.finishing import Ending, Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.lock import lock_key
@@ -32,7 +32,7 @@ from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
-from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
+from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
 
@@ -111,7 +111,7 @@ class Runner:
             abandoned = Outcome(status=Status.ABANDONED, error=_error("Shutdown", "cancelled"))
             await asyncio.shield(self.finish(task, abandoned, started))
             raise
-        await self.finish(task, outcome, started)
+        await self._hand_over(task, outcome, started)
 
     async def close(self) -> None:
         await self.finisher.close()
@@ -268,6 +268,33 @@ class Runner:
     # -- after the handler ----------------------------------------------------------------------
 
     async def finish(self, task: Task, outcome: Outcome, started: datetime) -> None:
+        """End the run and wait until its end is written (shutdown, skips)."""
+        execution, advance, end = self._end_of(task, outcome, started)
+        ending = await self.finisher.finish(end, task.lock_token)
+        self._ended(task, execution, advance, ending)
+        if task.request is not None and execution.status is Status.ABANDONED:
+            await self._give_request_back(task.request)
+
+    async def _hand_over(self, task: Task, outcome: Outcome, started: datetime) -> None:
+        """A worker's run: its end goes with the next batch, and the worker to its next run;
+        what became of the end is told once it is written. (Never abandoned here: a run the
+        worker completed always has an outcome of its own.)"""
+        try:
+            await self.finisher.room()
+        finally:  # cancelled while the store is behind (shutdown): the end is still written
+            execution, advance, end = self._end_of(task, outcome, started)
+            ended = self.finisher.hand_over(end, task.lock_token)
+            ended.add_done_callback(
+                lambda done: self._ended(task, execution, advance, done.result())
+            )
+
+    async def settled(self) -> None:
+        """Wait until the end of every run handed over is written."""
+        await self.finisher.settled()
+
+    def _end_of(
+        self, task: Task, outcome: Outcome, started: datetime
+    ) -> tuple[Execution, Advance | None, Finish]:
         finished = self.ports.clock.now()
         execution = replace(
             task.execution,
@@ -281,8 +308,11 @@ class Runner:
         advance = self._advance(task, execution)
         # Dead letters and automatic re-drives: scheduler/dead_letters.py.
         end = finish_of(task.job, task.request, execution, advance)
-        execution = end.execution
-        ending = await self.finisher.finish(end, task.lock_token)
+        return end.execution, advance, end
+
+    def _ended(
+        self, task: Task, execution: Execution, advance: Advance | None, ending: Ending
+    ) -> None:
         if ending.error is not None:
             self.observer.not_recorded(task.job, execution, ending.error)
         elif not ending.applied:
@@ -290,8 +320,6 @@ class Runner:
         self.observer.finished(task.job, execution)
         if ending.applied and advance is not None and advance.paused_reason:
             self.observer.paused(task.job, advance.paused_reason)
-        if task.request is not None and execution.status is Status.ABANDONED:
-            await self._give_request_back(task.request)
 
     async def _give_request_back(self, request: RunRequest) -> None:
         """A requested run that never got to run (a shutdown) is asked for again, as a
