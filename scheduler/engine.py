@@ -125,6 +125,7 @@ class Engine:
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
         self._backlogged = False  # the last fetch was full: more was due than it took
+        self._next_reap: datetime | None = None  # None: at the next tick
         self.heartbeat = Heartbeat(
             ports.store,
             ports.clock,
@@ -192,6 +193,11 @@ class Engine:
         return runs
 
     async def _reap(self, now: datetime) -> None:
+        """Expired leases are rare (an instance died, a run overran its lease): looked for once
+        a tick interval, not in every batch of a busy dispatcher, or at once when asked."""
+        if self._next_reap is not None and now < self._next_reap:
+            return
+        self._next_reap = now + timedelta(seconds=self.settings.tick_seconds)
         source = event_source(self.settings, self.ports)
         for execution in await self.ports.store.reap_expired_leases(now, event_source=source):
             self.observer.reaped(execution)
@@ -436,6 +442,7 @@ class Engine:
                 failures = self._recovered(failures)
                 await gauges.refresh_if_due()
                 if await self.heartbeat.beat_if_due():
+                    self._next_reap = None
                     continue  # an instance died: reap its runs and take them over at once
                 if not tick.full or self._free_slots() == 0:
                     await self._sleep(self._until_next_timer(), stop)
