@@ -444,8 +444,12 @@ class Engine:
                 if await self.heartbeat.beat_if_due():
                     self._next_reap = None
                     continue  # an instance died: reap its runs and take them over at once
-                if not tick.full or self._free_slots() == 0:
-                    await self._sleep(self._until_next_timer(), stop)
+                if not tick.full:
+                    await self._sleep(self._until_next_timer(), stop, self.pool.slot_freed)
+                elif self._free_slots() < self.pool.worthwhile_batch:
+                    # More is due than the pool has room for: a batch of the few slots just
+                    # freed would cost the same round trips as a full one; wait for room.
+                    await self._sleep(self._until_next_timer(), stop, self.pool.room_freed)
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
                 await self._beat_while_backing_off()
@@ -501,10 +505,15 @@ class Engine:
             every_seconds=self.settings.backlog_refresh_seconds,
         )
 
-    async def _sleep(self, seconds: float, stop: asyncio.Event) -> None:
+    async def _sleep(
+        self, seconds: float, stop: asyncio.Event, room: asyncio.Event | None = None
+    ) -> None:
+        """Until `seconds` pass, `stop`, a wake-up call, or `room` in the pool (by default, a
+        slot freed)."""
+        room = room or self.pool.slot_freed
         self.wake.clear()
-        self.pool.slot_freed.clear()
-        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, self.wake, self.pool.slot_freed)]
+        room.clear()
+        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, self.wake, room)]
         await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
             waiter.cancel()

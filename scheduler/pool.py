@@ -24,7 +24,10 @@ class WorkerPool:
         self._size = workers
         self._workers: list[asyncio.Task[None]] = []
         self.busy = 0
-        self.slot_freed = asyncio.Event()
+        self.slot_freed = asyncio.Event()  # a task ended
+        # Room for a batch worth its round trips: half of what the pool holds.
+        self.worthwhile_batch = max(1, (workers + queue_size) // 2)
+        self.room_freed = asyncio.Event()  # there is room for such a batch
         self.inflight: Counter[str] = Counter()  # by handler: queued or running
 
     def start(self) -> None:
@@ -83,3 +86,5 @@ class WorkerPool:
     def _done(self, task: Task) -> None:
         self.inflight[task.job.handler] -= 1
         self.slot_freed.set()
+        if self.free_slots() >= self.worthwhile_batch:
+            self.room_freed.set()
