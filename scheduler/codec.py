@@ -115,7 +115,6 @@ def job_to_doc(job: Job) -> Doc:
 
 
 def job_from_doc(doc: Doc) -> Job:
-    misfire = doc.get("misfire") or {}
     return Job(
         id=str(doc["_id"]),
         name=doc["name"],
@@ -127,10 +126,7 @@ def job_from_doc(doc: Doc) -> Job:
         timeout_seconds=float(doc.get("timeout_seconds", 60.0)),
         max_retries=int(doc.get("max_retries", 0)),
         priority=Priority.parse(doc.get("priority", Priority.NORMAL)),
-        misfire=Misfire(
-            policy=MisfirePolicy(misfire.get("policy", MisfirePolicy.COALESCE)),
-            grace_seconds=float(misfire.get("grace_seconds", 60.0)),
-        ),
+        misfire=misfire_from_doc(doc.get("misfire")),
         jitter_seconds=float(doc.get("jitter_seconds", 0.0)),
         lease=_lease_from_doc(doc.get("lease")),
         fence=int(doc.get("fence", 0)),
@@ -143,6 +139,14 @@ def job_from_doc(doc: Doc) -> Job:
         shards=int(doc.get("shards") or 1),
         created_at=as_datetime(doc["created_at"], "created_at"),
         updated_at=as_datetime(doc["updated_at"], "updated_at"),
+    )
+
+
+def misfire_from_doc(doc: Doc | None) -> Misfire:
+    misfire = doc or {}
+    return Misfire(
+        policy=MisfirePolicy(misfire.get("policy", MisfirePolicy.COALESCE)),
+        grace_seconds=float(misfire.get("grace_seconds", 60.0)),
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import binascii
 import dataclasses
 import functools
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -103,7 +104,7 @@ class Cron:
         found: list[datetime] = []
         for text in self.walkers:
             try:
-                found.append(walker(text, start).get_next(datetime))
+                found.append(walker(text).get_next(datetime, start_time=start))
             except CroniterBadDateError:
                 continue  # one side of an either-day expression may name no date
         if not found:
@@ -111,8 +112,21 @@ class Cron:
         return min(found)
 
 
-def walker(text: str, start: datetime) -> croniter:
-    return croniter(text, start, second_at_beginning=True, day_or=False)
+# Reading an expression costs croniter several times what walking it does, and a steady load
+# walks the same few expressions thousands of times a second: each thread keeps the walkers it
+# made. A walker restarted at a time (`start_time`) keeps nothing of its earlier walks.
+WALKERS_KEPT = 4096
+_made = threading.local()
+
+
+def walker(text: str) -> croniter:
+    kept: dict[str, croniter] = _made.__dict__.setdefault("walkers", {})
+    found = kept.get(text)
+    if found is None:
+        if len(kept) >= WALKERS_KEPT:
+            kept.clear()
+        found = kept[text] = croniter(text, second_at_beginning=True, day_or=False)
+    return found
 
 
 @functools.lru_cache(maxsize=4096)

@@ -170,6 +170,7 @@ class Engine:
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
         self._backlogged = False  # the last fetch was full: more was due than it took
+        self._next_reap: datetime | None = None  # None: at the next tick
         self.heartbeat = Heartbeat(
             ports.store,
             ports.clock,
@@ -268,6 +269,11 @@ class Engine:
                 await self.ports.store.renew_lease(run.job.id, run.job.lease.token, until)
 
     async def _reap(self, now: datetime) -> None:
+        """Expired leases are rare (an instance died, a run overran its lease): looked for once
+        a tick interval, not in every batch of a busy dispatcher, or at once when asked."""
+        if self._next_reap is not None and now < self._next_reap:
+            return
+        self._next_reap = now + timedelta(seconds=self.settings.tick_seconds)
         source = event_source(self.settings, self.ports)
         for execution in await self.ports.store.reap_expired_leases(now, event_source=source):
             self.observer.reaped(execution)
@@ -555,9 +561,14 @@ class Engine:
                 failures = self._recovered(failures)
                 await gauges.refresh_if_due()
                 if await self.heartbeat.beat_if_due():
+                    self._next_reap = None
                     continue  # an instance died: reap its runs and take them over at once
-                if not tick.full or self._free_slots() == 0:
-                    await self._sleep(self._until_next_timer(), stop)
+                if not tick.full:
+                    await self._sleep(self._until_next_timer(), stop, self.pool.slot_freed)
+                elif self._free_slots() < self.pool.worthwhile_batch:
+                    # More is due than the pool has room for: a batch of the few slots just
+                    # freed would cost the same round trips as a full one; wait for room.
+                    await self._sleep(self._until_next_timer(), stop, self.pool.room_freed)
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
                 await self._beat_while_backing_off()
@@ -613,10 +624,15 @@ class Engine:
             every_seconds=self.settings.backlog_refresh_seconds,
         )
 
-    async def _sleep(self, seconds: float, stop: asyncio.Event) -> None:
+    async def _sleep(
+        self, seconds: float, stop: asyncio.Event, room: asyncio.Event | None = None
+    ) -> None:
+        """Until `seconds` pass, `stop`, a wake-up call, or `room` in the pool (by default, a
+        slot freed)."""
+        room = room or self.pool.slot_freed
         self.wake.clear()
-        self.pool.slot_freed.clear()
-        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, self.wake, self.pool.slot_freed)]
+        room.clear()
+        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, self.wake, room)]
         await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
             waiter.cancel()

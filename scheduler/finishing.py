@@ -1,7 +1,9 @@
 """Ending runs in groups, as the dispatcher starts them: the executions, the jobs' fenced
 advances and the lock releases of every run that ends within a few milliseconds of another go
 to the store and the lock service as one batch, so a burst costs a few round trips per hundred
-runs, not one per run. Each run's advance is still fenced by its own lease token."""
+runs, not one per run. Each run's advance is still fenced by its own lease token. A worker hands
+its run's end over and moves on (the run's lease and lock are held until the end is written,
+so nothing else runs the job meanwhile); it waits only when the store falls behind."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ log = logging.getLogger("tickd.runner")
 # A batch the store refuses with a transient error is tried this many times before its leases
 # are left to expire (then the reaper gives the occurrences back: late, never lost).
 FINISH_ATTEMPTS = 5
+# Ends handed over and not yet written, in batches, before the workers wait for the store.
+PENDING_BATCHES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +60,41 @@ class Finisher:
         # the same turn of the event loop).
         self._linger = linger_seconds
         self._pending: list[_Pending] = []
+        # At most this many ends wait for the store; then handing over waits.
+        self._max_pending = PENDING_BATCHES * batch_size
+        self._room = asyncio.Event()
+        self._room.set()
         self._flushing: asyncio.Task[None] | None = None
 
     async def finish(self, finish: Finish, lock_token: str) -> Ending:
         """Write the run's end with the next batch, release its lock; wait for the outcome."""
+        await self.room()
+        return await asyncio.shield(self.hand_over(finish, lock_token))  # written if cancelled
+
+    def hand_over(self, finish: Finish, lock_token: str) -> asyncio.Future[Ending]:
+        """Queue the run's end for the next batch, without waiting for it: the future says what
+        became of it. A worker hands its run's end over and takes the next run at once."""
         ended: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(finish, lock_token, ended))
+        if len(self._pending) >= self._max_pending:
+            self._room.clear()
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush(), name="finisher")
-        return await asyncio.shield(ended)  # a cancelled run still has its end written
+        return ended
+
+    async def room(self) -> None:
+        """Wait while the store is behind with the ends already handed over (backpressure: the
+        workers wait, then the queue fills, then the dispatcher waits)."""
+        await self._room.wait()
+
+    async def settled(self) -> None:
+        """Wait until every end handed over is written."""
+        while self._flushing is not None:
+            await asyncio.shield(self._flushing)
 
     async def close(self) -> None:
         """Write what is pending (shutdown)."""
-        while self._flushing is not None:
-            await asyncio.shield(self._flushing)
+        await self.settled()
 
     async def _flush(self) -> None:
         try:
@@ -78,6 +103,8 @@ class Finisher:
                     await asyncio.sleep(self._linger)  # let the runs ending now join the batch
                 batch = self._pending[: self._batch_size]
                 del self._pending[: self._batch_size]
+                if len(self._pending) < self._max_pending:
+                    self._room.set()
                 await self._end(batch)
         finally:
             self._flushing = None

@@ -24,7 +24,7 @@ class StoreOperationsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
             "tickd_store_operations",
-            "Round trips to the stores: MongoDB commands sent, SQLite statements run",
+            "Round trips to the stores: MongoDB commands sent, SQLite transactions",
             labels=["backend", "operation"],
         )
         for (backend, operation), count in sorted(STORE_OPERATIONS.snapshot().items()):

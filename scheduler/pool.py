@@ -24,7 +24,10 @@ class WorkerPool:
         self._size = workers
         self._workers: list[asyncio.Task[None]] = []
         self.busy = 0
-        self.slot_freed = asyncio.Event()
+        self.slot_freed = asyncio.Event()  # a task ended
+        # Room for a batch worth its round trips: half of what the pool holds.
+        self.worthwhile_batch = max(1, (workers + queue_size) // 2)
+        self.room_freed = asyncio.Event()  # there is room for such a batch
         self.inflight: Counter[str] = Counter()  # by handler: queued or running
         self._running: dict[str, str] = {}  # execution id -> job name, for the watchdog
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
@@ -52,7 +55,9 @@ class WorkerPool:
         await self._queue.put(task)  # blocks while the queue is full
 
     async def join(self) -> None:
+        """Until every task submitted has run and its end is written."""
         await self._queue.join()
+        await self._runner.settled()
 
     def take_queued(self) -> list[Task]:
         """Empty the queue of tasks no worker has started (for shutdown)."""
@@ -95,3 +100,5 @@ class WorkerPool:
         self.inflight[task.job.handler] -= 1
         self._in_flight.pop(task.execution.id, None)
         self.slot_freed.set()
+        if self.free_slots() >= self.worthwhile_batch:
+            self.room_freed.set()

@@ -24,7 +24,7 @@ from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.dead_letters import finish_of
 from scheduler.events import event_source
-from scheduler.finishing import Finisher
+from scheduler.finishing import Ending, Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.leftovers import tasks_ending_with_the_run
@@ -33,7 +33,7 @@ from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
 from scheduler.planning import Plan, advance_after, keep_schedule
-from scheduler.ports import Advance, LockUnavailable, Ports, RunRequest, StoreError
+from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
 from scheduler.shards import all_ended, outcome
@@ -132,7 +132,7 @@ class Runner:
             abandoned = Outcome(status=Status.ABANDONED, error=_error("Shutdown", "cancelled"))
             await asyncio.shield(self.finish(task, abandoned, started, started_real=real))
             raise
-        await self.finish(task, outcome, started, started_real=real)
+        await self._hand_over(task, outcome, started, started_real=real)
 
     async def close(self) -> None:
         await self.finisher.close()
@@ -301,6 +301,42 @@ class Runner:
     async def finish(
         self, task: Task, outcome: Outcome, started: datetime, *, started_real: float | None = None
     ) -> None:
+        """End the run and wait until its end is written (shutdown, skips, shards)."""
+        execution, advance, end = self._end_of(task, outcome, started, started_real)
+        ending = await self.finisher.finish(end, task.lock_token)
+        self._ended(task, execution, advance, ending)
+        entry = task.shard_entry
+        if entry is not None and ending.applied and execution.status is not Status.ABANDONED:
+            await self._end_occurrence_if_last(task.job, entry)
+        if entry is None and task.request is not None and execution.status is Status.ABANDONED:
+            await self._give_request_back(task.request)
+
+    async def _hand_over(
+        self, task: Task, outcome: Outcome, started: datetime, *, started_real: float
+    ) -> None:
+        """A worker's run: its end goes with the next batch, and the worker to its next run;
+        what became of the end is told once it is written. (Never abandoned here: a run the
+        worker completed always has an outcome of its own.) A shard waits for its end: the
+        last shard of an occurrence ends the occurrence once its own end is written."""
+        if task.shard_entry is not None:
+            await self.finish(task, outcome, started, started_real=started_real)
+            return
+        try:
+            await self.finisher.room()
+        finally:  # cancelled while the store is behind (shutdown): the end is still written
+            execution, advance, end = self._end_of(task, outcome, started, started_real)
+            ended = self.finisher.hand_over(end, task.lock_token)
+            ended.add_done_callback(
+                lambda done: self._ended(task, execution, advance, done.result())
+            )
+
+    async def settled(self) -> None:
+        """Wait until the end of every run handed over is written."""
+        await self.finisher.settled()
+
+    def _end_of(
+        self, task: Task, outcome: Outcome, started: datetime, started_real: float | None
+    ) -> tuple[Execution, Advance | None, Finish]:
         finished = self.ports.clock.now()
         if started_real is None:
             seconds = (finished - started).total_seconds()
@@ -322,8 +358,11 @@ class Runner:
         # scheduled occurrence re-runs nothing; one of a requested occurrence does.
         asked = task.request if entry is None or entry.advance_from is None else None
         end = replace(finish_of(task.job, asked, execution, advance), shard=entry)
-        execution = end.execution
-        ending = await self.finisher.finish(end, task.lock_token)
+        return end.execution, advance, end
+
+    def _ended(
+        self, task: Task, execution: Execution, advance: Advance | None, ending: Ending
+    ) -> None:
         if ending.error is not None:
             self.observer.not_recorded(task.job, execution, ending.error)
         elif not ending.applied:
@@ -331,10 +370,6 @@ class Runner:
         self.observer.finished(task.job, execution)
         if ending.applied and advance is not None and advance.paused_reason:
             self.observer.paused(task.job, advance.paused_reason)
-        if entry is not None and ending.applied and execution.status is not Status.ABANDONED:
-            await self._end_occurrence_if_last(task.job, entry)
-        if entry is None and task.request is not None and execution.status is Status.ABANDONED:
-            await self._give_request_back(task.request)
 
     async def _end_occurrence_if_last(self, job: Job, entry: RunRequest) -> None:
         """Read after this shard's end was written, so that of two last shards ending at once,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,6 +15,7 @@ from cronsim import CronSim, CronSimError
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
+import scheduler.cron
 from scheduler.model import CronSchedule, ValidationError
 from scheduler.schedules import next_fire, validate
 from tests.clock_changes import changes
@@ -395,3 +397,25 @@ def test_a_zone_must_be_an_iana_name(timezone: str, reason: str) -> None:
 @pytest.mark.parametrize("timezone", ["UTC", "Europe/Berlin", "US/Eastern", "Etc/GMT+5"])
 def test_iana_names_and_their_links_are_accepted(timezone: str) -> None:
     validate(CronSchedule(expr="0 * * * * *", timezone=timezone), job_name="j")
+
+
+def test_a_steady_schedule_reads_its_expression_once_not_at_every_fire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job on `* * * * * *` fires 86,400 times a day: croniter reads its text once (per
+    thread), and every fire time is still the next second."""
+    read: list[str] = []
+
+    def reading(text: str, *args: Any, **kwargs: Any) -> croniter:
+        read.append(text)
+        return croniter(text, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler.cron, "croniter", reading)
+    schedule = CronSchedule(expr="* * * * * *", timezone="Europe/Berlin")
+    start = datetime(2026, 3, 29, 0, 59, 30, tzinfo=UTC)  # across the spring-forward hour
+    at = start
+    for _ in range(100):
+        fire = next_fire(schedule, at, job_name="steady")
+        assert fire == at + timedelta(seconds=1)
+        at = fire
+    assert len(read) <= 1

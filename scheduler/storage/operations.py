@@ -1,5 +1,6 @@
 """Round trips to the stores, counted where they happen: every command a MongoDB client of ours
-sends (pymongo's command monitoring) and every statement SQLite runs. Exported as
+sends (pymongo's command monitoring) and every call handed to a SQLite store's thread (one
+transaction: a batch of the engine is one). Exported as
 `tickd_store_operations_total{backend, operation}`, so anyone can see round trips per execution."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pymongo import monitoring
 
 
 class OperationCounts:
-    """Process-wide counts by (backend, operation); SQLite counts from its own thread."""
+    """Process-wide counts by (backend, operation), from any thread."""
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
@@ -42,8 +43,7 @@ class CommandCounter(monitoring.CommandListener):
         return None
 
 
-def count_sqlite_statement(sql: str) -> None:
-    """sqlite3's trace callback: one call per statement run (a transaction's BEGIN and COMMIT
-    too), counted by its first word."""
-    word = sql.lstrip().split(None, 1)[0].lower() if sql.strip() else "empty"
-    STORE_OPERATIONS.count("sqlite", word)
+def count_sqlite_transaction() -> None:
+    """One call on a SQLite store's thread. Statements are not counted: a Python callback per
+    statement (every row of a batch) would cost more than the statement."""
+    STORE_OPERATIONS.count("sqlite", "transaction")

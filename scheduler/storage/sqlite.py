@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from scheduler.storage.operations import count_sqlite_statement
+from scheduler.storage.operations import count_sqlite_transaction
 from scheduler.urls import local_path
 
 T = TypeVar("T")
@@ -30,6 +30,7 @@ class SQLiteFile:
         self._db: sqlite3.Connection | None = None
 
     async def _in_thread(self, fn: Callable[[], T]) -> T:
+        count_sqlite_transaction()
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def open(self) -> None:
@@ -39,7 +40,6 @@ class SQLiteFile:
             # Autocommit while the schema is applied; `_connected` chooses the transactions.
             db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
             db.row_factory = sqlite3.Row
-            db.set_trace_callback(count_sqlite_statement)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")

@@ -1,0 +1,99 @@
+"""What a busy dispatcher asks the store: a burst's batches are as large as the pool has room
+for, and the rare work (expired leases) is looked for once a tick interval, not per batch.
+Counted with the injected clock and gated handlers, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from scheduler.handler_api import HandlerContext, Result
+from scheduler.model import Execution, Job
+from scheduler.ports import Store
+from tests.conftest import EngineFactory, make_job
+from tests.test_engine import WAIT, _until, executions, noop
+
+
+def count_reaps(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[datetime]:
+    """The times the store was asked for expired leases."""
+    asked: list[datetime] = []
+    reap = store.reap_expired_leases
+
+    async def counted(now: datetime, **kwargs: Any) -> list[Execution]:
+        asked.append(now)
+        return await reap(now, **kwargs)
+
+    monkeypatch.setattr(store, "reap_expired_leases", counted)
+    return asked
+
+
+async def test_a_busy_dispatcher_looks_for_expired_leases_once_a_tick_interval(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = make_engine({"noop": noop}, batch_size=2, tick_seconds=1)
+    for i in range(10):
+        await h.add(make_job(f"job-{i}"))
+    asked = count_reaps(store, monkeypatch)
+
+    await h.engine.drain()  # five full batches, back to back, in the same instant
+    assert len(await executions(store)) == 10
+    assert asked == [h.clock.now()]
+
+    h.clock.advance(0.5)
+    await h.engine.tick()
+    assert len(asked) == 1
+    h.clock.advance(0.5)
+    await h.engine.tick()
+    assert asked[1:] == [h.clock.now()]
+
+
+async def test_with_more_due_than_room_the_dispatcher_waits_for_room_for_a_worthwhile_batch(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch costs the same round trips whatever its size: under a backlog, one freed slot
+    is no reason to fetch; room for half of what the pool holds is."""
+    started: list[str] = []
+    gates: dict[str, asyncio.Event] = {}
+
+    async def gated(ctx: HandlerContext) -> Result:
+        started.append(ctx.job_name)
+        await gates.setdefault(ctx.job_name, asyncio.Event()).wait()
+        return None
+
+    limits: list[int] = []
+    due_jobs = store.due_jobs
+
+    async def recorded(now: datetime, limit: int, **kwargs: Any) -> list[Job]:
+        limits.append(limit)
+        return await due_jobs(now, limit, **kwargs)
+
+    monkeypatch.setattr(store, "due_jobs", recorded)
+    # Two workers and a queue of two: a batch worth fetching has room for two.
+    h = make_engine({"gated": gated}, workers=2, queue_size=2, batch_size=4, tick_seconds=60)
+    for i in range(12):
+        await h.add(make_job(f"job-{i:02}", "gated"))
+
+    def release(name: str) -> None:
+        gates.setdefault(name, asyncio.Event()).set()
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    try:
+        await asyncio.wait_for(_until(lambda: len(started) == 2), WAIT)
+        assert limits == [4]  # the pool is full: two running, two queued
+        release(started[0])
+        await asyncio.wait_for(_until(lambda: len(started) == 3), WAIT)  # a queued one started
+        for _ in range(100):  # turns of the event loop: time for a woken dispatcher to fetch
+            await asyncio.sleep(0)
+        assert limits == [4]  # one free slot: not worth a batch
+        release(started[1])
+        await asyncio.wait_for(_until(lambda: len(limits) == 2), WAIT)
+        assert limits == [4, 2]
+    finally:
+        for i in range(12):
+            release(f"job-{i:02}")
+        stop.set()
+        await asyncio.wait_for(running, WAIT)

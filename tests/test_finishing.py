@@ -1,0 +1,98 @@
+"""Runs end in batches without holding their workers: a worker hands its run's end over and
+takes the next run; the job stays leased until the end is written; workers wait only once the
+store is behind. The store's batch write is held by the test, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from scheduler.handler_api import HandlerContext, Result
+from scheduler.model import Status
+from scheduler.ports import Finish, Store
+from tests.conftest import EngineFactory, make_job
+from tests.test_engine import WAIT, _until, executions
+
+
+@pytest.fixture
+def held(
+    store: Store, make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[asyncio.Event]:
+    """The store writes no run's end until the event is set (at the latest when the test ends,
+    before its engines shut down)."""
+    gate = asyncio.Event()
+    write = store.finish_executions
+
+    async def when_let(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+        await gate.wait()
+        return await write(finishes, **kwargs)
+
+    monkeypatch.setattr(store, "finish_executions", when_let)
+    yield gate
+    gate.set()
+
+
+async def test_a_worker_takes_its_next_run_while_the_last_ones_end_is_being_written(
+    make_engine: EngineFactory, store: Store, held: asyncio.Event
+) -> None:
+    ran: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    h = make_engine({"record": record}, workers=1, queue_size=1)
+    jobs = [await h.add(make_job(name, "record")) for name in ("first", "second")]
+    h.engine.start()
+
+    assert (await h.engine.tick()).claimed == 2
+    await asyncio.wait_for(_until(lambda: ran == ["first", "second"]), WAIT)
+    # Not written yet: both jobs are still leased, so neither is taken again meanwhile.
+    for job in jobs:
+        stored = await store.get_job(job.id)
+        assert stored is not None and stored.lease is not None
+    assert (await h.engine.tick()).fetched == 0
+    assert [e.status for e in await executions(store)] == [Status.RUNNING, Status.RUNNING]
+
+    held.set()
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)  # the ends are written, then it returns
+    assert [e.status for e in await executions(store)] == [Status.SUCCESS, Status.SUCCESS]
+    finished = [(name, status) for hook, name, status in h.observed.heard if hook == "finished"]
+    assert finished == [("first", "success"), ("second", "success")]
+    for job in jobs:
+        stored = await store.get_job(job.id)
+        assert stored is not None and stored.lease is None
+
+
+async def test_workers_wait_once_the_store_is_two_batches_behind(
+    make_engine: EngineFactory, store: Store, held: asyncio.Event
+) -> None:
+    ran: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    h = make_engine({"record": record}, workers=1, queue_size=1, batch_size=1)
+    for i in range(8):
+        await h.add(make_job(f"job-{i}", "record"))
+    h.engine.start()
+
+    # One end being written, two waiting: the fourth run's worker waits to hand its end over.
+    for _ in range(4):
+        await h.engine.tick()
+        await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() > 0), WAIT)
+    await asyncio.wait_for(_until(lambda: len(ran) == 4), WAIT)
+    assert h.engine.pool.busy == 1
+    assert (await h.engine.tick()).claimed == 1  # queued: no worker is free for it
+    for _ in range(100):  # turns of the event loop, enough for a free worker to run it
+        await asyncio.sleep(0)
+    assert len(ran) == 4
+
+    held.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert len(ran) == 8
+    assert [e.status for e in await executions(store)] == [Status.SUCCESS] * 8
