@@ -287,19 +287,25 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self.instances.update_one({"_id": instance}, {"$set": beat}, upsert=True)
 
     @translating_errors
-    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+    async def expire_lapsed_leases(
+        self, lapsed_before: datetime, now: datetime, alive: str
+    ) -> list[str]:
         lapsed = self.instances.find(
             {"beat_at_us": {"$lt": exact_micros(lapsed_before)}}, {"_id": 1}
         )
         owners = [doc["_id"] async for doc in lapsed if doc["_id"] != alive]
         if not owners:
-            return 0
+            return []
         expired = now - timedelta(microseconds=1)
         result = await self.jobs.update_many(
             {"lease.owner": {"$in": owners}, "lease.until_us": {"$gt": exact_micros(now)}},
             {"$set": {"lease.until": expired, "lease.until_us": exact_micros(expired)}},
         )
-        return int(result.modified_count)
+        if not result.modified_count:
+            return []
+        # Read back what this call ended (MongoDB's update does not say which).
+        ended = {"lease.owner": {"$in": owners}, "lease.until_us": exact_micros(expired)}
+        return [doc["_id"] async for doc in self.jobs.find(ended, {"_id": 1})]
 
     @translating_errors
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:

@@ -263,14 +263,18 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         )
         await self._run(lambda db: db.execute(sql, (instance, micros(now))))
 
-    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+    async def expire_lapsed_leases(
+        self, lapsed_before: datetime, now: datetime, alive: str
+    ) -> list[str]:
         sql = (
             "UPDATE jobs SET lease_until = ? WHERE lease_token IS NOT NULL AND lease_until > ? "
-            "AND lease_owner != ? AND lease_owner IN (SELECT id FROM instances WHERE beat_at < ?)"
+            "AND lease_owner != ? AND lease_owner IN (SELECT id FROM instances WHERE beat_at < ?) "
+            "RETURNING id"
         )
         at = exact_micros(now)
         args = (at - 1, at, alive, exact_micros(lapsed_before))
-        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
+        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
+        return [str(row[0]) for row in rows]
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         sql = (
