@@ -65,8 +65,9 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-## The fault suite on the real stack: outages of Redis, Kafka and FerretDB under real daemons,
-## with figures (docs/reliability.md). Also part of `make test`.
+## The fault suite on the real stack: daemons SIGKILLed mid-burst and taken over, outages of
+## Redis, Kafka, FerretDB and an SMTP server under real daemons, with figures
+## (docs/reliability.md; about 14 minutes). Also part of `make test`.
 faults: services install
 	$(BIN)/pytest -m system -s
 

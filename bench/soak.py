@@ -8,12 +8,13 @@ series is called flat when, after the warm-up, the median of its last third is w
 of the median of its first third (RSS +10 % or +10 MB, lag +0.5 s, backlogs within 2 s of
 work); its slope per 10 minutes is printed beside it.
 
-    python -m bench.soak --minutes 30 --rate 50        # `make soak` (SOAK_ARGS passes options)
+    python -m bench.soak --minutes 30 --rate 25        # `make soak` (SOAK_ARGS passes options)
 
-The default rate is 50 a second, not the issue's 200: on a 2-core machine FerretDB 1.24 keeps
+The default rate is 25 a second, not the issue's 200: on this 2-core machine FerretDB 1.24 keeps
 about 107 runs a second with 200 jobs in its collections (docs/performance.md, the bare floor),
-and 200 is out of reach of any engine on it; half the floor leaves the soak a margin, so that a
-creep shows as a trend rather than as a store at its limit. Writes var/soak/results.json (every
+so 200 is out of reach of any engine on it, and with the machine shared the daemon kept 24-45 a
+second when asked for 50. About half of what it kept leaves the soak a margin, so that a creep
+shows as a trend rather than as a store at its limit. Writes var/soak/results.json (every
 sample and the verdicts) and var/soak/results.md; prints the table. Exits 1 when a series is not
 flat or the daemon died. Needs the services (`make services`); starts and stops nothing else.
 """
@@ -149,6 +150,7 @@ def verdicts(samples: list[Sample], rate: int) -> list[Verdict]:
     head, tail = settled[:third], settled[-third:]
     allowances: dict[str, Callable[[float], float]] = {
         "rss_mb": lambda first: max(first * RSS_GROWTH, RSS_SLACK_MB),
+        "lag_mean_s": lambda first: LAG_SLACK_S,
         "lag_p95_s": lambda first: LAG_SLACK_S,
         "outbox_backlog": lambda first: rate * BACKLOG_SLACK_SECONDS,
         "due_backlog": lambda first: rate * BACKLOG_SLACK_SECONDS,
@@ -234,7 +236,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--rate", type=int, default=50, help="jobs every second (executions/s)")
+    parser.add_argument("--rate", type=int, default=25, help="jobs every second (executions/s)")
     parser.add_argument("--sample-seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()

@@ -426,11 +426,6 @@ async def daemons(
             await daemon.kill()
 
 
-async def total(daemons_: Sequence[Daemon], sample: str) -> float:
-    values = [(await daemon.metrics()).get(sample, 0.0) for daemon in daemons_]
-    return sum(values)
-
-
 # -- what ran ------------------------------------------------------------------------------------
 
 
@@ -471,10 +466,13 @@ async def runs_in(sandbox: Sandbox) -> list[Run]:
     ]
 
 
-async def statuses(sandbox: Sandbox) -> Counter[str]:
-    """How many executions of the sandbox are in each status."""
+async def statuses(sandbox: Sandbox, handler: str) -> Counter[str]:
+    """How many executions of the sandbox's jobs of `handler` are in each status."""
     async with sandbox.store() as store:
-        pipeline = [{"$group": {"_id": "$status", "n": {"$sum": 1}}}]
+        pipeline: list[Doc] = [
+            {"$match": {"handler": handler}},
+            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        ]
         docs = await (await store.executions.aggregate(pipeline)).to_list()
     return Counter({doc["_id"]: int(doc["n"]) for doc in docs})
 

@@ -53,7 +53,7 @@ async def held_leases(sandbox: Sandbox) -> int:
 async def ended_at_least(sandbox: Sandbox, count: int, daemon: Daemon) -> bool:
     if not daemon.alive:
         raise AssertionError(f"{daemon.name} exited:\n{daemon.log_tail()}")
-    counts = await statuses(sandbox)
+    counts = await statuses(sandbox, "sleep")
     return counts.total() - counts["running"] >= count
 
 
@@ -67,7 +67,7 @@ def by_job(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 @pytest.mark.timeout(600)
-async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_they_run_again_in_seconds(
+async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_gives_them_back_in_seconds(
     sandbox: Sandbox, tmp_path: Path, report: Report
 ) -> None:
     at = next_whole_second(datetime.now(UTC), 3)
@@ -82,7 +82,7 @@ async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_they_run_
         )
         await first.kill()
         killed_at = datetime.now(UTC)
-    at_kill = await statuses(sandbox)
+    at_kill = await statuses(sandbox, "sleep")
     in_flight = at_kill["running"]
     leases_at_kill = await held_leases(sandbox)
     burst_rate = sum(at_kill.values()) / (killed_at - at).total_seconds()
@@ -93,7 +93,7 @@ async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_they_run_
         restart_seconds = time.monotonic() - started
 
         async def every_job_ended() -> bool:
-            counts = await statuses(sandbox)
+            counts = await statuses(sandbox, "sleep")
             if not second.alive:
                 raise AssertionError(f"{second.name} exited:\n{second.log_tail()}")
             return counts["running"] == 0 and counts["success"] >= BURST
