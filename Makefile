@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit install services services-stop browser bench faults clean
+.PHONY: run test lint typecheck unit install services services-stop browser bench faults soak clean
 
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,13 +65,22 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-## The fault suite on the real stack: outages of Redis, Kafka and FerretDB under real daemons,
-## with figures (docs/reliability.md). Also part of `make test`.
+## The fault suite on the real stack: daemons SIGKILLed mid-burst and taken over, outages of
+## Redis, Kafka, FerretDB and an SMTP server under real daemons, with figures
+## (docs/reliability.md; about 14 minutes). Also part of `make test`.
 faults: services install
 	$(BIN)/pytest -m system -s
 
 bench: services $(BENCH_STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+## The soak (not part of `make test`): the real daemon on the real stack under steady load for
+## 30 minutes, its RSS, fire lag and outbox backlog sampled and judged flat or not
+## (docs/reliability.md); var/soak/results.json and .md. SOAK_ARGS passes options
+## (python -m bench.soak --help), e.g. SOAK_ARGS="--minutes 3".
+SOAK_ARGS ?=
+soak: services install
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

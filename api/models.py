@@ -350,11 +350,23 @@ class EventRelay(BaseModel):
     last_error: str | None
 
 
+class MailDelivery(BaseModel):
+    """The mail server as the last sends found it: informative only, mail is off the runs'
+    path (the alert scans keep what a failed send leaves, and try again)."""
+
+    state: str = Field(description="unknown (nothing sent yet), ok, or failing")
+    last_error: str | None
+    failing_since: datetime | None
+
+
 class Readiness(BaseModel):
     ready: bool
     problems: dict[str, str]
     events: EventRelay | None = Field(
         default=None, description="The event relay's state; it never makes the instance unready"
+    )
+    mail: MailDelivery | None = Field(
+        default=None, description="The mail server's state; it never makes the instance unready"
     )
 
 

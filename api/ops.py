@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.models import EventRelay, Health, Readiness
+from api.models import EventRelay, Health, MailDelivery, Readiness
 from api.routing import Call, Reply, Route, Routes
 from api.v1 import state
 
@@ -40,7 +40,9 @@ async def readyz(call: Call[None, None]) -> Reply:
             problems["dispatcher"] = error
     relay = state(call).relay_state
     events = None if relay is None else EventRelay(**dataclasses.asdict(relay()))
-    readiness = Readiness(ready=not problems, problems=problems, events=events)
+    mail_health = state(call).mail_health
+    mail = None if mail_health is None else MailDelivery(**dataclasses.asdict(mail_health()))
+    readiness = Readiness(ready=not problems, problems=problems, events=events, mail=mail)
     return Reply(readiness, 503 if problems else 200)
 
 

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from api import safejson
 from api.jobs import JobBuilder, masked_params
+from api.mail_health import MailHealth
 from api.models import ExecutionOut, JobOut
 from api.problems import ApiError, field_error
 from api.routing import B, Call, Q, Reply
@@ -49,6 +50,8 @@ class ApiState:
     dispatcher_health: Callable[[], tuple[bool, str | None]] | None = None
     # The event relay's state, when there is an engine (reported by /readyz, never failing it).
     relay_state: Callable[[], RelayState] | None = None
+    # How the last sends of mail went, when there is an engine (the same: reported, never failing).
+    mail_health: Callable[[], MailHealth] | None = None
     # The product store, when the alert scanner is installed: unsubscribe links, bounces.
     products: ProductStore | None = None
 

@@ -175,6 +175,7 @@ class Engine:
             ports.store,
             ports.clock,
             settings.instance_id,
+            lock=ports.lock,
             every_seconds=settings.heartbeat_seconds,
             lapse_seconds=settings.heartbeat_timeout_seconds,
         )

@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from scheduler.clock import Clock
-from scheduler.ports import Store, StoreError
+from scheduler.lock import lock_key, shard_lock_key
+from scheduler.ports import Lock, Store, StoreError
 
 
 class Heartbeat:
@@ -17,10 +18,12 @@ class Heartbeat:
         clock: Clock,
         instance: str,
         *,
+        lock: Lock,
         every_seconds: float,
         lapse_seconds: float,
     ) -> None:
         self._store = store
+        self._lock = lock
         self._clock = clock
         self._instance = instance
         self._every = timedelta(seconds=every_seconds)
@@ -50,4 +53,10 @@ class Heartbeat:
         self._last = now
         if now - self._beating_since < self._lapse:
             return 0
-        return await self._store.expire_lapsed_leases(now - self._lapse, now, self._instance)
+        ended = await self._store.expire_lapsed_leases(now - self._lapse, now, self._instance)
+        # The dead instance's locks on those jobs would outlive it by the runs' whole timeout
+        # (a lock lives through the run's timeout), and no one else could run them meanwhile.
+        await self._lock.break_many(
+            [lock_key(job) if shard is None else shard_lock_key(job, shard) for job, shard in ended]
+        )
+        return len(ended)

@@ -412,12 +412,15 @@ class Store(Protocol):
     async def beat(self, instance: str, now: datetime) -> None:
         """Say that `instance` is alive at `now` (its heartbeat)."""
 
-    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+    async def expire_lapsed_leases(
+        self, lapsed_before: datetime, now: datetime, alive: str
+    ) -> list[tuple[str, int | None]]:
         """End now the leases held by instances whose last heartbeat is older than
         `lapsed_before` (never those of `alive`, the caller): their expiry becomes `now`, so the
         next reap gives their runs back at once instead of when their timeout would have run
-        out, and the same for the leases of shard entries. Returns how many. A paused instance
-        that comes back finds its tokens stale."""
+        out, and the same for the leases of shard entries. Returns what those leases were on, as
+        (job id, shard) pairs, shard None for a job's own lease: the dead instances hold their
+        locks too. A paused instance that comes back finds its tokens stale."""
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         """Clear these leases, (job id, token), where the token still holds one, and change
@@ -489,6 +492,10 @@ class Lock(Protocol):
 
     async def release_many(self, keys: Sequence[str], token: str) -> None:
         """Release the keys still held with `token`; others are left alone."""
+
+    async def break_many(self, keys: Sequence[str]) -> None:
+        """Free the keys whoever holds them: only for keys whose holder is known dead (its
+        heartbeat lapsed), which would otherwise keep them for the whole run's timeout."""
 
     async def ping(self) -> None:
         """Raise LockUnavailable unless the lock service answers."""

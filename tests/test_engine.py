@@ -12,8 +12,10 @@ from datetime import timedelta
 
 import pytest
 
+from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.lock import lock_key
+from scheduler.lock.memory import MemoryLock
 from scheduler.model import (
     CronSchedule,
     Execution,
@@ -420,6 +422,40 @@ async def test_a_crashed_instance_whose_heartbeat_lapsed_is_taken_over_in_second
     first, second = await executions(survivor.store, job.id)
     assert (first.status, first.owner) == (Status.ABANDONED, "crashed")
     assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
+
+
+async def test_the_lock_a_dead_instance_held_does_not_keep_its_job_from_the_survivor(
+    make_engine: EngineFactory, clock: FakeClock
+) -> None:
+    """Instances share the lock service (Redis): the dead one's lock on the job lives through
+    the run's whole timeout, an hour here. Taking the job over must not wait for it."""
+
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    shared = MemoryLock(monotonic=lambda: clock.now().timestamp())
+    crashed = make_engine({"work": hang}, instance_id="crashed", lock=shared)
+    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
+    await crashed.engine.heartbeat.beat(T0)
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1  # then it beats no more, as a dead process
+
+    survivor = make_engine({"work": noop}, instance_id="survivor", lock=shared)
+    await survivor.engine.heartbeat.beat(T0)
+    for seconds in (5, 6):  # 11 s in all: past heartbeat_timeout_seconds (10)
+        clock.advance(seconds)
+        taken_over = await survivor.engine.heartbeat.beat(clock.now())
+    assert taken_over == 1
+    await survivor.engine.drain()
+
+    first, second = await executions(survivor.store, job.id)
+    assert (first.status, second.status, second.owner) == (
+        Status.ABANDONED,
+        Status.SUCCESS,
+        "survivor",
+    )
+    assert survivor.engine.metrics.lock_contention._value.get() == 0
 
 
 async def test_a_run_fenced_off_by_a_newer_claim_does_not_advance_the_job(

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from scheduler.clock import FakeClock
 from scheduler.heartbeat import Heartbeat
+from scheduler.lock.memory import MemoryLock
 from scheduler.ports import Store
 from tests.conftest import T0, make_job
 from tests.contract.test_store import claim_of
@@ -18,7 +19,7 @@ async def test_the_first_beat_after_an_outage_takes_no_one_for_dead(store: Store
     await store.claim_jobs([claim_of(job, owner="other", until=T0 + timedelta(hours=1))], T0)
     await store.beat("other", T0)
     clock = FakeClock(T0)
-    heartbeat = Heartbeat(store, clock, "me", every_seconds=3, lapse_seconds=10)
+    heartbeat = Heartbeat(store, clock, "me", lock=MemoryLock(), every_seconds=3, lapse_seconds=10)
     assert await heartbeat.beat(T0) == 0
     # The store was away for 30 s: no instance could beat, "other" is as alive as we are.
     back = T0 + timedelta(seconds=30)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import signal
@@ -17,6 +18,7 @@ from typing import Any, TypeVar, cast
 from aiohttp import web
 
 from api.app import create_app
+from api.mail_health import MailHealth, WatchedMailer
 from api.v1 import ApiState
 from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import PRODUCTS
@@ -141,10 +143,11 @@ def build_engine(
     rng: random.Random | None = None,
     observers: Sequence[RunObserver] = (),
 ) -> Engine:
-    """The engine, its runs announced to the metrics, events and logs, and to `observers`."""
+    """The engine, its runs announced to the metrics, events and logs, and to `observers`. Its
+    mailer remembers how the last sends went, for /readyz."""
     return Engine(
         settings=settings,
-        ports=ports,
+        ports=dataclasses.replace(ports, mailer=WatchedMailer(ports.mailer, ports.clock)),
         registry=registry,
         metrics=metrics,
         resources=resources,
@@ -176,6 +179,7 @@ def build_api(
         wake=engine.wake if engine else None,
         dispatcher_health=(lambda: (engine.healthy, engine.last_error)) if engine else None,
         relay_state=engine.relay.state if engine else None,
+        mail_health=mail_health_of(engine),
         products=opened(resources or {}, PRODUCTS),
     )
     app = create_app(state, probes={"store": ports.store.ping, "lock": ports.lock.ping})
@@ -190,6 +194,11 @@ def build_api(
         housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)
         app.cleanup_ctx.append(running_beside("housekeeper", housekeeper.run))
     return app
+
+
+def mail_health_of(engine: Engine | None) -> Callable[[], MailHealth] | None:
+    mailer = engine.ports.mailer if engine else None
+    return mailer.health if isinstance(mailer, WatchedMailer) else None
 
 
 def running_beside(

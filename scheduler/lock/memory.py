@@ -37,6 +37,10 @@ class MemoryLock:
             if self._holder(key) == token:
                 del self._held[key]
 
+    async def break_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._held.pop(key, None)
+
     async def ping(self) -> None:
         return None
 

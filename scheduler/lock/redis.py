@@ -135,6 +135,12 @@ class RedisLock:
         with self._failing_closed("release"):
             await self._release_all(keys, token)
 
+    async def break_many(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        with self._failing_closed("break"):
+            await self._client.delete(*[self._prefix + key for key in keys])
+
     async def _release_all(self, keys: Sequence[str], token: str) -> None:
         """One script call for the whole batch (the keys are on one server, not a cluster)."""
         await self._release(keys=[self._prefix + key for key in keys], args=[token])

@@ -290,13 +290,15 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self.instances.update_one({"_id": instance}, {"$set": beat}, upsert=True)
 
     @translating_errors
-    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+    async def expire_lapsed_leases(
+        self, lapsed_before: datetime, now: datetime, alive: str
+    ) -> list[tuple[str, int | None]]:
         lapsed = self.instances.find(
             {"beat_at_us": {"$lt": exact_micros(lapsed_before)}}, {"_id": 1}
         )
         owners = [doc["_id"] async for doc in lapsed if doc["_id"] != alive]
         if not owners:
-            return 0
+            return []
         expired = now - timedelta(microseconds=1)
         lapsed_leases = {
             "lease.owner": {"$in": owners},
@@ -305,7 +307,15 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         ended = {"$set": {"lease.until": expired, "lease.until_us": exact_micros(expired)}}
         jobs = await self.jobs.update_many(lapsed_leases, ended)
         shards = await self.requests.update_many(lapsed_leases, ended)
-        return int(jobs.modified_count) + int(shards.modified_count)
+        # Read back what this call ended (MongoDB's update does not say which).
+        ended_now = {"lease.owner": {"$in": owners}, "lease.until_us": exact_micros(expired)}
+        held: list[tuple[str, int | None]] = []
+        if jobs.modified_count:
+            held += [(doc["_id"], None) async for doc in self.jobs.find(ended_now, {"_id": 1})]
+        if shards.modified_count:
+            cursor = self.requests.find(ended_now, {"job_id": 1, "shard": 1})
+            held += [(doc["job_id"], doc["shard"]) async for doc in cursor]
+        return held
 
     @translating_errors
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:

@@ -283,19 +283,25 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         )
         await self._run(lambda db: db.execute(sql, (instance, micros(now))))
 
-    async def expire_lapsed_leases(self, lapsed_before: datetime, now: datetime, alive: str) -> int:
+    async def expire_lapsed_leases(
+        self, lapsed_before: datetime, now: datetime, alive: str
+    ) -> list[tuple[str, int | None]]:
         sql = (
             "UPDATE jobs SET lease_until = ? WHERE lease_token IS NOT NULL AND lease_until > ? "
-            "AND lease_owner != ? AND lease_owner IN (SELECT id FROM instances WHERE beat_at < ?)"
+            "AND lease_owner != ? AND lease_owner IN (SELECT id FROM instances WHERE beat_at < ?) "
+            "RETURNING id"
         )
         at = exact_micros(now)
         args = (at - 1, at, alive, exact_micros(lapsed_before))
-        shards = sql.replace("UPDATE jobs", "UPDATE run_requests", 1)
-        return int(
-            await self._run(
-                lambda db: db.execute(sql, args).rowcount + db.execute(shards, args).rowcount
-            )
+        shards = sql.replace("UPDATE jobs", "UPDATE run_requests", 1).replace(
+            "RETURNING id", "RETURNING job_id, shard", 1
         )
+
+        def expire(db: sqlite3.Connection) -> list[tuple[str, int | None]]:
+            jobs = [(str(row[0]), None) for row in db.execute(sql, args).fetchall()]
+            return jobs + [(str(r[0]), int(r[1])) for r in db.execute(shards, args).fetchall()]
+
+        return await self._run(expire)
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         sql = (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 from datetime import timedelta
+from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -519,6 +521,32 @@ async def test_openapi_describes_every_route(api: Api) -> None:
     assert "additionalProperties" in doc["components"]["schemas"]["JobCreate"]
     async with api.client.get("/docs") as response:
         assert response.status == 200 and "/v1/jobs" in await response.text()
+
+
+async def test_readiness_reports_mail_failing_without_failing_itself(
+    api: Api, tmp_path: Path
+) -> None:
+    """Mail is off the runs' path: ops see the mail server failing (and since when) while the
+    instance stays ready; the next send that goes through clears it."""
+    mailer = api.harness.engine.ports.mailer
+    message = EmailMessage()
+    message["To"] = "ops@example.com"
+    message.set_content("hello")
+    _, body, _ = await api.call("GET", "/readyz", token=None)
+    assert body["mail"] == {"state": "unknown", "last_error": None, "failing_since": None}
+
+    (tmp_path / "outbox").write_text("a file where the outbox's folder should be")
+    with pytest.raises(FileExistsError):
+        await mailer.send(message)
+    status, body, _ = await api.call("GET", "/readyz", token=None)
+    assert (status, body["ready"], body["mail"]["state"]) == (200, True, "failing")
+    assert body["mail"]["last_error"].startswith("FileExistsError")
+    assert body["mail"]["failing_since"] is not None
+
+    (tmp_path / "outbox").unlink()
+    await mailer.send(message)
+    _, body, _ = await api.call("GET", "/readyz", token=None)
+    assert body["mail"] == {"state": "ok", "last_error": None, "failing_since": None}
 
 
 async def test_readiness(api: Api) -> None:

@@ -23,6 +23,18 @@ async def test_release_only_frees_keys_held_by_the_token(lock: Lock) -> None:
     assert await lock.acquire_many({"job:a": 30}, "next") == {"job:a"}
 
 
+async def test_breaking_frees_keys_whoever_holds_them(lock: Lock) -> None:
+    """For the keys of an instance known dead: no token of its is needed, and no other key
+    is touched."""
+    await lock.acquire_many({"job:a": 3600, "job:b": 3600, "job:c": 3600}, "dead")
+    await lock.break_many(["job:a", "job:b", "job:never-held"])
+    assert await lock.acquire_many({"job:a": 30, "job:b": 30, "job:c": 30}, "next") == {
+        "job:a",
+        "job:b",
+    }
+    await lock.break_many([])
+
+
 async def test_extend_needs_the_token(lock: Lock) -> None:
     await lock.acquire_many({"job:a": 30}, "owner")
     assert await lock.extend("job:a", "owner", 60)

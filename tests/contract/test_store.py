@@ -859,13 +859,16 @@ async def test_the_leases_of_an_instance_gone_quiet_end_at_once(store: Store) ->
     now = T0 + timedelta(seconds=30)
     for owner in ("alive", "me"):
         await store.beat(owner, now)
-    assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == 1
+    dead_job = await store.get_job_by_name("held-by-dead")
+    assert dead_job is not None
+    ended = await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me")
+    assert ended == [(dead_job.id, None)], "the jobs whose leases ended, for their locks"
     reaped = await store.reap_expired_leases(now)
     assert [(e.job_name, e.status) for e in reaped] == [("held-by-dead", Status.ABANDONED)]
     for owner in ("alive", "me", "unknown"):
         kept = await store.get_job_by_name(f"held-by-{owner}")
         assert kept is not None and kept.lease is not None and kept.lease.owner == owner
-    assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == 0
+    assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == []
 
 
 async def test_starved_jobs_come_first_oldest_first_whatever_their_priority(store: Store) -> None:
@@ -1146,7 +1149,8 @@ async def test_the_shards_of_a_lapsed_instance_expire_at_once(store: Store) -> N
     await claimed_shards(store, job, entries[:1], owner="dead")
     await claimed_shards(store, job, entries[1:], owner="alive")
     later = T0 + timedelta(seconds=30)
-    assert await store.expire_lapsed_leases(T0 + timedelta(seconds=1), later, "alive") == 1
+    ended = await store.expire_lapsed_leases(T0 + timedelta(seconds=1), later, "alive")
+    assert ended == [(job.id, 0)], "the shard whose lease ended, for its lock to be broken"
     assert [entry.shard for entry, _ in await store.due_run_requests(later, 10)] == [0]
     stored = await store.get_job(job.id)
     assert stored is not None and stored.lease is not None, "the occurrence is no instance's"

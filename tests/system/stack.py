@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 
 from scheduler.codec import Doc
 from scheduler.events.kafka import KafkaSettings
-from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy
+from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
 from scheduler.storage.mongodb import from_micros
 from scheduler.store.mongodb import MongoStore
 from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
@@ -252,6 +252,35 @@ def every_second_jobs(
 RUN_ALL = Misfire(policy=MisfirePolicy.RUN_ALL)
 
 
+def sleeping_jobs(
+    count: int,
+    *,
+    prefix: str,
+    seconds: float,
+    once_at: datetime | None = None,
+    cron: str = EVERY_SECOND,
+    first: datetime | None = None,
+    timeout_seconds: float = 600.0,
+) -> list[Job]:
+    """`count` jobs of the `sleep` handler: one-shot at `once_at`, or else on `cron` from `first`.
+    The long timeout keeps their leases for ten minutes: a run a crash left behind and run again
+    within seconds was given back by the heartbeat, not by its lease running out."""
+    when = once_at or first
+    assert when is not None, "a one-shot time or a first occurrence"
+    schedule = OnceSchedule(at=when) if once_at else CronSchedule(expr=cron)
+    return [
+        Job(
+            name=f"{prefix}-{i:04}",
+            handler="sleep",
+            params={"seconds": seconds},
+            schedule=schedule,
+            next_run_at=when,
+            timeout_seconds=timeout_seconds,
+        )
+        for i in range(count)
+    ]
+
+
 # -- daemons -------------------------------------------------------------------------------------
 
 
@@ -331,7 +360,13 @@ class Daemon:
 
 
 async def start_daemon(
-    name: str, sandbox: Sandbox, workdir: Path, *, events_url: str | None = None, **settings: Any
+    name: str,
+    sandbox: Sandbox,
+    workdir: Path,
+    *,
+    events_url: str | None = None,
+    mail_url: str | None = None,
+    **settings: Any,
 ) -> Daemon:
     port = free_port()
     config = workdir / f"{name}.toml"
@@ -350,7 +385,7 @@ async def start_daemon(
         "TICKD_STORE_URL": sandbox.store_url,
         "TICKD_LOCK_URL": REDIS_URL,
         "TICKD_EVENTS_URL": events_url or sandbox.events_url(),
-        "TICKD_MAIL_URL": f"outbox://{workdir}/outbox-{name}",
+        "TICKD_MAIL_URL": mail_url or f"outbox://{workdir}/outbox-{name}",
         "TICKD_API_PORT": str(port),
     }
     log_path = workdir / f"{name}.log"
@@ -391,11 +426,6 @@ async def daemons(
             await daemon.kill()
 
 
-async def total(daemons_: Sequence[Daemon], sample: str) -> float:
-    values = [(await daemon.metrics()).get(sample, 0.0) for daemon in daemons_]
-    return sum(values)
-
-
 # -- what ran ------------------------------------------------------------------------------------
 
 
@@ -406,12 +436,20 @@ class Run:
     started_at: datetime
     status: str
     owner: str
+    finished_at: datetime | None = None  # None while running
 
 
 async def runs_in(sandbox: Sandbox) -> list[Run]:
     """Every execution of the sandbox, straight from the store's collection."""
     async with sandbox.store() as store:
-        fields = {"job_id": 1, "scheduled_at_us": 1, "started_at_us": 1, "status": 1, "owner": 1}
+        fields = {
+            "job_id": 1,
+            "scheduled_at_us": 1,
+            "started_at_us": 1,
+            "finished_at_us": 1,
+            "status": 1,
+            "owner": 1,
+        }
         docs = await store.executions.find({}, fields).to_list()
     return [
         Run(
@@ -420,9 +458,23 @@ async def runs_in(sandbox: Sandbox) -> list[Run]:
             started_at=from_micros(doc["started_at_us"]),
             status=doc["status"],
             owner=doc["owner"],
+            finished_at=(
+                None if doc.get("finished_at_us") is None else from_micros(doc["finished_at_us"])
+            ),
         )
         for doc in docs
     ]
+
+
+async def statuses(sandbox: Sandbox, handler: str) -> Counter[str]:
+    """How many executions of the sandbox's jobs of `handler` are in each status."""
+    async with sandbox.store() as store:
+        pipeline: list[Doc] = [
+            {"$match": {"handler": handler}},
+            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        ]
+        docs = await (await store.executions.aggregate(pipeline)).to_list()
+    return Counter({doc["_id"]: int(doc["n"]) for doc in docs})
 
 
 async def next_runs(sandbox: Sandbox) -> dict[str, datetime]:
@@ -559,6 +611,15 @@ async def drain_outbox(sandbox: Sandbox, workdir: Path, events_url: str) -> None
         await eventually("the outbox is empty", outbox_empty, within=90)
         codes = await asyncio.gather(*(daemon.stop() for daemon in relaying))
         assert codes == [0], relaying[0].log_tail()
+
+
+async def events_delivered(sandbox: Sandbox, workdir: Path, events_url: str) -> tuple[int, int]:
+    """(events expected, of them in the topic), once what stopped daemons left in the outbox has
+    been relayed: one event per state of each execution of the sandbox."""
+    await drain_outbox(sandbox, workdir, events_url)
+    expected = await expected_event_ids(sandbox)
+    in_topic = set(await asyncio.to_thread(topic_event_ids, sandbox.topic))
+    return len(expected), len(expected & in_topic)
 
 
 def topic_event_ids(topic: str) -> list[str]:
