@@ -59,6 +59,7 @@ from scheduler.storage.mongodb import (
 from scheduler.store.mongodb_documents import (
     DEFINITION_FIELDS,
     LEASE_EXPIRED,
+    LEASED,
     NEWEST_FIRST,
     OLDEST_DUE_FIRST,
     URGENCY,
@@ -301,6 +302,7 @@ class MongoStore(MongoRequests, MongoHousekeeping):
             return []
         expired = now - timedelta(microseconds=1)
         lapsed_leases = {
+            **LEASED,
             "lease.owner": {"$in": owners},
             "lease.until_us": {"$gt": exact_micros(now)},
         }
@@ -308,7 +310,11 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         jobs = await self.jobs.update_many(lapsed_leases, ended)
         shards = await self.requests.update_many(lapsed_leases, ended)
         # Read back what this call ended (MongoDB's update does not say which).
-        ended_now = {"lease.owner": {"$in": owners}, "lease.until_us": exact_micros(expired)}
+        ended_now = {
+            **LEASED,
+            "lease.owner": {"$in": owners},
+            "lease.until_us": exact_micros(expired),
+        }
         held: list[tuple[str, int | None]] = []
         if jobs.modified_count:
             held += [(doc["_id"], None) async for doc in self.jobs.find(ended_now, {"_id": 1})]
@@ -338,7 +344,8 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         return await self._abandoned_at(now, expired)
 
     async def _expired_leases(self, now: datetime) -> list[tuple[str, int]]:
-        cursor = self.jobs.find({"lease.until_us": {"$lt": exact_micros(now)}}, {"fence": 1})
+        expired = {**LEASED, "lease.until_us": {"$lt": exact_micros(now)}}
+        cursor = self.jobs.find(expired, {"fence": 1})
         return [(doc["_id"], int(doc["fence"])) async for doc in cursor]
 
     async def _abandoned_at(self, now: datetime, leases: list[tuple[str, int]]) -> list[Execution]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from pymongo import (
+    AsyncMongoClient,
     IndexModel,
     ReplaceOne,
     UpdateMany,
@@ -36,6 +37,7 @@ from scheduler.store.mongodb_documents import (
     job_from_document,
 )
 
+Client = AsyncMongoClient[Doc]
 Collection = AsyncCollection[Doc]
 Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 
@@ -76,6 +78,21 @@ class MongoCollections(MongoDatabase):
     @property
     def outbox(self) -> Collection:
         return self.database["outbox"]
+
+    async def _prepare(self, client: Client) -> None:
+        await super()._prepare(client)
+        await self._add_pushdown_fields()
+
+    async def _add_pushdown_fields(self) -> None:
+        """Documents written before `leased` and `ended: false` existed get them, once: the
+        hot path filters on them (FerretDB pushes their equality down), so a document without
+        them would never be due, reaped or expired. Idempotent; matches nothing the second time.
+        """
+        for collection in (self.jobs, self.requests):
+            missing = {"leased": {"$exists": False}}
+            await collection.update_many({**missing, "lease": None}, {"$set": {"leased": False}})
+            await collection.update_many(missing, {"$set": {"leased": True}})
+        await self.requests.update_many({"ended": None}, {"$set": {"ended": False}})
 
     @translating_errors
     async def ping(self) -> None:

@@ -66,7 +66,15 @@ EXECUTION_TIMES = ("scheduled_at", "started_at", "finished_at")
 ADVANCE_TIMES = ("next_run_at", "last_execution.finished_at")
 
 # Free to run: enabled and not leased (a lease, live or expired, is reaped before a rerun).
-FREE: Doc = {"enabled": True, "lease": None}
+# `leased` mirrors `lease is not None` at the top level, where FerretDB 1.24 pushes its equality
+# down to PostgreSQL (it cannot push `lease: None` down, nor any filter on `lease.*`); `lease`
+# stays in the filter so that the lease itself decides (MongoDB serves it from jobs_due).
+FREE: Doc = {"enabled": True, "leased": False, "lease": None}
+# Holding a lease, live or expired: the few the reaper and the heartbeat look through.
+LEASED: Doc = {"leased": True}
+# A run request or shard entry not ended yet: `ended` is False until it ends (not None, which
+# FerretDB would not push down).
+NOT_ENDED: Doc = {"ended": False}
 # The lease's token is the job's fence: a claim increments the fence and sets the lease in one
 # statement, so the claim needs no read of the fence first. Leases written before that carry
 # their token too, and it always equals the fence.
@@ -84,6 +92,9 @@ JOB_INDEXES = [
         name="jobs_next",
     ),
     IndexModel([("lease.until_us", ASCENDING)], name="jobs_lease_expiry"),
+    # Single-field, so that FerretDB's PostgreSQL gets a GIN twin (scripts/services.sh) for
+    # the reaper's and the heartbeat's `leased: true`.
+    IndexModel([("leased", ASCENDING)], name="jobs_leased"),
     # The store call that last claimed or released the job: a batch's outcome is read back by
     # this one value (an equality FerretDB pushes down), not by an `_id` $in it cannot.
     IndexModel([("batch", ASCENDING)], name="jobs_batch"),
@@ -97,6 +108,7 @@ CHANGE_INDEXES = [
 REQUEST_INDEXES = [
     IndexModel([("not_before_us", ASCENDING)], name="requests_due"),
     IndexModel([("job_id", ASCENDING), ("scheduled_at_us", ASCENDING)], name="requests_by_job"),
+    IndexModel([("leased", ASCENDING)], name="requests_leased"),
 ]
 CHANGE_TIMES = ("at",)
 REQUEST_TIMES = (
@@ -161,7 +173,9 @@ def duplicate_job_error(job: Job, exc: DuplicateKeyError) -> StoreError:
 
 
 def job_document(job: Job) -> Doc:
-    return with_exact_times(job_to_doc(job), JOB_TIMES)
+    doc = with_exact_times(job_to_doc(job), JOB_TIMES)
+    doc["leased"] = job.lease is not None
+    return doc
 
 
 def job_from_document(doc: Doc) -> Job:
@@ -219,7 +233,7 @@ def due_filter(now: datetime, exclude_handlers: Sequence[str] = ()) -> Doc:
 def take_lease(claim: Claim, batch: str) -> Doc:
     """The claim's update: the next fence is the lease's token; `batch` names the claim call."""
     lease = {"owner": claim.owner, "until": claim.until}
-    taken = {"lease": with_exact_times(lease, ["until"]), "batch": batch}
+    taken = {"lease": with_exact_times(lease, ["until"]), "leased": True, "batch": batch}
     return {"$inc": {"fence": 1}, "$set": taken}
 
 
@@ -239,7 +253,7 @@ def claim_update(claim: Claim, batch: str) -> UpdateOne:
 def release_update(advance: Advance | None, *, schedule: bool = True) -> Doc:
     """Clear the lease; with an advance, record the run and (unless `schedule` is False: the
     job changed during the run) move the job on to its next run."""
-    changes: Doc = {"lease": None}
+    changes: Doc = {"lease": None, "leased": False}
     if advance is not None:
         state: Doc = {
             "consecutive_failures": advance.consecutive_failures,
@@ -286,7 +300,7 @@ def abandon_running(job_id: str, token: int, now: datetime) -> UpdateMany:
 
 
 def release_lease(job_id: str, token: int) -> UpdateOne:
-    return UpdateOne(held_by(job_id, token), {"$set": {"lease": None}})
+    return UpdateOne(held_by(job_id, token), {"$set": {"lease": None, "leased": False}})
 
 
 def executions_filter(query: ExecutionQuery) -> Doc:
@@ -374,7 +388,11 @@ def change_from_document(doc: Doc) -> JobChange:
 
 
 def request_document(request: RunRequest) -> Doc:
-    return with_exact_times(request_to_doc(request), REQUEST_TIMES)
+    doc = with_exact_times(request_to_doc(request), REQUEST_TIMES)
+    doc["leased"] = request.lease is not None
+    if doc["ended"] is None:
+        doc["ended"] = False  # NOT_ENDED; the codec reads False as not ended
+    return doc
 
 
 def request_from_document(doc: Doc) -> RunRequest:
@@ -389,7 +407,7 @@ def shard_held_by(entry_id: str, token: int) -> Doc:
 def shard_claim(entry: RunRequest, claim: Claim, batch: str) -> UpdateOne:
     """Lease the entry only if it is still as the due query read it: the same fence, and the
     same lease (none, or the one that expired)."""
-    read: Doc = {"_id": entry.id, "fence": entry.fence, "ended": None}
+    read: Doc = {"_id": entry.id, "fence": entry.fence, **NOT_ENDED}
     if entry.lease is None:
         read["lease"] = None
     else:
@@ -398,7 +416,8 @@ def shard_claim(entry: RunRequest, claim: Claim, batch: str) -> UpdateOne:
     lease = with_exact_times(
         {"owner": claim.owner, "token": token, "until": claim.until}, ["until"]
     )
-    return UpdateOne(read, {"$set": {"fence": token, "lease": lease, "batch": batch}})
+    taken = {"fence": token, "lease": lease, "leased": True, "batch": batch}
+    return UpdateOne(read, {"$set": taken})
 
 
 def shard_end(finish: Finish, batch: str) -> UpdateOne:
@@ -407,7 +426,7 @@ def shard_end(finish: Finish, batch: str) -> UpdateOne:
     execution, entry = finish.execution, finish.shard
     assert entry is not None
     assert execution.token is not None
-    changes: Doc = {"lease": None, "batch": batch}
+    changes: Doc = {"lease": None, "leased": False, "batch": batch}
     if execution.status is not Status.ABANDONED:
         assert execution.finished_at is not None
         summary = ExecutionSummary(

@@ -31,6 +31,7 @@ from scheduler.storage.mongodb import (
 from scheduler.store.mongodb_base import MongoCollections
 from scheduler.store.mongodb_documents import (
     LEASE_EXPIRED,
+    NOT_ENDED,
     abandon_running,
     execution_from_document,
     held_by,
@@ -86,7 +87,7 @@ class MongoRequests(MongoCollections):
     async def _due_requests_page(
         self, now: datetime, after: RunRequest | None, limit: int
     ) -> list[RunRequest]:
-        due: Doc = {"not_before_us": {"$lte": exact_micros(now)}, "ended": None}
+        due: Doc = {"not_before_us": {"$lte": exact_micros(now)}, **NOT_ENDED}
         if after is not None:
             at = exact_micros(after.not_before)
             due = {
@@ -242,7 +243,7 @@ class MongoRequests(MongoCollections):
     @translating_errors
     async def give_back_shards(self, shards: Sequence[tuple[RunRequest, int]]) -> None:
         updates = [
-            UpdateOne(shard_held_by(entry.id, token), {"$set": {"lease": None}})
+            UpdateOne(shard_held_by(entry.id, token), {"$set": {"lease": None, "leased": False}})
             for entry, token in shards
         ]
         await self._update_each(self.requests, updates)

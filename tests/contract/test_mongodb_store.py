@@ -22,7 +22,7 @@ from handlers.product_store.mongodb import MongoProductStore
 from handlers.product_store.mongodb_queries import ALERT_INDEXES
 from scheduler.codec import Doc, exact_micros
 from scheduler.model import Job
-from scheduler.ports import Claim, StoreError
+from scheduler.ports import Claim, RunRequest, StoreError
 from scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from scheduler.store.mongodb import MongoStore
 from tests.conftest import T0, make_job
@@ -334,3 +334,107 @@ async def test_a_server_that_never_answers_is_a_quick_transient_store_error() ->
     finally:
         await store.close()
         await silent.stop()
+
+
+def pushed_down(query: Mapping[str, Any]) -> bool:
+    """Whether FerretDB 1.24 can push part of this filter down to PostgreSQL: an equality on a
+    top-level field with a string, number or bool (`{f: v}`, `$eq`, `$ne`). Without one it
+    decodes every document of the collection to evaluate the filter in Go."""
+
+    def scalar(value: Any) -> bool:
+        return isinstance(value, str | int | float | bool)
+
+    for field, value in query.items():
+        if field.startswith("$") or "." in field:
+            continue
+        if scalar(value):
+            return True
+        if isinstance(value, Mapping) and any(
+            op in ("$eq", "$ne") and scalar(operand) for op, operand in value.items()
+        ):
+            return True
+    return False
+
+
+def filters_sent(commands: list[tuple[str, Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
+    """The filter of every read and write command: finds, counts' and aggregations' first
+    $match, and each statement of an update; not those on `instances` (one document an
+    instance)."""
+    found: list[Mapping[str, Any]] = []
+    for name, command in commands:
+        if command.get(name) == "instances":
+            continue
+        if name == "find":
+            found.append(command.get("filter", {}))
+        elif name == "aggregate" and command["pipeline"] and "$match" in command["pipeline"][0]:
+            found.append(command["pipeline"][0]["$match"])
+        elif name == "update":
+            found += [statement["q"] for statement in command["updates"]]
+    return found
+
+
+async def test_the_ticks_periodic_reads_filter_on_a_field_ferretdb_pushes_down(
+    server: Server,
+) -> None:
+    """The reaper, the heartbeat's expiry, the backlog gauge and the due queries of jobs and run
+    requests run every tick or every few seconds; on FerretDB a filter it cannot push down
+    decodes the whole collection each time."""
+    recorder = CommandRecorder()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
+    try:
+        async with opened(client, database=server.database) as store:
+            jobs = [make_job(f"job-{i}") for i in range(3)]
+            await store.insert_missing_jobs(jobs)
+            await store.claim_jobs([claim_of(jobs[0], owner="gone")], T0)
+            await store.beat("gone", T0 - timedelta(minutes=10))
+            recorder.commands.clear()
+
+            now = T0 + timedelta(minutes=1)
+            await store.due_jobs(now, 10, starved_before=T0)
+            await store.due_run_requests(now, 10)
+            await store.due_backlog(now)
+            assert await store.expire_lapsed_leases(T0, now, "alive") == [(jobs[0].id, None)]
+            reaped = await store.reap_expired_leases(now + timedelta(seconds=1))
+            assert reaped == []  # the claim recorded no execution; its lease is released
+            assert (await store.due_backlog(now)).due == 3
+
+        sent = filters_sent(recorder.commands)
+        assert sent
+        assert [query for query in sent if not pushed_down(query)] == []
+    finally:
+        await client.close()
+
+
+async def test_documents_written_before_the_pushdown_fields_are_due_and_reaped_after_open(
+    server: Server,
+) -> None:
+    """Jobs and run requests stored before `leased` and `ended: false` existed: the store adds
+    them once when it opens, so a free job is still due and an expired lease still reaped."""
+    free, held = make_job("free"), make_job("held")
+    request = RunRequest(
+        id="request-1",
+        job_id=free.id,
+        scheduled_at=T0,
+        reason="trigger",
+        not_before=T0,
+        created_at=T0,
+    )
+    async with opened(mongodb_url(server.database)) as store:
+        await store.insert_missing_jobs([free, held])
+        await store.claim_jobs([claim_of(held)], T0)
+        await store.insert_run_requests([request])
+    db = server.admin[server.database]
+    await db["jobs"].update_many({}, {"$unset": {"leased": ""}})
+    await db["run_requests"].update_many({}, {"$set": {"ended": None}, "$unset": {"leased": ""}})
+
+    async with opened(mongodb_url(server.database)) as store:
+        after_lease = T0 + timedelta(minutes=6)
+        assert [job.id for job in await store.due_jobs(T0, 10)] == [free.id]
+        assert [(r.id, job.id) for r, job in await store.due_run_requests(T0, 10)] == [
+            (request.id, free.id)
+        ]
+        await store.reap_expired_leases(after_lease)
+        assert {job.id for job in await store.due_jobs(after_lease, 10)} == {free.id, held.id}
+    async with opened(mongodb_url(server.database)):  # a second open changes nothing more
+        pass
+    assert await db["jobs"].count_documents({"leased": {"$exists": False}}) == 0
