@@ -309,6 +309,11 @@ class MongoDatabase:
     def client_options(self, url: str) -> dict[str, Any]:
         return client_options(url)
 
+    @property
+    def on_ferretdb(self) -> bool:
+        """Set at open: the server is FerretDB (it has a statement limit; MongoDB none)."""
+        return self._statements_per_update is not None
+
     @translating_errors
     async def open(self) -> None:
         if self._client is None:

@@ -69,6 +69,8 @@ class MongoHousekeeping(MongoCollections):
     @translating_errors
     async def outbox_backlog(self) -> OutboxBacklog:
         unsent = await self.outbox.count_documents(UNSENT)
+        if not unsent:  # the usual case, one read: nothing to sort
+            return OutboxBacklog(unsent=0, oldest_written_at=None)
         oldest = await self.outbox.find_one(UNSENT, sort=OUTBOX_ORDER)
         return OutboxBacklog(
             unsent=unsent,
