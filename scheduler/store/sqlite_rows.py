@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -461,6 +462,37 @@ def job_from_row(row: sqlite3.Row) -> Job:
         created_at=_time(row["created_at"]),
         updated_at=_time(row["updated_at"]),
     )
+
+
+# What a claim writes: a claimed job's row differs from the one the due query read only here.
+CLAIM_COLUMNS = frozenset({"lease_owner", "lease_token", "lease_until", "fence"})
+JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
+
+
+@functools.lru_cache(maxsize=8)
+def _unclaimed_part(columns: tuple[str, ...]) -> operator.itemgetter[tuple[Any, ...]]:
+    return operator.itemgetter(*(i for i, name in enumerate(columns) if name not in CLAIM_COLUMNS))
+
+
+def lease_changes_only(row: sqlite3.Row, before: tuple[Any, ...]) -> bool:
+    """Whether `row` is `before` (a row of the same query shape) but for the claim's columns."""
+    part = _unclaimed_part(tuple(row.keys()))
+    return bool(part(tuple(row)) == part(before))
+
+
+def with_claim(job: Job, row: sqlite3.Row) -> Job:
+    """`job` with the lease and fence of its claimed `row`; the rest was validated when `job`
+    was decoded and is unchanged (lease_changes_only), so it is copied, not built again."""
+    claimed = object.__new__(Job)
+    for name in JOB_FIELDS:
+        object.__setattr__(claimed, name, getattr(job, name))
+    token = row["lease_token"]
+    lease = None
+    if token is not None:
+        lease = Lease(owner=row["lease_owner"], token=int(token), until=_time(row["lease_until"]))
+    object.__setattr__(claimed, "lease", lease)
+    object.__setattr__(claimed, "fence", int(row["fence"]))
+    return claimed
 
 
 # Distinct values are few (the same schedule text for every job of a kind), the objects frozen.
