@@ -47,12 +47,12 @@ from scheduler.store.sqlite_rows import (
     job_filters,
     job_from_row,
     job_row,
-    lease_changes_only,
     record_change_row,
     release_sql,
     request_row,
     shard_end_sql,
     to_row,
+    unclaimed_part,
     with_claim,
     write_events,
 )
@@ -209,10 +209,13 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         """The winners of a claim: a job the due query read, and whose row the claim changed
         only in its lease and fence, is that job with the claim's lease, not decoded again."""
         read, self._due_read = self._due_read, {}
+        if not rows:
+            return []
+        unclaimed = unclaimed_part(rows[0].keys())  # every row of the batch has the same shape
         claimed = []
         for row in rows:
             seen = read.get(row["id"])
-            if seen is not None and lease_changes_only(row, seen[0]):
+            if seen is not None and unclaimed(tuple(row)) == unclaimed(seen[0]):
                 claimed.append(with_claim(seen[1], row))
             else:
                 claimed.append(job_from_row(row))

@@ -469,20 +469,14 @@ CLAIM_COLUMNS = frozenset({"lease_owner", "lease_token", "lease_until", "fence"}
 JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
 
 
-@functools.lru_cache(maxsize=8)
-def _unclaimed_part(columns: tuple[str, ...]) -> operator.itemgetter[tuple[Any, ...]]:
+def unclaimed_part(columns: Sequence[str]) -> operator.itemgetter[tuple[Any, ...]]:
+    """What of a job's row (as a tuple, of these columns) a claim leaves as it was."""
     return operator.itemgetter(*(i for i, name in enumerate(columns) if name not in CLAIM_COLUMNS))
-
-
-def lease_changes_only(row: sqlite3.Row, before: tuple[Any, ...]) -> bool:
-    """Whether `row` is `before` (a row of the same query shape) but for the claim's columns."""
-    part = _unclaimed_part(tuple(row.keys()))
-    return bool(part(tuple(row)) == part(before))
 
 
 def with_claim(job: Job, row: sqlite3.Row) -> Job:
     """`job` with the lease and fence of its claimed `row`; the rest was validated when `job`
-    was decoded and is unchanged (lease_changes_only), so it is copied, not built again."""
+    was decoded and is unchanged (unclaimed_part), so it is copied, not built again."""
     claimed = object.__new__(Job)
     for name in JOB_FIELDS:
         object.__setattr__(claimed, name, getattr(job, name))
