@@ -118,6 +118,9 @@ class Runner:
         self._stuck: set[asyncio.Future[Any]] = set()
         # One SSRF-safe HTTP session for all handlers, opened on first use (inside the loop).
         self._http: aiohttp.ClientSession | None = None
+        # What a run's context shares with every run of its handler, made on its first run.
+        self._handler_logs: dict[str, logging.Logger] = {}
+        self._handler_configs: dict[str, Mapping[str, Any]] = {}
 
     async def run(self, task: Task) -> None:
         if not await self._still_ours(task):
@@ -281,20 +284,30 @@ class Runner:
             idempotency_key=task.execution.idempotency_key,
             shard=task.execution.shard,
             shards=task.execution.shards,
-            logger=logging.LoggerAdapter(
-                logging.getLogger(f"tickd.handler.{job.handler}"), {FIELDS: fields}
-            ),
+            logger=logging.LoggerAdapter(self._handler_log(job.handler), {FIELDS: fields}),
             clock=self.ports.clock,
             mailer=self.ports.mailer,
             http=self._http_session(),
-            # Read-only: one mapping serves every run of the handler.
-            config=MappingProxyType(dict(self.settings.handler_settings.get(job.handler, {}))),
+            config=self._handler_config(job.handler),
             resources={
                 r.name: self.resources[r.name]
                 for r in handler.resources
                 if r.name in self.resources
             },
         )
+
+    def _handler_log(self, handler: str) -> logging.Logger:
+        # logging.getLogger takes the logging module's lock: once per handler, not per run.
+        if handler not in self._handler_logs:
+            self._handler_logs[handler] = logging.getLogger(f"tickd.handler.{handler}")
+        return self._handler_logs[handler]
+
+    def _handler_config(self, handler: str) -> Mapping[str, Any]:
+        """Read-only: one mapping serves every run of the handler."""
+        if handler not in self._handler_configs:
+            table = self.settings.handler_settings.get(handler, {})
+            self._handler_configs[handler] = MappingProxyType(dict(table))
+        return self._handler_configs[handler]
 
     # -- after the handler ----------------------------------------------------------------------
 
