@@ -370,7 +370,9 @@ class Runner:
         # Dead letters and automatic re-drives: scheduler/dead_letters.py. A shard of a
         # scheduled occurrence re-runs nothing; one of a requested occurrence does.
         asked = task.request if entry is None or entry.advance_from is None else None
-        end = replace(finish_of(task.job, asked, execution, advance), shard=entry)
+        end = finish_of(task.job, asked, execution, advance)
+        if entry is not None:
+            end = replace(end, shard=entry)
         return end.execution, advance, end
 
     def _ended(
