@@ -228,7 +228,7 @@ class Runner:
             return Outcome(status=Status.TIMEOUT, error=_error("Timeout", "deadline reached"))
         future = self._start(handler, ctx)
         try:
-            done, _ = await asyncio.wait({future}, timeout=remaining)
+            done = await _done_within(future, remaining)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -447,6 +447,29 @@ class Runner:
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
+
+
+async def _done_within(future: asyncio.Future[Any], seconds: float) -> bool:
+    """Whether `future` is done within `seconds`: asyncio.wait({future}, timeout=seconds) for
+    the one future of a run, without the sets, counter and extra callbacks it makes each time
+    (about 3 us of a run's start)."""
+    if future.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(seconds, wake)
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+    return future.done()
 
 
 # Masking is linear in what it reads, but a large value still takes milliseconds: that goes to a
