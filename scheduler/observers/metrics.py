@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+from prometheus_client import Counter, Histogram
+
 from scheduler.metrics import Metrics
-from scheduler.model import Execution, Job
+from scheduler.model import Execution, Job, Priority, Status
 from scheduler.observers import RunObserver
 
 
 class MetricsObserver(RunObserver):
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        # The series every run touches, by their labels: prometheus_client's `labels()` takes a
+        # lock and checks its arguments on each call, a cost per run in a burst.
+        self._lags: dict[tuple[str, Priority], Histogram] = {}
+        self._ends: dict[tuple[str, Status], tuple[Counter, Histogram]] = {}
 
     def misfired(self, job: Job, count: int) -> None:
         self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(count)
 
     def started(self, job: Job, execution: Execution, lag_seconds: float) -> None:
-        lag = self.metrics.fire_lag.labels(job.handler, job.priority.name.lower())
+        key = (job.handler, job.priority)
+        lag = self._lags.get(key)
+        if lag is None:
+            lag = self._lags[key] = self.metrics.fire_lag.labels(
+                job.handler, job.priority.name.lower()
+            )
         lag.observe(max(0.0, lag_seconds))
 
     def retrying(
@@ -30,9 +41,17 @@ class MetricsObserver(RunObserver):
         self.metrics.fenced.inc()
 
     def finished(self, job: Job, execution: Execution) -> None:
-        self.metrics.executions.labels(job.handler, str(execution.status)).inc()
+        key = (job.handler, execution.status)
+        series = self._ends.get(key)
+        if series is None:
+            series = self._ends[key] = (
+                self.metrics.executions.labels(job.handler, str(execution.status)),
+                self.metrics.duration.labels(job.handler),
+            )
+        executions, duration = series
+        executions.inc()
         if execution.duration_ms is not None:
-            self.metrics.duration.labels(job.handler).observe(execution.duration_ms / 1000)
+            duration.observe(execution.duration_ms / 1000)
 
     def not_recorded(self, job: Job, execution: Execution, error: str) -> None:
         self.metrics.store_errors.labels("finish_execution").inc()

@@ -52,6 +52,8 @@ from scheduler.store.sqlite_rows import (
     request_row,
     shard_end_sql,
     to_row,
+    unclaimed_part,
+    with_claim,
     write_events,
 )
 
@@ -62,6 +64,12 @@ PRIORITIES = f"({', '.join(str(int(p)) for p in Priority)})"
 
 class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
     """Jobs and executions in one SQLite file: a batch of the engine is one transaction."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        # The last due query's jobs by id, with their rows: the claim that follows it reads the
+        # winners back and decodes only those whose row changed beyond the claim's own columns.
+        self._due_read: dict[str, tuple[tuple[Any, ...], Job]] = {}
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -172,7 +180,10 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         # are never read (without the IN, SQLite walks them or sorts every due job).
         by_urgency = f" AND priority IN {PRIORITIES} ORDER BY priority, next_run_at LIMIT ?"
         if starved_before is None:
-            return await self._jobs(due + by_urgency, (micros(now), *exclude_handlers, limit))
+            args = (micros(now), *exclude_handlers, limit)
+            return self._decode_due(
+                await self._run(lambda db: db.execute(due + by_urgency, args).fetchall())
+            )
         # The starved first, as if more urgent than critical, oldest first; then the others by
         # urgency. Two queries, each walking an index and stopping at its limit: one ORDER BY
         # over both would sort every due job (a burst of 30,000, every tick).
@@ -187,7 +198,28 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             rest = (micros(now), *exclude_handlers, bound, limit - len(first))
             return first + db.execute(others, rest).fetchall()
 
-        return [job_from_row(row) for row in await self._run(query)]
+        return self._decode_due(await self._run(query))
+
+    def _decode_due(self, rows: list[sqlite3.Row]) -> list[Job]:
+        jobs = [job_from_row(row) for row in rows]
+        self._due_read = {job.id: (tuple(row), job) for row, job in zip(rows, jobs, strict=True)}
+        return jobs
+
+    def _decode_claimed(self, rows: list[sqlite3.Row]) -> list[Job]:
+        """The winners of a claim: a job the due query read, and whose row the claim changed
+        only in its lease and fence, is that job with the claim's lease, not decoded again."""
+        read, self._due_read = self._due_read, {}
+        if not rows:
+            return []
+        unclaimed = unclaimed_part(rows[0].keys())  # every row of the batch has the same shape
+        claimed = []
+        for row in rows:
+            seen = read.get(row["id"])
+            if seen is not None and unclaimed(tuple(row)) == unclaimed(seen[0]):
+                claimed.append(with_claim(seen[1], row))
+            else:
+                claimed.append(job_from_row(row))
+        return claimed
 
     async def due_backlog(self, now: datetime) -> Backlog:
         sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= ?"
@@ -214,7 +246,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             # Read the winners back: the set of rows that now carry our lease.
             return db.execute(select, (owner, *ids)).fetchall()
 
-        return [job_from_row(row) for row in await self._run(claim)]
+        return self._decode_claimed(await self._run(claim))
 
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         sql = "UPDATE jobs SET lease_until = ? WHERE id = ? AND lease_token = ?"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from scheduler.codec import (
@@ -23,7 +24,6 @@ from scheduler.codec import (
     request_to_doc,
     schedule_from_doc,
     summary_from_doc,
-    summary_to_doc,
     to_json_ready,
 )
 from scheduler.events import event_time, execution_event
@@ -298,8 +298,23 @@ def shard_end_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
         finished_at=execution.finished_at,
         error=execution.error.message if execution.error else None,
     )
-    ended = json.dumps(to_json_ready(summary_to_doc(summary)))
+    ended = summary_text(summary)
     return f"UPDATE run_requests SET {CLEAR_LEASE}, ended = ? {where}", (ended, *fence)
+
+
+def summary_text(summary: ExecutionSummary | None) -> str:
+    """summary_to_doc as JSON, written out directly: one per run's end, and the generic
+    walk for datetimes (to_json_ready) cost more than the rest of the fenced release."""
+    if summary is None:
+        return "null"
+    return json.dumps(
+        {
+            "execution_id": summary.execution_id,
+            "status": str(summary.status),
+            "finished_at": summary.finished_at.astimezone(UTC).isoformat(),
+            "error": summary.error,
+        }
+    )
 
 
 def release_sql(
@@ -310,7 +325,7 @@ def release_sql(
     fence = (job_id, token)
     if advance is None:
         return f"UPDATE jobs SET {clear} WHERE id = ? AND lease_token = ?", fence
-    summary = json.dumps(to_json_ready(summary_to_doc(advance.last_execution)))
+    summary = summary_text(advance.last_execution)
     # The schedule moves only if ops did not change the job during the run (see Advance).
     unchanged = "CASE WHEN revision = ? THEN ? ELSE {0} END"
     return (
@@ -461,6 +476,31 @@ def job_from_row(row: sqlite3.Row) -> Job:
         created_at=_time(row["created_at"]),
         updated_at=_time(row["updated_at"]),
     )
+
+
+# What a claim writes: a claimed job's row differs from the one the due query read only here.
+CLAIM_COLUMNS = frozenset({"lease_owner", "lease_token", "lease_until", "fence"})
+JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
+
+
+def unclaimed_part(columns: Sequence[str]) -> operator.itemgetter[tuple[Any, ...]]:
+    """What of a job's row (as a tuple, of these columns) a claim leaves as it was."""
+    return operator.itemgetter(*(i for i, name in enumerate(columns) if name not in CLAIM_COLUMNS))
+
+
+def with_claim(job: Job, row: sqlite3.Row) -> Job:
+    """`job` with the lease and fence of its claimed `row`; the rest was validated when `job`
+    was decoded and is unchanged (unclaimed_part), so it is copied, not built again."""
+    claimed = object.__new__(Job)
+    for name in JOB_FIELDS:
+        object.__setattr__(claimed, name, getattr(job, name))
+    token = row["lease_token"]
+    lease = None
+    if token is not None:
+        lease = Lease(owner=row["lease_owner"], token=int(token), until=_time(row["lease_until"]))
+    object.__setattr__(claimed, "lease", lease)
+    object.__setattr__(claimed, "fence", int(row["fence"]))
+    return claimed
 
 
 # Distinct values are few (the same schedule text for every job of a kind), the objects frozen.
