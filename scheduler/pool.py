@@ -30,6 +30,9 @@ class WorkerPool:
         self.room_freed = asyncio.Event()  # there is room for such a batch
         self.inflight: Counter[str] = Counter()  # by handler: queued or running
         self._running: dict[str, str] = {}  # execution id -> job name, for the watchdog
+        # Jobs started since the watchdog last asked: a run may start, block the loop and end
+        # between two of its wake-ups, and it must still be named.
+        self._started_since_asked: set[str] = set()
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
 
     def start(self) -> None:
@@ -38,8 +41,10 @@ class WorkerPool:
         ]
 
     def running_jobs(self) -> list[str]:
-        """The names of the jobs whose runs the workers are on now."""
-        return list(self._running.values())
+        """The names of the jobs whose runs the workers are on now, or started since the last
+        call (the watchdog's, which is the only caller)."""
+        started, self._started_since_asked = self._started_since_asked, set()
+        return sorted(started.union(self._running.values()))
 
     def in_flight(self) -> list[Task]:
         """The tasks queued or running."""
@@ -83,6 +88,7 @@ class WorkerPool:
             self.busy += 1
             self._metrics.busy_workers.set(self.busy)
             self._running[task.execution.id] = task.job.name
+            self._started_since_asked.add(task.job.name)
             try:
                 await self._runner.run(task)
             except asyncio.CancelledError:
