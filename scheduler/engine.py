@@ -24,7 +24,7 @@ from scheduler.backoff import backoff_delay
 from scheduler.config import Settings
 from scheduler.events import event_source
 from scheduler.heartbeat import Heartbeat
-from scheduler.lock import lock_key, shard_lock_key
+from scheduler.lock import lock_key
 from scheduler.logs import log_event
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, ExecutionError, Job, Status, new_id
@@ -37,7 +37,7 @@ from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreErro
 from scheduler.registry import HandlerRegistry
 from scheduler.relay import Relay
 from scheduler.runner import Outcome, Runner, Task
-from scheduler.shards import shard_entries
+from scheduler.shards import run_lock_key, shard_entries, shard_entry_of
 from scheduler.timers import Timers
 from scheduler.watchdog import LoopWatchdog
 
@@ -73,17 +73,11 @@ class DueRun:
 
     @property
     def shard_entry(self) -> RunRequest | None:
-        """The shard entry it runs, for a shard of an occurrence in progress."""
-        if self.request is not None and self.request.occurrence is not None:
-            return self.request
-        return None
+        return shard_entry_of(self.request)
 
     @property
     def lock_key(self) -> str:
-        entry = self.shard_entry
-        if entry is not None and entry.shard is not None:
-            return shard_lock_key(self.job.id, entry.shard)
-        return lock_key(self.job.id)
+        return run_lock_key(self.job.id, self.request)
 
     @property
     def token(self) -> int:

@@ -279,3 +279,13 @@ class Execution:
         if self.shards == 1:
             return self.occurrence
         return f"{self.occurrence}:shard-{self.shard}"
+
+    def summary(self) -> ExecutionSummary:
+        """What a job (or a shard's entry) keeps of its last run, once the run has ended."""
+        assert self.finished_at is not None
+        return ExecutionSummary(
+            execution_id=self.id,
+            status=self.status,
+            finished_at=self.finished_at,
+            error=self.error.message if self.error else None,
+        )

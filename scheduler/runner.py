@@ -28,7 +28,6 @@ from scheduler.finishing import Ending, Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
 from scheduler.leftovers import tasks_ending_with_the_run
-from scheduler.lock import lock_key, shard_lock_key
 from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
@@ -36,7 +35,7 @@ from scheduler.planning import Plan, advance_after, keep_schedule
 from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
 from scheduler.registry import HandlerRegistry
 from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
-from scheduler.shards import all_ended, outcome
+from scheduler.shards import all_ended, outcome, run_lock_key, shard_entry_of
 
 log = logging.getLogger("tickd.runner")
 P = ParamSpec("P")
@@ -65,16 +64,11 @@ class Task:
 
     @property
     def shard_entry(self) -> RunRequest | None:
-        if self.request is not None and self.request.occurrence is not None:
-            return self.request
-        return None
+        return shard_entry_of(self.request)
 
     @property
     def lock_key(self) -> str:
-        entry = self.shard_entry
-        if entry is not None and entry.shard is not None:
-            return shard_lock_key(self.job.id, entry.shard)
-        return lock_key(self.job.id)
+        return run_lock_key(self.job.id, self.request)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -431,13 +425,7 @@ class Runner:
     def _advance(self, task: Task, execution: Execution) -> Advance | None:
         if execution.status is Status.ABANDONED:
             return None
-        assert execution.finished_at is not None
-        summary = ExecutionSummary(
-            execution_id=execution.id,
-            status=execution.status,
-            finished_at=execution.finished_at,
-            error=execution.error.message if execution.error else None,
-        )
+        summary = execution.summary()
         if task.request is not None:
             return keep_schedule(task.job, summary)
         return advance_after(

@@ -21,11 +21,28 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from scheduler.lock import lock_key, shard_lock_key
 from scheduler.model import ExecutionSummary, Job, Status
 from scheduler.ports import RunRequest, shard_fence
 
 # The reason of a shard entry, among the run requests.
 SHARD = "shard"
+
+
+def shard_entry_of(request: RunRequest | None) -> RunRequest | None:
+    """The shard entry a run runs, if it is a shard of an occurrence in progress (a request to
+    re-run one shard alone is an ordinary request)."""
+    if request is not None and request.occurrence is not None:
+        return request
+    return None
+
+
+def run_lock_key(job_id: str, request: RunRequest | None) -> str:
+    """What a run locks: its shard, for a shard of an occurrence in progress; else its job."""
+    entry = shard_entry_of(request)
+    if entry is not None and entry.shard is not None:
+        return shard_lock_key(job_id, entry.shard)
+    return lock_key(job_id)
 
 
 def shard_entries(

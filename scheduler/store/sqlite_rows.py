@@ -292,12 +292,7 @@ def shard_end_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
     where = "WHERE job_id = ? AND lease_token = ?"
     if execution.status is Status.ABANDONED:
         return f"UPDATE run_requests SET {CLEAR_LEASE} {where}", fence
-    summary = ExecutionSummary(
-        execution_id=execution.id,
-        status=execution.status,
-        finished_at=execution.finished_at,
-        error=execution.error.message if execution.error else None,
-    )
+    summary = execution.summary()
     ended = summary_text(summary)
     return f"UPDATE run_requests SET {CLEAR_LEASE}, ended = ? {where}", (ended, *fence)
 
