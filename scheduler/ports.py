@@ -448,7 +448,8 @@ class Store(Protocol):
 
     async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
         """Delete at most `limit` events marked sent before `before`; returns how many. Unsent
-        events are never pruned."""
+        events are never pruned. A store may keep some up to a minute longer (MongoDB prunes by
+        the minute they were sent in, which FerretDB can look up without reading the rest)."""
 
     async def outbox_backlog(self) -> OutboxBacklog:
         """How many events are unsent, and when the oldest of them was written."""

@@ -34,7 +34,7 @@ from scheduler.codec import (
     summary_to_doc,
 )
 from scheduler.events import event_time, execution_event
-from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Status
+from scheduler.model import DeadLetter, Execution, Job, Status
 from scheduler.ports import (
     Advance,
     Claim,
@@ -148,8 +148,13 @@ OUTBOX_ORDER = [
 # Not sent yet. `sent` is what FerretDB pushes down (it cannot push `sent_at_us: None` down, and
 # would decode every event ever written); events written before `sent` existed lack it, hence $ne.
 UNSENT: Doc = {"sent": {"$ne": True}, "sent_at_us": None}
+# Sent events are pruned by the minute they were sent in (`sent_minute`): an equality FerretDB
+# pushes down (and its index's GIN twin serves), where a range on `sent_at_us` would decode every
+# event the outbox still holds on each prune.
+MINUTE_US = 60_000_000
 OUTBOX_INDEXES = [
     IndexModel([("sent_at_us", ASCENDING), *OUTBOX_ORDER], name="outbox_unsent"),
+    IndexModel([("sent_minute", ASCENDING)], name="outbox_sent_minute"),
 ]
 
 P = ParamSpec("P")
@@ -428,13 +433,7 @@ def shard_end(finish: Finish, batch: str) -> UpdateOne:
     assert execution.token is not None
     changes: Doc = {"lease": None, "leased": False, "batch": batch}
     if execution.status is not Status.ABANDONED:
-        assert execution.finished_at is not None
-        summary = ExecutionSummary(
-            execution_id=execution.id,
-            status=execution.status,
-            finished_at=execution.finished_at,
-            error=execution.error.message if execution.error else None,
-        )
+        summary = execution.summary()
         changes["ended"] = with_exact_times(summary_to_doc(summary) or {}, ["finished_at"])
     return UpdateOne(shard_held_by(entry.id, execution.token), {"$set": changes})
 

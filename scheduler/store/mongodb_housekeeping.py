@@ -29,6 +29,7 @@ from scheduler.storage.mongodb import (
 )
 from scheduler.store.mongodb_base import MongoCollections
 from scheduler.store.mongodb_documents import (
+    MINUTE_US,
     NEWEST_FIRST,
     OUTBOX_ORDER,
     PRUNABLE,
@@ -37,9 +38,21 @@ from scheduler.store.mongodb_documents import (
     retention_scope,
 )
 
+# A prune looks at this many minutes' buckets at most (a relay that was stopped for a day
+# catches up over several calls).
+PRUNE_MINUTES_PER_CALL = 60
+
+
+def minute_of(micros: int) -> int:
+    return micros // MINUTE_US
+
 
 class MongoHousekeeping(MongoCollections):
     """The outbox, dead letters and retention of MongoStore."""
+
+    # The last minute whose sent events are all pruned; None until this store's first prune
+    # has gone through what it found sent before (an earlier process's, or unbucketed ones).
+    _pruned_through: int | None = None
 
     # -- the outbox -------------------------------------------------------------------------------
 
@@ -50,15 +63,49 @@ class MongoHousekeeping(MongoCollections):
 
     @translating_errors
     async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
+        sent_at = exact_micros(now)
         for ids in chunks(event_ids, 1000):
             await self.outbox.update_many(
                 {"_id": {"$in": list(ids)}, **UNSENT},
-                {"$set": {"sent": True, "sent_at_us": exact_micros(now)}},
+                {"$set": {"sent": True, "sent_at_us": sent_at, "sent_minute": minute_of(sent_at)}},
             )
 
     @translating_errors
     async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
-        old = {"sent_at_us": {"$ne": None, "$lt": exact_micros(before)}}
+        """By whole minutes of sending, each read by its bucket: an event is kept until the
+        minute it was sent in has passed `before` entirely (up to a minute longer than asked)."""
+        last_whole = minute_of(exact_micros(before)) - 1
+        if self._pruned_through is None:
+            deleted = await self._prune_sent_before(exact_micros(before), limit)
+            if deleted < limit:  # nothing older left: from now on, by the minute
+                self._pruned_through = last_whole
+            return deleted
+        deleted = 0
+        first = self._pruned_through + 1
+        for minute in range(first, min(last_whole, first + PRUNE_MINUTES_PER_CALL - 1) + 1):
+            emptied, count = await self._prune_minute(minute, limit - deleted)
+            deleted += count
+            if not emptied:
+                break
+            self._pruned_through = minute
+        return deleted
+
+    async def _prune_minute(self, minute: int, limit: int) -> tuple[bool, int]:
+        """Up to `limit` of the events sent in `minute`: whether none is left, and how many went."""
+        if limit <= 0:
+            return False, 0
+        bucket = {"sent_minute": minute}
+        cursor = self.outbox.find(bucket, {"_id": 1}).limit(limit + 1)
+        ids = [doc["_id"] async for doc in in_one_batch(cursor, limit + 1)]
+        if not ids:
+            return True, 0
+        result = await self.outbox.delete_many({**bucket, "_id": {"$in": ids[:limit]}})
+        return len(ids) <= limit, int(result.deleted_count)
+
+    async def _prune_sent_before(self, before_us: int, limit: int) -> int:
+        """Events sent before `before_us`, whatever their bucket: a whole read of what was sent,
+        so only once per store (and again while more than `limit` are found)."""
+        old = {"sent_at_us": {"$ne": None, "$lt": before_us}}  # events of any version
         cursor = self.outbox.find(old, {"_id": 1}).limit(limit)
         ids = [doc["_id"] async for doc in in_one_batch(cursor, limit)]
         if not ids:

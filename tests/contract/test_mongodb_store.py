@@ -26,6 +26,7 @@ from scheduler.ports import Claim, RunRequest, StoreError
 from scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from scheduler.store.mongodb import MongoStore
 from tests.conftest import T0, make_job
+from tests.contract.test_store import SOURCE, claimed, running
 from tests.fixtures.services import MONGODB_URL
 from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
 
@@ -370,6 +371,8 @@ def filters_sent(commands: list[tuple[str, Mapping[str, Any]]]) -> list[Mapping[
             found.append(command["pipeline"][0]["$match"])
         elif name == "update":
             found += [statement["q"] for statement in command["updates"]]
+        elif name == "delete":
+            found += [statement["q"] for statement in command["deletes"]]
     return found
 
 
@@ -408,6 +411,39 @@ async def test_the_ticks_periodic_reads_filter_on_a_field_ferretdb_pushes_down(
             reaped = await store.reap_expired_leases(now + timedelta(seconds=1))
             assert reaped == []  # the claim recorded no execution; its lease is released
             assert (await store.due_backlog(now)).due == 3
+
+        sent = filters_sent(recorder.commands)
+        assert sent
+        assert [query for query in sent if not pushed_down(query)] == []
+    finally:
+        await client.close()
+
+
+async def test_the_relays_pruning_reads_one_minute_of_sent_events_at_a_time(
+    server: Server,
+) -> None:
+    """The relay prunes sent events after every pass; on FerretDB a range on when they were sent
+    decoded every event the outbox held, and at 100 events a second the relay fell behind. After
+    its first prune (which clears whatever an earlier process left), it reads by the minute."""
+    if not await server.is_ferretdb():
+        pytest.skip("MongoDB serves these filters from its indexes")
+    recorder = CommandRecorder()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
+    try:
+        async with opened(client, database=server.database) as store:
+            jobs = [make_job(f"job-{i}") for i in range(2)]
+            for job in jobs:
+                await store.insert_job(job)
+            runs = [running(await claimed(store, job), 1) for job in jobs]
+            await store.insert_executions(runs, event_source=SOURCE)
+            first, second = await store.unsent_events(10)
+            await store.mark_events_sent([first.id], T0)
+            assert await store.prune_sent_events(T0 + timedelta(minutes=5), limit=10) == 1
+            await store.mark_events_sent([second.id], T0 + timedelta(minutes=6))
+            recorder.commands.clear()
+
+            assert await store.prune_sent_events(T0 + timedelta(minutes=6), limit=10) == 0
+            assert await store.prune_sent_events(T0 + timedelta(minutes=8), limit=10) == 1
 
         sent = filters_sent(recorder.commands)
         assert sent
