@@ -376,47 +376,61 @@ def filters_sent(commands: list[tuple[str, Mapping[str, Any]]]) -> list[Mapping[
     return found
 
 
-async def test_the_ticks_periodic_reads_filter_on_a_field_ferretdb_pushes_down(
+@asynccontextmanager
+async def ferretdb_store_recorded(
     server: Server,
-) -> None:
-    """The reaper, the heartbeat's expiry, the backlog gauge and the due queries of jobs and run
-    requests run every tick or every few seconds; on FerretDB a filter it cannot push down
-    decodes the whole collection each time."""
+) -> AsyncIterator[tuple[MongoStore, CommandRecorder]]:
+    """A store on FerretDB whose commands are recorded (the test is skipped on MongoDB, whose
+    indexes serve any of these filters)."""
     if not await server.is_ferretdb():
         pytest.skip("MongoDB serves these filters from its indexes")
     recorder = CommandRecorder()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
     try:
         async with opened(client, database=server.database) as store:
-            jobs = [make_job(f"job-{i}") for i in range(3)]
-            await store.insert_missing_jobs(jobs)
-            await store.claim_jobs([claim_of(jobs[0], owner="gone")], T0)
-            await store.beat("gone", T0 - timedelta(minutes=10))
-            triggered = RunRequest(
-                id="request-1",
-                job_id=jobs[1].id,
-                scheduled_at=T0,
-                reason="trigger",
-                not_before=T0,
-                created_at=T0,
-            )
-            await store.insert_run_requests([triggered])
-            recorder.commands.clear()
-
-            now = T0 + timedelta(minutes=1)
-            await store.due_jobs(now, 10, starved_before=T0)
-            assert [r.id for r, _ in await store.due_run_requests(now, 10)] == [triggered.id]
-            await store.due_backlog(now)
-            assert await store.expire_lapsed_leases(T0, now, "alive") == [(jobs[0].id, None)]
-            reaped = await store.reap_expired_leases(now + timedelta(seconds=1))
-            assert reaped == []  # the claim recorded no execution; its lease is released
-            assert (await store.due_backlog(now)).due == 3
-
-        sent = filters_sent(recorder.commands)
-        assert sent
-        assert [query for query in sent if not pushed_down(query)] == []
+            yield store, recorder
     finally:
         await client.close()
+
+
+def assert_every_filter_pushed_down(recorder: CommandRecorder) -> None:
+    sent = filters_sent(recorder.commands)
+    assert sent
+    assert [query for query in sent if not pushed_down(query)] == []
+
+
+async def test_the_ticks_periodic_reads_filter_on_a_field_ferretdb_pushes_down(
+    server: Server,
+) -> None:
+    """The reaper, the heartbeat's expiry, the backlog gauge and the due queries of jobs and run
+    requests run every tick or every few seconds; on FerretDB a filter it cannot push down
+    decodes the whole collection each time."""
+    async with ferretdb_store_recorded(server) as (store, recorder):
+        jobs = [make_job(f"job-{i}") for i in range(3)]
+        await store.insert_missing_jobs(jobs)
+        await store.claim_jobs([claim_of(jobs[0], owner="gone")], T0)
+        await store.beat("gone", T0 - timedelta(minutes=10))
+        triggered = RunRequest(
+            id="request-1",
+            job_id=jobs[1].id,
+            scheduled_at=T0,
+            reason="trigger",
+            not_before=T0,
+            created_at=T0,
+        )
+        await store.insert_run_requests([triggered])
+        recorder.commands.clear()
+
+        now = T0 + timedelta(minutes=1)
+        await store.due_jobs(now, 10, starved_before=T0)
+        assert [r.id for r, _ in await store.due_run_requests(now, 10)] == [triggered.id]
+        await store.due_backlog(now)
+        assert await store.expire_lapsed_leases(T0, now, "alive") == [(jobs[0].id, None)]
+        reaped = await store.reap_expired_leases(now + timedelta(seconds=1))
+        assert reaped == []  # the claim recorded no execution; its lease is released
+        assert (await store.due_backlog(now)).due == 3
+
+    assert_every_filter_pushed_down(recorder)
 
 
 async def test_the_relays_pruning_reads_one_minute_of_sent_events_at_a_time(
@@ -425,31 +439,22 @@ async def test_the_relays_pruning_reads_one_minute_of_sent_events_at_a_time(
     """The relay prunes sent events after every pass; on FerretDB a range on when they were sent
     decoded every event the outbox held, and at 100 events a second the relay fell behind. After
     its first prune (which clears whatever an earlier process left), it reads by the minute."""
-    if not await server.is_ferretdb():
-        pytest.skip("MongoDB serves these filters from its indexes")
-    recorder = CommandRecorder()
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
-    try:
-        async with opened(client, database=server.database) as store:
-            jobs = [make_job(f"job-{i}") for i in range(2)]
-            for job in jobs:
-                await store.insert_job(job)
-            runs = [running(await claimed(store, job), 1) for job in jobs]
-            await store.insert_executions(runs, event_source=SOURCE)
-            first, second = await store.unsent_events(10)
-            await store.mark_events_sent([first.id], T0)
-            assert await store.prune_sent_events(T0 + timedelta(minutes=5), limit=10) == 1
-            await store.mark_events_sent([second.id], T0 + timedelta(minutes=6))
-            recorder.commands.clear()
+    async with ferretdb_store_recorded(server) as (store, recorder):
+        jobs = [make_job(f"job-{i}") for i in range(2)]
+        for job in jobs:
+            await store.insert_job(job)
+        runs = [running(await claimed(store, job), 1) for job in jobs]
+        await store.insert_executions(runs, event_source=SOURCE)
+        first, second = await store.unsent_events(10)
+        await store.mark_events_sent([first.id], T0)
+        assert await store.prune_sent_events(T0 + timedelta(minutes=5), limit=10) == 1
+        await store.mark_events_sent([second.id], T0 + timedelta(minutes=6))
+        recorder.commands.clear()
 
-            assert await store.prune_sent_events(T0 + timedelta(minutes=6), limit=10) == 0
-            assert await store.prune_sent_events(T0 + timedelta(minutes=8), limit=10) == 1
+        assert await store.prune_sent_events(T0 + timedelta(minutes=6), limit=10) == 0
+        assert await store.prune_sent_events(T0 + timedelta(minutes=8), limit=10) == 1
 
-        sent = filters_sent(recorder.commands)
-        assert sent
-        assert [query for query in sent if not pushed_down(query)] == []
-    finally:
-        await client.close()
+    assert_every_filter_pushed_down(recorder)
 
 
 async def test_documents_written_before_the_pushdown_fields_are_due_and_reaped_after_open(
