@@ -328,10 +328,11 @@ class Runner:
         if task.shard_entry is not None:
             await self.finish(task, outcome, started, started_real=started_real)
             return
+        # Ended now: waiting for the store below is not the run's time.
+        execution, advance, end = self._end_of(task, outcome, started, started_real)
         try:
             await self.finisher.room()
         finally:  # cancelled while the store is behind (shutdown): the end is still written
-            execution, advance, end = self._end_of(task, outcome, started, started_real)
             ended = self.finisher.hand_over(end, task.lock_token)
             ended.add_done_callback(
                 lambda done: self._ended(task, execution, advance, done.result())
