@@ -42,11 +42,18 @@ class GoingAway(SmtpServer):
         self.stop_after = stop_after
         self.server: asyncio.Server | None = None
         self.stopped_at: datetime | None = None
+        # Every connection it took: closing a server does not close those (Python 3.11).
+        self.sessions: list[SMTP] = []
 
     async def listen(self) -> None:
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: SMTP(self, hostname="tickd-test"), host="127.0.0.1", port=self.port
+            self._session, host="127.0.0.1", port=self.port
         )
+
+    def _session(self) -> SMTP:
+        session = SMTP(self, hostname="tickd-test")
+        self.sessions.append(session)
+        return session
 
     def stop_listening(self) -> None:
         """New connections are refused from now on; those open finish their email."""
@@ -65,6 +72,10 @@ class GoingAway(SmtpServer):
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
+        for session in self.sessions:
+            if session.transport is not None:
+                session.transport.close()
+        await asyncio.sleep(0)  # the transports close in the next turn of the loop
 
 
 async def seed_alerts(sandbox: Sandbox) -> None:
