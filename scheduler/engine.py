@@ -165,6 +165,9 @@ class Engine:
         self.timers: Timers[tuple[DueRun, str]] = Timers()
         self._backlogged = False  # the last fetch was full: more was due than it took
         self._next_reap: datetime | None = None  # None: at the next tick
+        # Jobs whose runs this instance gave back after a crash (reaped): fetched before anything
+        # else due, for they have waited longest.
+        self._given_back: set[str] = set()
         self.heartbeat = Heartbeat(
             ports.store,
             ports.clock,
@@ -228,12 +231,18 @@ class Engine:
         runs = [DueRun(job, request) for request, job in requested]
         if len(runs) < limit:
             horizon = now + timedelta(seconds=self.settings.lookahead_seconds)
+            room = limit - len(runs)
+            first = sorted(self._given_back)[:room]
             jobs = await store.due_jobs(
                 horizon,
-                limit - len(runs),
+                room,
                 exclude_handlers=saturated,
                 starved_before=self._starved_before(now),
+                first=first,
             )
+            # Those due are fetched (the fetch has room for every one asked); the others are not
+            # due any more (run elsewhere, paused, deleted): either way, done with.
+            self._given_back.difference_update(first)
             runs += [DueRun(job) for job in jobs]
         return runs
 
@@ -272,6 +281,8 @@ class Engine:
         source = event_source(self.settings, self.ports)
         for execution in await self.ports.store.reap_expired_leases(now, event_source=source):
             self.observer.reaped(execution)
+            if execution.shards == 1:  # a shard is due again as a request, which goes first
+                self._given_back.add(execution.job_id)
 
     async def _dispatch(self, runs: list[DueRun], now: datetime) -> int:
         """The one path of every run, scheduled or requested: handler limits, then lock, claim

@@ -360,14 +360,16 @@ class Store(Protocol):
         *,
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
+        first: Sequence[str] = (),
     ) -> list[Job]:
         """Enabled jobs with next_run_at <= now and no lease, most urgent first.
 
         Most urgent: priority, then next_run_at; but with `starved_before`, the jobs due since
         before then come first, oldest first, whatever their priority (so that under a
-        sustained backlog every priority is taken within a bound). A job whose lease is held
-        (live or expired) is not due: an expired lease is first reaped by
-        `reap_expired_leases`."""
+        sustained backlog every priority is taken within a bound). Before all of them, those
+        of the jobs named in `first` that are due (the jobs whose runs a crash stranded: they
+        have waited longest of all). Each job at most once. A job whose lease is held (live or
+        expired) is not due: an expired lease is first reaped by `reap_expired_leases`."""
 
     async def due_backlog(self, now: datetime) -> Backlog:
         """How many jobs `due_jobs` could return now, without a limit, and the earliest

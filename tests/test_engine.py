@@ -424,6 +424,45 @@ async def test_a_crashed_instance_whose_heartbeat_lapsed_is_taken_over_in_second
     assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
 
 
+async def test_runs_stranded_by_a_crash_run_before_the_rest_of_the_backlog(
+    make_engine: EngineFactory,
+) -> None:
+    """The runs a dead instance had in flight have waited longest of all: once given back they
+    go first, not after a backlog that is more urgent and older by the due order."""
+
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed", batch_size=3)
+    stranded = [await crashed.add(make_job(f"stranded-{i}", "work")) for i in range(3)]
+    await crashed.engine.heartbeat.beat(T0)
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 3  # then it beats no more, as a dead process
+
+    ran: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    survivor = make_engine({"work": record}, instance_id="survivor", workers=2, batch_size=2)
+    for i in range(10):  # due before the stranded ones, and critical: first by the due order
+        early = T0 - timedelta(seconds=5)
+        await survivor.add(
+            make_job(f"backlog-{i}", "work", priority=Priority.CRITICAL, next_run_at=early)
+        )
+    await survivor.engine.heartbeat.beat(T0)
+    for seconds in (5, 6):  # 11 s in all: past heartbeat_timeout_seconds (10)
+        survivor.clock.advance(seconds)
+        taken_over = await survivor.engine.heartbeat.beat(survivor.clock.now())
+    assert taken_over == 3
+    await survivor.engine.drain()
+
+    assert sorted(ran[:3]) == [job.name for job in stranded]
+    assert sorted(ran[3:]) == [f"backlog-{i}" for i in range(10)]
+
+
 async def test_the_lock_a_dead_instance_held_does_not_keep_its_job_from_the_survivor(
     make_engine: EngineFactory, clock: FakeClock
 ) -> None:

@@ -189,17 +189,24 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         *,
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
+        first: Sequence[str] = (),
     ) -> list[Job]:
-        """With `starved_before`, two reads: the starved, oldest first (the jobs_next index),
-        then the rest by urgency."""
+        """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
+        starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
+        where the ones before it left off."""
         due = due_filter(now, exclude_handlers)
-        starved: list[Job] = []
-        if starved_before is not None:
+        found: list[Job] = []
+        if first:
+            named = {**due, "_id": {"$in": list(first)}}
+            found += await self._find_jobs(named, sort=OLDEST_DUE_FIRST, limit=limit)
+            due["_id"] = {"$nin": list(first)}
+        if starved_before is not None and len(found) < limit:
             old = {**due, "next_run_at_us": {"$lte": exact_micros(starved_before)}}
-            starved = await self._find_jobs(old, sort=OLDEST_DUE_FIRST, limit=limit)
+            found += await self._find_jobs(old, sort=OLDEST_DUE_FIRST, limit=limit - len(found))
             due["next_run_at_us"] = {"$gt": exact_micros(starved_before), "$lte": exact_micros(now)}
-        rest = await self._find_jobs(due, sort=URGENCY, limit=limit - len(starved))
-        return starved + rest
+        if len(found) < limit:
+            found += await self._find_jobs(due, sort=URGENCY, limit=limit - len(found))
+        return found
 
     @translating_errors
     async def due_backlog(self, now: datetime) -> Backlog:

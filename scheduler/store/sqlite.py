@@ -171,34 +171,32 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         *,
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
+        first: Sequence[str] = (),
     ) -> list[Job]:
-        excluded = ",".join("?" * len(exclude_handlers))
         due = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
-        if excluded:
-            due += f" AND handler NOT IN ({excluded})"
+        others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time
+        if exclude_handlers:
+            due += f" AND handler NOT IN ({','.join('?' * len(exclude_handlers))})"
         # One seek per priority into the due index, in its order: no sort, and jobs not due yet
         # are never read (without the IN, SQLite walks them or sorts every due job).
         by_urgency = f" AND priority IN {PRIORITIES} ORDER BY priority, next_run_at LIMIT ?"
+        reads: list[tuple[str, tuple[object, ...]]] = []
+        if first:
+            ids = ",".join("?" * len(first))
+            named = f" AND id IN ({ids}) ORDER BY next_run_at LIMIT ?"
+            reads.append((due + named, (micros(now), *others, *first)))
+            due, others = due + f" AND id NOT IN ({ids})", (*others, *first)
         if starved_before is None:
-            args = (micros(now), *exclude_handlers, limit)
-            return self._decode_due(
-                await self._run(lambda db: db.execute(due + by_urgency, args).fetchall())
-            )
-        # The starved first, as if more urgent than critical, oldest first; then the others by
-        # urgency. Two queries, each walking an index and stopping at its limit: one ORDER BY
-        # over both would sort every due job (a burst of 30,000, every tick).
-        starved = due + " ORDER BY next_run_at LIMIT ?"
-        others = due + " AND next_run_at > ?" + by_urgency
-        bound = micros(starved_before)
-
-        def query(db: sqlite3.Connection) -> list[sqlite3.Row]:
-            first = db.execute(starved, (bound, *exclude_handlers, limit)).fetchall()
-            if len(first) == limit:
-                return first
-            rest = (micros(now), *exclude_handlers, bound, limit - len(first))
-            return first + db.execute(others, rest).fetchall()
-
-        return self._decode_due(await self._run(query))
+            reads.append((due + by_urgency, (micros(now), *others)))
+        else:
+            # The starved first, as if more urgent than critical, oldest first; then the others
+            # by urgency. Two queries, each walking an index and stopping at its limit: one
+            # ORDER BY over both would sort every due job (a burst of 30,000, every tick).
+            bound = micros(starved_before)
+            reads.append((due + " ORDER BY next_run_at LIMIT ?", (bound, *others)))
+            newer = due + " AND next_run_at > ?" + by_urgency
+            reads.append((newer, (micros(now), *others, bound)))
+        return self._decode_due(await self._run(lambda db: read_due(db, reads, limit)))
 
     def _decode_due(self, rows: list[sqlite3.Row]) -> list[Job]:
         jobs = [job_from_row(row) for row in rows]
@@ -398,3 +396,16 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         rows = await self._run(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
+
+
+def read_due(
+    db: sqlite3.Connection, reads: Sequence[tuple[str, tuple[object, ...]]], limit: int
+) -> list[sqlite3.Row]:
+    """The rows of each read in turn (each ends in `LIMIT ?`; no job in two of them), up to
+    `limit`: a later read stops where the earlier ones left off."""
+    rows: list[sqlite3.Row] = []
+    for sql, args in reads:
+        if len(rows) >= limit:
+            break
+        rows += db.execute(sql, (*args, limit - len(rows))).fetchall()
+    return rows

@@ -888,6 +888,32 @@ async def test_starved_jobs_come_first_oldest_first_whatever_their_priority(stor
     assert [j.name for j in await store.due_jobs(T0, 3, starved_before=bound)] == aged[:3]
 
 
+async def test_jobs_named_first_come_before_all_else_due_each_once(store: Store) -> None:
+    """The jobs whose runs a crash stranded (the engine names them) go before the critical and
+    the starved; those named but not due, or held, are left out; no job comes twice."""
+    jobs = [
+        make_job("critical", priority=Priority.CRITICAL, next_run_at=T0 - timedelta(seconds=5)),
+        make_job("starved", priority=Priority.LOW, next_run_at=T0 - timedelta(minutes=3)),
+        make_job("stranded-a", priority=Priority.LOW, next_run_at=T0 - timedelta(seconds=2)),
+        make_job("stranded-b", next_run_at=T0 - timedelta(seconds=3)),
+        make_job("not-due", next_run_at=T0 + timedelta(minutes=1)),
+        make_job("held", next_run_at=T0 - timedelta(seconds=4)),
+        make_job("normal", next_run_at=T0 - timedelta(seconds=1)),
+    ]
+    for job in jobs:
+        await store.insert_job(job)
+    await claimed(store, jobs[5])
+    named = [job.id for job in jobs[2:6]]
+    bound = T0 - timedelta(minutes=1)
+
+    plain = [j.name for j in await store.due_jobs(T0, 10, first=named)]
+    assert plain == ["stranded-b", "stranded-a", "critical", "normal", "starved"]
+    aged = [j.name for j in await store.due_jobs(T0, 10, starved_before=bound, first=named)]
+    assert aged == ["stranded-b", "stranded-a", "starved", "critical", "normal"]
+    assert [j.name for j in await store.due_jobs(T0, 3, first=named)] == plain[:3]
+    assert [j.name for j in await store.due_jobs(T0, 1, first=named)] == ["stranded-b"]
+
+
 # -- the outbox: execution events written with the executions -----------------------------------
 
 SOURCE = "instance-a"
