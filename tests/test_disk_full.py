@@ -1,12 +1,16 @@
-"""The embedded store's disk full (SQLITE_FULL, provoked for real with PRAGMA max_page_count on
-the store's own connection): the daemon says so (log and readiness), the database stays whole,
-and work resumes when space returns, with no run lost or run twice."""
+"""The embedded store's disk full, two ways: SQLITE_FULL provoked with PRAGMA max_page_count on
+the store's own connection, and a real filesystem with no space left (a small tmpfs, filled up;
+the database, its write-ahead log and its shared memory all on it). Either way the daemon says so
+(log and readiness), the database stays whole, and work resumes when space returns, with no run
+lost or run twice."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
-from collections.abc import AsyncIterator, Callable
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +25,53 @@ WAIT = 5.0
 JOBS = 20
 
 
+# The small filesystem: room for the database and its log while the test fills it up.
+DISK_BYTES = 4 * 1024 * 1024
+FILLER_CHUNK = b"\0" * 65536
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    """This file's tests are about SQLite's file only."""
-    sqlite = SQLiteStore(f"sqlite:///{tmp_path}/tickd.db")
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of its own, DISK_BYTES in all: a tmpfs mounted for the test (root only)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=False)
+
+
+@pytest.fixture
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """This file's tests are about SQLite's file only; on the small filesystem if they ask."""
+    folder = request.getfixturevalue("disk") if "disk" in request.fixturenames else tmp_path
+    sqlite = SQLiteStore(f"sqlite:///{folder}/tickd.db")
     await sqlite.open()
     yield sqlite
     await sqlite.close()
+
+
+def fill(folder: Path) -> Path:
+    """Write a file until the filesystem refuses (ENOSPC); its removal gives the space back."""
+    filler = folder / "filler"
+    with filler.open("wb") as out:
+        while True:
+            try:
+                out.write(FILLER_CHUNK)
+                out.flush()
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+    return filler
 
 
 async def pragma(store: SQLiteStore, sql: str) -> object:
@@ -71,6 +115,43 @@ async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space
         assert await store.list_executions(ExecutionQuery()) == [], "nothing half-written"
 
         await pragma(store, "PRAGMA max_page_count = 1073741823")  # space is back
+
+        async def all_ran() -> None:
+            while len(await succeeded(store)) < JOBS:  # noqa: ASYNC110 - polled under a bound
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(all_ran(), WAIT)
+        assert h.engine.healthy
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, WAIT)
+
+    runs = await store.list_executions(ExecutionQuery(limit=1000))
+    assert sorted(e.job_name for e in runs) == sorted(job.name for job in jobs), "each once"
+    assert {(e.status, e.scheduled_at) for e in runs} == {(Status.SUCCESS, T0)}
+    assert await pragma(store, "PRAGMA integrity_check") == "ok"
+
+
+async def test_a_real_filesystem_without_space_is_reported_and_work_resumes_when_freed(
+    make_engine: EngineFactory, store: SQLiteStore, disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = make_engine({"noop": noop}, tick_seconds=0.01, lookahead_seconds=0)
+    jobs = [await h.add(make_job(f"job-{i:02}", next_run_at=T0)) for i in range(JOBS)]
+    # The log emptied into the database and cut to nothing: the next write must grow a file.
+    await pragma(store, "PRAGMA wal_checkpoint(TRUNCATE)")
+    filler = fill(disk)
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    try:
+        with caplog.at_level(logging.ERROR, logger="tickd.engine"):
+            await asyncio.wait_for(until(lambda: not h.engine.healthy), WAIT)
+        assert h.engine.last_error is not None and "full" in h.engine.last_error  # /readyz
+        errors = [str(r.tickd_fields.get("error")) for r in caplog.records]  # type: ignore[attr-defined]
+        assert any("database or disk is full" in error for error in errors), errors
+        assert await store.list_executions(ExecutionQuery()) == [], "nothing half-written"
+
+        filler.unlink()  # space is back
 
         async def all_ran() -> None:
             while len(await succeeded(store)) < JOBS:  # noqa: ASYNC110 - polled under a bound
