@@ -302,23 +302,20 @@ class MongoStore(MongoRequests, MongoHousekeeping):
 
     @translating_errors
     async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:
+        """One update a collection, and only when it ended any, one read of what it ended, by
+        the call's `batch` (an equality FerretDB pushes down)."""
         if not owners:
             return []
-        ended_us = exact_micros(ENDED_LEASE_UNTIL)
-        held = {**LEASED, "lease.owner": {"$in": list(owners)}}
-        ended = {"$set": {"lease.until": ENDED_LEASE_UNTIL, "lease.until_us": ended_us}}
-        not_yet = {**held, "lease.until_us": {"$gt": ended_us}}
-        jobs = await self.jobs.update_many(not_yet, ended)
-        shards = await self.requests.update_many(not_yet, ended)
-        # Read back what was ended (MongoDB's update does not say which): those ended before
-        # and not yet reaped too, whose locks are broken once more (no one else holds them:
-        # a lease still held keeps everyone else from its run).
-        ended_now = {**held, "lease.until_us": ended_us}
+        ended_us, batch = exact_micros(ENDED_LEASE_UNTIL), new_id()
+        held = {**LEASED, "lease.owner": {"$in": list(owners)}, "lease.until_us": {"$gt": ended_us}}
+        lease = {"lease.until": ENDED_LEASE_UNTIL, "lease.until_us": ended_us}
+        ended = {"$set": {**lease, "batch": batch}}
         leases: list[tuple[str, int | None]] = []
-        if jobs.modified_count:
-            leases += [(doc["_id"], None) async for doc in self.jobs.find(ended_now, {"_id": 1})]
-        if shards.modified_count:
-            cursor = self.requests.find(ended_now, {"job_id": 1, "shard": 1})
+        if (await self.jobs.update_many(held, ended)).modified_count:
+            cursor = self.jobs.find({"batch": batch}, {"_id": 1})
+            leases += [(doc["_id"], None) async for doc in cursor]
+        if (await self.requests.update_many(held, ended)).modified_count:
+            cursor = self.requests.find({"batch": batch}, {"job_id": 1, "shard": 1})
             leases += [(doc["job_id"], doc["shard"]) async for doc in cursor]
         return leases
 
