@@ -454,7 +454,10 @@ class Store(Protocol):
         clock wrote the expiry), or has no heartbeat record (no instance, or one that never
         beat). `now` is the caller's clock: the leases of another instance that beats are never
         judged by it, since the two clocks may be apart by any amount (NTP step, restored VM);
-        that instance reaps them itself, or they are ended once its beats stop."""
+        that instance reaps them itself, or they are ended once its beats stop. A sharded
+        occurrence's lease (OCCURRENCE_OWNER, no instance's) is judged by time only while none
+        of its shard entries holds a lease the caller may not take over: the occurrence lives
+        while a shard of it runs on another instance that beats."""
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         """The execution as stored now; None if there is none."""

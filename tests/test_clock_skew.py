@@ -17,7 +17,7 @@ from scheduler.clock import FakeClock
 from scheduler.handler_api import HandlerContext, Result
 from scheduler.lock.memory import MemoryLock
 from scheduler.model import Execution, IntervalSchedule, Job, Status
-from scheduler.ports import ExecutionQuery
+from scheduler.ports import OCCURRENCE_OWNER, ExecutionQuery
 from tests.conftest import T0, EngineFactory, Harness, make_job
 
 WAIT = 5.0
@@ -125,9 +125,11 @@ class TwoInstances:
         await asyncio.wait_for(self.runs.first_started.wait(), WAIT)
         return job
 
+    async def all_executions(self) -> list[Execution]:
+        return list(reversed(await self.runner.store.list_executions(ExecutionQuery(limit=1000))))
+
     async def executions_at(self, scheduled_at: datetime) -> list[Execution]:
-        found = await self.runner.store.list_executions(ExecutionQuery(limit=1000))
-        return [e for e in reversed(found) if e.scheduled_at == scheduled_at]
+        return [e for e in await self.all_executions() if e.scheduled_at == scheduled_at]
 
 
 @pytest.fixture
@@ -213,3 +215,42 @@ async def test_a_clock_stepped_back_on_the_survivor_does_not_put_off_the_takeove
     [run] = await pair.executions_at(T0)
     assert (run.status, run.owner) == (Status.ABANDONED, "runner")
     pair.runs.gate.set()
+
+
+async def test_a_sharded_occurrence_is_not_run_again_by_an_instance_whose_clock_jumped(
+    two_instances: Callable[[float], TwoInstances],
+) -> None:
+    """The occurrence's lease is no instance's: to a clock an hour ahead it looks expired, but
+    it lives while its shards run on the other instance."""
+    pair = two_instances(0.0)
+    job = await pair.runner.add(
+        make_job(
+            "long",
+            "long",
+            timeout_seconds=600,
+            shards=2,
+            schedule=IntervalSchedule(every_seconds=HOUR),
+        )
+    )
+    for h in (pair.runner, pair.observer):
+        h.engine.start()
+        await h.engine.heartbeat.beat_if_due()
+    for _ in range(2):  # the occurrence, then its shards
+        await pair.runner.engine.tick()
+    await asyncio.wait_for(pair.runs.first_started.wait(), WAIT)
+    pair.observer.clock.jump(HOUR)
+    await pair.rounds([pair.runner, pair.observer], 120)
+
+    held = await pair.runner.store.get_job(job.id)
+    assert held is not None and held.lease is not None
+    assert (held.lease.owner, held.lease.token) == (OCCURRENCE_OWNER, 1), "still the occurrence's"
+    runs = sorted((e.shard, e.owner, e.status) for e in await pair.all_executions())
+    assert runs == [(0, "runner", Status.RUNNING), (1, "runner", Status.RUNNING)], "no other"
+
+    pair.runs.gate.set()
+    await asyncio.wait_for(pair.runner.engine.pool.join(), WAIT)
+    runs = sorted((e.shard, e.owner, e.status) for e in await pair.all_executions())
+    assert runs == [(0, "runner", Status.SUCCESS), (1, "runner", Status.SUCCESS)]
+    ended = await pair.runner.store.get_job(job.id)
+    assert ended is not None and ended.lease is None, "its shards ended the occurrence"
+    assert ended.next_run_at is not None and ended.next_run_at > T0, "and moved the schedule on"

@@ -42,6 +42,7 @@ from scheduler.codec import (
 from scheduler.model import Execution, Job, Status, new_id
 from scheduler.ports import (
     ENDED_LEASE_UNTIL,
+    OCCURRENCE_OWNER,
     Backlog,
     Claim,
     DuplicateJobName,
@@ -347,11 +348,28 @@ class MongoStore(MongoRequests, MongoHousekeeping):
             async for doc in cursor
         ]
         takeable = await self._may_take_over([(o, until) for *_, o, until in found], now, instance)
-        return [
-            (job_id, fence)
-            for (job_id, fence, *_), take in zip(found, takeable, strict=True)
-            if take
+        reapable: list[tuple[str, int]] = []
+        for (job_id, fence, owner, _), take in zip(found, takeable, strict=True):
+            if not take:
+                continue
+            if owner != OCCURRENCE_OWNER or not await self._runs_elsewhere(
+                job_id, fence, now, instance
+            ):
+                reapable.append((job_id, fence))
+        return reapable
+
+    async def _runs_elsewhere(
+        self, job_id: str, occurrence: int, now: datetime, instance: str | None
+    ) -> bool:
+        """Whether a shard of this occurrence is leased by another instance that beats: the
+        occurrence lives while one runs there, whatever the caller's clock says of its lease."""
+        cursor = self.requests.find({"job_id": job_id, "occurrence": occurrence}, {"lease": 1})
+        leases = [
+            (doc["lease"]["owner"], doc["lease"]["until_us"])
+            async for doc in cursor
+            if doc.get("lease") is not None
         ]
+        return not all(await self._may_take_over(leases, now, instance))
 
     async def _abandoned_at(self, now: datetime, leases: list[tuple[str, int]]) -> list[Execution]:
         """Read back what this reap marked (an execution the run finished meanwhile is not)."""

@@ -119,10 +119,11 @@ class MongoRequests(MongoCollections):
         found = await by_id(job_ids)
         jobs = {job_id: job for job_id, job in found.items() if job.handler not in exclude_handlers}
         paired = [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job)]
-        held = [r.lease for r, _ in paired if r.lease is not None]
-        leases = [(lease.owner, exact_micros(lease.until)) for lease in held]
-        takeable = iter(await self._may_take_over(leases, now, instance))
-        return [(r, job) for r, job in paired if r.lease is None or next(takeable)]
+        held = {r.id: r.lease for r, _ in paired if r.lease is not None}
+        leases = [(lease.owner, exact_micros(lease.until)) for lease in held.values()]
+        takeable = await self._may_take_over(leases, now, instance)
+        taken_over = {r_id for r_id, take in zip(held, takeable, strict=True) if take}
+        return [(r, job) for r, job in paired if r.id not in held or r.id in taken_over]
 
     async def _jobs_in(self, job_ids: set[str]) -> dict[str, Job]:
         """One read by `_id` $in: on MongoDB, where the index serves it (FerretDB would decode

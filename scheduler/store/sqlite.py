@@ -38,6 +38,7 @@ from scheduler.store.sqlite_rows import (
     FREE,
     JOB_COLUMNS,
     REQUEST_COLUMNS,
+    TAKEABLE_JOB_LEASE,
     UNHANDLED,
     execution_filters,
     execution_from_row,
@@ -53,7 +54,6 @@ from scheduler.store.sqlite_rows import (
     release_sql,
     request_row,
     shard_end_sql,
-    takeable,
     takeable_args,
     to_row,
     unclaimed_part,
@@ -360,8 +360,9 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
 
         def reap(db: sqlite3.Connection) -> list[sqlite3.Row]:
             expired = db.execute(
-                f"SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL AND {takeable()}",
-                takeable_args(now, instance),
+                "SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL "
+                f"AND {TAKEABLE_JOB_LEASE}",
+                takeable_args(now, instance) * 2,
             ).fetchall()
             abandoned = []
             for job in expired:

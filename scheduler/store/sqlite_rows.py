@@ -292,9 +292,19 @@ def takeable(table: str = "") -> str:
     another clock, and is never compared with the caller's. Arguments: `takeable_args`."""
     at = f"{table}." if table else ""
     return (
-        f"{at}lease_until < ? AND ({at}lease_until = ? OR {at}lease_owner = ? "
+        f"{at}lease_until < ? AND ({at}lease_until = ? OR {at}lease_owner IS ? "
         f"OR {at}lease_owner NOT IN (SELECT id FROM instances))"
     )
+
+
+# A job's lease the caller may take over: takeable, and if it is a sharded occurrence's, none of
+# its shards leased by another instance that beats (the occurrence lives while one runs there).
+# Arguments: `takeable_args` twice.
+TAKEABLE_JOB_LEASE = (
+    f"{takeable('jobs')} AND NOT EXISTS (SELECT 1 FROM run_requests r WHERE r.job_id = jobs.id "
+    "AND r.occurrence = jobs.lease_token AND r.lease_token IS NOT NULL "
+    f"AND NOT ({takeable('r')}))"
+)
 
 
 def takeable_args(now: datetime, instance: str | None) -> tuple[object, ...]:

@@ -1233,6 +1233,26 @@ async def test_the_shard_of_a_live_instance_is_not_taken_over_by_another_clock(
     assert [entry.shard for entry, _ in due] == [0], "its owner takes it back, by its clock"
 
 
+async def test_an_occurrence_lives_while_a_shard_of_it_runs_on_a_live_instance(
+    store: Store,
+) -> None:
+    """Its lease is no instance's and looks expired to a reaper whose clock is an hour ahead:
+    not reaped (which would run the whole occurrence again) while a shard of it is leased by
+    another instance that beats; once that instance is found dead, judged by time again."""
+    job, entries = await started(store, 2)
+    await store.beat("alive", T0)
+    await claimed_shards(store, job, entries[:1], owner="alive")
+    ahead = T0 + timedelta(hours=1)
+    assert await store.reap_expired_leases(ahead, instance="other") == []
+    held = await store.get_job(job.id)
+    assert held is not None and held.lease is not None and held.lease.owner == OCCURRENCE_OWNER
+
+    await store.end_leases(["alive"])
+    await store.reap_expired_leases(ahead, instance="other")
+    freed = await store.get_job(job.id)
+    assert freed is not None and freed.lease is None
+
+
 async def test_shards_given_back_are_due_again(store: Store) -> None:
     job, entries = await started(store, 2)
     won = await claimed_shards(store, job, entries)
