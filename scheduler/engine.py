@@ -164,7 +164,8 @@ class Engine:
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
         self._backlogged = False  # the last fetch was full: more was due than it took
-        self._next_reap: datetime | None = None  # None: at the next tick
+        # On the monotonic clock, as a wall clock stepped back would put the next reap off.
+        self._next_reap: float | None = None  # None: at the next tick
         # Jobs whose runs this instance gave back after a crash (reaped): fetched before anything
         # else due, for they have waited longest.
         self._given_back: set[str] = set()
@@ -227,7 +228,9 @@ class Engine:
         Then the jobs falling due before the lookahead horizon, most urgent first."""
         store = self.ports.store
         saturated = self._saturated()
-        requested = await store.due_run_requests(now, limit, exclude_handlers=saturated)
+        requested = await store.due_run_requests(
+            now, limit, exclude_handlers=saturated, instance=self.settings.instance_id
+        )
         runs = [DueRun(job, request) for request, job in requested]
         if len(runs) < limit:
             horizon = now + timedelta(seconds=self.settings.lookahead_seconds)
@@ -275,11 +278,17 @@ class Engine:
     async def _reap(self, now: datetime) -> None:
         """Expired leases are rare (an instance died, a run overran its lease): looked for once
         a tick interval, not in every batch of a busy dispatcher, or at once when asked."""
-        if self._next_reap is not None and now < self._next_reap:
+        real = self.ports.clock.monotonic()
+        if self._next_reap is not None and real < self._next_reap:
             return
-        self._next_reap = now + timedelta(seconds=self.settings.tick_seconds)
+        self._next_reap = real + self.settings.tick_seconds
         source = event_source(self.settings, self.ports)
-        for execution in await self.ports.store.reap_expired_leases(now, event_source=source):
+        # Only the leases this instance may judge by its own clock: its own, those of the dead
+        # (ended by a heartbeat) and those of owners that never beat (see the Store contract).
+        reaped = await self.ports.store.reap_expired_leases(
+            now, instance=self.settings.instance_id, event_source=source
+        )
+        for execution in reaped:
             self.observer.reaped(execution)
             if execution.shards == 1:  # a shard is due again as a request, which goes first
                 self._given_back.add(execution.job_id)

@@ -1,10 +1,16 @@
 """Instances say they are alive every few seconds; the leases of one that has gone quiet are
 ended at once, so its runs are given back within seconds of a crash instead of when their
-timeouts would have run out (a minute for a job of 30 seconds, a day for a long one)."""
+timeouts would have run out (a minute for a job of 30 seconds, a day for a long one).
+
+Quiet is observed, never computed from the beats' times: each instance's beat is written by its
+own wall clock, which may be ahead or behind this one's by any amount (skewed, or stepped by
+NTP or a restored VM). So each instance watches the others' beats and notes, on its own
+monotonic clock, when it last saw each change; one whose beat has not changed for a whole lapse
+of that time is dead, whatever the clocks say."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from scheduler.clock import Clock
 from scheduler.lock import lock_key, shard_lock_key
@@ -26,37 +32,61 @@ class Heartbeat:
         self._lock = lock
         self._clock = clock
         self._instance = instance
-        self._every = timedelta(seconds=every_seconds)
-        self._lapse = timedelta(seconds=lapse_seconds)
-        self._last: datetime | None = None
+        self._every = every_seconds
+        self._lapse = lapse_seconds
+        # Monotonic times from here on: a step of the wall clock must neither stop the beats
+        # nor hurry the judgement of others.
+        self._last: float | None = None
         # Since when this instance has beaten without a gap. Others are judged only once it has
-        # for a whole lapse: after a store outage every instance's last beat is old, and the
-        # first back must not take the others, alive all along, for dead.
-        self._beating_since: datetime | None = None
+        # for a whole lapse: after a store outage no instance's beat has changed for a while,
+        # and the first back must not take the others, alive all along, for dead.
+        self._beating_since: float | None = None
+        # Each other instance's beat as last read, and when it was first read so.
+        self._seen: dict[str, tuple[datetime, float]] = {}
 
     async def beat_if_due(self) -> int:
         """Beat, and end the leases of the instances that lapsed, every few seconds: returns
         how many leases ended (the next reap gives their runs back)."""
-        now = self._clock.now()
-        if self._last is not None and now - self._last < self._every:
+        if self._last is not None and self._clock.monotonic() - self._last < self._every:
             return 0
-        return await self.beat(now)
+        return await self.beat(self._clock.now())
 
     async def beat(self, now: datetime) -> int:
+        real = self._clock.monotonic()
         try:
             await self._store.beat(self._instance, now)
         except StoreError:
             self._beating_since = None
             raise
-        if self._beating_since is None or self._last is None or now - self._last > self._lapse:
-            self._beating_since = now
-        self._last = now
-        if now - self._beating_since < self._lapse:
+        if self._beating_since is None or self._last is None or real - self._last > self._lapse:
+            self._beating_since = real
+        self._last = real
+        self._watch(await self._store.instances(), real)
+        if real - self._beating_since < self._lapse:
             return 0
-        ended = await self._store.expire_lapsed_leases(now - self._lapse, now, self._instance)
+        dead = self._dead(real)
+        if not dead:
+            return 0
+        ended = await self._store.end_leases(dead)
         # The dead instance's locks on those jobs would outlive it by the runs' whole timeout
         # (a lock lives through the run's timeout), and no one else could run them meanwhile.
         await self._lock.break_many(
             [lock_key(job) if shard is None else shard_lock_key(job, shard) for job, shard in ended]
         )
         return len(ended)
+
+    def _watch(self, beats: dict[str, datetime], real: float) -> None:
+        """Note when each other instance's beat changed; one seen for the first time counts as
+        changed now, so a new observer watches a whole lapse before judging anyone."""
+        for instance, beat in beats.items():
+            seen = self._seen.get(instance)
+            if instance != self._instance and (seen is None or seen[0] != beat):
+                self._seen[instance] = (beat, real)
+
+    def _dead(self, real: float) -> list[str]:
+        """The instances whose beat has not changed for a lapse of our monotonic time `real`."""
+        return sorted(
+            instance
+            for instance, (_, changed) in self._seen.items()
+            if real - changed >= self._lapse
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any, Protocol
 
@@ -19,6 +19,9 @@ from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Lease,
 # The owner of a sharded occurrence's lease on its job: no instance, so that no instance's death
 # ends it (its shards have leases of their own, on their entries).
 OCCURRENCE_OWNER = "(shards)"
+# The expiry of a lease that Store.end_leases ended: before any clock's now, so that every
+# instance takes it for expired whatever the skew between its clock and the ender's.
+ENDED_LEASE_UNTIL = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class StoreError(Exception):
@@ -292,7 +295,12 @@ class Store(Protocol):
         """How many of a job's requests for this reason (trigger...) are queued, not yet taken."""
 
     async def due_run_requests(
-        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Up to `limit` requests whose not_before has passed, of jobs with no lease and whose
         handler is not among `exclude_handlers` (those at their concurrency limit), each with
@@ -300,8 +308,10 @@ class Store(Protocol):
         before the limit applies. A job with several due requests appears once for each.
 
         Shard entries are due too, while their job's lease is still their occurrence's: those
-        not ended and not leased, or whose lease has expired (its instance died: the shard is
-        taken over and runs again alone)."""
+        not ended and not leased, or whose lease may be taken over (its instance died: the shard
+        runs again alone). A lease may be taken over by the caller, `instance`, under the rule
+        of `reap_expired_leases`: ended (`end_leases`), or expired by `now` and held by
+        `instance` itself or by an owner with no heartbeat record."""
 
     async def claim_run_requests(
         self,
@@ -414,15 +424,18 @@ class Store(Protocol):
     async def beat(self, instance: str, now: datetime) -> None:
         """Say that `instance` is alive at `now` (its heartbeat)."""
 
-    async def expire_lapsed_leases(
-        self, lapsed_before: datetime, now: datetime, alive: str
-    ) -> list[tuple[str, int | None]]:
-        """End now the leases held by instances whose last heartbeat is older than
-        `lapsed_before` (never those of `alive`, the caller): their expiry becomes `now`, so the
-        next reap gives their runs back at once instead of when their timeout would have run
-        out, and the same for the leases of shard entries. Returns what those leases were on, as
-        (job id, shard) pairs, shard None for a job's own lease: the dead instances hold their
-        locks too. A paused instance that comes back finds its tokens stale."""
+    async def instances(self) -> dict[str, datetime]:
+        """Every instance that ever beat, with its last beat as its own clock wrote it: one
+        cheap read. Only whether a beat changes means anything to another instance (see
+        scheduler/heartbeat.py): clocks differ."""
+
+    async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:
+        """End the leases these instances (found dead) hold, on jobs and on shard entries:
+        their expiry becomes ENDED_LEASE_UNTIL, so the next reap, on any instance and whatever
+        its clock, gives their runs back at once instead of when their timeout would have run
+        out. Returns what the leases ended by this call were on, as (job id, shard) pairs, shard
+        None for a job's own lease: the dead instances hold their locks too. A paused instance
+        that comes back finds its tokens stale."""
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         """Clear these leases, (job id, token), where the token still holds one, and change
@@ -430,11 +443,21 @@ class Store(Protocol):
         occurrences then run as if never claimed. One round trip for the batch."""
 
     async def reap_expired_leases(
-        self, now: datetime, *, event_source: str | None = None
+        self, now: datetime, *, instance: str | None = None, event_source: str | None = None
     ) -> list[Execution]:
-        """Clear every lease whose expiry has passed and mark the execution it guarded
+        """Clear the job leases that may be taken over and mark the execution each guarded
         `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions.
-        With `event_source`, their `abandoned` events go to the outbox with them."""
+        With `event_source`, their `abandoned` events go to the outbox with them.
+
+        A lease may be taken over when it was ended (`end_leases`: its instance was found dead),
+        or when its expiry is before `now` and its owner is the caller, `instance` (its own
+        clock wrote the expiry), or has no heartbeat record (no instance, or one that never
+        beat). `now` is the caller's clock: the leases of another instance that beats are never
+        judged by it, since the two clocks may be apart by any amount (NTP step, restored VM);
+        that instance reaps them itself, or they are ended once its beats stop. A sharded
+        occurrence's lease (OCCURRENCE_OWNER, no instance's) is judged by time only while none
+        of its shard entries holds a lease the caller may not take over: the occurrence lives
+        while a shard of it runs on another instance that beats."""
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         """The execution as stored now; None if there is none."""

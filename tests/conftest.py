@@ -131,6 +131,7 @@ async def make_engine(
         *,
         lock: MemoryLock | None = None,
         instance_id: str = "test-instance",
+        own_clock: FakeClock | None = None,
         resources: Mapping[str, object] | None = None,
         **overrides: Any,
     ) -> Harness:
@@ -146,7 +147,7 @@ async def make_engine(
             lock=lock or MemoryLock(monotonic=lambda: clock.now().timestamp()),
             events=events,
             mailer=OutboxMailer(tmp_path / "outbox"),
-            clock=clock,
+            clock=own_clock or clock,  # another instance's clock (tests/test_clock_skew.py)
         )
         engine = build_engine(
             settings,
@@ -157,7 +158,9 @@ async def make_engine(
             observers=[observed],
         )
         built.append(engine)
-        return Harness(engine, clock, store, events, registry, settings, products, observed)
+        return Harness(
+            engine, own_clock or clock, store, events, registry, settings, products, observed
+        )
 
     yield build
     for engine in built:

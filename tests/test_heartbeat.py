@@ -1,9 +1,13 @@
-"""Heartbeats: an instance silent past the timeout is taken for dead, but only by an instance
-that has itself been beating for that long (after a store outage every beat is old)."""
+"""Heartbeats: an instance whose beat has not changed for the timeout (of the observer's
+monotonic time) is taken for dead, but only by an instance that has itself been beating for that
+long (after a store outage no beat has changed for a while). Never by comparing the beats' wall
+times: each was written by another clock, which may be hours apart."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+
+import pytest
 
 from scheduler.clock import FakeClock
 from scheduler.heartbeat import Heartbeat
@@ -12,19 +16,70 @@ from scheduler.ports import Store
 from tests.conftest import T0, make_job
 from tests.contract.test_store import claim_of
 
+HOUR = 3600.0
+EVERY, LAPSE = 3.0, 10.0
 
-async def test_the_first_beat_after_an_outage_takes_no_one_for_dead(store: Store) -> None:
+
+def observer(store: Store, clock: FakeClock) -> Heartbeat:
+    return Heartbeat(
+        store, clock, "me", lock=MemoryLock(), every_seconds=EVERY, lapse_seconds=LAPSE
+    )
+
+
+async def held_by_other(store: Store, until_seconds: float = HOUR) -> None:
     job = make_job("held")
     await store.insert_job(job)
-    await store.claim_jobs([claim_of(job, owner="other", until=T0 + timedelta(hours=1))], T0)
+    until = T0 + timedelta(seconds=until_seconds)
+    await store.claim_jobs([claim_of(job, owner="other", until=until)], T0)
+
+
+async def test_the_first_beat_after_an_outage_takes_no_one_for_dead(store: Store) -> None:
+    await held_by_other(store)
     await store.beat("other", T0)
     clock = FakeClock(T0)
-    heartbeat = Heartbeat(store, clock, "me", lock=MemoryLock(), every_seconds=3, lapse_seconds=10)
-    assert await heartbeat.beat(T0) == 0
-    # The store was away for 30 s: no instance could beat, "other" is as alive as we are.
-    back = T0 + timedelta(seconds=30)
-    assert await heartbeat.beat(back) == 0, "not judged before a whole lapse of our own beats"
-    await store.beat("other", back + timedelta(seconds=1))
-    for seconds in (5, 11):
-        assert await heartbeat.beat(back + timedelta(seconds=seconds)) == 0, "it beat: alive"
-    assert await heartbeat.beat(back + timedelta(seconds=16)) == 1, "silent 15 s since: dead"
+    heartbeat = observer(store, clock)
+    assert await heartbeat.beat_if_due() == 0
+    clock.advance(30)  # the store was away: no instance could beat, "other" is as alive as we
+    assert await heartbeat.beat_if_due() == 0, "not judged before a whole lapse of our own beats"
+    clock.advance(1)
+    await store.beat("other", clock.now())
+    for seconds in (4, 6):
+        clock.advance(seconds)
+        assert await heartbeat.beat_if_due() == 0, "it beat: alive"
+    clock.advance(5)
+    assert await heartbeat.beat_if_due() == 1, "silent 15 s since: dead"
+
+
+@pytest.mark.parametrize("skew", [HOUR, -HOUR], ids=["ahead", "behind"])
+async def test_an_instance_whose_clock_is_apart_is_judged_by_its_beats_changing(
+    store: Store, skew: float
+) -> None:
+    """Its beats say an hour ahead or behind ours: alive while they change, dead a lapse after
+    they stop, whatever they say."""
+    await held_by_other(store, until_seconds=skew + 60)  # its lease, by its clock
+    clock = FakeClock(T0)
+    heartbeat = observer(store, clock)
+    for _ in range(20):  # a minute
+        await store.beat("other", clock.now() + timedelta(seconds=skew))
+        assert await heartbeat.beat_if_due() == 0, "alive"
+        clock.advance(EVERY)
+    ended = []
+    for _ in range(3):  # 3, 6 and 9 s after its last beat
+        ended.append(await heartbeat.beat_if_due())
+        clock.advance(EVERY)
+    assert ended == [0, 0, 0], "within a lapse of its last beat"
+    assert await heartbeat.beat_if_due() == 1, "silent for more than a lapse: dead"
+
+
+async def test_a_wall_clock_stepped_back_on_the_observer_delays_no_takeover(store: Store) -> None:
+    await held_by_other(store)
+    await store.beat("other", T0)
+    clock = FakeClock(T0)
+    heartbeat = observer(store, clock)
+    assert await heartbeat.beat_if_due() == 0
+    clock.jump(-HOUR)
+    ended = 0
+    for _ in range(4):  # 12 s of real time: past the lapse
+        clock.advance(EVERY)
+        ended += await heartbeat.beat_if_due()
+    assert ended == 1

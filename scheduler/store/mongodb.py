@@ -27,7 +27,7 @@ lock (Redis) keeps instances apart; the system tests run two daemons that way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pymongo import (
     ASCENDING,
@@ -41,6 +41,8 @@ from scheduler.codec import (
 )
 from scheduler.model import Execution, Job, Status, new_id
 from scheduler.ports import (
+    ENDED_LEASE_UNTIL,
+    OCCURRENCE_OWNER,
     Backlog,
     Claim,
     DuplicateJobName,
@@ -292,40 +294,31 @@ class MongoStore(MongoRequests, MongoHousekeeping):
     @translating_errors
     async def beat(self, instance: str, now: datetime) -> None:
         beat = {"beat_at": now, "beat_at_us": exact_micros(now)}
-        await self.instances.update_one({"_id": instance}, {"$set": beat}, upsert=True)
+        await self.beats.update_one({"_id": instance}, {"$set": beat}, upsert=True)
 
     @translating_errors
-    async def expire_lapsed_leases(
-        self, lapsed_before: datetime, now: datetime, alive: str
-    ) -> list[tuple[str, int | None]]:
-        lapsed = self.instances.find(
-            {"beat_at_us": {"$lt": exact_micros(lapsed_before)}}, {"_id": 1}
-        )
-        owners = [doc["_id"] async for doc in lapsed if doc["_id"] != alive]
+    async def instances(self) -> dict[str, datetime]:
+        cursor = self.beats.find({}, {"beat_at_us": 1})
+        return {doc["_id"]: from_micros(doc["beat_at_us"]) async for doc in cursor}
+
+    @translating_errors
+    async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:
+        """One update a collection, and only when it ended any, one read of what it ended, by
+        the call's `batch` (an equality FerretDB pushes down)."""
         if not owners:
             return []
-        expired = now - timedelta(microseconds=1)
-        lapsed_leases = {
-            **LEASED,
-            "lease.owner": {"$in": owners},
-            "lease.until_us": {"$gt": exact_micros(now)},
-        }
-        ended = {"$set": {"lease.until": expired, "lease.until_us": exact_micros(expired)}}
-        jobs = await self.jobs.update_many(lapsed_leases, ended)
-        shards = await self.requests.update_many(lapsed_leases, ended)
-        # Read back what this call ended (MongoDB's update does not say which).
-        ended_now = {
-            **LEASED,
-            "lease.owner": {"$in": owners},
-            "lease.until_us": exact_micros(expired),
-        }
-        held: list[tuple[str, int | None]] = []
-        if jobs.modified_count:
-            held += [(doc["_id"], None) async for doc in self.jobs.find(ended_now, {"_id": 1})]
-        if shards.modified_count:
-            cursor = self.requests.find(ended_now, {"job_id": 1, "shard": 1})
-            held += [(doc["job_id"], doc["shard"]) async for doc in cursor]
-        return held
+        ended_us, batch = exact_micros(ENDED_LEASE_UNTIL), new_id()
+        held = {**LEASED, "lease.owner": {"$in": list(owners)}, "lease.until_us": {"$gt": ended_us}}
+        lease = {"lease.until": ENDED_LEASE_UNTIL, "lease.until_us": ended_us}
+        ended = {"$set": {**lease, "batch": batch}}
+        leases: list[tuple[str, int | None]] = []
+        if (await self.jobs.update_many(held, ended)).modified_count:
+            cursor = self.jobs.find({"batch": batch}, {"_id": 1})
+            leases += [(doc["_id"], None) async for doc in cursor]
+        if (await self.requests.update_many(held, ended)).modified_count:
+            cursor = self.requests.find({"batch": batch}, {"job_id": 1, "shard": 1})
+            leases += [(doc["job_id"], doc["shard"]) async for doc in cursor]
+        return leases
 
     @translating_errors
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
@@ -333,11 +326,11 @@ class MongoStore(MongoRequests, MongoHousekeeping):
 
     @translating_errors
     async def reap_expired_leases(
-        self, now: datetime, *, event_source: str | None = None
+        self, now: datetime, *, instance: str | None = None, event_source: str | None = None
     ) -> list[Execution]:
         """Executions first, then the leases: a crash in between leaves a lease to reap again,
         never a `running` execution that nothing guards."""
-        expired = await self._expired_leases(now)
+        expired = await self._expired_leases(now, instance)
         if not expired:
             return []
         abandon = [abandon_running(job_id, token, now) for job_id, token in expired]
@@ -347,10 +340,36 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._update_each(self.jobs, [release_lease(job, token) for job, token in expired])
         return await self._abandoned_at(now, expired)
 
-    async def _expired_leases(self, now: datetime) -> list[tuple[str, int]]:
+    async def _expired_leases(self, now: datetime, instance: str | None) -> list[tuple[str, int]]:
         expired = {**LEASED, "lease.until_us": {"$lt": exact_micros(now)}}
-        cursor = self.jobs.find(expired, {"fence": 1})
-        return [(doc["_id"], int(doc["fence"])) async for doc in cursor]
+        cursor = self.jobs.find(expired, {"fence": 1, "lease.owner": 1, "lease.until_us": 1})
+        found = [
+            (doc["_id"], int(doc["fence"]), doc["lease"]["owner"], doc["lease"]["until_us"])
+            async for doc in cursor
+        ]
+        takeable = await self._may_take_over([(o, until) for *_, o, until in found], now, instance)
+        reapable: list[tuple[str, int]] = []
+        for (job_id, fence, owner, _), take in zip(found, takeable, strict=True):
+            if not take:
+                continue
+            if owner != OCCURRENCE_OWNER or not await self._runs_elsewhere(
+                job_id, fence, now, instance
+            ):
+                reapable.append((job_id, fence))
+        return reapable
+
+    async def _runs_elsewhere(
+        self, job_id: str, occurrence: int, now: datetime, instance: str | None
+    ) -> bool:
+        """Whether a shard of this occurrence is leased by another instance that beats: the
+        occurrence lives while one runs there, whatever the caller's clock says of its lease."""
+        cursor = self.requests.find({"job_id": job_id, "occurrence": occurrence}, {"lease": 1})
+        leases = [
+            (doc["lease"]["owner"], doc["lease"]["until_us"])
+            async for doc in cursor
+            if doc.get("lease") is not None
+        ]
+        return not all(await self._may_take_over(leases, now, instance))
 
     async def _abandoned_at(self, now: datetime, leases: list[tuple[str, int]]) -> list[Execution]:
         """Read back what this reap marked (an execution the run finished meanwhile is not)."""

@@ -4,6 +4,7 @@ helpers every part uses (bounded bulk updates, the due and claim reads, writing 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import ClassVar
 
 from pymongo import (
@@ -17,9 +18,10 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from scheduler.codec import (
     Doc,
+    exact_micros,
 )
 from scheduler.model import Execution, Job
-from scheduler.ports import Claim
+from scheduler.ports import ENDED_LEASE_UNTIL, Claim
 from scheduler.storage.mongodb import (
     MongoDatabase,
     chunks,
@@ -72,7 +74,8 @@ class MongoCollections(MongoDatabase):
         return self.database["run_requests"]
 
     @property
-    def instances(self) -> Collection:
+    def beats(self) -> Collection:
+        """The instances' heartbeats, one document an instance (`_id` its id)."""
         return self.database["instances"]
 
     @property
@@ -128,4 +131,20 @@ class MongoCollections(MongoDatabase):
             if (job := leased.pop(claim.job_id, None)) is not None
             and job.lease is not None
             and job.lease.owner == claim.owner
+        ]
+
+    async def _may_take_over(
+        self, leases: Sequence[tuple[str, int]], now: datetime, instance: str | None
+    ) -> list[bool]:
+        """Which of these leases, (owner, expiry in microseconds), the caller may take over (see
+        Store.reap_expired_leases): ended, or expired by the caller's clock and held by the
+        caller or by an owner that never beat. The heartbeat records are read only for the
+        owners that decide it, by `_id` equality (which FerretDB pushes down): a few at most."""
+        at, ended = exact_micros(now), exact_micros(ENDED_LEASE_UNTIL)
+        expired = [(owner, until < at and until != ended) for owner, until in leases]
+        undecided = {owner for owner, by_time in expired if by_time and owner != instance}
+        beating = {owner for owner in undecided if await self.beats.find_one({"_id": owner})}
+        return [
+            until == ended or (until < at and (owner == instance or owner not in beating))
+            for owner, until in leases
         ]

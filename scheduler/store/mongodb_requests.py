@@ -68,7 +68,12 @@ class MongoRequests(MongoCollections):
 
     @translating_errors
     async def due_run_requests(
-        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Two reads a page: the due requests, then their jobs (those not leased nor on an
         excluded handler). Usually one page; another only while requests left out filled the
@@ -77,7 +82,7 @@ class MongoRequests(MongoCollections):
         after: RunRequest | None = None
         while len(pairs) < limit:
             page = await self._due_requests_page(now, after, limit)
-            free = await self._with_free_jobs(page, exclude_handlers, now)
+            free = await self._with_free_jobs(page, exclude_handlers, now, instance)
             pairs += free[: limit - len(pairs)]
             if len(page) < limit:
                 break
@@ -101,7 +106,11 @@ class MongoRequests(MongoCollections):
         return [request_from_document(doc) async for doc in in_one_batch(cursor, limit)]
 
     async def _with_free_jobs(
-        self, requests: list[RunRequest], exclude_handlers: Sequence[str], now: datetime
+        self,
+        requests: list[RunRequest],
+        exclude_handlers: Sequence[str],
+        now: datetime,
+        instance: str | None,
     ) -> list[tuple[RunRequest, Job]]:
         if not requests:
             return []
@@ -109,7 +118,12 @@ class MongoRequests(MongoCollections):
         by_id = self._jobs_by_id if self.on_ferretdb else self._jobs_in
         found = await by_id(job_ids)
         jobs = {job_id: job for job_id, job in found.items() if job.handler not in exclude_handlers}
-        return [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job, now)]
+        paired = [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job)]
+        held = {r.id: r.lease for r, _ in paired if r.lease is not None}
+        leases = [(lease.owner, exact_micros(lease.until)) for lease in held.values()]
+        takeable = await self._may_take_over(leases, now, instance)
+        taken_over = {r_id for r_id, take in zip(held, takeable, strict=True) if take}
+        return [(r, job) for r, job in paired if r.id not in held or r.id in taken_over]
 
     async def _jobs_in(self, job_ids: set[str]) -> dict[str, Job]:
         """One read by `_id` $in: on MongoDB, where the index serves it (FerretDB would decode
@@ -286,13 +300,9 @@ class MongoRequests(MongoCollections):
         return {f.execution.id for f in finishes if f.shard is not None and f.shard.id in ended}
 
 
-def _due_now(request: RunRequest, job: Job, now: datetime) -> bool:
-    """A request of a free job; or a shard entry of the occurrence holding its job, free or
-    whose lease expired."""
+def _due_now(request: RunRequest, job: Job) -> bool:
+    """A request of a free job; or a shard entry of the occurrence holding its job (free, or
+    leased: then due if its lease may be taken over, see `_may_take_over`)."""
     if request.occurrence is None:
         return job.lease is None
-    return (
-        job.lease is not None
-        and job.lease.token == request.occurrence
-        and (request.lease is None or request.lease.until < now)
-    )
+    return job.lease is not None and job.lease.token == request.occurrence

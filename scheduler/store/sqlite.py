@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from scheduler.codec import (
+    EPOCH,
     exact_micros,
     micros,
     to_json_ready,
 )
 from scheduler.model import DeadLetter, Execution, ExecutionError, Job, Priority, Status
 from scheduler.ports import (
+    ENDED_LEASE_UNTIL,
     Backlog,
     Claim,
     DuplicateJobName,
@@ -36,6 +38,7 @@ from scheduler.store.sqlite_rows import (
     FREE,
     JOB_COLUMNS,
     REQUEST_COLUMNS,
+    TAKEABLE_JOB_LEASE,
     UNHANDLED,
     execution_filters,
     execution_from_row,
@@ -51,6 +54,7 @@ from scheduler.store.sqlite_rows import (
     release_sql,
     request_row,
     shard_end_sql,
+    takeable_args,
     to_row,
     unclaimed_part,
     with_claim,
@@ -313,25 +317,29 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         )
         await self._run(lambda db: db.execute(sql, (instance, micros(now))))
 
-    async def expire_lapsed_leases(
-        self, lapsed_before: datetime, now: datetime, alive: str
-    ) -> list[tuple[str, int | None]]:
+    async def instances(self) -> dict[str, datetime]:
+        sql = "SELECT id, beat_at FROM instances"
+        rows = await self._run(lambda db: db.execute(sql).fetchall())
+        return {str(row[0]): EPOCH + timedelta(microseconds=row[1]) for row in rows}
+
+    async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:
+        if not owners:
+            return []
+        ended = exact_micros(ENDED_LEASE_UNTIL)
         sql = (
             "UPDATE jobs SET lease_until = ? WHERE lease_token IS NOT NULL AND lease_until > ? "
-            "AND lease_owner != ? AND lease_owner IN (SELECT id FROM instances WHERE beat_at < ?) "
-            "RETURNING id"
+            f"AND lease_owner IN ({','.join('?' * len(owners))}) RETURNING id"
         )
-        at = exact_micros(now)
-        args = (at - 1, at, alive, exact_micros(lapsed_before))
+        args = (ended, ended, *owners)
         shards = sql.replace("UPDATE jobs", "UPDATE run_requests", 1).replace(
             "RETURNING id", "RETURNING job_id, shard", 1
         )
 
-        def expire(db: sqlite3.Connection) -> list[tuple[str, int | None]]:
+        def end(db: sqlite3.Connection) -> list[tuple[str, int | None]]:
             jobs = [(str(row[0]), None) for row in db.execute(sql, args).fetchall()]
             return jobs + [(str(r[0]), int(r[1])) for r in db.execute(shards, args).fetchall()]
 
-        return await self._run(expire)
+        return await self._run(end)
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         sql = (
@@ -342,7 +350,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             await self._run(lambda db: db.executemany(sql, list(leases)))
 
     async def reap_expired_leases(
-        self, now: datetime, *, event_source: str | None = None
+        self, now: datetime, *, instance: str | None = None, event_source: str | None = None
     ) -> list[Execution]:
         error = ExecutionError(
             type="LeaseExpired", message="the lease expired before the run ended"
@@ -353,8 +361,8 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         def reap(db: sqlite3.Connection) -> list[sqlite3.Row]:
             expired = db.execute(
                 "SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL "
-                "AND lease_until < ?",
-                (at,),
+                f"AND {TAKEABLE_JOB_LEASE}",
+                takeable_args(now, instance) * 2,
             ).fetchall()
             abandoned = []
             for job in expired:

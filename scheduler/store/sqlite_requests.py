@@ -31,6 +31,8 @@ from scheduler.store.sqlite_rows import (
     release_sql,
     request_from_row,
     request_row,
+    takeable,
+    takeable_args,
     write_events,
 )
 
@@ -66,21 +68,25 @@ class SQLiteRequests(SQLiteTables):
         await self._run(lambda db: db.executemany(sql, rows))
 
     async def due_run_requests(
-        self, now: datetime, limit: int, *, exclude_handlers: Sequence[str] = ()
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         excluded = ",".join("?" * len(exclude_handlers))
         # A request, of a free job; or a shard entry of the occurrence holding its job, not
-        # ended, and free or whose lease expired (taken over).
+        # ended, and free or whose lease may be taken over.
         sql = (
             "SELECT r.id AS request_id FROM run_requests r JOIN jobs j ON j.id = r.job_id "
             "WHERE r.not_before <= ? AND ((r.occurrence IS NULL AND j.lease_token IS NULL) "
             "OR (r.occurrence = j.lease_token AND r.ended IS NULL "
-            "AND (r.lease_token IS NULL OR r.lease_until < ?)))"
+            f"AND (r.lease_token IS NULL OR ({takeable('r')}))))"
             + (f" AND j.handler NOT IN ({excluded})" if excluded else "")
             + " ORDER BY r.not_before, r.id LIMIT ?"
         )
-        at = micros(now)
-        args = (at, at, *exclude_handlers, limit)
+        args = (micros(now), *takeable_args(now, instance), *exclude_handlers, limit)
 
         def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
             pairs = []

@@ -39,6 +39,7 @@ from scheduler.model import (
     Status,
 )
 from scheduler.ports import (
+    ENDED_LEASE_UNTIL,
     Advance,
     ExecutionQuery,
     JobChange,
@@ -282,6 +283,32 @@ def insert_sql(table: str, columns: Sequence[str]) -> str:
 
 
 CLEAR_LEASE = "lease_owner = NULL, lease_token = NULL, lease_until = NULL"
+
+
+def takeable(table: str = "") -> str:
+    """A lease the caller may take over (see Store.reap_expired_leases), of `table` (an alias)
+    or of the one table queried: ended, or expired by the caller's clock and held by the caller
+    or by an owner that never beat. The expiry of another instance that beats was written by
+    another clock, and is never compared with the caller's. Arguments: `takeable_args`."""
+    at = f"{table}." if table else ""
+    return (
+        f"{at}lease_until < ? AND ({at}lease_until = ? OR {at}lease_owner IS ? "
+        f"OR {at}lease_owner NOT IN (SELECT id FROM instances))"
+    )
+
+
+# A job's lease the caller may take over: takeable, and if it is a sharded occurrence's, none of
+# its shards leased by another instance that beats (the occurrence lives while one runs there).
+# Arguments: `takeable_args` twice.
+TAKEABLE_JOB_LEASE = (
+    f"{takeable('jobs')} AND NOT EXISTS (SELECT 1 FROM run_requests r WHERE r.job_id = jobs.id "
+    "AND r.occurrence = jobs.lease_token AND r.lease_token IS NOT NULL "
+    f"AND NOT ({takeable('r')}))"
+)
+
+
+def takeable_args(now: datetime, instance: str | None) -> tuple[object, ...]:
+    return (micros(now), micros(ENDED_LEASE_UNTIL), instance)
 
 
 def shard_end_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:

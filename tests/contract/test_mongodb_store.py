@@ -425,8 +425,9 @@ async def test_the_ticks_periodic_reads_filter_on_a_field_ferretdb_pushes_down(
         await store.due_jobs(now, 10, starved_before=T0)
         assert [r.id for r, _ in await store.due_run_requests(now, 10)] == [triggered.id]
         await store.due_backlog(now)
-        assert await store.expire_lapsed_leases(T0, now, "alive") == [(jobs[0].id, None)]
-        reaped = await store.reap_expired_leases(now + timedelta(seconds=1))
+        assert await store.instances() == {"gone": T0 - timedelta(minutes=10)}
+        assert await store.end_leases(["gone"]) == [(jobs[0].id, None)]
+        reaped = await store.reap_expired_leases(now + timedelta(seconds=1), instance="alive")
         assert reaped == []  # the claim recorded no execution; its lease is released
         assert (await store.due_backlog(now)).due == 3
 

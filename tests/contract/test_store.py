@@ -845,30 +845,65 @@ async def test_giving_back_a_lease_needs_its_token_and_leaves_the_schedule(store
     await store.give_back([])
 
 
-async def test_the_leases_of_an_instance_gone_quiet_end_at_once(store: Store) -> None:
-    """Its heartbeat lapsed: its leases expire now, the next reap gives its runs back, and only
-    those: the caller's own, a live instance's and one that never beat are left alone."""
-    jobs = {owner: make_job(f"held-by-{owner}") for owner in ("dead", "alive", "me", "unknown")}
-    for owner, job in jobs.items():
+async def held_by_each(store: Store, owners: tuple[str, ...], until: datetime) -> dict[str, Job]:
+    """A job for each owner, claimed by it until `until`, its run recorded as running."""
+    jobs = {}
+    for owner in owners:
+        job = make_job(f"held-by-{owner}")
         await store.insert_job(job)
-        [won] = await store.claim_jobs(
-            [claim_of(job, owner=owner, until=T0 + timedelta(hours=1))], T0
-        )
+        [won] = await store.claim_jobs([claim_of(job, owner=owner, until=until)], T0)
         await store.insert_executions([running(won, won.lease.token)])  # type: ignore[union-attr]
-    await store.beat("dead", T0)
-    now = T0 + timedelta(seconds=30)
-    for owner in ("alive", "me"):
-        await store.beat(owner, now)
-    dead_job = await store.get_job_by_name("held-by-dead")
-    assert dead_job is not None
-    ended = await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me")
-    assert ended == [(dead_job.id, None)], "the jobs whose leases ended, for their locks"
-    reaped = await store.reap_expired_leases(now)
+        jobs[owner] = won
+    return jobs
+
+
+async def test_the_instances_beats_are_read_as_written(store: Store) -> None:
+    assert await store.instances() == {}
+    await store.beat("a", T0)
+    await store.beat("b", T0 - timedelta(hours=1, microseconds=1))
+    await store.beat("a", T0 + timedelta(seconds=3, microseconds=7))
+    assert await store.instances() == {
+        "a": T0 + timedelta(seconds=3, microseconds=7),
+        "b": T0 - timedelta(hours=1, microseconds=1),
+    }
+
+
+async def test_the_leases_of_instances_found_dead_end_for_every_clock(store: Store) -> None:
+    """Ended: reaped at once by any instance, whatever its clock (here a day behind the
+    leases'), and only those: the caller's own, a live instance's and one that never beat are
+    left alone."""
+    jobs = await held_by_each(store, ("dead", "alive", "me", "unknown"), T0 + timedelta(hours=1))
+    for owner in ("dead", "alive", "me"):
+        await store.beat(owner, T0)
+    ended = await store.end_leases(["dead", "gone-without-leases"])
+    assert ended == [(jobs["dead"].id, None)], "the jobs whose leases ended, for their locks"
+    behind = T0 - timedelta(days=1)
+    reaped = await store.reap_expired_leases(behind, instance="me")
     assert [(e.job_name, e.status) for e in reaped] == [("held-by-dead", Status.ABANDONED)]
     for owner in ("alive", "me", "unknown"):
         kept = await store.get_job_by_name(f"held-by-{owner}")
         assert kept is not None and kept.lease is not None and kept.lease.owner == owner
-    assert await store.expire_lapsed_leases(now - timedelta(seconds=10), now, alive="me") == []
+    assert await store.end_leases(["dead"]) == []
+    assert await store.end_leases([]) == []
+
+
+async def test_the_reaper_judges_by_its_clock_only_its_own_leases_and_those_of_the_unbeating(
+    store: Store,
+) -> None:
+    """An expiry is written by its owner's clock: a live instance's is never compared with the
+    reaper's, which may be hours ahead of it (a wall clock stepped forward, or skewed)."""
+    await held_by_each(store, ("me", "alive", "unknown"), T0 + timedelta(minutes=5))
+    for owner in ("me", "alive"):
+        await store.beat(owner, T0)
+    ahead = T0 + timedelta(hours=1)
+    reaped = await store.reap_expired_leases(ahead, instance="me")
+    assert sorted(e.job_name for e in reaped) == ["held-by-me", "held-by-unknown"]
+    kept = await store.get_job_by_name("held-by-alive")
+    assert kept is not None and kept.lease is not None and kept.lease.owner == "alive"
+    [execution] = await store.list_executions(ExecutionQuery(job_id=kept.id))
+    assert execution.status is Status.RUNNING
+    reaped = await store.reap_expired_leases(ahead, instance="alive")
+    assert [e.job_name for e in reaped] == ["held-by-alive"], "its owner reaps it, by its clock"
 
 
 async def test_starved_jobs_come_first_oldest_first_whatever_their_priority(store: Store) -> None:
@@ -1169,17 +1204,53 @@ async def test_a_shard_whose_lease_expired_is_taken_over_and_its_run_abandoned(
     assert held.lease.until >= again.lease.until, "the occurrence outlives its shards"
 
 
-async def test_the_shards_of_a_lapsed_instance_expire_at_once(store: Store) -> None:
+async def test_the_shards_of_an_instance_found_dead_end_at_once(store: Store) -> None:
     job, entries = await started(store, 2)
     await store.beat("dead", T0)
+    await store.beat("alive", T0)
     await claimed_shards(store, job, entries[:1], owner="dead")
     await claimed_shards(store, job, entries[1:], owner="alive")
-    later = T0 + timedelta(seconds=30)
-    ended = await store.expire_lapsed_leases(T0 + timedelta(seconds=1), later, "alive")
-    assert ended == [(job.id, 0)], "the shard whose lease ended, for its lock to be broken"
-    assert [entry.shard for entry, _ in await store.due_run_requests(later, 10)] == [0]
+    assert await store.end_leases(["dead"]) == [(job.id, 0)], "for its lock to be broken"
+    before_its_expiry = T0 + timedelta(seconds=30)  # by the caller's clock
+    due = await store.due_run_requests(before_its_expiry, 10, instance="alive")
+    assert [entry.shard for entry, _ in due] == [0], "taken over, whatever the clock"
     stored = await store.get_job(job.id)
     assert stored is not None and stored.lease is not None, "the occurrence is no instance's"
+
+
+async def test_the_shard_of_a_live_instance_is_not_taken_over_by_another_clock(
+    store: Store,
+) -> None:
+    """Its lease looks expired to an instance whose clock is ahead: only its owner, or a
+    heartbeat that found it dead, may say so."""
+    job, entries = await started(store, 1)
+    await store.beat("alive", T0)
+    await claimed_shards(store, job, entries, owner="alive")
+    ahead = T0 + timedelta(hours=1)
+    assert await store.due_run_requests(ahead, 10, instance="other") == []
+    assert await store.due_run_requests(ahead, 10) == []
+    due = await store.due_run_requests(ahead, 10, instance="alive")
+    assert [entry.shard for entry, _ in due] == [0], "its owner takes it back, by its clock"
+
+
+async def test_an_occurrence_lives_while_a_shard_of_it_runs_on_a_live_instance(
+    store: Store,
+) -> None:
+    """Its lease is no instance's and looks expired to a reaper whose clock is an hour ahead:
+    not reaped (which would run the whole occurrence again) while a shard of it is leased by
+    another instance that beats; once that instance is found dead, judged by time again."""
+    job, entries = await started(store, 2)
+    await store.beat("alive", T0)
+    await claimed_shards(store, job, entries[:1], owner="alive")
+    ahead = T0 + timedelta(hours=1)
+    assert await store.reap_expired_leases(ahead, instance="other") == []
+    held = await store.get_job(job.id)
+    assert held is not None and held.lease is not None and held.lease.owner == OCCURRENCE_OWNER
+
+    await store.end_leases(["alive"])
+    await store.reap_expired_leases(ahead, instance="other")
+    freed = await store.get_job(job.id)
+    assert freed is not None and freed.lease is None
 
 
 async def test_shards_given_back_are_due_again(store: Store) -> None:
