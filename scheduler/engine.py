@@ -5,7 +5,8 @@ A tick: reap expired leases -> fetch due jobs, most urgent first, no more than t
 running (one batch) -> submit them to the workers through a bounded queue, which blocks when full
 (backpressure: the dispatcher falls behind the clock instead of piling up work). A full batch
 means more is due, so the next tick starts at once; otherwise the dispatcher sleeps until the
-next job falls due or the tick interval passes, whichever is sooner.
+next job falls due or the tick interval passes, whichever is sooner, unless a worker frees up or
+runs' ends are written (their jobs can be claimed again) first.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ class Engine:
         self.relay = Relay(
             ports.store, ports.events, clock=ports.clock, metrics=self.metrics, lock=ports.lock
         )
+        # The end of a run handed over is written later: its job can be claimed from then on.
+        self._ends_written = self.runner.finisher.written
         self.pool = WorkerPool(
             self.runner,
             workers=settings.workers,
@@ -572,6 +575,9 @@ class Engine:
         gauges = self.backlog_gauges()
         while not stop.is_set():
             try:
+                # Forgotten before the tick looks, not before the sleep: a run that ends, or an
+                # end written, while the tick is under way must still wake the sleep after it.
+                self._forget_wakeups()
                 tick = await self.tick()
                 failures = self._recovered(failures)
                 await gauges.refresh_if_due()
@@ -579,20 +585,39 @@ class Engine:
                     self._next_reap = None
                     continue  # an instance died: reap its runs and take them over at once
                 if not tick.full:
-                    await self._sleep(self._until_next_timer(), stop, self.pool.slot_freed)
+                    await self._sleep(self._until_next_timer(), stop, *self._idle_wakeups())
                 elif self._free_slots() < self.pool.worthwhile_batch:
                     # More is due than the pool has room for: a batch of the few slots just
                     # freed would cost the same round trips as a full one; wait for room.
-                    await self._sleep(self._until_next_timer(), stop, self.pool.room_freed)
+                    await self._sleep(
+                        self._until_next_timer(), stop, self.wake, self.pool.room_freed
+                    )
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
                 await self._beat_while_backing_off()
-                await self._sleep(self._backing_off(exc, failures), stop)
+                await self._back_off(self._backing_off(exc, failures), stop)
             except Exception as exc:  # a bug of ours: say so loudly, but keep dispatching
                 log.exception("dispatcher.unexpected_error")
                 failures += 1
-                await self._sleep(self._backing_off(exc, failures), stop)
+                await self._back_off(self._backing_off(exc, failures), stop)
         await self.shutdown()
+
+    def _forget_wakeups(self) -> None:
+        for event in (self.wake, self.pool.slot_freed, self.pool.room_freed, self._ends_written):
+            event.clear()
+
+    def _idle_wakeups(self) -> tuple[asyncio.Event, ...]:
+        """What makes an idle dispatcher look again before its timer: a wake-up call, a freed
+        worker (room for what is due), and ends written. A worker hands its run's end over and
+        is free before the end is written, while the job is still leased; only once the end is
+        written can the job's next occurrence be claimed, so that must wake the dispatcher too,
+        or a job due every second is claimed a tick late, again and again, and falls behind."""
+        return self.wake, self.pool.slot_freed, self._ends_written
+
+    async def _back_off(self, seconds: float, stop: asyncio.Event) -> None:
+        """After a failed tick: only what happens from now on cuts the backoff short."""
+        self._forget_wakeups()
+        await self._sleep(seconds, stop, self.wake, self.pool.slot_freed)
 
     def _recovered(self, failures: int) -> int:
         if failures:
@@ -639,15 +664,9 @@ class Engine:
             every_seconds=self.settings.backlog_refresh_seconds,
         )
 
-    async def _sleep(
-        self, seconds: float, stop: asyncio.Event, room: asyncio.Event | None = None
-    ) -> None:
-        """Until `seconds` pass, `stop`, a wake-up call, or `room` in the pool (by default, a
-        slot freed)."""
-        room = room or self.pool.slot_freed
-        self.wake.clear()
-        room.clear()
-        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, self.wake, room)]
+    async def _sleep(self, seconds: float, stop: asyncio.Event, *wakeups: asyncio.Event) -> None:
+        """Until `seconds` pass, `stop`, or one of `wakeups` is set (the caller clears them)."""
+        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, *wakeups)]
         await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
             waiter.cancel()

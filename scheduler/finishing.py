@@ -65,6 +65,9 @@ class Finisher:
         self._room = asyncio.Event()
         self._room.set()
         self._flushing: asyncio.Task[None] | None = None
+        # Set once a batch is written and its locks released: its jobs may be claimed again
+        # (the dispatcher waits on it; whoever waits clears it).
+        self.written = asyncio.Event()
 
     async def finish(self, finish: Finish, lock_token: str) -> Ending:
         """Write the run's end with the next batch, release its lock; wait for the outcome."""
@@ -116,6 +119,7 @@ class Finisher:
             log.exception("finisher.batch_failed")
             endings = [Ending(applied=False, error=f"{type(exc).__name__}: {exc}") for _ in batch]
         await self._release_locks(batch)
+        self.written.set()
         for pending, ending in zip(batch, endings, strict=True):
             if not pending.ended.done():
                 pending.ended.set_result(ending)

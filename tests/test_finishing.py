@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import Status
+from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, Status
 from scheduler.ports import Finish, Store
-from tests.conftest import EngineFactory, make_job
+from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions
 
 
@@ -96,3 +97,46 @@ async def test_workers_wait_once_the_store_is_two_batches_behind(
     await asyncio.wait_for(h.engine.drain(), WAIT)
     assert len(ran) == 8
     assert [e.status for e in await executions(store)] == [Status.SUCCESS] * 8
+
+
+async def test_a_job_behind_is_taken_again_once_its_end_is_written_not_a_tick_later(
+    make_engine: EngineFactory, store: Store, held: asyncio.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's hand-over wakes the dispatcher while the job is still leased; the end being
+    written is what makes the job claimable again, so that must wake it too. (Otherwise a job due
+    every second is taken once a tick, a tick and a query apart, and falls behind for good.)"""
+    ran: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    answers: list[int] = []
+    due_jobs = store.due_jobs
+
+    async def counted(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = await due_jobs(*args, **kwargs)
+        answers.append(len(jobs))
+        return jobs
+
+    monkeypatch.setattr(store, "due_jobs", counted)
+    # A tick of a minute: only a wake-up runs the occurrences waiting in time.
+    h = make_engine({"record": record}, tick_seconds=60)
+    behind = make_job(
+        "behind",
+        "record",
+        schedule=CronSchedule(expr="* * * * * *"),  # every second: its next is due too
+        next_run_at=T0 - timedelta(seconds=10),
+        misfire=Misfire(policy=MisfirePolicy.RUN_ALL),
+    )
+    await h.add(behind)
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    try:
+        # The first run ended; the dispatcher, woken by its worker, found the job still leased.
+        await asyncio.wait_for(_until(lambda: len(ran) == 1 and 0 in answers), WAIT)
+        held.set()
+        await asyncio.wait_for(_until(lambda: len(ran) >= 3), WAIT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, WAIT)
