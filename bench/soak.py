@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.daemon import Daemon, metric_sum
-from bench.stack import KAFKA_URL, real_stack, real_stack_reachable
+from bench.stack import (
+    KAFKA_URL,
+    REDIS_URL,
+    Stack,
+    embedded_stack,
+    real_stack,
+    real_stack_reachable,
+)
 from bench.trial import at, timed_insert
 from scheduler.model import CronSchedule, Job
 
@@ -195,9 +202,26 @@ def judged_again(saved: dict[str, Any]) -> dict[str, Any]:
     return saved | {"flat": flat, "verdicts": [asdict(v) for v in found]}
 
 
-def soak(rate: int, period: int, minutes: float, sample_seconds: float) -> dict[str, Any]:
-    stack = real_stack()
-    stack = replace(stack, events_url=f"{KAFKA_URL.rsplit('/', 1)[0]}/tickd.soak")
+def soak_stack(store: str) -> Stack:
+    """The real stack; with `store` "sqlite", its store embedded and the rest real (Redis in a
+    database of its own, its own topic), so that a soak beside one on FerretDB shares nothing
+    with it (not the relay's turn, which is a Redis key)."""
+    bus = KAFKA_URL.rsplit("/", 1)[0]
+    if store == "sqlite":
+        embedded = embedded_stack()
+        return replace(
+            embedded,
+            kind="real-sqlite",
+            lock_url=REDIS_URL.rsplit("/", 1)[0] + "/1",
+            events_url=f"{bus}/tickd.soak-sqlite",
+        )
+    return replace(real_stack(), events_url=f"{bus}/tickd.soak")
+
+
+def soak(
+    rate: int, period: int, minutes: float, sample_seconds: float, store: str = "ferretdb"
+) -> dict[str, Any]:
+    stack = soak_stack(store)
     samples: list[Sample] = []
     died = False
     try:
@@ -224,6 +248,7 @@ def soak(rate: int, period: int, minutes: float, sample_seconds: float) -> dict[
         stack.cleanup()
     found = verdicts(samples, rate) if samples else []
     return {
+        "store": store,
         "rate": rate,
         "period_s": period,
         "minutes": minutes,
@@ -244,8 +269,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Soak: {result['rate']} executions/s asked for "
         f"({result['rate'] * result['period_s']} jobs every {result['period_s']} s) "
-        f"for {result['minutes']:g} min on the real "
-        f"stack, {kept:g}/s kept (median of the samples); {verdict}",
+        f"for {result['minutes']:g} min on the real stack"
+        f"{' with the store on SQLite' if result.get('store') == 'sqlite' else ''}, "
+        f"{kept:g}/s kept (median of the samples); {verdict}",
         "",
         "| series | first third | last third | slope per 10 min | allowed rise | flat |",
         "|---|---|---|---|---|---|",
@@ -270,6 +296,13 @@ def main() -> None:
         help="seconds between two runs of one job (a divisor of 60)",
     )
     parser.add_argument("--sample-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--store",
+        choices=["ferretdb", "sqlite"],
+        default="ferretdb",
+        help="sqlite: the store embedded, Redis and Kafka real (what the rest keeps past "
+        "FerretDB's limit)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--judge",
@@ -283,7 +316,7 @@ def main() -> None:
         missing = real_stack_reachable()
         if missing:
             raise SystemExit(f"the real stack is needed (make services): {missing}")
-        result = soak(args.rate, args.period, args.minutes, args.sample_seconds)
+        result = soak(args.rate, args.period, args.minutes, args.sample_seconds, args.store)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)

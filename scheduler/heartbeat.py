@@ -73,11 +73,19 @@ class Heartbeat:
         await self._lock.break_many(
             [lock_key(job) if shard is None else shard_lock_key(job, shard) for job, shard in ended]
         )
+        # Their records go, or every beat of every instance would read and judge every
+        # instance that ever ran (each restart is a new one) for as long as the store lives.
+        await self._store.forget_instances({instance: self._seen[instance][0] for instance in dead})
+        for instance in dead:
+            del self._seen[instance]
         return len(ended)
 
     def _watch(self, beats: dict[str, datetime], real: float) -> None:
         """Note when each other instance's beat changed; one seen for the first time counts as
-        changed now, so a new observer watches a whole lapse before judging anyone."""
+        changed now, so a new observer watches a whole lapse before judging anyone. One no
+        longer there was forgotten (another instance found it dead and ended its leases)."""
+        for instance in self._seen.keys() - beats.keys():
+            del self._seen[instance]
         for instance, beat in beats.items():
             seen = self._seen.get(instance)
             if instance != self._instance and (seen is None or seen[0] != beat):

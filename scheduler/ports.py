@@ -425,9 +425,9 @@ class Store(Protocol):
         """Say that `instance` is alive at `now` (its heartbeat)."""
 
     async def instances(self) -> dict[str, datetime]:
-        """Every instance that ever beat, with its last beat as its own clock wrote it: one
-        cheap read. Only whether a beat changes means anything to another instance (see
-        scheduler/heartbeat.py): clocks differ."""
+        """Every instance that beat and was not forgotten, with its last beat as its own clock
+        wrote it: one cheap read. Only whether a beat changes means anything to another
+        instance (see scheduler/heartbeat.py): clocks differ."""
 
     async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:
         """End the leases these instances (found dead) hold, on jobs and on shard entries:
@@ -436,6 +436,11 @@ class Store(Protocol):
         out. Returns what the leases ended by this call were on, as (job id, shard) pairs, shard
         None for a job's own lease: the dead instances hold their locks too. A paused instance
         that comes back finds its tokens stale."""
+
+    async def forget_instances(self, beats: Mapping[str, datetime]) -> None:
+        """Delete the heartbeat records of these instances (found dead, their leases ended),
+        each only while its beat is still the one given: one that beat again meanwhile (a
+        paused process come back) stays. Keeps `instances` to the living and the newly dead."""
 
     async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
         """Clear these leases, (job id, token), where the token still holds one, and change

@@ -83,3 +83,23 @@ async def test_a_wall_clock_stepped_back_on_the_observer_delays_no_takeover(stor
         clock.advance(EVERY)
         ended += await heartbeat.beat_if_due()
     assert ended == 1
+
+
+async def test_an_instance_found_dead_is_forgotten_once_its_leases_are_ended(store: Store) -> None:
+    """Every restart is a new instance: the records of the dead must not pile up for every beat
+    of every instance to read and judge again."""
+    await held_by_other(store)
+    await store.beat("other", T0)
+    clock = FakeClock(T0)
+    heartbeat = observer(store, clock)
+    ended = 0
+    for _ in range(5):  # 15 s: past the lapse
+        ended += await heartbeat.beat_if_due()
+        clock.advance(EVERY)
+    assert ended == 1
+    assert set(await store.instances()) == {"me"}
+    await store.beat("other", clock.now())  # a paused process come back: alive again
+    for _ in range(3):
+        clock.advance(EVERY)
+        assert await heartbeat.beat_if_due() == 0
+    assert set(await store.instances()) == {"me", "other"}

@@ -26,12 +26,13 @@ lock (Redis) keeps instances apart; the system tests run two daemons that way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from pymongo import (
     ASCENDING,
     DESCENDING,
+    DeleteOne,
 )
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
@@ -300,6 +301,15 @@ class MongoStore(MongoRequests, MongoHousekeeping):
     async def instances(self) -> dict[str, datetime]:
         cursor = self.beats.find({}, {"beat_at_us": 1})
         return {doc["_id"]: from_micros(doc["beat_at_us"]) async for doc in cursor}
+
+    @translating_errors
+    async def forget_instances(self, beats: Mapping[str, datetime]) -> None:
+        forget = [
+            DeleteOne({"_id": instance, "beat_at_us": exact_micros(beat)})
+            for instance, beat in beats.items()
+        ]
+        if forget:
+            await self.beats.bulk_write(forget, ordered=False)
 
     @translating_errors
     async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -321,6 +321,12 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         sql = "SELECT id, beat_at FROM instances"
         rows = await self._run(lambda db: db.execute(sql).fetchall())
         return {str(row[0]): EPOCH + timedelta(microseconds=row[1]) for row in rows}
+
+    async def forget_instances(self, beats: Mapping[str, datetime]) -> None:
+        sql = "DELETE FROM instances WHERE id = ? AND beat_at = ?"
+        rows = [(instance, micros(beat)) for instance, beat in beats.items()]
+        if rows:
+            await self._run(lambda db: db.executemany(sql, rows))
 
     async def end_leases(self, owners: Sequence[str]) -> list[tuple[str, int | None]]:
         if not owners:

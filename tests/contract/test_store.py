@@ -868,6 +868,19 @@ async def test_the_instances_beats_are_read_as_written(store: Store) -> None:
     }
 
 
+async def test_instances_are_forgotten_only_while_their_beat_is_the_one_found_dead(
+    store: Store,
+) -> None:
+    """A paused instance that beat again after it was found dead is not forgotten."""
+    for instance in ("dead", "came-back", "alive"):
+        await store.beat(instance, T0)
+    await store.beat("came-back", T0 + timedelta(seconds=30))
+    await store.forget_instances({"dead": T0, "came-back": T0})
+    assert await store.instances() == {"came-back": T0 + timedelta(seconds=30), "alive": T0}
+    await store.forget_instances({})
+    assert set(await store.instances()) == {"came-back", "alive"}
+
+
 async def test_the_leases_of_instances_found_dead_end_for_every_clock(store: Store) -> None:
     """Ended: reaped at once by any instance, whatever its clock (here a day behind the
     leases'), and only those: the caller's own, a live instance's and one that never beat are
