@@ -571,6 +571,36 @@ class Engine:
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set, then shut down gracefully."""
         self.start()
+        beating = asyncio.create_task(self._beat_until_cancelled())
+        try:
+            await self._dispatch_until(stop)
+            await self.shutdown()
+        finally:
+            # Beating until the last run has ended (through the shutdown's grace period), or
+            # another instance would take this one for dead and run its runs again.
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+
+    async def _beat_until_cancelled(self) -> None:
+        """The heartbeat, a task of its own: a dispatcher that waits (for room in a full pool,
+        for a slow store) must not look dead to the other instances while its runs go on."""
+        failing = False
+        while True:
+            try:
+                if await self.heartbeat.beat_if_due():
+                    self._next_reap = None  # an instance died: reap its runs, take them over
+                    self.wake.set()
+                failing = False
+            except (StoreError, LockUnavailable, OSError) as exc:
+                if not failing:  # once an outage: the dispatcher reports the store's state
+                    log_event(log, "heartbeat.failed", level=logging.WARNING, error=str(exc))
+                failing = True
+            except Exception:  # a bug of ours must not stop the beats for good
+                log.exception("heartbeat.unexpected_error")
+            await asyncio.sleep(min(self.settings.tick_seconds, self.settings.heartbeat_seconds))
+
+    async def _dispatch_until(self, stop: asyncio.Event) -> None:
         failures = 0
         gauges = self.backlog_gauges()
         while not stop.is_set():
@@ -581,9 +611,6 @@ class Engine:
                 tick = await self.tick()
                 failures = self._recovered(failures)
                 await gauges.refresh_if_due()
-                if await self.heartbeat.beat_if_due():
-                    self._next_reap = None
-                    continue  # an instance died: reap its runs and take them over at once
                 if not tick.full:
                     await self._sleep(self._until_next_timer(), stop, *self._idle_wakeups())
                 elif self._free_slots() < self.pool.worthwhile_batch:
@@ -594,13 +621,11 @@ class Engine:
                     )
             except (StoreError, LockUnavailable, OSError) as exc:
                 failures += 1
-                await self._beat_while_backing_off()
                 await self._back_off(self._backing_off(exc, failures), stop)
             except Exception as exc:  # a bug of ours: say so loudly, but keep dispatching
                 log.exception("dispatcher.unexpected_error")
                 failures += 1
                 await self._back_off(self._backing_off(exc, failures), stop)
-        await self.shutdown()
 
     def _forget_wakeups(self) -> None:
         for event in (self.wake, self.pool.slot_freed, self.pool.room_freed, self._ends_written):
@@ -625,15 +650,8 @@ class Engine:
         self.healthy, self.last_error = True, None
         return 0
 
-    async def _beat_while_backing_off(self) -> None:
-        """Running work goes on while the dispatcher backs off (the lock service down, say): the
-        heartbeat must too, or other instances take this one for dead and run its jobs again."""
-        with contextlib.suppress(StoreError, OSError):
-            await self.heartbeat.beat_if_due()
-
     def _backing_off(self, exc: Exception, failures: int) -> float:
-        # The heartbeat is sent between tries: never so long apart that others take this
-        # instance for dead while its runs go on.
+        # Never longer than half the heartbeat's timeout: a store back is noticed in seconds.
         cap = min(30.0, self.settings.heartbeat_timeout_seconds / 2)
         delay = backoff_delay(failures, base=self.settings.tick_seconds, cap=cap)
         self.healthy, self.last_error = False, f"{type(exc).__name__}: {exc}"

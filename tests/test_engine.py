@@ -8,7 +8,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -422,6 +423,44 @@ async def test_a_crashed_instance_whose_heartbeat_lapsed_is_taken_over_in_second
     first, second = await executions(survivor.store, job.id)
     assert (first.status, first.owner) == (Status.ABANDONED, "crashed")
     assert (second.status, second.owner, second.scheduled_at) == (Status.SUCCESS, "survivor", T0)
+
+
+async def test_a_dispatcher_waiting_on_a_slow_store_keeps_beating(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its runs go on while its tick waits (on a slow store, for room in the pool): the other
+    instances must not take it for dead, so its heartbeat does not wait for the tick."""
+    h = make_engine({"noop": noop}, tick_seconds=0.01)
+    await h.add(make_job("due", "noop"))
+    stuck, release = asyncio.Event(), asyncio.Event()
+    due_jobs = h.store.due_jobs
+
+    async def slow_due_jobs(*args: Any, **kwargs: Any) -> list[Job]:
+        stuck.set()
+        await release.wait()
+        return await due_jobs(*args, **kwargs)
+
+    monkeypatch.setattr(h.store, "due_jobs", slow_due_jobs)
+    stop = asyncio.Event()
+    running = asyncio.create_task(h.engine.run(stop))
+    try:
+        await asyncio.wait_for(stuck.wait(), WAIT)
+        instance = h.engine.settings.instance_id
+
+        async def beat_after(before: datetime | None) -> datetime:
+            while (beat := (await h.store.instances()).get(instance)) in (None, before):  # noqa: ASYNC110 - polled under a bound
+                await asyncio.sleep(0.005)
+            assert beat is not None
+            return beat
+
+        beat = await asyncio.wait_for(beat_after(None), WAIT)
+        for _ in range(5):  # 15 s of the tick's wait, past the heartbeat's timeout
+            h.clock.advance(h.engine.settings.heartbeat_seconds)
+            beat = await asyncio.wait_for(beat_after(beat), WAIT)
+    finally:
+        release.set()
+        stop.set()
+        await asyncio.wait_for(running, WAIT)
 
 
 async def test_runs_stranded_by_a_crash_run_before_the_rest_of_the_backlog(
