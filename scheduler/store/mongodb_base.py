@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+import pymongo
 from pymongo import (
     AsyncMongoClient,
     IndexModel,
@@ -21,6 +22,7 @@ from scheduler.codec import (
 from scheduler.model import Execution, Job
 from scheduler.ports import Claim
 from scheduler.storage.mongodb import (
+    INDEX_BUILD_SECONDS,
     MongoDatabase,
     chunks,
     in_one_batch,
@@ -30,16 +32,21 @@ from scheduler.storage.mongodb import (
 from scheduler.store.mongodb_documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
+    FINISH_BUCKETS,
     JOB_INDEXES,
     OUTBOX_INDEXES,
     REQUEST_INDEXES,
     event_document,
+    finish_buckets,
     job_from_document,
 )
 
 Client = AsyncMongoClient[Doc]
 Collection = AsyncCollection[Doc]
 Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
+# Executions migrated per round of the open's migration (read, then updated by `_id`).
+MIGRATION_BATCH = 1000
+FINISH_BUCKETS_MIGRATION = "executions.finish_buckets"
 
 
 class MongoCollections(MongoDatabase):
@@ -79,6 +86,11 @@ class MongoCollections(MongoDatabase):
     def outbox(self) -> Collection:
         return self.database["outbox"]
 
+    @property
+    def migrations(self) -> Collection:
+        """One document a migration done at open that is too costly to try at every open."""
+        return self.database["migrations"]
+
     async def _prepare(self, client: Client) -> None:
         await super()._prepare(client)
         await self._add_pushdown_fields()
@@ -93,6 +105,29 @@ class MongoCollections(MongoDatabase):
             await collection.update_many({**missing, "lease": None}, {"$set": {"leased": False}})
             await collection.update_many(missing, {"$set": {"leased": True}})
         await self.requests.update_many({"ended": None}, {"$set": {"ended": False}})
+        with pymongo.timeout(INDEX_BUILD_SECONDS):  # one read of every execution, like a build
+            await self._add_finish_buckets()
+
+    async def _add_finish_buckets(self) -> None:
+        """Executions written before FINISH_BUCKETS existed get them, once: retention reads
+        only by them, so it would never prune one without. FerretDB 1.24 has no update with an
+        aggregation pipeline, so each is set by `_id` (an equality it pushes down), in bulk. The
+        read decodes every execution on FerretDB, so a marker says it is done (retention's first
+        read of a scope adds them to any an older version wrote since)."""
+        if await self.migrations.find_one({"_id": FINISH_BUCKETS_MIGRATION}) is not None:
+            return
+        missing = {FINISH_BUCKETS[0]: {"$exists": False}}
+        cursor = self.executions.find(missing, {"finished_at_us": 1}).batch_size(MIGRATION_BATCH)
+        updates: list[Update] = []
+        async for doc in cursor:
+            buckets = finish_buckets(doc.get("finished_at_us"))
+            updates.append(UpdateOne({"_id": doc["_id"]}, {"$set": buckets}))
+            if len(updates) == MIGRATION_BATCH:
+                await self._update_each(self.executions, updates)
+                updates = []
+        await self._update_each(self.executions, updates)
+        # Instances opening together all migrate; the first marker stays.
+        await insert_ignoring_duplicates(self.migrations, [{"_id": FINISH_BUCKETS_MIGRATION}])
 
     @translating_errors
     async def ping(self) -> None:
