@@ -44,8 +44,8 @@ from scheduler.store.mongodb_documents import (
 Client = AsyncMongoClient[Doc]
 Collection = AsyncCollection[Doc]
 Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
-# Executions migrated per round of the open's migration (read, then updated by `_id`).
-MIGRATION_BATCH = 1000
+# Executions given their FINISH_BUCKETS at open, at most (about 7 s on FerretDB here).
+MIGRATED_AT_OPEN = 2000
 FINISH_BUCKETS_MIGRATION = "executions.finish_buckets"
 
 
@@ -109,25 +109,30 @@ class MongoCollections(MongoDatabase):
             await self._add_finish_buckets()
 
     async def _add_finish_buckets(self) -> None:
-        """Executions written before FINISH_BUCKETS existed get them, once: retention reads
-        only by them, so it would never prune one without. FerretDB 1.24 has no update with an
-        aggregation pipeline, so each is set by `_id` (an equality it pushes down), in bulk. The
-        read decodes every execution on FerretDB, so a marker says it is done (retention's first
-        read of a scope adds them to any an older version wrote since)."""
+        """Executions written before FINISH_BUCKETS existed get them: retention reads only by
+        them, so it would never prune one without. FerretDB 1.24 has no update with an
+        aggregation pipeline, so each is set by `_id` (an equality it pushes down), at about
+        3.5 ms a document there: the open sets at most MIGRATED_AT_OPEN (50,000 would hold it
+        for minutes), and retention's first read of the executions, which sees them all, sets
+        the rest without holding anything up. The read here decodes every execution on
+        FerretDB, so once none is left a marker says so and later opens skip it."""
         if await self.migrations.find_one({"_id": FINISH_BUCKETS_MIGRATION}) is not None:
             return
         missing = {FINISH_BUCKETS[0]: {"$exists": False}}
-        cursor = self.executions.find(missing, {"finished_at_us": 1}).batch_size(MIGRATION_BATCH)
-        updates: list[Update] = []
-        async for doc in cursor:
-            buckets = finish_buckets(doc.get("finished_at_us"))
-            updates.append(UpdateOne({"_id": doc["_id"]}, {"$set": buckets}))
-            if len(updates) == MIGRATION_BATCH:
-                await self._update_each(self.executions, updates)
-                updates = []
+        fields = {"finished_at_us": 1}
+        cursor = self.executions.find(missing, fields).limit(MIGRATED_AT_OPEN + 1)
+        docs = [doc async for doc in cursor.batch_size(MIGRATED_AT_OPEN + 1)]
+        await self._add_buckets(docs[:MIGRATED_AT_OPEN])
+        if len(docs) <= MIGRATED_AT_OPEN:  # none left; instances opening together: one marker
+            await insert_ignoring_duplicates(self.migrations, [{"_id": FINISH_BUCKETS_MIGRATION}])
+
+    async def _add_buckets(self, executions: Sequence[Doc]) -> None:
+        """Set FINISH_BUCKETS on these execution documents (each with its `finished_at_us`)."""
+        updates: list[Update] = [
+            UpdateOne({"_id": doc["_id"]}, {"$set": finish_buckets(doc.get("finished_at_us"))})
+            for doc in executions
+        ]
         await self._update_each(self.executions, updates)
-        # Instances opening together all migrate; the first marker stays.
-        await insert_ignoring_duplicates(self.migrations, [{"_id": FINISH_BUCKETS_MIGRATION}])
 
     @translating_errors
     async def ping(self) -> None:

@@ -26,13 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from pymongo import UpdateOne
-
 from scheduler.codec import Doc, exact_micros
 from scheduler.model import Status
 from scheduler.ports import Retention
 from scheduler.storage.mongodb import translating_errors
-from scheduler.store.mongodb_base import MongoCollections, Update
+from scheduler.store.mongodb_base import MongoCollections
 from scheduler.store.mongodb_documents import (
     FINISH_BUCKETS,
     HOUR_US,
@@ -153,8 +151,8 @@ class MongoRetention(MongoCollections):
         return self._scopes.setdefault(key, ScopeMemory())
 
     async def _scan(self, scope: Doc, now_us: int) -> Scan:
-        """Every execution of the scope, once, a page a round trip. One without its buckets
-        (written by an older version after the open's migration) gets them."""
+        """Every execution of the scope, once, a page a round trip. Those without their buckets
+        (more than the open migrates, or written by an older version since) get them."""
         scan = Scan()
         recent = minute_of(now_us) - LOOKBACK_MINUTES
         fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1, **FIELDS_OF_BUCKETS}
@@ -174,13 +172,6 @@ class MongoRetention(MongoCollections):
                 scan.ids_by_minute.setdefault(int(minute), set()).add(doc["_id"])
         await self._add_buckets(unbucketed)
         return scan
-
-    async def _add_buckets(self, docs: Sequence[Doc]) -> None:
-        updates: list[Update] = [
-            UpdateOne({"_id": doc["_id"]}, {"$set": finish_buckets(doc.get("finished_at_us"))})
-            for doc in docs
-        ]
-        await self._update_each(self.executions, updates)
 
     # -- by age -----------------------------------------------------------------------------------
 
