@@ -43,9 +43,6 @@ from scheduler.store.mongodb_documents import (
 
 # Documents a read of a bucket or of the first scan fetches a round trip.
 PAGE = 1000
-# Minutes read again by the count (an execution written a little after it finished, or by an
-# instance whose clock is behind), its ids remembered so that none is counted twice.
-LOOKBACK_MINUTES = 1
 # Further behind than this since the last call (a process paused, a clock that jumped): the
 # scope is read afresh instead of bucket by bucket.
 MAX_MINUTES_BEHIND = 180
@@ -67,12 +64,11 @@ class ScopeMemory:
     through_hour: int | None = None
     kept_hours: set[int] = field(default_factory=set)
     through_minute: int | None = None
-    # By count: executions a job has (None: not counted yet), the minute counted through, and
-    # the ids counted in the minutes that are read again.
+    # By count: finished executions a job has (None: not counted yet), the last whole minute
+    # counted, and the ids the first read counted in the minutes after it (not to count twice).
     counts: Counter[str] | None = None
     counted_minute: int = 0
     counted_ids: dict[int, set[str]] = field(default_factory=dict)
-    counted_at: int | None = None  # the `now` of the last count: a pass's batches share it
 
 
 @dataclass
@@ -154,7 +150,7 @@ class MongoRetention(MongoCollections):
         """Every execution of the scope, once, a page a round trip. Those without their buckets
         (more than the open migrates, or written by an older version since) get them."""
         scan = Scan()
-        recent = minute_of(now_us) - LOOKBACK_MINUTES
+        recent = minute_of(now_us)
         fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1, **FIELDS_OF_BUCKETS}
         unbucketed: list[Doc] = []
         async for doc in self.executions.find(scope, fields).batch_size(PAGE):
@@ -281,24 +277,18 @@ class MongoRetention(MongoCollections):
     # -- by count ---------------------------------------------------------------------------------
 
     async def _count(self, memory: ScopeMemory, scope: Doc, now_us: int) -> None:
-        """Bring each job's count up to date with what finished in the minutes since the last
-        call (and the LOOKBACK_MINUTES before), each id counted once."""
+        """Count what finished in the whole minutes since the last call, each minute read once
+        (a run counts up to a minute after it finished). One written after its minute was read
+        (more than a minute late) is not counted: its job is counted afresh when next pruned."""
         assert memory.counts is not None
-        if memory.counted_at == now_us:
-            return
-        memory.counted_at = now_us
         now_minute = minute_of(now_us)
-        first = min(memory.counted_minute, now_minute) - LOOKBACK_MINUTES
-        for minute in range(first, now_minute + 1):
+        for minute in range(memory.counted_minute + 1, now_minute):
             bucket = {"finished_minute": minute, **scope}
-            counted = memory.counted_ids.setdefault(minute, set())
+            counted = memory.counted_ids.pop(minute, set())
             async for doc in self.executions.find(bucket, {"job_id": 1}).batch_size(PAGE):
                 if doc["_id"] not in counted:
-                    counted.add(doc["_id"])
                     memory.counts[doc["job_id"]] += 1
-        memory.counted_minute = max(memory.counted_minute, now_minute)
-        oldest = memory.counted_minute - LOOKBACK_MINUTES
-        memory.counted_ids = {m: ids for m, ids in memory.counted_ids.items() if m >= oldest}
+        memory.counted_minute = max(memory.counted_minute, now_minute - 1)
 
     async def _prune_by_count(self, memory: ScopeMemory, scope: Doc, keep: int, limit: int) -> int:
         assert memory.counts is not None
@@ -355,7 +345,7 @@ def _start_from(
         memory.through_minute = None
     if retention.max_per_job:
         memory.counts, memory.counted_ids = scan.counts, scan.ids_by_minute
-        memory.counted_minute, memory.counted_at = minute_of(now_us), now_us
+        memory.counted_minute = minute_of(now_us) - 1
 
 
 def _hours_below(memory: ScopeMemory, cutoff_hour: int) -> None:
