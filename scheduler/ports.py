@@ -478,7 +478,8 @@ class Store(Protocol):
         A store may leave some for a later call (MongoDB reads by the hour and the minute runs
         finished in, which FerretDB can look up without reading the rest: an execution it
         kept as a job's newest or a dead letter is looked at again once the cutoff has moved
-        on to the next hour, and it counts a job's executions as they finish)."""
+        on to the next hour, and it counts a run toward its job's bound a minute or two after the
+        run finished)."""
 
     async def prune_changes(self, before: datetime, *, limit: int) -> int:
         """Delete at most `limit` history entries made before `before`, never a job's newest

@@ -43,6 +43,10 @@ from scheduler.store.mongodb_documents import (
 
 # Documents a read of a bucket or of the first scan fetches a round trip.
 PAGE = 1000
+# Minutes the count waits after a minute is over before it reads it: a run is written a little
+# after it finished (a batch, a store behind), and one written after its minute was read is
+# not counted until its job is pruned again.
+GRACE_MINUTES = 1
 # Further behind than this since the last call (a process paused, a clock that jumped): the
 # scope is read afresh instead of bucket by bucket.
 MAX_MINUTES_BEHIND = 180
@@ -150,7 +154,7 @@ class MongoRetention(MongoCollections):
         """Every execution of the scope, once, a page a round trip. Those without their buckets
         (more than the open migrates, or written by an older version since) get them."""
         scan = Scan()
-        recent = minute_of(now_us)
+        recent = minute_of(now_us) - GRACE_MINUTES
         fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1, **FIELDS_OF_BUCKETS}
         unbucketed: list[Doc] = []
         async for doc in self.executions.find(scope, fields).batch_size(PAGE):
@@ -277,11 +281,10 @@ class MongoRetention(MongoCollections):
     # -- by count ---------------------------------------------------------------------------------
 
     async def _count(self, memory: ScopeMemory, scope: Doc, now_us: int) -> None:
-        """Count what finished in the whole minutes since the last call, each minute read once
-        (a run counts up to a minute after it finished). One written after its minute was read
-        (more than a minute late) is not counted: its job is counted afresh when next pruned."""
+        """Count what finished in the minutes over since the last call (GRACE_MINUTES ago),
+        each minute read once: a run counts one to two minutes after it finished."""
         assert memory.counts is not None
-        now_minute = minute_of(now_us)
+        now_minute = minute_of(now_us) - GRACE_MINUTES
         for minute in range(memory.counted_minute + 1, now_minute):
             bucket = {"finished_minute": minute, **scope}
             counted = memory.counted_ids.pop(minute, set())
@@ -345,7 +348,7 @@ def _start_from(
         memory.through_minute = None
     if retention.max_per_job:
         memory.counts, memory.counted_ids = scan.counts, scan.ids_by_minute
-        memory.counted_minute = minute_of(now_us) - 1
+        memory.counted_minute = minute_of(now_us) - GRACE_MINUTES - 1
 
 
 def _hours_below(memory: ScopeMemory, cutoff_hour: int) -> None:
