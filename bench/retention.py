@@ -151,7 +151,7 @@ async def measure(args: argparse.Namespace, retention: Retention, label: str) ->
         try:
             first = await one_pass(store, retention, now)
             second = await one_pass(store, retention, now + timedelta(minutes=1))
-            caught_up = await until_caught_up(store, retention, now + timedelta(minutes=2))
+            caught_up = await until_caught_up(store, retention, now + timedelta(minutes=2), second)
         finally:
             await store.close()
     finally:
@@ -168,17 +168,19 @@ async def measure(args: argparse.Namespace, retention: Retention, label: str) ->
     }
 
 
-async def until_caught_up(store: MongoStore, retention: Retention, now: datetime) -> dict[str, Any]:
+async def until_caught_up(
+    store: MongoStore, retention: Retention, now: datetime, last: dict[str, Any]
+) -> dict[str, Any]:
     """Passes a minute apart until one finds less than a pass's worth, then one more: what a
     pass costs once the backlog is gone (a minute's worth of work, here none)."""
-    passes = 2  # the first and the next
-    while passes < MAX_CATCH_UP_PASSES:
-        result = await one_pass(store, retention, now)
+    passes = 2  # the first and the next (`last`)
+    full = BATCH_SIZE * MAX_BATCHES_PER_PASS
+    while passes < MAX_CATCH_UP_PASSES and not last["failed"] and last["deleted"] >= full:
+        last = await one_pass(store, retention, now)
         now += timedelta(minutes=1)
         passes += 1
-        if result["failed"] or result["deleted"] < BATCH_SIZE * MAX_BATCHES_PER_PASS:
-            break
-    return {"passes_to_catch_up": passes, "steady_pass": await one_pass(store, retention, now)}
+    caught_up = None if last["failed"] else passes
+    return {"passes_to_catch_up": caught_up, "steady_pass": await one_pass(store, retention, now)}
 
 
 async def main(args: argparse.Namespace) -> None:
