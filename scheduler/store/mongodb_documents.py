@@ -132,8 +132,9 @@ EXECUTION_INDEXES = [
         [("status", ASCENDING), ("scheduled_at_us", DESCENDING)], name="executions_by_status"
     ),
     IndexModel([("dead_letter", ASCENDING), *NEWEST_FIRST], name="executions_dead"),
-    # Pruning by age, oldest first. No TTL index: FerretDB 1.24 has none, and one could not
-    # spare unhandled dead letters nor a job's newest execution anyway.
+    # The reaper's read-back of what it abandoned (pruning by age used it before the buckets
+    # below). No TTL index: FerretDB 1.24 has none, and one could not spare unhandled dead
+    # letters nor a job's newest execution anyway.
     IndexModel([("finished_at_us", ASCENDING)], name="executions_by_finish"),
     # The buckets retention reads (see FINISH_BUCKETS): single-field, so that FerretDB's
     # PostgreSQL gets a GIN twin (scripts/services.sh) for their equality.

@@ -13,7 +13,9 @@ it has walked, as the outbox's pruning does by the minute:
   the cutoff moves on to the next hour: what was kept may go by then.
 - By count, each job's finished executions are counted once, then kept up to date from the
   minutes finished since the last call (a run counts once it has finished); only a job over its
-  bound is read (by its job_id, whole), and counted afresh.
+  bound is read (by its job_id, whole), and counted afresh. Those minutes also tell each job's
+  newest run, which spares pruning by age from asking a job for a run newer than one it may
+  delete.
 
 A store's first call for a retention reads the executions it covers once (in batches, so no round
 trip is long): the hours present and each job's count. Each later call costs what finished since.
@@ -118,6 +120,8 @@ class MongoRetention(MongoCollections):
 
     @translating_errors
     async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
+        if not retention.days and not retention.max_per_job:
+            return 0
         scope = retention_scope(retention)
         memory = self._memory_of(retention)
         now_us = exact_micros(now)
@@ -128,9 +132,8 @@ class MongoRetention(MongoCollections):
             known = self._known()
             for job_id, key in scan.newest.items():
                 known[job_id] = max(key, known.get(job_id, NO_KEY))
+        await self._follow(memory, scope, now_us)
         deleted = 0
-        if retention.max_per_job:
-            await self._count(memory, scope, now_us)
         if retention.days:
             deleted += await self._prune_by_age(memory, scope, before, limit)
         if retention.max_per_job and deleted < limit:
@@ -280,17 +283,22 @@ class MongoRetention(MongoCollections):
 
     # -- by count ---------------------------------------------------------------------------------
 
-    async def _count(self, memory: ScopeMemory, scope: Doc, now_us: int) -> None:
+    async def _follow(self, memory: ScopeMemory, scope: Doc, now_us: int) -> None:
         """Count what finished in the minutes over since the last call (GRACE_MINUTES ago),
-        each minute read once: a run counts one to two minutes after it finished."""
+        each minute read once: a run counts one to two minutes after it finished. Each job's
+        newest run seen keeps pruning by age from asking the job for one newer."""
         assert memory.counts is not None
+        known = self._known()
         now_minute = minute_of(now_us) - GRACE_MINUTES
+        fields = {"job_id": 1, "scheduled_at_us": 1}
         for minute in range(memory.counted_minute + 1, now_minute):
             bucket = {"finished_minute": minute, **scope}
             counted = memory.counted_ids.pop(minute, set())
-            async for doc in self.executions.find(bucket, {"job_id": 1}).batch_size(PAGE):
+            async for doc in self.executions.find(bucket, fields).batch_size(PAGE):
+                job_id = doc["job_id"]
+                known[job_id] = max(key_of(doc), known.get(job_id, NO_KEY))
                 if doc["_id"] not in counted:
-                    memory.counts[doc["job_id"]] += 1
+                    memory.counts[job_id] += 1
         memory.counted_minute = max(memory.counted_minute, now_minute - 1)
 
     async def _prune_by_count(self, memory: ScopeMemory, scope: Doc, keep: int, limit: int) -> int:
@@ -332,9 +340,7 @@ def _needs_scan(memory: ScopeMemory, retention: Retention, now_us: int, before: 
         memory.through_hour is None or hour_of(before) - memory.through_hour > MAX_HOURS_BEHIND
     ):
         return True
-    return bool(retention.max_per_job) and (
-        memory.counts is None or minute_of(now_us) - memory.counted_minute > MAX_MINUTES_BEHIND
-    )
+    return memory.counts is None or minute_of(now_us) - memory.counted_minute > MAX_MINUTES_BEHIND
 
 
 def _start_from(
@@ -346,9 +352,8 @@ def _start_from(
         memory.kept_hours = set()
         memory.through_hour = hour_of(before) - 1
         memory.through_minute = None
-    if retention.max_per_job:
-        memory.counts, memory.counted_ids = scan.counts, scan.ids_by_minute
-        memory.counted_minute = minute_of(now_us) - GRACE_MINUTES - 1
+    memory.counts, memory.counted_ids = scan.counts, scan.ids_by_minute
+    memory.counted_minute = minute_of(now_us) - GRACE_MINUTES - 1
 
 
 def _hours_below(memory: ScopeMemory, cutoff_hour: int) -> None:
