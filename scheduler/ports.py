@@ -504,7 +504,12 @@ class Store(Protocol):
     async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
         """Delete at most `limit` executions that `retention` no longer keeps; returns how many.
         Never a running execution, an unhandled dead letter (open or redriving), nor the
-        newest execution of a job (by scheduled_at, then id): what a job last did stays."""
+        newest execution of a job (by scheduled_at, then id): what a job last did stays.
+        A store may leave some for a later call (MongoDB reads by the hour and the minute runs
+        finished in, which FerretDB can look up without reading the rest: an execution it
+        kept as a job's newest or a dead letter is looked at again once the cutoff has moved
+        on to the next hour, and it counts a run toward its job's bound a minute or two after the
+        run finished)."""
 
     async def prune_changes(self, before: datetime, *, limit: int) -> int:
         """Delete at most `limit` history entries made before `before`, never a job's newest

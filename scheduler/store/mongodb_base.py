@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import ClassVar
 
+import pymongo
 from pymongo import (
     AsyncMongoClient,
     IndexModel,
@@ -23,6 +24,7 @@ from scheduler.codec import (
 from scheduler.model import Execution, Job
 from scheduler.ports import ENDED_LEASE_UNTIL, Claim
 from scheduler.storage.mongodb import (
+    INDEX_BUILD_SECONDS,
     MongoDatabase,
     chunks,
     in_one_batch,
@@ -32,16 +34,21 @@ from scheduler.storage.mongodb import (
 from scheduler.store.mongodb_documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
+    FINISH_BUCKETS,
     JOB_INDEXES,
     OUTBOX_INDEXES,
     REQUEST_INDEXES,
     event_document,
+    finish_buckets,
     job_from_document,
 )
 
 Client = AsyncMongoClient[Doc]
 Collection = AsyncCollection[Doc]
 Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
+# Executions given their FINISH_BUCKETS at open, at most (about 7 s on FerretDB here).
+MIGRATED_AT_OPEN = 2000
+FINISH_BUCKETS_MIGRATION = "executions.finish_buckets"
 
 
 class MongoCollections(MongoDatabase):
@@ -82,6 +89,11 @@ class MongoCollections(MongoDatabase):
     def outbox(self) -> Collection:
         return self.database["outbox"]
 
+    @property
+    def migrations(self) -> Collection:
+        """One document a migration done at open that is too costly to try at every open."""
+        return self.database["migrations"]
+
     async def _prepare(self, client: Client) -> None:
         await super()._prepare(client)
         await self._add_pushdown_fields()
@@ -96,6 +108,34 @@ class MongoCollections(MongoDatabase):
             await collection.update_many({**missing, "lease": None}, {"$set": {"leased": False}})
             await collection.update_many(missing, {"$set": {"leased": True}})
         await self.requests.update_many({"ended": None}, {"$set": {"ended": False}})
+        with pymongo.timeout(INDEX_BUILD_SECONDS):  # one read of every execution, like a build
+            await self._add_finish_buckets()
+
+    async def _add_finish_buckets(self) -> None:
+        """Executions written before FINISH_BUCKETS existed get them: retention reads only by
+        them, so it would never prune one without. FerretDB 1.24 has no update with an
+        aggregation pipeline, so each is set by `_id` (an equality it pushes down), at about
+        3.5 ms a document there: the open sets at most MIGRATED_AT_OPEN (50,000 would hold it
+        for minutes), and retention's first read of the executions, which sees them all, sets
+        the rest without holding anything up. The read here decodes every execution on
+        FerretDB, so once none is left a marker says so and later opens skip it."""
+        if await self.migrations.find_one({"_id": FINISH_BUCKETS_MIGRATION}) is not None:
+            return
+        missing = {FINISH_BUCKETS[0]: {"$exists": False}}
+        fields = {"finished_at_us": 1}
+        cursor = self.executions.find(missing, fields).limit(MIGRATED_AT_OPEN + 1)
+        docs = [doc async for doc in cursor.batch_size(MIGRATED_AT_OPEN + 1)]
+        await self._add_buckets(docs[:MIGRATED_AT_OPEN])
+        if len(docs) <= MIGRATED_AT_OPEN:  # none left; instances opening together: one marker
+            await insert_ignoring_duplicates(self.migrations, [{"_id": FINISH_BUCKETS_MIGRATION}])
+
+    async def _add_buckets(self, executions: Sequence[Doc]) -> None:
+        """Set FINISH_BUCKETS on these execution documents (each with its `finished_at_us`)."""
+        updates: list[Update] = [
+            UpdateOne({"_id": doc["_id"]}, {"$set": finish_buckets(doc.get("finished_at_us"))})
+            for doc in executions
+        ]
+        await self._update_each(self.executions, updates)
 
     @translating_errors
     async def ping(self) -> None:

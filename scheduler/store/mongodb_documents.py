@@ -132,10 +132,22 @@ EXECUTION_INDEXES = [
         [("status", ASCENDING), ("scheduled_at_us", DESCENDING)], name="executions_by_status"
     ),
     IndexModel([("dead_letter", ASCENDING), *NEWEST_FIRST], name="executions_dead"),
-    # Pruning by age, oldest first. No TTL index: FerretDB 1.24 has none, and one could not
-    # spare unhandled dead letters nor a job's newest execution anyway.
+    # The reaper's read-back of what it abandoned (pruning by age used it before the buckets
+    # below). No TTL index: FerretDB 1.24 has none, and one could not spare unhandled dead
+    # letters nor a job's newest execution anyway.
     IndexModel([("finished_at_us", ASCENDING)], name="executions_by_finish"),
+    # The buckets retention reads (see FINISH_BUCKETS): single-field, so that FerretDB's
+    # PostgreSQL gets a GIN twin (scripts/services.sh) for their equality.
+    IndexModel([("finished_hour", ASCENDING)], name="executions_finished_hour"),
+    IndexModel([("finished_minute", ASCENDING)], name="executions_finished_minute"),
 ]
+# A finished execution's hour and minute (since the epoch) of finishing, None while it runs:
+# retention reads executions by these equalities, which FerretDB 1.24 pushes down, where a range
+# or a sort on `finished_at_us` made it decode every execution on each pass. By age it walks
+# the hours, by count it reads the minutes since its last pass.
+HOUR_US = 3_600_000_000
+MINUTE_US = 60_000_000
+FINISH_BUCKETS = ("finished_hour", "finished_minute")
 
 # The outbox: unsent events oldest first; at one instant (a fake clock), an earlier occurrence's
 # events first, and an execution's start before its end (`rank`).
@@ -151,7 +163,6 @@ UNSENT: Doc = {"sent": {"$ne": True}, "sent_at_us": None}
 # Sent events are pruned by the minute they were sent in (`sent_minute`): an equality FerretDB
 # pushes down (and its index's GIN twin serves), where a range on `sent_at_us` would decode every
 # event the outbox still holds on each prune.
-MINUTE_US = 60_000_000
 OUTBOX_INDEXES = [
     IndexModel([("sent_at_us", ASCENDING), *OUTBOX_ORDER], name="outbox_unsent"),
     IndexModel([("sent_minute", ASCENDING)], name="outbox_sent_minute"),
@@ -196,7 +207,18 @@ def held_by(job_id: str, token: int) -> Doc:
 
 
 def execution_document(execution: Execution) -> Doc:
-    return with_exact_times(execution_to_doc(execution), EXECUTION_TIMES)
+    doc = with_exact_times(execution_to_doc(execution), EXECUTION_TIMES)
+    return doc | finish_buckets(doc["finished_at_us"])
+
+
+def finish_buckets(finished_at_us: int | None) -> Doc:
+    """The FINISH_BUCKETS of an execution that finished then (None: still running)."""
+    if finished_at_us is None:
+        return dict.fromkeys(FINISH_BUCKETS)
+    return {
+        "finished_hour": finished_at_us // HOUR_US,
+        "finished_minute": finished_at_us // MINUTE_US,
+    }
 
 
 def execution_from_document(doc: Doc) -> Execution:
@@ -298,9 +320,10 @@ def finish_update(finish: Finish, *, schedule: bool, batch: str) -> UpdateOne:
 def abandon_running(job_id: str, token: int, now: datetime) -> UpdateMany:
     """Mark `abandoned` the run the expired lease guarded, unless it has finished meanwhile."""
     abandoned = {"status": Status.ABANDONED.value, "finished_at": now, "error": LEASE_EXPIRED}
+    changes = with_exact_times(abandoned, ["finished_at"]) | finish_buckets(exact_micros(now))
     return UpdateMany(
         {"job_id": job_id, "token": token, "status": Status.RUNNING.value},
-        {"$set": with_exact_times(abandoned, ["finished_at"])},
+        {"$set": changes},
     )
 
 

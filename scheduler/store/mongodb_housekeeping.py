@@ -4,7 +4,7 @@ and retention (pruning old executions and history in bounded batches, off the ho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pymongo import (
     ASCENDING,
@@ -19,7 +19,6 @@ from scheduler.model import DeadLetter
 from scheduler.ports import (
     OutboxBacklog,
     OutboxEvent,
-    Retention,
 )
 from scheduler.storage.mongodb import (
     chunks,
@@ -27,16 +26,13 @@ from scheduler.storage.mongodb import (
     in_one_batch,
     translating_errors,
 )
-from scheduler.store.mongodb_base import MongoCollections
 from scheduler.store.mongodb_documents import (
     MINUTE_US,
-    NEWEST_FIRST,
     OUTBOX_ORDER,
-    PRUNABLE,
     UNSENT,
     outbox_event_from_document,
-    retention_scope,
 )
+from scheduler.store.mongodb_retention import MongoRetention
 
 # A prune looks at this many minutes' buckets at most (a relay that was stopped for a day
 # catches up over several calls).
@@ -47,8 +43,8 @@ def minute_of(micros: int) -> int:
     return micros // MINUTE_US
 
 
-class MongoHousekeeping(MongoCollections):
-    """The outbox, dead letters and retention of MongoStore."""
+class MongoHousekeeping(MongoRetention):
+    """The outbox, dead letters and retention of MongoStore (executions: MongoRetention)."""
 
     # The last minute whose sent events are all pruned; None until this store's first prune
     # has gone through what it found sent before (an earlier process's, or unbucketed ones).
@@ -159,92 +155,6 @@ class MongoHousekeeping(MongoCollections):
         return {
             doc["_id"]: int(doc["n"]) async for doc in await self.executions.aggregate(pipeline)
         }
-
-    @translating_errors
-    async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
-        """By age: the oldest prunable ones, less those as new as their job's newest (FerretDB
-        1.24 has no window functions, nor $first or $max in $group). By count: the jobs with
-        too many (one $group of $sum), then for each the N-th newest, and what is older."""
-        scope = retention_scope(retention)
-        deleted = 0
-        if retention.days:
-            before = exact_micros(now - timedelta(days=retention.days))
-            deleted += await self._prune_by_age(scope, before, limit)
-        if retention.max_per_job and deleted < limit:
-            deleted += await self._prune_by_count(scope, retention.max_per_job, limit - deleted)
-        return deleted
-
-    async def _prune_by_age(self, scope: Doc, before: int, limit: int) -> int:
-        """Page through the old ones, oldest first, past those that are their job's newest (at
-        most one a job), until `limit` are found or none is left."""
-        old = {**scope, **PRUNABLE, "finished_at_us": {"$lt": before}}
-        order = [("finished_at_us", ASCENDING), ("_id", ASCENDING)]
-        ids: list[str] = []
-        after: list[Doc] | None = None
-        while len(ids) < limit:
-            page_filter = old if after is None else {**old, "$or": after}
-            fields = {"job_id": 1, "scheduled_at_us": 1, "finished_at_us": 1}
-            cursor = self.executions.find(page_filter, fields)
-            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
-            if not page:
-                break
-            newest = await self._newest_per_job(list({doc["job_id"] for doc in page}))
-            ids += [d["_id"] for d in page if d["scheduled_at_us"] < newest.get(d["job_id"], 0)]
-            after = _after(page[-1], "finished_at_us")
-            if len(page) < limit:
-                break
-        return await self._delete_executions(ids[:limit])
-
-    async def _newest_per_job(self, job_ids: list[str]) -> dict[str, int]:
-        """One indexed read a job (executions_by_job): FerretDB 1.24's $group has no $max."""
-        newest: dict[str, int] = {}
-        for job_id in job_ids:
-            doc = await self.executions.find_one(
-                {"job_id": job_id}, {"scheduled_at_us": 1}, sort=NEWEST_FIRST
-            )
-            if doc is not None:
-                newest[job_id] = int(doc["scheduled_at_us"])
-        return newest
-
-    async def _prune_by_count(self, scope: Doc, keep: int, limit: int) -> int:
-        pipeline: list[Doc] = [
-            {"$match": scope},
-            {"$group": {"_id": "$job_id", "n": {"$sum": 1}}},
-            {"$match": {"n": {"$gt": keep}}},
-            {"$limit": limit},
-        ]
-        crowded = [doc["_id"] async for doc in await self.executions.aggregate(pipeline)]
-        deleted = 0
-        for job_id in crowded:
-            if deleted >= limit:
-                break
-            deleted += await self._prune_beyond(job_id, keep, limit - deleted)
-        return deleted
-
-    async def _prune_beyond(self, job_id: str, keep: int, limit: int) -> int:
-        """Delete what is older than the job's `keep`-th newest execution (kept itself)."""
-        ranked = self.executions.find({"job_id": job_id}, {"scheduled_at_us": 1}).sort(NEWEST_FIRST)
-        last_kept = [doc async for doc in ranked.skip(keep - 1).limit(1)]
-        if not last_kept:
-            return 0
-        at, last_id = last_kept[0]["scheduled_at_us"], last_kept[0]["_id"]
-        older = {
-            "job_id": job_id,
-            **PRUNABLE,
-            "$or": [
-                {"scheduled_at_us": {"$lt": at}},
-                {"scheduled_at_us": at, "_id": {"$lt": last_id}},
-            ],
-        }
-        cursor = in_one_batch(self.executions.find(older, {"_id": 1}), limit)
-        return await self._delete_executions([doc["_id"] async for doc in cursor])
-
-    async def _delete_executions(self, ids: list[str]) -> int:
-        if not ids:
-            return 0
-        # Filtered again: a dead letter opened or a run restarted since the read is kept.
-        result = await self.executions.delete_many({"_id": {"$in": ids}, **PRUNABLE})
-        return result.deleted_count
 
     @translating_errors
     async def prune_changes(self, before: datetime, *, limit: int) -> int:

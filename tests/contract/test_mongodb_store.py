@@ -18,15 +18,16 @@ from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import InvalidOperation
 
 import scheduler.storage.mongodb
+import scheduler.store.mongodb_base
 from handlers.product_store.mongodb import MongoProductStore
 from handlers.product_store.mongodb_queries import ALERT_INDEXES
 from scheduler.codec import Doc, exact_micros
 from scheduler.model import Job
-from scheduler.ports import Claim, RunRequest, StoreError
+from scheduler.ports import Claim, Retention, RunRequest, StoreError
 from scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from scheduler.store.mongodb import MongoStore
 from tests.conftest import T0, make_job
-from tests.contract.test_store import SOURCE, claimed, running
+from tests.contract.test_store import SOURCE, claimed, ended, running, stored_ids
 from tests.fixtures.services import MONGODB_URL
 from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
 
@@ -456,6 +457,75 @@ async def test_the_relays_pruning_reads_one_minute_of_sent_events_at_a_time(
         assert await store.prune_sent_events(T0 + timedelta(minutes=8), limit=10) == 1
 
     assert_every_filter_pushed_down(recorder)
+
+
+# What retention reads executions by after its first call: equalities FerretDB pushes down and
+# its GIN twins serve, each matching a bucket, a job or a document.
+RETENTION_KEYS = ("finished_hour", "finished_minute", "job_id", "_id")
+
+
+def reads_a_bucket(query: Mapping[str, Any]) -> bool:
+    return any(isinstance(query.get(key), str | int) for key in RETENTION_KEYS)
+
+
+async def test_retention_reads_executions_by_the_hour_and_minute_they_finished_in(
+    server: Server,
+) -> None:
+    """Every minute, on every execution: a range and a sort on when they finished, or a $group
+    over them all, made FerretDB decode every execution on each pass (past about 25,000 a pass
+    timed out). After its first call, which reads the executions once, retention reads by
+    buckets only, and only what finished since."""
+    async with ferretdb_store_recorded(server) as (store, recorder):
+        jobs = [make_job(f"job-{i}") for i in range(3)]
+        old = T0 - timedelta(days=2)
+        runs = [ended(job, old + timedelta(minutes=37 * i)) for job in jobs for i in range(5)]
+        await store.insert_executions(runs)
+        retention = Retention(days=1, max_per_job=3)
+        assert await store.prune_executions(retention, T0, limit=4) == 4
+        recorder.commands.clear()
+
+        assert await store.prune_executions(retention, T0, limit=100) == 8
+        fresh = [ended(job, T0 + timedelta(seconds=n)) for job in jobs for n in range(4)]
+        await store.insert_executions(fresh)
+        # Each job's old newest (superseded now) by age, and each job's fourth newest by count.
+        assert await store.prune_executions(retention, T0 + timedelta(hours=1), limit=100) == 6
+
+    on_executions = [(name, command) for name, command in recorder.commands
+                     if command.get(name) == "executions" and name != "insert"]  # fmt: skip
+    read = filters_sent(on_executions)
+    assert len(read) == len(on_executions)  # every command on executions has its filter seen
+    assert [query for query in read if not reads_a_bucket(query)] == []
+
+
+async def test_executions_written_before_the_finish_buckets_are_pruned_after_open(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Executions stored before `finished_hour` and `finished_minute` existed: the store adds
+    them when it opens (a few thousand at most: each is an update on FerretDB), retention's first
+    read the rest, and any an older instance writes later, so retention, which reads by them
+    only, still prunes all of those."""
+    monkeypatch.setattr(scheduler.store.mongodb_base, "MIGRATED_AT_OPEN", 3)
+    job = make_job()
+    runs = [ended(job, T0 - timedelta(days=3, minutes=i)) for i in range(6)]
+    runs.append(ended(job, T0 - timedelta(hours=1)))
+    async with opened(mongodb_url(server.database)) as store:
+        await store.insert_executions(runs)
+    db = server.admin[server.database]
+    unset = {"$unset": {"finished_hour": "", "finished_minute": ""}}
+    await db["executions"].update_many({}, unset)
+    await db["migrations"].drop()  # as the database of a version before them
+    unbucketed = {"finished_hour": {"$exists": False}}
+
+    retention = Retention(days=1, max_per_job=0)
+    async with opened(mongodb_url(server.database)) as store:
+        assert await db["executions"].count_documents(unbucketed) == 7 - 3
+        assert await store.prune_executions(retention, T0, limit=4) == 4
+        assert await db["executions"].count_documents(unbucketed) == 0
+    async with opened(mongodb_url(server.database)) as store:
+        await db["executions"].update_many({}, unset)  # an older instance, after the open
+        assert await store.prune_executions(retention, T0, limit=100) == 2
+        assert await stored_ids(store) == {runs[-1].id}
+    assert await db["migrations"].count_documents({}) == 1
 
 
 async def test_documents_written_before_the_pushdown_fields_are_due_and_reaped_after_open(

@@ -815,6 +815,77 @@ async def test_pruning_by_count_keeps_each_jobs_newest_and_honours_the_handler_s
     assert await store.prune_executions(Retention(days=0, max_per_job=0), T0, limit=100) == 0
 
 
+async def test_pruning_by_age_cuts_at_the_microsecond_across_an_hour_boundary(
+    store: Store,
+) -> None:
+    """The cutoff falls inside an hour: what finished before it goes, in that hour and the one
+    before it (MongoDB reads a whole hour, then the cutoff's hour by the minute), the rest stays."""
+    job = make_job()
+    now = T0 + timedelta(minutes=30, seconds=17, microseconds=5)
+    before = now - timedelta(days=1)
+    hour = before.replace(minute=0, second=0, microsecond=0)
+    older = [hour - timedelta(minutes=59), hour - timedelta(microseconds=1), hour]
+    older.append(before - timedelta(microseconds=1))
+    younger = [before, before + timedelta(microseconds=1), hour + timedelta(hours=1)]
+    runs = [ended(job, at, finished=at) for at in [*older, *younger]]
+    await store.insert_executions(runs)
+
+    assert await store.prune_executions(Retention(days=1, max_per_job=0), now, limit=100) == 4
+    assert await stored_ids(store) == {e.id for e in runs[len(older) :]}
+
+
+async def test_pruning_by_age_resumes_where_the_last_pass_stopped(store: Store) -> None:
+    """Passes a minute apart, each with a small limit, over runs an hour apart: each pass takes
+    up what the last left and what has grown old since; a job's newest, kept while it was, goes
+    once the job has run again (a store may take until the cutoff's next hour to see it)."""
+    busy, quiet = make_job("busy"), make_job("quiet")
+    start = T0 - timedelta(days=2)
+    runs = [ended(busy, start + timedelta(minutes=50 * i)) for i in range(40)]
+    lone = ended(quiet, start)
+    await store.insert_executions([*runs, lone])
+    retention = Retention(days=1, max_per_job=0)
+
+    def grown_old(now: datetime) -> set[str]:
+        return {e.id for e in runs if e.finished_at and e.finished_at < now - timedelta(days=1)}
+
+    now = T0
+    assert await store.prune_executions(retention, now, limit=5) == 5
+    assert await store.prune_executions(retention, now, limit=5) == 5
+    assert await store.prune_executions(retention, now, limit=100) == len(grown_old(now)) - 10
+    assert await store.prune_executions(retention, now, limit=100) == 0
+    later = now + timedelta(hours=3, minutes=1)
+    assert await store.prune_executions(retention, later, limit=100) == len(
+        grown_old(later) - grown_old(now)
+    )
+    assert lone.id in await stored_ids(store, quiet)
+
+    await store.insert_executions([ended(quiet, T0)])
+    last = later + timedelta(hours=2)
+    for minutes in range(0, 121, 30):
+        await store.prune_executions(retention, later + timedelta(minutes=minutes), limit=100)
+    assert lone.id not in await stored_ids(store, quiet)
+    assert await stored_ids(store, busy) == {e.id for e in runs} - grown_old(last)
+
+
+async def test_pruning_by_count_counts_the_runs_finished_since_the_last_pass(
+    store: Store,
+) -> None:
+    """A job under its bound at one pass and over it at the next (its new runs finished in
+    between) loses its oldest then."""
+    job, other = make_job("job"), make_job("other")
+    first = [ended(job, T0 + timedelta(minutes=i)) for i in range(3)]
+    await store.insert_executions([*first, ended(other, T0)])
+    retention = Retention(days=0, max_per_job=3)
+    assert await store.prune_executions(retention, T0 + timedelta(minutes=3), limit=100) == 0
+
+    more = [ended(job, T0 + timedelta(minutes=4 + i)) for i in range(2)]
+    await store.insert_executions(more)
+    # (A store may count a run up to two minutes after it finished.)
+    assert await store.prune_executions(retention, T0 + timedelta(minutes=8), limit=100) == 2
+    assert await stored_ids(store, job) == {first[2].id, *(e.id for e in more)}
+    assert await store.prune_executions(retention, T0 + timedelta(minutes=9), limit=100) == 0
+
+
 async def test_pruning_history_by_age_keeps_each_jobs_newest_entry(store: Store) -> None:
     job, other = make_job("a"), make_job("b")
     old = T0 - timedelta(days=40)
