@@ -115,6 +115,7 @@ class Runner:
         # What a run's context shares with every run of its handler, made on its first run.
         self._handler_logs: dict[str, logging.Logger] = {}
         self._handler_configs: dict[str, Mapping[str, Any]] = {}
+        self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
 
     async def run(self, task: Task) -> None:
         if not await self._still_ours(task):
@@ -196,15 +197,18 @@ class Runner:
         # What the handler returns or raises passes through here only, on its way to the
         # execution record, its events, its logs and the job's last error: the job's own
         # secrets are masked in it, should the far end echo them back.
-        secrets = await _off_the_loop_if_large(
-            task.job.params, secret_values, task.job.params, handler.secret_params
-        )
+        secrets = await self._secrets_of(task.job, handler)
         attempt = 0
         while True:
             attempt += 1
             context = self._context(task, handler, attempt, deadline)
             outcome = await self._attempt(task.job, handler, context, secrets)
-            outcome = replace(outcome, attempts=attempt)
+            outcome = Outcome(
+                status=outcome.status,
+                attempts=attempt,
+                result=outcome.result,
+                error=outcome.error,
+            )  # not dataclasses.replace: it costs twice as much, once a run
             if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
                 return outcome
             delay = backoff_delay(attempt)
@@ -213,6 +217,14 @@ class Runner:
             error = outcome.error.message if outcome.error else None
             self.observer.retrying(task.job, task.execution, attempt, delay, error)
             await self.ports.clock.sleep(delay)
+
+    @staticmethod
+    async def _secrets_of(job: Job, handler: Handler) -> list[str]:
+        if not job.params:  # most jobs: nothing to look through, nor a call to make for it
+            return []
+        return await _off_the_loop_if_large(
+            job.params, secret_values, job.params, handler.secret_params
+        )
 
     async def _attempt(
         self, job: Job, handler: Handler, ctx: HandlerContext, secrets: list[str]
@@ -240,10 +252,20 @@ class Runner:
         return await _off_the_loop_if_large(weighed, _outcome_of, returned, raised, secrets)
 
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
-        if inspect.iscoroutinefunction(handler.func) or _is_async_callable(handler.func):
+        if self._is_async(handler):
             return asyncio.ensure_future(_call_async(handler, ctx))
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
+
+    def _is_async(self, handler: Handler) -> bool:
+        """inspect's checks cost about a microsecond: made once per handler. Kept with the
+        handler itself, so its id is not reused while the answer is."""
+        known = self._async_handlers.get(id(handler))
+        if known is None:
+            func = handler.func
+            known = (handler, inspect.iscoroutinefunction(func) or _is_async_callable(func))
+            self._async_handlers[id(handler)] = known
+        return known[1]
 
     async def _cancel(self, future: asyncio.Future[Result], job: Job) -> None:
         future.cancel()
