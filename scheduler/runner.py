@@ -27,7 +27,7 @@ from scheduler.events import event_source
 from scheduler.finishing import Ending, Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
-from scheduler.leftovers import tasks_ending_with_the_run
+from scheduler.leftovers import TasksEndingWithTheRun
 from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
@@ -528,7 +528,7 @@ class HandlerExit(Exception):
 
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
-    with tasks_ending_with_the_run(ctx.job_name):
+    with TasksEndingWithTheRun(ctx.job_name):
         value = handler(ctx)
         assert isinstance(value, Awaitable)
         try:
