@@ -576,6 +576,33 @@ def execution_row(execution: Execution) -> tuple[Any, ...]:
     )
 
 
+# What a run's end changes of its execution as recorded when it started; the other columns
+# are the WHERE of the update that writes the end (END_SQL), so that it matches only a record
+# the end leaves otherwise as it was.
+ENDED_COLUMNS = (
+    "status",
+    "finished_at",
+    "duration_ms",
+    "attempts",
+    "error",
+    "result",
+    "dead_letter",
+)
+_KEPT_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in ENDED_COLUMNS and c != "id")
+END_SQL = (
+    f"UPDATE executions SET {', '.join(f'{c} = ?' for c in ENDED_COLUMNS)} WHERE id = ? AND "
+    + " AND ".join(f"{c} IS ?" for c in _KEPT_COLUMNS)
+)
+_end_values = operator.itemgetter(
+    *(EXECUTION_COLUMNS.index(c) for c in (*ENDED_COLUMNS, "id", *_KEPT_COLUMNS))
+)
+
+
+def end_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An execution_row's values in END_SQL's order."""
+    return _end_values(row)  # type: ignore[no-any-return]
+
+
 OUTBOX_INSERT = "INSERT OR IGNORE INTO outbox (id, job_id, event, written_at) VALUES (?, ?, ?, ?)"
 
 
