@@ -38,6 +38,7 @@ from scheduler.store.sqlite_rows import (
     JOB_COLUMNS,
     REQUEST_COLUMNS,
     UNHANDLED,
+    claim_part,
     end_row,
     execution_filters,
     execution_from_row,
@@ -213,12 +214,15 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         read, self._due_read = self._due_read, {}
         if not rows:
             return []
-        unclaimed = unclaimed_part(rows[0].keys())  # every row of the batch has the same shape
+        columns = rows[0].keys()  # every row of the batch has the same shape
+        unclaimed, claim = unclaimed_part(columns), claim_part(columns)
         claimed = []
         for row in rows:
-            seen = read.get(row["id"])
-            if seen is not None and unclaimed(tuple(row)) == unclaimed(seen[0]):
-                claimed.append(with_claim(seen[1], row))
+            values = tuple(row)
+            lease = claim(values)
+            seen = read.get(lease[0])
+            if seen is not None and unclaimed(values) == unclaimed(seen[0]):
+                claimed.append(with_claim(seen[1], lease))
             else:
                 claimed.append(job_from_row(row))
         return claimed

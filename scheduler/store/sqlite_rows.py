@@ -518,18 +518,26 @@ def unclaimed_part(columns: Sequence[str]) -> operator.itemgetter[tuple[Any, ...
     return operator.itemgetter(*(i for i, name in enumerate(columns) if name not in CLAIM_COLUMNS))
 
 
-def with_claim(job: Job, row: sqlite3.Row) -> Job:
-    """`job` with the lease and fence of its claimed `row`; the rest was validated when `job`
-    was decoded and is unchanged (unclaimed_part), so it is copied, not built again."""
+# The id and the claim's columns of a claimed row, by position (see claim_part).
+CLAIM_PART = ("id", "lease_owner", "lease_token", "lease_until", "fence")
+
+
+def claim_part(columns: Sequence[str]) -> operator.itemgetter[tuple[Any, ...]]:
+    """CLAIM_PART out of a row (as a tuple) of these columns."""
+    return operator.itemgetter(*(list(columns).index(name) for name in CLAIM_PART))
+
+
+def with_claim(job: Job, claim: tuple[Any, ...]) -> Job:
+    """`job` with the lease and fence of its claimed row (`claim`, its CLAIM_PART); the rest was
+    validated when `job` was decoded and is unchanged (unclaimed_part), so it is copied, not
+    built again."""
+    _, owner, token, until, fence = claim
     claimed = object.__new__(Job)
     for set_field, value in zip(_JOB_SLOT_SETTERS, _read_job_fields(job), strict=True):
         set_field(claimed, value)
-    token = row["lease_token"]
-    lease = None
-    if token is not None:
-        lease = Lease(owner=row["lease_owner"], token=int(token), until=_time(row["lease_until"]))
+    lease = None if token is None else Lease(owner=owner, token=int(token), until=_time(until))
     object.__setattr__(claimed, "lease", lease)
-    object.__setattr__(claimed, "fence", int(row["fence"]))
+    object.__setattr__(claimed, "fence", int(fence))
     return claimed
 
 
