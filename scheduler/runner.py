@@ -357,9 +357,8 @@ class Runner:
         try:
             await self.finisher.room()
         finally:  # cancelled while the store is behind (shutdown): the end is still written
-            ended = self.finisher.hand_over(end, task.lock_token)
-            ended.add_done_callback(
-                lambda done: self._ended(task, execution, advance, done.result())
+            self.finisher.hand_over_then(
+                end, task.lock_token, lambda ending: self._ended(task, execution, advance, ending)
             )
 
     async def settled(self) -> None:
