@@ -254,9 +254,9 @@ class Runner:
         return await _off_the_loop_if_large(weighed, _outcome_of, returned, raised, secrets)
 
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
-        if self._is_async(handler):
-            return asyncio.ensure_future(_call_async(handler, ctx))
         loop = asyncio.get_running_loop()
+        if self._is_async(handler):
+            return loop.create_task(_call_async(handler, ctx))  # what ensure_future does with it
         return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
 
     def _is_async(self, handler: Handler) -> bool:
