@@ -95,6 +95,9 @@ class Finisher:
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush(), name="finisher")
 
+    def has_room(self) -> bool:
+        return self._room.is_set()
+
     async def room(self) -> None:
         """Wait while the store is behind with the ends already handed over (backpressure: the
         workers wait, then the queue fills, then the dispatcher waits)."""

@@ -49,6 +49,8 @@ MAX_RESULT_BYTES = 16 * 1024
 # handler returning 100 MB costs the daemon no more than the handler's own memory.
 MAX_RESULT_CHARS = 1_000_000
 MAX_ERROR_CHARS = 2000
+# A task that waited in the queue longer than this renews its lease and lock before it starts.
+FRESH_FOR = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +120,8 @@ class Runner:
         self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
 
     async def run(self, task: Task) -> None:
-        if not await self._still_ours(task):
+        # Most tasks start at once: no coroutine made to find that out.
+        if not self._fresh(task) and not await self._still_ours(task):
             return
         started = self.ports.clock.now()
         real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
@@ -150,11 +153,15 @@ class Runner:
 
     # -- before the handler ---------------------------------------------------------------------
 
+    def _fresh(self, task: Task) -> bool:
+        """Claimed less than a second ago: its lease and lock still cover its whole timeout."""
+        return self.ports.clock.now() - task.claimed_at < FRESH_FOR
+
     async def _still_ours(self, task: Task) -> bool:
         """A task that waited in the queue renews its lease and lock, so that its whole timeout
         is covered; if another instance took the job over meanwhile, it does not run."""
         now = self.ports.clock.now()
-        if now - task.claimed_at < timedelta(seconds=1):
+        if now - task.claimed_at < FRESH_FOR:
             return True
         timeout = task.job.timeout_seconds
         until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
@@ -197,7 +204,8 @@ class Runner:
         # What the handler returns or raises passes through here only, on its way to the
         # execution record, its events, its logs and the job's last error: the job's own
         # secrets are masked in it, should the far end echo them back.
-        secrets = await self._secrets_of(task.job, handler)
+        # Most jobs have no params: nothing to look through, nor a coroutine to make for it.
+        secrets = await self._secrets_of(task.job, handler) if task.job.params else []
         attempt = 0
         while True:
             attempt += 1
@@ -220,8 +228,6 @@ class Runner:
 
     @staticmethod
     async def _secrets_of(job: Job, handler: Handler) -> list[str]:
-        if not job.params:  # most jobs: nothing to look through, nor a call to make for it
-            return []
         return await _off_the_loop_if_large(
             job.params, secret_values, job.params, handler.secret_params
         )
@@ -355,7 +361,8 @@ class Runner:
         # Ended now: waiting for the store below is not the run's time.
         execution, advance, end = self._end_of(task, outcome, started, started_real)
         try:
-            await self.finisher.room()
+            if not self.finisher.has_room():
+                await self.finisher.room()
         finally:  # cancelled while the store is behind (shutdown): the end is still written
             self.finisher.hand_over_then(
                 end, task.lock_token, lambda ending: self._ended(task, execution, advance, ending)
