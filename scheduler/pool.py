@@ -59,7 +59,10 @@ class WorkerPool:
     async def submit(self, task: Task) -> None:
         self.inflight[task.job.handler] += 1
         self._in_flight[task.execution.id] = task
-        await self._queue.put(task)  # blocks while the queue is full
+        if self._queue.full():
+            await self._queue.put(task)  # blocks while the queue is full
+        else:
+            self._queue.put_nowait(task)  # what put does with room, without its coroutine
 
     async def join(self) -> None:
         """Until every task submitted has run and its end is written."""
