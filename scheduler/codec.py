@@ -34,10 +34,12 @@ Doc = dict[str, Any]
 # Stores keep times as integer microseconds since this, so that a compare-and-set compares
 # exactly what it read (BSON and SQLite both lose or reorder finer or zoned times).
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Made once: building it took half of exact_micros' time, called about ten times a run.
+ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 def exact_micros(when: datetime) -> int:
-    return (when - EPOCH) // timedelta(microseconds=1)
+    return (when - EPOCH) // ONE_MICROSECOND
 
 
 def micros(when: datetime | None) -> int | None:

@@ -377,12 +377,14 @@ class Engine:
         """Each lock lives through the wait for the run's time, its timeout and a margin."""
         margin = self.settings.lock_margin_seconds
         now = self.ports.clock.now()
+        keys = [run.lock_key for run in runs]  # each made once: a property, made anew each time
         ttls = {
-            run.lock_key: run.wait_seconds(now) + run.job.timeout_seconds + margin for run in runs
+            key: run.wait_seconds(now) + run.job.timeout_seconds + margin
+            for key, run in zip(keys, runs, strict=True)
         }
         held = await self.ports.lock.acquire_many(ttls, token)
         self.metrics.lock_contention.inc(len(runs) - len(held))
-        return [run for run in runs if run.lock_key in held]
+        return [run for key, run in zip(keys, runs, strict=True) if key in held]
 
     def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
         """The lease covers the wait for the run's time (lookahead), its timeout and a margin."""

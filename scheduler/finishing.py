@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backoff import backoff_delay
@@ -39,7 +40,8 @@ class Ending:
 class _Pending:
     finish: Finish
     lock_token: str
-    ended: asyncio.Future[Ending]
+    # Told what became of the end: a future someone awaits, or a callback (see hand_over).
+    ended: asyncio.Future[Ending] | Callable[[Ending], None]
 
 
 class Finisher:
@@ -76,14 +78,28 @@ class Finisher:
 
     def hand_over(self, finish: Finish, lock_token: str) -> asyncio.Future[Ending]:
         """Queue the run's end for the next batch, without waiting for it: the future says what
-        became of it. A worker hands its run's end over and takes the next run at once."""
+        became of it."""
         ended: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(finish, lock_token, ended))
+        self._queue(_Pending(finish, lock_token, ended))
+        return ended
+
+    def hand_over_then(
+        self, finish: Finish, lock_token: str, then: Callable[[Ending], None]
+    ) -> None:
+        """As hand_over, and `then` is called with what became of the end once it is written. A
+        worker hands its run's end over and takes the next run at once; no future, nor the turn
+        of the loop its callback would take, for each run of a burst."""
+        self._queue(_Pending(finish, lock_token, then))
+
+    def _queue(self, pending: _Pending) -> None:
+        self._pending.append(pending)
         if len(self._pending) >= self._max_pending:
             self._room.clear()
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush(), name="finisher")
-        return ended
+
+    def has_room(self) -> bool:
+        return self._room.is_set()
 
     async def room(self) -> None:
         """Wait while the store is behind with the ends already handed over (backpressure: the
@@ -121,8 +137,7 @@ class Finisher:
         await self._release_locks(batch)
         self.written.set()
         for pending, ending in zip(batch, endings, strict=True):
-            if not pending.ended.done():
-                pending.ended.set_result(ending)
+            _tell(pending.ended, ending)
 
     async def _write(self, batch: list[_Pending]) -> list[Ending]:
         finishes = [pending.finish for pending in batch]
@@ -151,3 +166,14 @@ class Finisher:
                 await self._lock.release_many(keys, token)
             except Exception as exc:
                 log_event(log, "lock.release_failed", level=logging.WARNING, error=str(exc))
+
+
+def _tell(ended: asyncio.Future[Ending] | Callable[[Ending], None], ending: Ending) -> None:
+    if isinstance(ended, asyncio.Future):
+        if not ended.done():
+            ended.set_result(ending)
+        return
+    try:
+        ended(ending)
+    except Exception:  # a bug of the caller's: the batch's other runs are still told
+        log.exception("finisher.callback_failed")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Coroutine
 from typing import Any, cast
 
 from scheduler.logs import log_event
@@ -26,18 +25,24 @@ _SPAWNED: contextvars.ContextVar[set[asyncio.Task[Any]] | None] = contextvars.Co
 _ENDING: set[asyncio.Task[Any]] = set()
 
 
-@contextmanager
-def tasks_ending_with_the_run(job_name: str) -> Iterator[None]:
+class TasksEndingWithTheRun:
     """Around a handler's coroutine, inside its own task: what it started and left running is
-    cancelled and logged when it returns, raises or is cancelled."""
-    _track_spawned_tasks(asyncio.get_running_loop())
-    spawned: set[asyncio.Task[Any]] = set()
-    token = _SPAWNED.set(spawned)
-    try:
-        yield
-    finally:
-        _SPAWNED.reset(token)
-        _end_leftovers(job_name, spawned)
+    cancelled and logged when it returns, raises or is cancelled. A class, not a
+    @contextmanager generator: entered once a run, that costs a generator and its frames."""
+
+    def __init__(self, job_name: str) -> None:
+        self._job_name = job_name
+        self._spawned: set[asyncio.Task[Any]] = set()
+        self._token: contextvars.Token[set[asyncio.Task[Any]] | None] | None = None
+
+    def __enter__(self) -> None:
+        _track_spawned_tasks(asyncio.get_running_loop())
+        self._token = _SPAWNED.set(self._spawned)
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _SPAWNED.reset(self._token)
+        _end_leftovers(self._job_name, self._spawned)
 
 
 def _end_leftovers(job_name: str, spawned: set[asyncio.Task[Any]]) -> None:

@@ -7,9 +7,10 @@ one; changes go through ``dataclasses.replace``. All datetimes are timezone-awar
 from __future__ import annotations
 
 import enum
+import operator
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -280,6 +281,33 @@ class Execution:
             return self.occurrence
         return f"{self.occurrence}:shard-{self.shard}"
 
+    def ended(
+        self,
+        *,
+        status: Status,
+        finished_at: datetime,
+        duration_ms: float,
+        attempts: int,
+        error: ExecutionError | None,
+        result: dict[str, Any] | None,
+    ) -> Execution:
+        """This run as it ended: dataclasses.replace, made through the slots. An Execution
+        validates nothing at construction, so the copy needs no __init__; replace's walk over
+        the fields and keyword call cost half as much again, on every run's end."""
+        ended = object.__new__(Execution)
+        for set_field, value in zip(_EXECUTION_SLOT_SETTERS, _read_execution(self), strict=True):
+            set_field(ended, value)
+        for name, value in (
+            ("status", status),
+            ("finished_at", finished_at),
+            ("duration_ms", duration_ms),
+            ("attempts", attempts),
+            ("error", error),
+            ("result", result),
+        ):
+            object.__setattr__(ended, name, value)
+        return ended
+
     def summary(self) -> ExecutionSummary:
         """What a job (or a shard's entry) keeps of its last run, once the run has ended."""
         assert self.finished_at is not None
@@ -289,3 +317,8 @@ class Execution:
             finished_at=self.finished_at,
             error=self.error.message if self.error else None,
         )
+
+
+_EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
+_read_execution = operator.attrgetter(*_EXECUTION_FIELDS)
+_EXECUTION_SLOT_SETTERS = tuple(getattr(Execution, name).__set__ for name in _EXECUTION_FIELDS)

@@ -36,6 +36,8 @@ class WorkerPool:
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
 
     def start(self) -> None:
+        # Read when scraped: setting it as each run starts and ends took a lock twice a run.
+        self._metrics.busy_workers.set_function(lambda: self.busy)
         self._workers = [
             asyncio.create_task(self._work(), name=f"worker-{i}") for i in range(self._size)
         ]
@@ -57,7 +59,10 @@ class WorkerPool:
     async def submit(self, task: Task) -> None:
         self.inflight[task.job.handler] += 1
         self._in_flight[task.execution.id] = task
-        await self._queue.put(task)  # blocks while the queue is full
+        if self._queue.full():
+            await self._queue.put(task)  # blocks while the queue is full
+        else:
+            self._queue.put_nowait(task)  # what put does with room, without its coroutine
 
     async def join(self) -> None:
         """Until every task submitted has run and its end is written."""
@@ -86,7 +91,6 @@ class WorkerPool:
         while True:
             task = await self._queue.get()
             self.busy += 1
-            self._metrics.busy_workers.set(self.busy)
             self._running[task.execution.id] = task.job.name
             self._started_since_asked.add(task.job.name)
             try:
@@ -98,7 +102,6 @@ class WorkerPool:
             finally:
                 del self._running[task.execution.id]
                 self.busy -= 1
-                self._metrics.busy_workers.set(self.busy)
                 self._queue.task_done()
                 self._done(task)
 

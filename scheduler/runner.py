@@ -27,7 +27,7 @@ from scheduler.events import event_source
 from scheduler.finishing import Ending, Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
-from scheduler.leftovers import tasks_ending_with_the_run
+from scheduler.leftovers import TasksEndingWithTheRun
 from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
@@ -49,6 +49,8 @@ MAX_RESULT_BYTES = 16 * 1024
 # handler returning 100 MB costs the daemon no more than the handler's own memory.
 MAX_RESULT_CHARS = 1_000_000
 MAX_ERROR_CHARS = 2000
+# A task that waited in the queue longer than this renews its lease and lock before it starts.
+FRESH_FOR = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,9 +117,11 @@ class Runner:
         # What a run's context shares with every run of its handler, made on its first run.
         self._handler_logs: dict[str, logging.Logger] = {}
         self._handler_configs: dict[str, Mapping[str, Any]] = {}
+        self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
 
     async def run(self, task: Task) -> None:
-        if not await self._still_ours(task):
+        # Most tasks start at once: no coroutine made to find that out.
+        if not self._fresh(task) and not await self._still_ours(task):
             return
         started = self.ports.clock.now()
         real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
@@ -149,11 +153,15 @@ class Runner:
 
     # -- before the handler ---------------------------------------------------------------------
 
+    def _fresh(self, task: Task) -> bool:
+        """Claimed less than a second ago: its lease and lock still cover its whole timeout."""
+        return self.ports.clock.now() - task.claimed_at < FRESH_FOR
+
     async def _still_ours(self, task: Task) -> bool:
         """A task that waited in the queue renews its lease and lock, so that its whole timeout
         is covered; if another instance took the job over meanwhile, it does not run."""
         now = self.ports.clock.now()
-        if now - task.claimed_at < timedelta(seconds=1):
+        if now - task.claimed_at < FRESH_FOR:
             return True
         timeout = task.job.timeout_seconds
         until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
@@ -196,15 +204,19 @@ class Runner:
         # What the handler returns or raises passes through here only, on its way to the
         # execution record, its events, its logs and the job's last error: the job's own
         # secrets are masked in it, should the far end echo them back.
-        secrets = await _off_the_loop_if_large(
-            task.job.params, secret_values, task.job.params, handler.secret_params
-        )
+        # Most jobs have no params: nothing to look through, nor a coroutine to make for it.
+        secrets = await self._secrets_of(task.job, handler) if task.job.params else []
         attempt = 0
         while True:
             attempt += 1
             context = self._context(task, handler, attempt, deadline)
             outcome = await self._attempt(task.job, handler, context, secrets)
-            outcome = replace(outcome, attempts=attempt)
+            outcome = Outcome(
+                status=outcome.status,
+                attempts=attempt,
+                result=outcome.result,
+                error=outcome.error,
+            )  # not dataclasses.replace: it costs twice as much, once a run
             if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
                 return outcome
             delay = backoff_delay(attempt)
@@ -213,6 +225,12 @@ class Runner:
             error = outcome.error.message if outcome.error else None
             self.observer.retrying(task.job, task.execution, attempt, delay, error)
             await self.ports.clock.sleep(delay)
+
+    @staticmethod
+    async def _secrets_of(job: Job, handler: Handler) -> list[str]:
+        return await _off_the_loop_if_large(
+            job.params, secret_values, job.params, handler.secret_params
+        )
 
     async def _attempt(
         self, job: Job, handler: Handler, ctx: HandlerContext, secrets: list[str]
@@ -236,14 +254,26 @@ class Runner:
             )
         raised = future.exception()
         returned = None if raised else future.result()
+        if raised is None and returned is None:  # most runs: nothing to weigh, mask or check
+            return Outcome(status=Status.SUCCESS)
         weighed = returned if raised is None else str(raised)
         return await _off_the_loop_if_large(weighed, _outcome_of, returned, raised, secrets)
 
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
-        if inspect.iscoroutinefunction(handler.func) or _is_async_callable(handler.func):
-            return asyncio.ensure_future(_call_async(handler, ctx))
         loop = asyncio.get_running_loop()
+        if self._is_async(handler):
+            return loop.create_task(_call_async(handler, ctx))  # what ensure_future does with it
         return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
+
+    def _is_async(self, handler: Handler) -> bool:
+        """inspect's checks cost about a microsecond: made once per handler. Kept with the
+        handler itself, so its id is not reused while the answer is."""
+        known = self._async_handlers.get(id(handler))
+        if known is None:
+            func = handler.func
+            known = (handler, inspect.iscoroutinefunction(func) or _is_async_callable(func))
+            self._async_handlers[id(handler)] = known
+        return known[1]
 
     async def _cancel(self, future: asyncio.Future[Result], job: Job) -> None:
         future.cancel()
@@ -331,11 +361,11 @@ class Runner:
         # Ended now: waiting for the store below is not the run's time.
         execution, advance, end = self._end_of(task, outcome, started, started_real)
         try:
-            await self.finisher.room()
+            if not self.finisher.has_room():
+                await self.finisher.room()
         finally:  # cancelled while the store is behind (shutdown): the end is still written
-            ended = self.finisher.hand_over(end, task.lock_token)
-            ended.add_done_callback(
-                lambda done: self._ended(task, execution, advance, done.result())
+            self.finisher.hand_over_then(
+                end, task.lock_token, lambda ending: self._ended(task, execution, advance, ending)
             )
 
     async def settled(self) -> None:
@@ -350,8 +380,7 @@ class Runner:
             seconds = (finished - started).total_seconds()
         else:
             seconds = self.ports.clock.monotonic() - started_real
-        execution = replace(
-            task.execution,
+        execution = task.execution.ended(
             status=outcome.status,
             finished_at=finished,
             duration_ms=round(seconds * 1000, 3),
@@ -445,13 +474,20 @@ async def _done_within(future: asyncio.Future[Any], seconds: float) -> bool:
     if future.done():
         return True
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    # Most handlers end within the first step of their task, which the loop runs before it
+    # resumes this one: then one turn of the loop is all it costs, not a timer armed, pushed on
+    # the loop's heap (where the cancelled ones of a burst pile up) and cancelled.
+    await asyncio.sleep(0)
+    if future.done():
+        return True
     waiter: asyncio.Future[None] = loop.create_future()
 
     def wake(_: object = None) -> None:
         if not waiter.done():
             waiter.set_result(None)
 
-    timer = loop.call_later(seconds, wake)
+    timer = loop.call_at(deadline, wake)
     future.add_done_callback(wake)
     try:
         await waiter
@@ -506,7 +542,7 @@ class HandlerExit(Exception):
 
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
-    with tasks_ending_with_the_run(ctx.job_name):
+    with TasksEndingWithTheRun(ctx.job_name):
         value = handler(ctx)
         assert isinstance(value, Awaitable)
         try:

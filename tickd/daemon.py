@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -78,6 +79,12 @@ async def _serve_on(
         engine = build_engine(settings, ports, registry, metrics=metrics, resources=resources)
         await seed_at_boot(ports, registry, settings, resources)
     app = build_api(settings, registry, ports, metrics, engine, resources=resources)
+    # What is loaded by now (modules, the app, the handlers) lives as long as the daemon: out of
+    # the collector's sight (the garbage of startup collected first), a full collection no
+    # longer walks it. Measured in a burst, each took about 40 ms (the loop stalled meanwhile),
+    # 5 us a run all told.
+    gc.collect()
+    gc.freeze()
     await serve(app, settings, stop)
 
 

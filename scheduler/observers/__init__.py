@@ -11,7 +11,7 @@ every hook is to do nothing, so an observer implements only what it cares about.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.model import Execution, Job
@@ -71,11 +71,22 @@ class Observers(RunObserver):
 
     def __init__(self, observers: Sequence[RunObserver]) -> None:
         self.observers = list(observers)
+        # By hook, the bound hooks of the observers that implement it: most hear only a few
+        # of the hooks called for every run (recorded, started, finished), and a call of the
+        # default that does nothing still cost a look-up and a call, a run.
+        self._hooks: dict[str, list[Callable[..., None]]] = {}
 
     def _tell(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        for observer in self.observers:
+        hooks = self._hooks.get(hook)
+        if hooks is None:
+            hooks = self._hooks[hook] = [
+                getattr(observer, hook)
+                for observer in self.observers
+                if getattr(type(observer), hook, None) is not getattr(RunObserver, hook)
+            ]
+        for call in hooks:
             try:
-                getattr(observer, hook)(*args, **kwargs)
+                call(*args, **kwargs)
             except Exception:
                 log.exception("observer.failed", extra={"hook": hook})
 

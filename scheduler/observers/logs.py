@@ -56,11 +56,15 @@ class LogObserver(RunObserver):
     def finished(self, job: Job, execution: Execution) -> None:
         self._ended[str(execution.status)] += 1
         self._summarise_if_due()
-        ended_well = execution.status in (Status.SUCCESS, Status.SKIPPED)
+        level = (
+            logging.DEBUG if execution.status in (Status.SUCCESS, Status.SKIPPED) else logging.INFO
+        )
+        if not log.isEnabledFor(level):
+            return  # not even the line's fields made: a run that ends well, in a burst
         log_event(
             log,
             "run.finished",
-            level=logging.DEBUG if ended_well else logging.INFO,
+            level=level,
             job=job.name,
             execution=execution.id,
             status=str(execution.status),
