@@ -83,6 +83,7 @@ from scheduler.store.mongodb_documents import (
     jobs_filter,
     release_lease,
     request_document,
+    rolled_forward,
     settle_dead_letters,
 )
 from scheduler.store.mongodb_housekeeping import MongoHousekeeping
@@ -347,8 +348,36 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._update_each(self.executions, abandon)
         # outbox: before the leases go, so a crash in between writes them at the next reap
         await self._write_events(await self._abandoned_by(expired), event_source)
-        await self._update_each(self.jobs, [release_lease(job, token) for job, token in expired])
+        ended = await self._roll_forward(expired)
+        released = [lease for lease in expired if lease not in ended]
+        await self._update_each(self.jobs, [release_lease(job, token) for job, token in released])
         return await self._abandoned_at(now, expired)
+
+    async def _roll_forward(self, leases: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The runs that ended, whose job update a crash kept from being written (a run's end
+        writes its execution, then its job): the update each execution kept is applied now,
+        fenced as it would have been, instead of a release that would run the occurrence
+        again. Returns their leases. One read a lease, by the job (FerretDB pushes that down,
+        not an $or): leases expire only when an instance died."""
+        ended: list[Doc] = []
+        for job_id, token in leases:
+            found = await self.executions.find_one(
+                {"job_id": job_id, "token": token, "release": {"$ne": None}},
+                {"job_id": 1, "token": 1, "release": 1},
+            )
+            ended += [found] if found is not None else []
+        if not ended:
+            return set()
+        batch = new_id()
+        updates = [rolled_forward(doc, schedule=True, batch=batch) for doc in ended]
+        if await self._update_each(self.jobs, updates) < len(updates):
+            cursor = self.jobs.find({"batch": batch}, {"last_release": 1})
+            applied = {doc.get("last_release") async for doc in cursor}
+            changed = [doc for doc in ended if doc["_id"] not in applied]  # ops changed the job
+            await self._update_each(
+                self.jobs, [rolled_forward(doc, schedule=False, batch=batch) for doc in changed]
+            )
+        return {(doc["job_id"], int(doc["token"])) for doc in ended}
 
     async def _expired_leases(self, now: datetime, instance: str | None) -> list[tuple[str, int]]:
         expired = {**LEASED, "lease.until_us": {"$lt": exact_micros(now)}}

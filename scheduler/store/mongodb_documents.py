@@ -297,9 +297,33 @@ def release_update(advance: Advance | None, *, schedule: bool = True) -> Doc:
 
 
 def finished_document(finish: Finish) -> ReplaceOne[Doc]:
-    """A run's execution as final, whether or not it was recorded as running before."""
+    """A run's execution as final, whether or not it was recorded as running before; with the
+    job update its end makes (`release`), when that update is fenced by the job's lease."""
     execution = finish.execution
-    return ReplaceOne({"_id": execution.id}, execution_document(execution), upsert=True)
+    doc = execution_document(execution)
+    if finish.advance is not None and finish.shard is None and execution.token is not None:
+        doc["release"] = {
+            "revision": finish.advance.revision,
+            "set": release_update(finish.advance)["$set"],
+        }
+    return ReplaceOne({"_id": execution.id}, doc, upsert=True)
+
+
+# What of a run's job update moves the schedule: left out when ops changed the job meanwhile.
+SCHEDULE_FIELDS = ("next_run_at", "next_run_at_us", "enabled", "paused_reason")
+
+
+def rolled_forward(ended: Doc, *, schedule: bool, batch: str) -> UpdateOne:
+    """The job update a finished execution kept (`finished_document`), fenced as the run's own
+    end was (`finish_update`): for the reaper, when a crash came between the two writes."""
+    fenced = held_by(ended["job_id"], ended["token"])
+    changes = dict(ended["release"]["set"])
+    if schedule:
+        fenced["revision"] = ended["release"]["revision"]
+    else:
+        for field in SCHEDULE_FIELDS:
+            changes.pop(field, None)
+    return UpdateOne(fenced, {"$set": changes | {"last_release": ended["_id"], "batch": batch}})
 
 
 def finish_update(finish: Finish, *, schedule: bool, batch: str) -> UpdateOne:

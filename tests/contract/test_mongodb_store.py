@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
@@ -22,12 +23,20 @@ import scheduler.store.mongodb_base
 from handlers.product_store.mongodb import MongoProductStore
 from handlers.product_store.mongodb_queries import ALERT_INDEXES
 from scheduler.codec import Doc, exact_micros
-from scheduler.model import Job
-from scheduler.ports import Claim, Retention, RunRequest, StoreError
+from scheduler.model import Job, Status
+from scheduler.ports import Claim, Finish, Retention, RunRequest, StoreError
 from scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from scheduler.store.mongodb import MongoStore
 from tests.conftest import T0, make_job
-from tests.contract.test_store import SOURCE, claimed, ended, running, stored_ids
+from tests.contract.test_store import (
+    SOURCE,
+    advance_to,
+    change_of,
+    claimed,
+    ended,
+    running,
+    stored_ids,
+)
 from tests.fixtures.services import MONGODB_URL
 from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
 
@@ -580,3 +589,50 @@ async def test_the_backlog_gauges_are_one_read_each(server: Server) -> None:
             assert len(recorder.names) == 1
     finally:
         await client.close()
+
+
+class Crash(Exception):
+    """The process dies here."""
+
+
+@pytest.mark.parametrize("changed_during_the_run", [False, True], ids=["as-claimed", "paused"])
+async def test_a_crash_between_a_runs_execution_and_its_job_is_rolled_forward_by_the_reaper(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch, changed_during_the_run: bool
+) -> None:
+    """A run's end writes its execution, then its job (two commands: no transaction). A crash in
+    between left a succeeded run whose job still held its lease at the old time: the reaper
+    freed the job and the occurrence ran twice. The execution keeps the job's update, which
+    the reaper applies instead (and, if ops changed the job meanwhile, without the schedule)."""
+    job = make_job("ended-then-crashed")
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    assert won.lease is not None
+    execution = running(won, won.lease.token)
+    await store.insert_executions([execution])
+    if changed_during_the_run:
+        paused = dataclasses.replace(job, enabled=False, paused_reason="maintenance")
+        assert await store.replace_job(paused, job.revision, change_of(job, "pause"))
+    done = dataclasses.replace(execution, status=Status.SUCCESS, finished_at=T0, attempts=1)
+
+    async def crash(*args: object, **kwargs: object) -> set[str]:
+        raise Crash
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_release", crash)
+        with pytest.raises(Crash):
+            await store.finish_executions(
+                [Finish(done, advance_to(T0 + timedelta(minutes=1), done))]
+            )
+
+    after_lease = T0 + timedelta(minutes=6)
+    assert await store.reap_expired_leases(after_lease) == [], "it ended: nothing to abandon"
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None
+    assert after.last_execution is not None and after.last_execution.execution_id == done.id
+    if changed_during_the_run:
+        assert (after.enabled, after.paused_reason, after.next_run_at) == (False, "maintenance", T0)
+    else:
+        assert after.next_run_at == T0 + timedelta(minutes=1)
+    not_again = await store.due_jobs(T0 + timedelta(seconds=30), 10)
+    assert not_again == [], "the occurrence (T0) does not run again"
+    assert await store.get_execution(done.id) == done
