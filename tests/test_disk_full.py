@@ -10,7 +10,7 @@ import asyncio
 import errno
 import logging
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from scheduler.handler_api import HandlerContext, Result
 from scheduler.model import Status
 from scheduler.ports import ExecutionQuery, Store
 from scheduler.store.sqlite import SQLiteStore
-from tests.conftest import T0, EngineFactory, make_job
+from tests.conftest import T0, EngineFactory, Harness, make_job
 
 WAIT = 5.0
 JOBS = 20
@@ -96,14 +96,14 @@ async def noop(ctx: HandlerContext) -> Result:
     return None
 
 
-async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space_returns(
-    make_engine: EngineFactory, store: SQLiteStore, caplog: pytest.LogCaptureFixture
+async def full_then_freed(
+    h: Harness,
+    store: SQLiteStore,
+    caplog: pytest.LogCaptureFixture,
+    free: Callable[[], Awaitable[object]],
 ) -> None:
-    h = make_engine({"noop": noop}, tick_seconds=0.01, lookahead_seconds=0)
-    jobs = [await h.add(make_job(f"job-{i:02}", next_run_at=T0)) for i in range(JOBS)]
-    used = await pragma(store, "PRAGMA page_count")
-    await pragma(store, f"PRAGMA max_page_count = {used}")  # not one page more: the disk is full
-
+    """The disk is full when the engine starts: it says so and writes nothing half; `free` gives
+    the space back, and then every job runs once and the database is whole."""
     stop = asyncio.Event()
     running = asyncio.create_task(h.engine.run(stop))
     try:
@@ -114,7 +114,7 @@ async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space
         assert any("database or disk is full" in error for error in errors), errors
         assert await store.list_executions(ExecutionQuery()) == [], "nothing half-written"
 
-        await pragma(store, "PRAGMA max_page_count = 1073741823")  # space is back
+        await free()
 
         async def all_ran() -> None:
             while len(await succeeded(store)) < JOBS:  # noqa: ASYNC110 - polled under a bound
@@ -127,43 +127,37 @@ async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space
         await asyncio.wait_for(running, WAIT)
 
     runs = await store.list_executions(ExecutionQuery(limit=1000))
-    assert sorted(e.job_name for e in runs) == sorted(job.name for job in jobs), "each once"
+    assert sorted(e.job_name for e in runs) == [f"job-{i:02}" for i in range(JOBS)], "each once"
     assert {(e.status, e.scheduled_at) for e in runs} == {(Status.SUCCESS, T0)}
     assert await pragma(store, "PRAGMA integrity_check") == "ok"
+
+
+async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space_returns(
+    make_engine: EngineFactory, store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = make_engine({"noop": noop}, tick_seconds=0.01, lookahead_seconds=0)
+    for i in range(JOBS):
+        await h.add(make_job(f"job-{i:02}", next_run_at=T0))
+    used = await pragma(store, "PRAGMA page_count")
+    await pragma(store, f"PRAGMA max_page_count = {used}")  # not one page more: the disk is full
+
+    async def space_back() -> object:
+        return await pragma(store, "PRAGMA max_page_count = 1073741823")
+
+    await full_then_freed(h, store, caplog, space_back)
 
 
 async def test_a_real_filesystem_without_space_is_reported_and_work_resumes_when_freed(
     make_engine: EngineFactory, store: SQLiteStore, disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     h = make_engine({"noop": noop}, tick_seconds=0.01, lookahead_seconds=0)
-    jobs = [await h.add(make_job(f"job-{i:02}", next_run_at=T0)) for i in range(JOBS)]
+    for i in range(JOBS):
+        await h.add(make_job(f"job-{i:02}", next_run_at=T0))
     # The log emptied into the database and cut to nothing: the next write must grow a file.
     await pragma(store, "PRAGMA wal_checkpoint(TRUNCATE)")
     filler = fill(disk)
 
-    stop = asyncio.Event()
-    running = asyncio.create_task(h.engine.run(stop))
-    try:
-        with caplog.at_level(logging.ERROR, logger="tickd.engine"):
-            await asyncio.wait_for(until(lambda: not h.engine.healthy), WAIT)
-        assert h.engine.last_error is not None and "full" in h.engine.last_error  # /readyz
-        errors = [str(r.tickd_fields.get("error")) for r in caplog.records]  # type: ignore[attr-defined]
-        assert any("database or disk is full" in error for error in errors), errors
-        assert await store.list_executions(ExecutionQuery()) == [], "nothing half-written"
+    async def space_back() -> None:
+        filler.unlink()
 
-        filler.unlink()  # space is back
-
-        async def all_ran() -> None:
-            while len(await succeeded(store)) < JOBS:  # noqa: ASYNC110 - polled under a bound
-                await asyncio.sleep(0.005)
-
-        await asyncio.wait_for(all_ran(), WAIT)
-        assert h.engine.healthy
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, WAIT)
-
-    runs = await store.list_executions(ExecutionQuery(limit=1000))
-    assert sorted(e.job_name for e in runs) == sorted(job.name for job in jobs), "each once"
-    assert {(e.status, e.scheduled_at) for e in runs} == {(Status.SUCCESS, T0)}
-    assert await pragma(store, "PRAGMA integrity_check") == "ok"
+    await full_then_freed(h, store, caplog, space_back)
