@@ -34,6 +34,7 @@ export async function formView(main, id) {
     params: h("textarea", { name: "params", rows: 5, class: "mono", spellcheck: "false" }),
     timeout: h("input", { name: "timeout_seconds", type: "number", step: "any", value: job ? job.timeout_seconds : 60 }),
     retries: h("input", { name: "max_retries", type: "number", value: job ? job.max_retries : 0 }),
+    shards: h("input", { name: "shards", type: "number", min: 1, value: job ? job.shards : 1 }),
     priority: h("select", { name: "priority" }, ["critical", "high", "normal", "low"].map((p) => option(p, p, job ? job.priority : "normal"))),
     misfire: h("select", { name: "misfire" }, ["coalesce", "run_all", "skip"].map((p) => option(p, p, job ? job.misfire.policy : "coalesce"))),
     grace: h("input", { name: "grace_seconds", type: "number", step: "any", value: job ? job.misfire.grace_seconds : 60 }),
@@ -56,7 +57,7 @@ export async function formView(main, id) {
     cronFields, intervalFields, onceFields, words,
     field("params", "Params (JSON)", inputs.params, paramsHint),
     h("div", { class: "row" }, field("timeout_seconds", "Timeout (s)", inputs.timeout), field("max_retries", "Retries", inputs.retries),
-      field("priority", "Priority", inputs.priority)),
+      field("shards", "Shards", inputs.shards), field("priority", "Priority", inputs.priority)),
     h("div", { class: "row" }, field("misfire.policy", "Missed runs", inputs.misfire), field("misfire.grace_seconds", "Grace (s)", inputs.grace),
       field("enabled", "Enabled", inputs.enabled)),
     general,
@@ -152,7 +153,8 @@ export async function formView(main, id) {
     const body = {
       name: inputs.name.value.trim(), handler: inputs.handler.value, schedule: scheduleBody(), params,
       enabled: inputs.enabled.checked, timeout_seconds: Number(inputs.timeout.value),
-      max_retries: Number(inputs.retries.value), priority: inputs.priority.value,
+      max_retries: Number(inputs.retries.value), shards: Number(inputs.shards.value),
+      priority: inputs.priority.value,
       misfire: { policy: inputs.misfire.value, grace_seconds: Number(inputs.grace.value) },
       jitter_seconds: job ? job.jitter_seconds : 0,
     };

@@ -53,6 +53,7 @@ function details(job) {
     ["next run", job.enabled && job.next_run_at ? `${dateTime(job.next_run_at)} (${relative(job.next_run_at)})` : "—"],
     ["timeout", seconds(job.timeout_seconds)],
     ["retries", String(job.max_retries)],
+    ["shards", job.shards > 1 ? `${job.shards} (each occurrence runs as ${job.shards} executions)` : "1"],
     ["priority", job.priority],
     ["misfire", `${job.misfire.policy}, grace ${seconds(job.misfire.grace_seconds)}`],
     ["failures in a row", String(job.consecutive_failures)],
@@ -93,12 +94,13 @@ function executions(job, runs, reload) {
     h("td", { class: "num" }, seconds(lagSeconds(run))),
     h("td", { class: "num" }, millis(run.duration_ms)),
     h("td", { class: "num" }, String(run.attempts)),
+    h("td", { class: "num nowrap" }, run.shards > 1 ? `${run.shard + 1} of ${run.shards}` : ""),
     h("td", { class: "error-text" }, run.error ? `${run.error.type}: ${run.error.message}` : ""),
     h("td", {}, RETRYABLE.includes(run.status) && canChange(job) ? retryButton(run, reload) : null)));
   return h("section", { class: "panel" }, h("h2", {}, "Executions"),
     h("div", { class: "table-wrap" }, h("table", { class: "table", "data-testid": "executions" },
-      h("thead", {}, h("tr", {}, ["status", "scheduled", "started", "lag", "duration", "attempts", "error", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No runs yet."))))));
+      h("thead", {}, h("tr", {}, ["status", "scheduled", "started", "lag", "duration", "attempts", "shard", "error", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No runs yet."))))));
 }
 
 function retryButton(run, reload) {

@@ -8,6 +8,7 @@ Leaves var/dashboard.png (the "Now" view) and var/dashboard-job.png (a job's pag
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -212,9 +213,19 @@ async def test_without_tokens_it_opens_at_once_and_edits_a_job(
     await page.get_by_role("link", name="Edit").click()
     await page.get_by_label("Cron expression (seconds first)").fill("0 15 6 * * MON-FRI")
     await expect(page.get_by_test_id("schedule-words")).to_have_text("at 06:15, Monday to Friday")
+    await page.get_by_label("Shards").fill("3")
     await page.get_by_role("button", name="Save changes").click()
     await expect(page.locator(".job-head")).to_contain_text("at 06:15, Monday to Friday (UTC)")
     await expect(page.get_by_test_id("history")).to_contain_text("0 15 6 * * MON-FRI")
+    await expect(page.locator("dl.facts")).to_contain_text("3 (each occurrence runs as 3")
     saved = await harness.store.get_job_by_name("billing.invoices")
-    assert saved is not None and saved.revision == 2
+    assert saved is not None and saved.revision == 2 and saved.shards == 3
+
+    # A sharded occurrence's runs say which shard each was.
+    at = T0 - timedelta(seconds=30)
+    shard = replace(history_run(saved, at, 0.01, 20, Status.SUCCESS), shard=1, shards=3)
+    await harness.store.insert_executions([shard])
+    await page.reload()
+    row = page.get_by_test_id("executions").locator("tbody tr").first
+    await expect(row).to_contain_text("2 of 3")
     assert saved.params == {"url": "https://billing.example/run"}
