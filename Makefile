@@ -77,7 +77,8 @@ bench: services $(BENCH_STAMP)
 ## The soak (not part of `make test`): the real daemon on the real stack under steady load for
 ## 30 minutes, its RSS, fire lag and outbox backlog sampled and judged flat or not
 ## (docs/reliability.md); var/soak/results.json and .md. SOAK_ARGS passes options
-## (python -m bench.soak --help), e.g. SOAK_ARGS="--minutes 3".
+## (python -m bench.soak --help), e.g. SOAK_ARGS="--minutes 3", or
+## SOAK_ARGS="--store sqlite --rate 200 --out var/soak-sqlite" (the store embedded, the rest real).
 SOAK_ARGS ?=
 soak: services install
 	$(BIN)/python -m bench.soak $(SOAK_ARGS)
