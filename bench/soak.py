@@ -10,6 +10,7 @@ of the median of its first third (RSS +10 % or +10 MB, lag +0.5 s, backlogs with
 work); its slope per 10 minutes is printed beside it.
 
     python -m bench.soak --minutes 30 --rate 50        # `make soak` (SOAK_ARGS passes options)
+    python -m bench.soak --store sqlite --rate 200     # the store embedded, Redis and Kafka real
 
 The default rate is 50 a second, not the issue's 200: on this 2-core machine FerretDB 1.24 keeps
 a few hundred store commands a second, and a 3,000-job burst drains at about 50 a second
