@@ -109,6 +109,9 @@ class Settings:
     # Jobs falling due within this many seconds are claimed ahead and fired from in-memory
     # timers at their exact time (their lease covers the wait); 0 claims only what is due.
     lookahead_seconds: float = 2.0
+    # At most this many runs armed ahead at once (each holds its job's lease while it waits).
+    # Jobs due at one instant are claimed ahead up to this many; beyond it, after the instant.
+    lookahead_limit: int = 5000
     # Under a sustained backlog a job due for longer than this is taken before more urgent
     # ones, so that every priority runs within a bound (critical first, but low not never).
     starvation_bound_seconds: float = 60.0
@@ -192,7 +195,12 @@ class Settings:
             _positive(name, getattr(self, name))
         for name in ("batch_size", "workers"):
             _positive(name, getattr(self, name))
-        for name in ("queue_size", "circuit_breaker_failures", "shutdown_grace_seconds"):
+        for name in (
+            "queue_size",
+            "circuit_breaker_failures",
+            "shutdown_grace_seconds",
+            "lookahead_limit",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, "must not be negative")
         if self.heartbeat_timeout_seconds <= 2 * self.heartbeat_seconds:

@@ -158,6 +158,8 @@ class Engine:
             queue_size=settings.effective_queue_size,
             metrics=self.metrics,
         )
+        self._unsubmitted = 0  # runs fired, not yet queued for a worker
+        self.runner.finisher.defer_to(self._starts_waiting)  # runs start before others' ends
         # Started beside the dispatcher by the daemon (tickd/app.py).
         self.watchdog = LoopWatchdog(
             threshold_seconds=settings.loop_stall_threshold_seconds,
@@ -167,6 +169,8 @@ class Engine:
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
         self._backlogged = False  # the last fetch was full: more was due than it took
+        # More was due now than the pool had room for: fetch only what is due until caught up.
+        self._behind = False
         # On the monotonic clock, as a wall clock stepped back would put the next reap off.
         self._next_reap: float | None = None  # None: at the next tick
         # Jobs whose runs this instance gave back after a crash (reaped): fetched before anything
@@ -199,16 +203,20 @@ class Engine:
         before the lookahead horizon. The due query is its only read of the jobs."""
         now = self.ports.clock.now()
         await self._follow_clock_jump(now)
-        await self._reap(now)
         self._handed_to_shards = 0
-        fired = await self._fire(now)
-        limit = min(self.settings.batch_size, self._free_slots())
+        fired = await self._fire(now)  # before the reaper's store call: on time to the ms
+        await self._reap(now)
+        start_room = self._free_slots()
+        limit = self._fetch_limit()
         if limit == 0:
             return Tick(fetched=0, claimed=0, full=True, fired=fired)
-        fetched = await self._due(now, limit)
-        runs = one_per_job(fetched)
-        claimed = await self._dispatch(runs, now) if runs else 0
+        looking_ahead = not self._behind
+        fetched = await self._due(now, limit, looking_ahead=looking_ahead)
         full = len(fetched) == limit
+        if not looking_ahead:
+            self._behind = False  # caught up once a fetch of what is due has room to spare
+        runs = self._within_start_room(one_per_job(fetched), now, start_room, full=full)
+        claimed = await self._dispatch(runs, now) if runs else 0
         self._backlogged = full
         full = full or self._handed_to_shards > 0  # their shards are due at once
         # A full fetch of which nothing could be taken (every run held elsewhere, or over its
@@ -226,9 +234,45 @@ class Engine:
         """Room in the pool, less what is armed: armed runs join the queue when they fire."""
         return max(0, self.pool.free_slots() - len(self.timers))
 
-    async def _due(self, now: datetime, limit: int) -> list[DueRun]:
+    def _fetch_room(self) -> int:
+        """What fetches may take: room in the pool for runs due now, and while nothing due
+        now waits for that room, room among the timers for runs falling due later. Runs armed
+        ahead need no worker until they fire, so a second's worth of jobs due at the same
+        instant is claimed before that instant, not in batches of the pool's room after it
+        (1,000 jobs every second: the last started hundreds of milliseconds late)."""
+        arm_room = 0
+        if not self._behind:
+            arm_room = max(0, self.settings.lookahead_limit - len(self.timers))
+        return self._free_slots() + arm_room
+
+    def _fetch_limit(self) -> int:
+        return min(self.settings.batch_size, self._fetch_room())
+
+    def _within_start_room(
+        self, runs: list[DueRun], now: datetime, room: int, *, full: bool
+    ) -> list[DueRun]:
+        """The runs due now that the pool has room for, and every run falling due later (the
+        fetch's limit bounds those). Runs due now beyond the room are left unclaimed: the
+        dispatcher is behind, and fetches only what is due until it has caught up; so it is
+        when a full fetch's runs due now took all the room (more are likely due)."""
+        kept: list[DueRun] = []
+        due_now = 0
+        for run in runs:
+            if run.starts_at(now) > now:
+                kept.append(run)
+            elif due_now < room:
+                kept.append(run)
+                due_now += 1
+            else:
+                self._behind = True
+        if full and due_now and due_now == room:
+            self._behind = True
+        return kept
+
+    async def _due(self, now: datetime, limit: int, *, looking_ahead: bool) -> list[DueRun]:
         """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
-        Then the jobs falling due before the lookahead horizon, most urgent first."""
+        Then the jobs falling due before the lookahead horizon (or due now, when behind), most
+        urgent first."""
         store = self.ports.store
         saturated = self._saturated()
         requested = await store.due_run_requests(
@@ -236,7 +280,8 @@ class Engine:
         )
         runs = [DueRun(job, request) for request, job in requested]
         if len(runs) < limit:
-            horizon = now + timedelta(seconds=self.settings.lookahead_seconds)
+            ahead = self.settings.lookahead_seconds if looking_ahead else 0.0
+            horizon = now + timedelta(seconds=ahead)
             room = limit - len(runs)
             first = sorted(self._given_back)[:room]
             jobs = await store.due_jobs(
@@ -315,7 +360,7 @@ class Engine:
             self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
         due_now = [run for run in won if run.starts_at(now) <= now]
         try:
-            tasks = await self._record(due_now, now, token)
+            tasks = await self._record([(run, token) for run in due_now], now)
         except StoreError:
             # Not recorded (a full disk, say), so not started: given back at once, they run as
             # soon as the store takes writes again, not when their leases would have expired.
@@ -325,23 +370,40 @@ class Engine:
         return len(won)
 
     async def _fire(self, now: datetime) -> int:
-        """Record and queue the armed runs whose time has come, one batch per lock token."""
+        """Record and queue the armed runs whose time has come. The first batch is recorded
+        alone and its runs start while the rest are recorded in one insert: a thousand runs
+        due at one instant wait for two store calls, not for ten one after the other (each a
+        hand-over to the store's thread, which waits for the loop's thread to let go)."""
         fired = self.timers.due(now)
-        by_token: dict[str, list[DueRun]] = {}
-        for run, token in fired:
-            by_token.setdefault(token, []).append(run)
-        groups = list(by_token.items())
-        for done, (token, runs) in enumerate(groups):
+        if not fired:
+            return 0
+        self._unsubmitted += len(fired)
+        head, tail = fired[: self.settings.batch_size], fired[self.settings.batch_size :]
+        try:
+            head_tasks = await self._record_fired(head, now, fired)
+            recording_tail = asyncio.ensure_future(self._record_fired(tail, now, tail))
             try:
-                tasks = await self._record(runs, now, token)
-            except StoreError:
-                # Not recorded, so not started: armed again, to fire once the store answers.
-                for held, group in groups[done:]:
-                    for run in group:
-                        self.timers.arm(run.starts_at(now), run.job.handler, (run, held))
-                raise
-            await self._submit(tasks)
+                await self._submit(head_tasks)
+            finally:
+                tail_tasks = await recording_tail
+            await self._submit(tail_tasks)
+        finally:
+            self._unsubmitted = 0  # the fired runs are queued, or armed again
         return len(fired)
+
+    async def _record_fired(
+        self, held: list[tuple[DueRun, str]], now: datetime, unrecorded: list[tuple[DueRun, str]]
+    ) -> list[Task]:
+        """Not recorded, so not started: the runs from this batch on are armed again, to
+        fire once the store answers."""
+        if not held:
+            return []
+        try:
+            return await self._record(held, now, fired=True)
+        except StoreError:
+            for run, token in unrecorded:
+                self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
+            raise
 
     async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
         """A scheduled run claims its job as the due query read it; a requested one claims the
@@ -372,6 +434,12 @@ class Engine:
         self.metrics.batch_size.observe(len(tasks))
         for task in tasks:
             await self.pool.submit(task)
+            self._unsubmitted = max(0, self._unsubmitted - 1)
+
+    def _starts_waiting(self) -> int:
+        """Runs fired at their time that no worker has started: not yet queued, or queued.
+        (Not the runs of a backlog: their ends are written at the store's pace, in batches.)"""
+        return self._unsubmitted + self.pool.fired_waiting()
 
     async def _lock(self, runs: list[DueRun], token: str) -> list[DueRun]:
         """Each lock lives through the wait for the run's time, its timeout and a margin."""
@@ -398,24 +466,27 @@ class Engine:
             until=starts + timedelta(seconds=job.timeout_seconds + margin),
         )
 
-    async def _record(self, runs: list[DueRun], now: datetime, token: str) -> list[Task]:
-        """Write the batch's executions (running ones and misfire skips) in one insert."""
+    async def _record(
+        self, held: list[tuple[DueRun, str]], now: datetime, *, fired: bool = False
+    ) -> list[Task]:
+        """Write the batch's executions (running ones and misfire skips) in one insert; each
+        run with the token of the locks taken for it."""
         tasks: list[Task] = []
         skipped: list[tuple[Job, Execution]] = []
-        only_skips: list[tuple[Job, Plan, Execution]] = []
-        sharded: list[tuple[DueRun, Plan]] = []
-        for run in runs:
+        only_skips: list[tuple[Job, Plan, Execution, str]] = []
+        sharded: list[tuple[DueRun, Plan, str]] = []
+        for run, token in held:
             job = run.job
             plan = self._plan(run, now)
             missed = self._skipped_executions(job, plan, now)
             if plan.run_at is None:  # every due occurrence skipped: the last one advances the job
                 *missed, last = missed
-                only_skips.append((job, plan, last))
+                only_skips.append((job, plan, last, token))
             skipped += [(job, execution) for execution in missed]
             if plan.run_at is not None and run.width == 0:
-                sharded.append((run, plan))
+                sharded.append((run, plan, token))
             elif plan.run_at is not None:
-                tasks.append(self._task(run, plan, plan.run_at, now, token))
+                tasks.append(self._task(run, plan, plan.run_at, now, token, fired=fired))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.ports.store.insert_executions(
             [execution for _, execution in recorded],
@@ -423,9 +494,9 @@ class Engine:
         )
         for job, execution in recorded:
             self.observer.recorded(job, execution)
-        for job, plan, last_skip in only_skips:
+        for job, plan, last_skip, token in only_skips:
             await self._finish_skipped(job, plan, last_skip, token)
-        for run, plan in sharded:
+        for run, plan, token in sharded:
             await self._hand_to_shards(run, plan, now, token)
         return tasks
 
@@ -442,7 +513,16 @@ class Engine:
         await self.ports.lock.release_many([lock_key(job.id)], token)
         self._handed_to_shards += 1
 
-    def _task(self, run: DueRun, plan: Plan, run_at: datetime, now: datetime, token: str) -> Task:
+    def _task(
+        self,
+        run: DueRun,
+        plan: Plan,
+        run_at: datetime,
+        now: datetime,
+        token: str,
+        *,
+        fired: bool = False,
+    ) -> Task:
         """A run; a shard's (of an occurrence in progress, or one re-run alone) is that shard."""
         request = run.request
         shard = (0, 1)
@@ -458,6 +538,7 @@ class Engine:
             lock_token=token,
             claimed_at=now,
             request=run.request,
+            fired=fired,
         )
 
     @staticmethod
@@ -615,9 +696,9 @@ class Engine:
                 await gauges.refresh_if_due()
                 if not tick.full:
                     await self._sleep(self._until_next_timer(), stop, *self._idle_wakeups())
-                elif self._free_slots() < self.pool.worthwhile_batch:
-                    # More is due than the pool has room for: a batch of the few slots just
-                    # freed would cost the same round trips as a full one; wait for room.
+                elif self._fetch_room() < self.pool.worthwhile_batch:
+                    # More is due than the pool (or the timers) has room for: a batch of the few
+                    # slots just freed would cost the same round trips as a full one; wait.
                     await self._sleep(
                         self._until_next_timer(), stop, self.wake, self.pool.room_freed
                     )

@@ -8,6 +8,7 @@ so nothing else runs the job meanwhile); it waits only when the store falls behi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,6 +26,10 @@ log = logging.getLogger("tickd.runner")
 FINISH_ATTEMPTS = 5
 # Ends handed over and not yet written, in batches, before the workers wait for the store.
 PENDING_BATCHES = 2
+# Runs queued for a worker go before the ends of runs already over (see Finisher.defer_to),
+# but an end waits for them this long at most: a queue never empty (a backlog of slow runs)
+# must not keep ends from the store.
+MAX_DEFER_SECONDS = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +43,17 @@ class Ending:
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    finish: Finish
+    # The end, or how to work it out when its batch is written (see hand_over_then).
+    finish: Finish | Callable[[], Finish]
     lock_token: str
     # Told what became of the end: a future someone awaits, or a callback (see hand_over).
+    ended: asyncio.Future[Ending] | Callable[[Ending], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    finish: Finish
+    lock_token: str
     ended: asyncio.Future[Ending] | Callable[[Ending], None]
 
 
@@ -70,6 +83,21 @@ class Finisher:
         # Set once a batch is written and its locks released: its jobs may be claimed again
         # (the dispatcher waits on it; whoever waits clears it).
         self.written = asyncio.Event()
+        # How many runs wait for a worker (the pool's queue): see defer_to.
+        self._starts_waiting: Callable[[], int] = lambda: 0
+        self._look_again = asyncio.Event()  # the runs waiting to start have started
+
+    def defer_to(self, starts_waiting: Callable[[], int]) -> None:
+        """Let the runs waiting for a worker start before a batch of ends is worked out and
+        written (for at most MAX_DEFER_SECONDS). Jobs due
+        at one instant fire together; their ends, on the same loop, would otherwise share it
+        with their starts, and the last of a thousand would start twice as late. A job's lease
+        is held until its end is written, so nothing else runs it meanwhile."""
+        self._starts_waiting = starts_waiting
+
+    def starts_drained(self) -> None:
+        """The pool's queue is empty: ends deferred to the starts may go."""
+        self._look_again.set()
 
     async def finish(self, finish: Finish, lock_token: str) -> Ending:
         """Write the run's end with the next batch, release its lock; wait for the outcome."""
@@ -84,16 +112,24 @@ class Finisher:
         return ended
 
     def hand_over_then(
-        self, finish: Finish, lock_token: str, then: Callable[[Ending], None]
+        self,
+        finish: Finish | Callable[[], Finish],
+        lock_token: str,
+        then: Callable[[Ending], None],
     ) -> None:
         """As hand_over, and `then` is called with what became of the end once it is written. A
         worker hands its run's end over and takes the next run at once; no future, nor the turn
-        of the loop its callback would take, for each run of a burst."""
+        of the loop its callback would take, for each run of a burst. The end may be handed
+        over as a function that works it out: called when its batch is written, after the
+        runs waiting to start (defer_to), not by the worker. If it raises (a bug), that end is
+        logged and left unwritten: the lease expires and the reaper gives the run back."""
         self._queue(_Pending(finish, lock_token, then))
 
     def _queue(self, pending: _Pending) -> None:
         self._pending.append(pending)
-        if len(self._pending) >= self._max_pending:
+        # While runs wait to start, their ends are deferred (defer_to), not held back: the
+        # workers must get to those runs. The bound applies again once they have started.
+        if len(self._pending) >= self._max_pending and not self._starts_waiting():
             self._room.clear()
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush(), name="finisher")
@@ -120,15 +156,28 @@ class Finisher:
             while self._pending:
                 if len(self._pending) < self._batch_size:
                     await asyncio.sleep(self._linger)  # let the runs ending now join the batch
+                await self._after_starts()
                 batch = self._pending[: self._batch_size]
                 del self._pending[: self._batch_size]
                 if len(self._pending) < self._max_pending:
                     self._room.set()
-                await self._end(batch)
+                else:
+                    self._room.clear()
+                await self._end(_resolved(batch))
         finally:
             self._flushing = None
 
-    async def _end(self, batch: list[_Pending]) -> None:
+    async def _after_starts(self) -> None:
+        deadline = asyncio.get_running_loop().time() + MAX_DEFER_SECONDS
+        while self._starts_waiting():
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            self._look_again.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._look_again.wait(), left)
+
+    async def _end(self, batch: list[_Resolved]) -> None:
         try:
             endings = await self._write(batch)
         except Exception as exc:  # a bug, or an error no store translated: no run may hang on it
@@ -139,7 +188,7 @@ class Finisher:
         for pending, ending in zip(batch, endings, strict=True):
             _tell(pending.ended, ending)
 
-    async def _write(self, batch: list[_Pending]) -> list[Ending]:
+    async def _write(self, batch: list[_Resolved]) -> list[Ending]:
         finishes = [pending.finish for pending in batch]
         for attempt in range(1, FINISH_ATTEMPTS + 1):
             try:
@@ -153,7 +202,7 @@ class Finisher:
                 await asyncio.sleep(backoff_delay(attempt, base=0.2, cap=5.0))
         raise AssertionError("unreachable")
 
-    async def _release_locks(self, batch: list[_Pending]) -> None:
+    async def _release_locks(self, batch: list[_Resolved]) -> None:
         """One call per lock token (a dispatcher batch shares one); the locks expire anyway,
         so a failure here never fails a finished run."""
         keys_by_token: defaultdict[str, list[str]] = defaultdict(list)
@@ -166,6 +215,20 @@ class Finisher:
                 await self._lock.release_many(keys, token)
             except Exception as exc:
                 log_event(log, "lock.release_failed", level=logging.WARNING, error=str(exc))
+
+
+def _resolved(batch: list[_Pending]) -> list[_Resolved]:
+    resolved = []
+    for pending in batch:
+        finish = pending.finish
+        if not isinstance(finish, Finish):
+            try:
+                finish = finish()
+            except Exception:
+                log.exception("finisher.end_failed")
+                continue
+        resolved.append(_Resolved(finish, pending.lock_token, pending.ended))
+    return resolved
 
 
 def _tell(ended: asyncio.Future[Ending] | Callable[[Ending], None], ending: Ending) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import operator
-import secrets
+import random
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -85,6 +85,9 @@ def utcnow() -> datetime:
 
 
 _last_id_time = 0
+# Not a secret (ids and lock tokens are shown and logged); os.urandom for each id was a system
+# call per id, several a run. Seeded from os.urandom, so processes started at once differ.
+_id_bits = random.Random()
 
 
 def new_id() -> str:
@@ -92,7 +95,7 @@ def new_id() -> str:
     ObjectIds do: listings of executions of one instant still come in the order they were made."""
     global _last_id_time
     _last_id_time = max(time.time_ns(), _last_id_time + 1)
-    return f"{_last_id_time:016x}{secrets.token_hex(8)}"
+    return f"{_last_id_time:016x}{_id_bits.getrandbits(64):016x}"
 
 
 def require_utc(name: str, value: datetime | None) -> None:

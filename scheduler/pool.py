@@ -34,6 +34,7 @@ class WorkerPool:
         # between two of its wake-ups, and it must still be named.
         self._started_since_asked: set[str] = set()
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
+        self._fired_queued = 0  # of the queued, those fired at their time
 
     def start(self) -> None:
         # Read when scraped: setting it as each run starts and ends took a lock twice a run.
@@ -52,6 +53,10 @@ class WorkerPool:
         """The tasks queued or running."""
         return list(self._in_flight.values())
 
+    def fired_waiting(self) -> int:
+        """Runs fired at their time (armed ahead) that wait for a worker."""
+        return self._fired_queued
+
     def free_slots(self) -> int:
         idle = self._size - self.busy
         return max(0, idle + self._queue.maxsize - self._queue.qsize())
@@ -59,6 +64,7 @@ class WorkerPool:
     async def submit(self, task: Task) -> None:
         self.inflight[task.job.handler] += 1
         self._in_flight[task.execution.id] = task
+        self._fired_queued += task.fired
         if self._queue.full():
             await self._queue.put(task)  # blocks while the queue is full
         else:
@@ -74,6 +80,7 @@ class WorkerPool:
         tasks = []
         while not self._queue.empty():
             tasks.append(self._queue.get_nowait())
+            self._dequeued(tasks[-1])
             self._queue.task_done()
             self._done(tasks[-1])
         return tasks
@@ -90,6 +97,7 @@ class WorkerPool:
     async def _work(self) -> None:
         while True:
             task = await self._queue.get()
+            self._dequeued(task)
             self.busy += 1
             self._running[task.execution.id] = task.job.name
             self._started_since_asked.add(task.job.name)
@@ -104,6 +112,12 @@ class WorkerPool:
                 self.busy -= 1
                 self._queue.task_done()
                 self._done(task)
+
+    def _dequeued(self, task: Task) -> None:
+        if task.fired:
+            self._fired_queued -= 1
+            if not self._fired_queued:
+                self._runner.finisher.starts_drained()
 
     def _done(self, task: Task) -> None:
         self.inflight[task.job.handler] -= 1

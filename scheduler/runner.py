@@ -63,6 +63,9 @@ class Task:
     # Set for a run someone asked for (trigger, retry, backfill): it leaves the schedule alone;
     # or for a shard of an occurrence in progress (its entry): the last shard to end ends it.
     request: RunRequest | None = None
+    # Armed ahead and fired at its time: with others due at the same instant, it starts before
+    # the ends of runs already over are written (Finisher.defer_to).
+    fired: bool = False
 
     @property
     def shard_entry(self) -> RunRequest | None:
@@ -358,19 +361,22 @@ class Runner:
         if task.shard_entry is not None:
             await self.finish(task, outcome, started, started_real=started_real)
             return
-        # Ended now: waiting for the store below is not the run's time.
-        execution, advance, end = self._end_of(task, outcome, started, started_real)
+        # Ended now: waiting for the store below is not the run's time. The rest of its end
+        # (the record, the next fire time) is worked out with its batch, after the runs
+        # waiting to start (Finisher.defer_to).
+        end = _LateEnd(self, task, outcome, self.ports.clock.now(), self._seconds(started_real))
         try:
             if not self.finisher.has_room():
                 await self.finisher.room()
         finally:  # cancelled while the store is behind (shutdown): the end is still written
-            self.finisher.hand_over_then(
-                end, task.lock_token, lambda ending: self._ended(task, execution, advance, ending)
-            )
+            self.finisher.hand_over_then(end.work_out, task.lock_token, end.tell)
 
     async def settled(self) -> None:
         """Wait until the end of every run handed over is written."""
         await self.finisher.settled()
+
+    def _seconds(self, started_real: float) -> float:
+        return self.ports.clock.monotonic() - started_real
 
     def _end_of(
         self, task: Task, outcome: Outcome, started: datetime, started_real: float | None
@@ -379,7 +385,13 @@ class Runner:
         if started_real is None:
             seconds = (finished - started).total_seconds()
         else:
-            seconds = self.ports.clock.monotonic() - started_real
+            seconds = self._seconds(started_real)
+        return self.end_at(task, outcome, finished, seconds)
+
+    def end_at(
+        self, task: Task, outcome: Outcome, finished: datetime, seconds: float
+    ) -> tuple[Execution, Advance | None, Finish]:
+        """The run's record once over, its job's advance and the end to write."""
         execution = task.execution.ended(
             status=outcome.status,
             finished_at=finished,
@@ -465,6 +477,30 @@ class Runner:
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
+
+
+class _LateEnd:
+    """A run's end, timed when its handler returned, worked out when its batch is written."""
+
+    __slots__ = ("_advance", "_execution", "_finished", "_outcome", "_runner", "_seconds", "_task")
+
+    def __init__(
+        self, runner: Runner, task: Task, outcome: Outcome, finished: datetime, seconds: float
+    ) -> None:
+        self._runner, self._task, self._outcome = runner, task, outcome
+        self._finished, self._seconds = finished, seconds
+        self._execution: Execution | None = None
+        self._advance: Advance | None = None
+
+    def work_out(self) -> Finish:
+        self._execution, self._advance, end = self._runner.end_at(
+            self._task, self._outcome, self._finished, self._seconds
+        )
+        return end
+
+    def tell(self, ending: Ending) -> None:
+        assert self._execution is not None  # told only of an end worked out
+        self._runner._ended(self._task, self._execution, self._advance, ending)
 
 
 async def _done_within(future: asyncio.Future[Any], seconds: float) -> bool:

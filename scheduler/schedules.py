@@ -135,10 +135,31 @@ class Stretch:
     offset_before: timedelta  # the offset itself when there is no change to mind
 
 
+# Jobs due at one instant share their expressions (a thousand on `* * * * * *`, the hourly ones
+# at the top of the hour), and the next fire time is a pure function of what the expression
+# names, its zone and the instant: each is worked out once, not once a job (the search is most
+# of a run's cost on the dispatcher's loop otherwise). Bounded: cleared whole when full.
+FIRES_KEPT = 8192
+_fires: dict[tuple[tuple[str, ...], bool, str, datetime], datetime] = {}
+
+
 def _next_cron(schedule: CronSchedule, after: datetime, job_name: str) -> datetime:
     tz = zone(schedule.timezone)
-    wall_times = WallTimes(parse(six_fields(schedule.expr), job_name))
+    cron = parse(six_fields(schedule.expr), job_name)
     after = after.astimezone(UTC)
+    # `H` is read by then (walkers name its values), so jobs whose names hash apart differ here.
+    key = (cron.walkers, cron.named_hour, schedule.timezone, after)
+    found = _fires.get(key)
+    if found is None:
+        found = _search_cron(cron, tz, after)
+        if len(_fires) >= FIRES_KEPT:
+            _fires.clear()
+        _fires[key] = found
+    return found
+
+
+def _search_cron(cron: Cron, tz: ZoneInfo, after: datetime) -> datetime:
+    wall_times = WallTimes(cron)
     stretch = _stretch_at(tz, after)
     while True:
         candidate = _first_in(stretch, wall_times, after)

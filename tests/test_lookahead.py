@@ -1,0 +1,181 @@
+"""Jobs due at one instant, more of them than the pool holds (a thousand on `* * * * * *`, the
+hourly ones at the top of the hour): claimed ahead, armed, fired together at their time, started
+before the ends of other runs are written. Driven by the injected clock; the store's calls are
+watched, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from scheduler.handler_api import HandlerContext, Result
+from scheduler.model import CronSchedule, Execution, Status
+from scheduler.ports import Finish, Store, StoreError
+from tests.conftest import T0, EngineFactory, Harness, make_job
+from tests.test_engine import WAIT, _until, executions, noop
+
+DUE = T0 + timedelta(seconds=5)
+
+
+async def _arm(h: Harness) -> None:
+    """Ticks at T0 until nothing more is claimed: what the dispatcher does before the instant."""
+    h.engine.start()
+    for _ in range(100):
+        if (await h.engine.tick()).claimed == 0:
+            return
+    raise AssertionError("still claiming after 100 ticks")
+
+
+async def _leased(store: Store, names: Sequence[str]) -> int:
+    jobs = [await store.get_job_by_name(name) for name in names]
+    return sum(1 for job in jobs if job is not None and job.lease is not None)
+
+
+async def test_jobs_due_at_one_instant_beyond_the_pools_room_are_all_claimed_before_it(
+    make_engine: EngineFactory,
+) -> None:
+    # Room for four runs in the pool; fifty due at the same instant, five seconds ahead.
+    h = make_engine({"noop": noop}, workers=2, queue_size=2, batch_size=10, lookahead_seconds=10)
+    names = [f"hourly-{i:02}" for i in range(50)]
+    for name in names:
+        await h.add(make_job(name, next_run_at=DUE))
+    await _arm(h)
+    assert len(h.engine.timers) == 50, "all armed, not just the pool's room"
+    assert await _leased(h.store, names) == 50
+    assert await executions(h.store) == [], "nothing recorded before its time"
+
+    h.clock.advance(5)
+    await h.engine.drain()
+    ran = await executions(h.store)
+    assert sorted(e.job_name for e in ran) == names, "each once"
+    assert {(e.status, e.started_at) for e in ran} == {(Status.SUCCESS, DUE)}
+
+
+async def test_the_runs_armed_ahead_are_bounded_and_the_rest_run_after_the_instant(
+    make_engine: EngineFactory,
+) -> None:
+    h = make_engine(
+        {"noop": noop},
+        workers=2,
+        queue_size=2,
+        batch_size=10,
+        lookahead_seconds=10,
+        lookahead_limit=20,
+    )
+    names = [f"hourly-{i:02}" for i in range(50)]
+    for name in names:
+        await h.add(make_job(name, next_run_at=DUE))
+    await _arm(h)
+    assert len(h.engine.timers) == 20
+    assert await _leased(h.store, names) == 20, "the others are left to any instance"
+
+    h.clock.advance(5)
+    await h.engine.drain()
+    assert sorted(e.job_name for e in await executions(h.store)) == names
+
+
+async def test_runs_due_now_beyond_the_pools_room_are_left_unclaimed(
+    make_engine: EngineFactory,
+) -> None:
+    """A backlog is claimed as the pool makes room, so another instance with room takes the
+    rest meanwhile; and while behind, nothing more is armed ahead of it."""
+    gate = asyncio.Event()
+
+    async def gated(ctx: HandlerContext) -> Result:
+        await gate.wait()
+        return None
+
+    h = make_engine({"gated": gated}, workers=1, queue_size=1, batch_size=10, lookahead_seconds=10)
+    due_now = [f"now-{i}" for i in range(6)]
+    for name in due_now:
+        await h.add(make_job(name, "gated"))
+    await h.add(make_job("later", "gated", next_run_at=DUE))
+    h.engine.start()
+    try:
+        tick = await h.engine.tick()
+        assert (tick.fetched, tick.claimed) == (7, 3), "the pool's room, and the one armed"
+        assert await _leased(h.store, due_now) == 2, "the pool's room, of those due now"
+        assert len(h.engine.timers) == 1
+        await h.add(make_job("later-still", "gated", next_run_at=DUE))
+        assert (await h.engine.tick()).claimed == 0, "no room: nothing more taken"
+        assert await _leased(h.store, [*due_now, "later-still"]) == 2
+    finally:
+        gate.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert len(await executions(h.store)) == 6
+
+
+async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thousand runs due at one instant share the loop with their own ends: the ends wait
+    for the starts, or the last run starts twice as late. Seen here as the order of handler
+    starts and end batches written, with ends let go as soon as the finisher gets a turn."""
+    order: list[str] = []
+
+    async def record(ctx: HandlerContext) -> Result:
+        order.append("start")
+        return None
+
+    write = store.finish_executions
+
+    async def written(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+        order.append("ends")
+        return await write(finishes, **kwargs)
+
+    monkeypatch.setattr(store, "finish_executions", written)
+    h = make_engine(
+        {"record": record},
+        workers=2,
+        queue_size=2,
+        batch_size=10,
+        lookahead_seconds=10,
+        finish_linger_seconds=0,
+    )
+    for i in range(40):
+        await h.add(make_job(f"minutely-{i:02}", "record", next_run_at=DUE))
+    await _arm(h)
+    h.clock.advance(5)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert order.count("start") == 40
+    assert order.index("ends") == 40, "every fired run started before the first end was written"
+    assert [e.status for e in await executions(store)] == [Status.SUCCESS] * 40
+
+
+async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_once(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch is recorded alone, the rest in one insert: if that one fails, its runs
+    did not start, and fire once the store takes writes again."""
+    insert = store.insert_executions
+    calls = 0
+
+    async def second_fails(executions: Sequence[Execution], **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise StoreError("disk full")
+        await insert(executions, **kwargs)
+
+    h = make_engine({"noop": noop}, batch_size=10, lookahead_seconds=10, lookahead_limit=100)
+    names = [f"every-second-{i:02}" for i in range(35)]
+    for name in names:
+        await h.add(make_job(name, schedule=CronSchedule(expr="* * * * * *"), next_run_at=DUE))
+    await _arm(h)
+    assert len(h.engine.timers) == 35
+    monkeypatch.setattr(store, "insert_executions", second_fails)
+    h.clock.advance(5)
+    with pytest.raises(StoreError):
+        await h.engine.tick()
+    await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() == 90), WAIT)
+    assert len(await executions(store)) == 10, "the first batch ran"
+    assert len(h.engine.timers) == 25, "the rest armed again, for the same instant"
+
+    await h.engine.drain()
+    ran = await executions(store)
+    assert sorted(e.job_name for e in ran) == names, "each once"
+    assert {e.scheduled_at for e in ran} == {DUE}
