@@ -15,7 +15,7 @@ from scheduler.handler_api import HandlerContext, Result
 from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, Status
 from scheduler.ports import Finish, Store
 from tests.conftest import T0, EngineFactory, make_job
-from tests.test_engine import WAIT, _until, executions
+from tests.test_engine import WAIT, _until, executions, noop
 
 
 @pytest.fixture
@@ -140,3 +140,40 @@ async def test_a_job_behind_is_taken_again_once_its_end_is_written_not_a_tick_la
     finally:
         stop.set()
         await asyncio.wait_for(running, WAIT)
+
+
+async def test_an_end_waits_for_fired_runs_only_a_moment_not_until_they_have_all_started(
+    make_engine: EngineFactory, store: Store
+) -> None:
+    """Ends give way to runs fired at their time (tests/test_lookahead.py), but a queue of them
+    that never drains must not keep ends from the store."""
+    h = make_engine({"noop": noop})
+    h.engine.runner.finisher.defer_to(lambda: 1)  # fired runs waiting, for good
+    await h.add(make_job("ended"))
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert [e.status for e in await executions(store)] == [Status.SUCCESS]
+
+
+async def test_an_end_that_cannot_be_worked_out_is_left_to_the_reaper_and_the_others_written(
+    make_engine: EngineFactory,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = make_engine({"noop": noop})
+    end_at = h.engine.runner.end_at
+
+    def broken_for_one(task: Any, *args: Any) -> Any:
+        if task.job.name == "broken":
+            raise RuntimeError("a bug")
+        return end_at(task, *args)
+
+    monkeypatch.setattr(h.engine.runner, "end_at", broken_for_one)
+    broken = await h.add(make_job("broken"))
+    await h.add(make_job("fine"))
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    statuses = {e.job_name: e.status for e in await executions(store)}
+    assert statuses == {"broken": Status.RUNNING, "fine": Status.SUCCESS}
+    still = await store.get_job(broken.id)
+    assert still is not None and still.lease is not None, "held until the reaper gives it back"
+    assert "finisher.end_failed" in caplog.text

@@ -146,18 +146,23 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
     assert [e.status for e in await executions(store)] == [Status.SUCCESS] * 40
 
 
+@pytest.mark.parametrize(("failing", "started"), [(1, 0), (2, 10)], ids=["first", "rest"])
 async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_once(
-    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+    make_engine: EngineFactory,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: int,
+    started: int,
 ) -> None:
-    """The first batch is recorded alone, the rest in one insert: if that one fails, its runs
-    did not start, and fire once the store takes writes again."""
+    """The first batch is recorded alone, the rest in one insert: the runs of a failed insert,
+    and of any after it, did not start, and fire once the store takes writes again."""
     insert = store.insert_executions
     calls = 0
 
-    async def second_fails(executions: Sequence[Execution], **kwargs: Any) -> None:
+    async def one_fails(executions: Sequence[Execution], **kwargs: Any) -> None:
         nonlocal calls
         calls += 1
-        if calls == 2:
+        if calls == failing:
             raise StoreError("disk full")
         await insert(executions, **kwargs)
 
@@ -167,13 +172,13 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
         await h.add(make_job(name, schedule=CronSchedule(expr="* * * * * *"), next_run_at=DUE))
     await _arm(h)
     assert len(h.engine.timers) == 35
-    monkeypatch.setattr(store, "insert_executions", second_fails)
+    monkeypatch.setattr(store, "insert_executions", one_fails)
     h.clock.advance(5)
     with pytest.raises(StoreError):
         await h.engine.tick()
     await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() == 90), WAIT)
-    assert len(await executions(store)) == 10, "the first batch ran"
-    assert len(h.engine.timers) == 25, "the rest armed again, for the same instant"
+    assert len(await executions(store)) == started
+    assert len(h.engine.timers) == 35 - started, "the rest armed again, for the same instant"
 
     await h.engine.drain()
     ran = await executions(store)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from scheduler.cron import parse
 from scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
 from scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
 from tests.clock_changes import Change, every_change
@@ -305,3 +306,18 @@ def test_every_change_of_every_zone_keeps_both_rules() -> None:
             runs_of_a_named_time(change, midway.replace(tzinfo=None).time())
         except AssertionError as failed:
             raise AssertionError(f"around {change}") from failed
+
+
+@given(names=st.lists(st.text(min_size=1, max_size=12), min_size=2, max_size=6, unique=True))
+@settings(max_examples=50)
+def test_jobs_sharing_an_expression_with_h_each_fire_at_their_own_second(
+    names: list[str],
+) -> None:
+    """Fire times are worked out once for the jobs of one expression (a thousand on the same
+    cron fall due together); `H` makes the expression each job's own, by its name."""
+    schedule = CronSchedule(expr="H * * * * *")
+    after = datetime(2026, 3, 29, 0, 59, 59, tzinfo=UTC)
+    for name in [*names, *reversed(names)]:  # asked again, in another order
+        fire = next_fire(schedule, after, job_name=name)
+        [second] = parse(six_fields(schedule.expr), name).seconds
+        assert fire == datetime(2026, 3, 29, 1, 0, second, tzinfo=UTC), name
