@@ -48,6 +48,11 @@ log = logging.getLogger("tickd.engine")
 CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
 
 
+# Runs fired at one instant are recorded this many batches to an insert (the first batch
+# alone, so that it starts at once): few hand-overs to the store's thread, none too long.
+FIRED_BATCHES_AN_INSERT = 10
+
+
 @dataclass(frozen=True, slots=True)
 class DueRun:
     """A job to run: its schedule's occurrence, or one someone asked for (`request`)."""
@@ -371,22 +376,27 @@ class Engine:
 
     async def _fire(self, now: datetime) -> int:
         """Record and queue the armed runs whose time has come. The first batch is recorded
-        alone and its runs start while the rest are recorded in one insert: a thousand runs
-        due at one instant wait for two store calls, not for ten one after the other (each a
-        hand-over to the store's thread, which waits for the loop's thread to let go)."""
+        alone, and each part is recorded while the one before it starts, ten batches to an
+        insert: a thousand runs due at one instant wait for two store calls, not for ten one
+        after the other (each a hand-over to the store's thread, which waits for the loop's
+        thread to let go), and five thousand do not all wait for one large insert."""
         fired = self.timers.due(now)
         if not fired:
             return 0
         self._unsubmitted += len(fired)
-        head, tail = fired[: self.settings.batch_size], fired[self.settings.batch_size :]
+        size = self.settings.batch_size
+        starts = [0, *range(size, len(fired), FIRED_BATCHES_AN_INSERT * size)]
+        ends = [*starts[1:], len(fired)]
         try:
-            head_tasks = await self._record_fired(head, now, fired)
-            recording_tail = asyncio.ensure_future(self._record_fired(tail, now, tail))
-            try:
-                await self._submit(head_tasks)
-            finally:
-                tail_tasks = await recording_tail
-            await self._submit(tail_tasks)
+            recording = asyncio.ensure_future(self._record_fired(fired[: ends[0]], now, fired))
+            for part in range(len(starts)):
+                tasks = await recording
+                if part + 1 < len(starts):
+                    begin, end = starts[part + 1], ends[part + 1]
+                    recording = asyncio.ensure_future(
+                        self._record_fired(fired[begin:end], now, fired[begin:])
+                    )
+                await self._submit(tasks)
         finally:
             self._unsubmitted = 0  # the fired runs are queued, or armed again
         return len(fired)

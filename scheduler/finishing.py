@@ -168,6 +168,11 @@ class Finisher:
             self._flushing = None
 
     async def _after_starts(self) -> None:
+        if not self._starts_waiting():
+            return
+        # Workers waiting to hand an end over (the store was behind) must get to the fired
+        # runs, or nothing starts and nothing is written until the deferral runs out.
+        self._room.set()
         deadline = asyncio.get_running_loop().time() + MAX_DEFER_SECONDS
         while self._starts_waiting():
             left = deadline - asyncio.get_running_loop().time()

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.finishing import Finisher
 from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, Status
+from scheduler.lock.memory import MemoryLock
+from scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
 from scheduler.ports import Finish, Store
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
@@ -177,3 +179,44 @@ async def test_an_end_that_cannot_be_worked_out_is_left_to_the_reaper_and_the_ot
     still = await store.get_job(broken.id)
     assert still is not None and still.lease is not None, "held until the reaper gives it back"
     assert "finisher.end_failed" in caplog.text
+
+
+async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fired(
+    store: Store, held: asyncio.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers wait to hand ends over while the store is two batches behind; once runs are
+    fired and wait for them, they must go on (the ends wait instead), or nothing starts and the
+    ends go one batch per deferral: the dispatcher falls seconds behind."""
+    written = store.finish_executions  # held until the test lets it go
+    batches: list[int] = []
+
+    async def counted(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+        batches.append(len(finishes))
+        return await written(finishes, **kwargs)
+
+    monkeypatch.setattr(store, "finish_executions", counted)
+    finisher = Finisher(store, MemoryLock(), batch_size=10, linger_seconds=0)
+    fired_waiting = 0
+    finisher.defer_to(lambda: fired_waiting)
+    for i in range(35):
+        ended = Execution(
+            job_id=f"job-{i}",
+            job_name=f"job-{i}",
+            handler="noop",
+            scheduled_at=T0,
+            status=Status.SUCCESS,
+            started_at=T0,
+            finished_at=T0,
+        )
+        finisher.hand_over_then(Finish(ended, None), "token", lambda _: None)
+    await asyncio.wait_for(_until(lambda: batches == [10]), WAIT)  # the first, being written
+    assert not finisher.has_room(), "two batches and a half behind it: the workers wait"
+
+    fired_waiting = 1
+    held.set()
+    await asyncio.wait_for(_until(finisher.has_room), WAIT)
+    assert batches == [10], "let go while the ends wait for the fired runs"
+    fired_waiting = 0
+    finisher.starts_drained()
+    await asyncio.wait_for(finisher.settled(), WAIT)
+    assert batches == [10, 10, 10, 5]

@@ -146,7 +146,9 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
     assert [e.status for e in await executions(store)] == [Status.SUCCESS] * 40
 
 
-@pytest.mark.parametrize(("failing", "started"), [(1, 0), (2, 10)], ids=["first", "rest"])
+@pytest.mark.parametrize(
+    ("failing", "started"), [(1, 0), (2, 10), (3, 110)], ids=["first", "second", "third"]
+)
 async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_once(
     make_engine: EngineFactory,
     store: Store,
@@ -154,8 +156,9 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
     failing: int,
     started: int,
 ) -> None:
-    """The first batch is recorded alone, the rest in one insert: the runs of a failed insert,
-    and of any after it, did not start, and fire once the store takes writes again."""
+    """The first batch is recorded alone, the rest ten batches to an insert: the runs of a
+    failed insert, and of any after it, did not start, and fire once the store takes writes
+    again."""
     insert = store.insert_executions
     calls = 0
 
@@ -166,19 +169,19 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
             raise StoreError("disk full")
         await insert(executions, **kwargs)
 
-    h = make_engine({"noop": noop}, batch_size=10, lookahead_seconds=10, lookahead_limit=100)
-    names = [f"every-second-{i:02}" for i in range(35)]
+    h = make_engine({"noop": noop}, batch_size=10, lookahead_seconds=10, lookahead_limit=250)
+    names = [f"every-second-{i:03}" for i in range(250)]
     for name in names:
         await h.add(make_job(name, schedule=CronSchedule(expr="* * * * * *"), next_run_at=DUE))
     await _arm(h)
-    assert len(h.engine.timers) == 35
+    assert len(h.engine.timers) == 250
     monkeypatch.setattr(store, "insert_executions", one_fails)
     h.clock.advance(5)
     with pytest.raises(StoreError):
         await h.engine.tick()
     await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() == 90), WAIT)
     assert len(await executions(store)) == started
-    assert len(h.engine.timers) == 35 - started, "the rest armed again, for the same instant"
+    assert len(h.engine.timers) == 250 - started, "the rest armed again, for the same instant"
 
     await h.engine.drain()
     ran = await executions(store)
