@@ -19,9 +19,12 @@ class BacklogGauges:
         self._every = timedelta(seconds=every_seconds)
         self._last: datetime | None = None
 
-    async def refresh_if_due(self) -> None:
+    async def refresh_if_due(self, *, busy: bool = False) -> None:
+        """`busy`: runs are starting now (fired at their time); the count waits for a quieter
+        tick, up to twice its interval."""
         now = self._clock.now()
-        if self._last is not None and now - self._last < self._every:
+        every = 2 * self._every if busy else self._every
+        if self._last is not None and now - self._last < every:
             return
         self._last = now
         await self.refresh(now)

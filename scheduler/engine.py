@@ -210,7 +210,7 @@ class Engine:
         await self._follow_clock_jump(now)
         self._handed_to_shards = 0
         fired = await self._fire(now)  # before the reaper's store call: on time to the ms
-        await self._reap(now)
+        await self._reap(now, busy=fired > 0)
         start_room = self._free_slots()
         limit = self._fetch_limit()
         if limit == 0:
@@ -328,11 +328,14 @@ class Engine:
             elif run.job.lease is not None:
                 await self.ports.store.renew_lease(run.job.id, run.job.lease.token, until)
 
-    async def _reap(self, now: datetime) -> None:
+    async def _reap(self, now: datetime, *, busy: bool = False) -> None:
         """Expired leases are rare (an instance died, a run overran its lease): looked for once
-        a tick interval, not in every batch of a busy dispatcher, or at once when asked."""
+        a tick interval, not in every batch of a busy dispatcher, or at once when asked; and
+        not while runs fired at their time start (`busy`), unless a tick overdue: the store's
+        thread is theirs then."""
         real = self.ports.clock.monotonic()
-        if self._next_reap is not None and real < self._next_reap:
+        patience = self.settings.tick_seconds if busy else 0.0
+        if self._next_reap is not None and real < self._next_reap + patience:
             return
         self._next_reap = real + self.settings.tick_seconds
         source = event_source(self.settings, self.ports)
@@ -391,12 +394,17 @@ class Engine:
             recording = asyncio.ensure_future(self._record_fired(fired[: ends[0]], now, fired))
             for part in range(len(starts)):
                 tasks = await recording
+                self.metrics.batch_size.observe(len(tasks))
+                # Queued first, as far as the pool has room: the workers start those before
+                # the next part's records are made, on the same loop.
+                room = self.pool.free_slots()
+                await self._enqueue(tasks[:room])
                 if part + 1 < len(starts):
                     begin, end = starts[part + 1], ends[part + 1]
                     recording = asyncio.ensure_future(
                         self._record_fired(fired[begin:end], now, fired[begin:])
                     )
-                await self._submit(tasks)
+                await self._enqueue(tasks[room:])
         finally:
             self._unsubmitted = 0  # the fired runs are queued, or armed again
         return len(fired)
@@ -442,6 +450,9 @@ class Engine:
 
     async def _submit(self, tasks: list[Task]) -> None:
         self.metrics.batch_size.observe(len(tasks))
+        await self._enqueue(tasks)
+
+    async def _enqueue(self, tasks: list[Task]) -> None:
         for task in tasks:
             await self.pool.submit(task)
             self._unsubmitted = max(0, self._unsubmitted - 1)
@@ -703,7 +714,7 @@ class Engine:
                 self._forget_wakeups()
                 tick = await self.tick()
                 failures = self._recovered(failures)
-                await gauges.refresh_if_due()
+                await gauges.refresh_if_due(busy=tick.fired > 0)
                 if not tick.full:
                     await self._sleep(self._until_next_timer(), stop, *self._idle_wakeups())
                 elif self._fetch_room() < self.pool.worthwhile_batch:

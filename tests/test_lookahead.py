@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import CronSchedule, Execution, Status
+from scheduler.model import CronSchedule, Execution, IntervalSchedule, Status
 from scheduler.ports import Finish, Store, StoreError
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, executions, noop
@@ -187,3 +187,43 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
     ran = await executions(store)
     assert sorted(e.job_name for e in ran) == names, "each once"
     assert {e.scheduled_at for e in ran} == {DUE}
+
+
+async def test_expired_leases_are_reaped_even_when_every_tick_fires_runs(
+    make_engine: EngineFactory,
+) -> None:
+    """The reaper's read waits while fired runs start, but a tick at most: a dispatcher whose
+    every tick fires still gives a dead instance's runs back."""
+
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed", lease_margin_seconds=30)
+    work = await crashed.add(make_job("work", "work", timeout_seconds=60))
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1  # then it writes nothing, as if dead
+
+    survivor = make_engine({"work": noop, "noop": noop}, instance_id="survivor")
+    # Two jobs half a second apart, a tick every half second: each tick fires one, armed by
+    # the tick before, and arms the other.
+    await survivor.add(
+        make_job("on-the-second", schedule=CronSchedule(expr="* * * * * *"), next_run_at=T0)
+    )
+    half = timedelta(milliseconds=500)
+    every_second = IntervalSchedule(every_seconds=1)
+    await survivor.add(make_job("on-the-half", schedule=every_second, next_run_at=T0 + half))
+    survivor.engine.start()
+    await survivor.engine.tick()
+    await asyncio.wait_for(survivor.engine.pool.join(), WAIT)
+    fired = []
+    for halves in range(1, 2 * (60 + 30 + 3)):
+        survivor.clock.advance(0.5)
+        fired.append((await survivor.engine.tick()).fired)
+        await asyncio.wait_for(survivor.engine.pool.join(), WAIT)
+        if halves == 2 * (60 + 30):  # the lease's expiry: the run's timeout and the margin
+            [run] = await executions(survivor.store, work.id)
+            assert run.status is Status.RUNNING, "not judged before its time"
+    assert set(fired[2:]) == {1}, "every tick fired a run"
+    statuses = [e.status for e in await executions(survivor.store, work.id)]
+    assert statuses[0] is Status.ABANDONED, "given back within two ticks of its expiry"
