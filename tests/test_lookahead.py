@@ -19,6 +19,13 @@ from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, executions, noop
 
 DUE = T0 + timedelta(seconds=5)
+# Room for four runs in the pool, batches of ten, and a lookahead past DUE.
+SMALL_POOL: dict[str, Any] = {
+    "workers": 2,
+    "queue_size": 2,
+    "batch_size": 10,
+    "lookahead_seconds": 10,
+}
 
 
 async def _arm(h: Harness) -> None:
@@ -38,8 +45,7 @@ async def _leased(store: Store, names: Sequence[str]) -> int:
 async def test_jobs_due_at_one_instant_beyond_the_pools_room_are_all_claimed_before_it(
     make_engine: EngineFactory,
 ) -> None:
-    # Room for four runs in the pool; fifty due at the same instant, five seconds ahead.
-    h = make_engine({"noop": noop}, workers=2, queue_size=2, batch_size=10, lookahead_seconds=10)
+    h = make_engine({"noop": noop}, **SMALL_POOL)  # fifty due at one instant, 5 s ahead
     names = [f"hourly-{i:02}" for i in range(50)]
     for name in names:
         await h.add(make_job(name, next_run_at=DUE))
@@ -58,14 +64,7 @@ async def test_jobs_due_at_one_instant_beyond_the_pools_room_are_all_claimed_bef
 async def test_the_runs_armed_ahead_are_bounded_and_the_rest_run_after_the_instant(
     make_engine: EngineFactory,
 ) -> None:
-    h = make_engine(
-        {"noop": noop},
-        workers=2,
-        queue_size=2,
-        batch_size=10,
-        lookahead_seconds=10,
-        lookahead_limit=20,
-    )
+    h = make_engine({"noop": noop}, **SMALL_POOL, lookahead_limit=20)
     names = [f"hourly-{i:02}" for i in range(50)]
     for name in names:
         await h.add(make_job(name, next_run_at=DUE))
@@ -128,14 +127,7 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
         return await write(finishes, **kwargs)
 
     monkeypatch.setattr(store, "finish_executions", written)
-    h = make_engine(
-        {"record": record},
-        workers=2,
-        queue_size=2,
-        batch_size=10,
-        lookahead_seconds=10,
-        finish_linger_seconds=0,
-    )
+    h = make_engine({"record": record}, **SMALL_POOL, finish_linger_seconds=0)
     for i in range(40):
         await h.add(make_job(f"minutely-{i:02}", "record", next_run_at=DUE))
     await _arm(h)
