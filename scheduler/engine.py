@@ -258,8 +258,8 @@ class Engine:
     ) -> list[DueRun]:
         """The runs due now that the pool has room for, and every run falling due later (the
         fetch's limit bounds those). Runs due now beyond the room are left unclaimed: the
-        dispatcher is behind, and fetches only what is due until it has caught up; so it is
-        when a full fetch's runs due now took all the room (more are likely due)."""
+        dispatcher is behind, and fetches only what is due until it has caught up. It is behind
+        too when a full fetch's runs due now took all the room: more are likely due."""
         kept: list[DueRun] = []
         due_now = 0
         for run in runs:

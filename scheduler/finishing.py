@@ -26,9 +26,9 @@ log = logging.getLogger("tickd.runner")
 FINISH_ATTEMPTS = 5
 # Ends handed over and not yet written, in batches, before the workers wait for the store.
 PENDING_BATCHES = 2
-# Runs queued for a worker go before the ends of runs already over (see Finisher.defer_to),
-# but an end waits for them this long at most: a queue never empty (a backlog of slow runs)
-# must not keep ends from the store.
+# Runs fired at their time and waiting for a worker go before the ends of runs already over
+# (see Finisher.defer_to), but an end waits for them this long at most: fired runs that cannot
+# start (every worker busy with long runs) must not keep ends from the store.
 MAX_DEFER_SECONDS = 0.1
 
 
@@ -83,20 +83,20 @@ class Finisher:
         # Set once a batch is written and its locks released: its jobs may be claimed again
         # (the dispatcher waits on it; whoever waits clears it).
         self.written = asyncio.Event()
-        # How many runs wait for a worker (the pool's queue): see defer_to.
+        # How many runs fired at their time wait for a worker: see defer_to.
         self._starts_waiting: Callable[[], int] = lambda: 0
         self._look_again = asyncio.Event()  # the runs waiting to start have started
 
     def defer_to(self, starts_waiting: Callable[[], int]) -> None:
-        """Let the runs waiting for a worker start before a batch of ends is worked out and
-        written (for at most MAX_DEFER_SECONDS). Jobs due
-        at one instant fire together; their ends, on the same loop, would otherwise share it
-        with their starts, and the last of a thousand would start twice as late. A job's lease
-        is held until its end is written, so nothing else runs it meanwhile."""
+        """Let the runs fired at their time start before a batch of ends is worked out and
+        written (for at most MAX_DEFER_SECONDS). Jobs due at one instant fire together; their
+        ends, on the same loop, would otherwise share it with their starts, and the last of a
+        thousand would start twice as late. A job's lease is held until its end is written, so
+        nothing else runs it meanwhile."""
         self._starts_waiting = starts_waiting
 
     def starts_drained(self) -> None:
-        """The pool's queue is empty: ends deferred to the starts may go."""
+        """No fired run waits for a worker any more: the ends deferred to them may go."""
         self._look_again.set()
 
     async def finish(self, finish: Finish, lock_token: str) -> Ending:
