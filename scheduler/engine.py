@@ -48,6 +48,10 @@ log = logging.getLogger("tickd.engine")
 CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
 
 
+# A lock taken for a claim lives this long at most until the claim is written; then it is
+# extended through the run (its wait, its timeout and the lock margin).
+CLAIM_LOCK_SECONDS = 30.0
+
 # Runs fired at one instant are recorded this many batches to an insert (the first batch
 # alone, so that it starts at once): few hand-overs to the store's thread, none too long.
 FIRED_BATCHES_AN_INSERT = 10
@@ -363,6 +367,7 @@ class Engine:
             await self._give_back([(run, token) for run in locked], "claim_failed")
             raise
         await self._release_lost(locked, won, token)
+        await self._hold_through_the_runs(won, token)
         later = [run for run in won if run.starts_at(now) > now]
         for run in later:
             self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
@@ -462,18 +467,37 @@ class Engine:
         (Not the runs of a backlog: their ends are written at the store's pace, in batches.)"""
         return self._unsubmitted + self.pool.fired_waiting()
 
-    async def _lock(self, runs: list[DueRun], token: str) -> list[DueRun]:
+    def _lock_ttls(self, runs: list[DueRun]) -> dict[str, float]:
         """Each lock lives through the wait for the run's time, its timeout and a margin."""
         margin = self.settings.lock_margin_seconds
         now = self.ports.clock.now()
+        return {
+            run.lock_key: run.wait_seconds(now) + run.job.timeout_seconds + margin for run in runs
+        }
+
+    async def _lock(self, runs: list[DueRun], token: str) -> list[DueRun]:
+        """Locks are taken for the claim only (CLAIM_LOCK_SECONDS at most), and extended through
+        the runs once they are claimed (_hold_through_the_runs): an instance killed between its
+        locks and its claim, which leaves no lease for a takeover to end, would otherwise keep
+        those jobs from everyone for their whole timeout."""
         keys = [run.lock_key for run in runs]  # each made once: a property, made anew each time
         ttls = {
-            key: run.wait_seconds(now) + run.job.timeout_seconds + margin
-            for key, run in zip(keys, runs, strict=True)
+            key: min(CLAIM_LOCK_SECONDS, ttl)
+            for key, ttl in zip(keys, self._lock_ttls(runs).values(), strict=True)
         }
         held = await self.ports.lock.acquire_many(ttls, token)
         self.metrics.lock_contention.inc(len(runs) - len(held))
         return [run for key, run in zip(keys, runs, strict=True) if key in held]
+
+    async def _hold_through_the_runs(self, won: list[DueRun], token: str) -> None:
+        """One round trip for the batch. Should it fail, the claims stand: the leases fence the
+        runs, and the locks expire within CLAIM_LOCK_SECONDS."""
+        if not won:
+            return
+        try:
+            await self.ports.lock.extend_many(self._lock_ttls(won), token)
+        except LockUnavailable as exc:
+            log_event(log, "lock.extend_failed", level=logging.WARNING, error=str(exc))
 
     def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
         """The lease covers the wait for the run's time (lookahead), its timeout and a margin."""

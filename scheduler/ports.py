@@ -526,6 +526,10 @@ class Lock(Protocol):
     async def extend(self, key: str, token: str, ttl_seconds: float) -> bool:
         """Push back the expiry of a key still held with `token`."""
 
+    async def extend_many(self, ttls: Mapping[str, float], token: str) -> set[str]:
+        """Push back the expiry of every key still held with `token`, each to its own time to
+        live in seconds, in one round trip; returns the keys extended."""
+
     async def release_many(self, keys: Sequence[str], token: str) -> None:
         """Release the keys still held with `token`; others are left alone."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from scheduler.clock import FakeClock
+from scheduler.engine import CLAIM_LOCK_SECONDS
 from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.lock import lock_key
 from scheduler.lock.memory import MemoryLock
@@ -576,6 +577,60 @@ async def test_a_job_locked_by_another_runner_is_skipped(make_engine: EngineFact
     await lock.release_many([lock_key(job.id)], "someone-else")
     await h.engine.drain()
     assert [e.status for e in await executions(h.store)] == [Status.SUCCESS]
+
+
+async def test_locks_of_an_instance_killed_before_its_claim_expire_in_seconds_not_a_timeout(
+    make_engine: EngineFactory, store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between its locks and its claim, an instance leaves no lease for a takeover to
+    end: the locks it took must not keep the job from everyone for the run's whole timeout."""
+    lock = MemoryLock(monotonic=lambda: clock.now().timestamp())  # one lock service for both
+    killed = make_engine({"noop": noop}, lock=lock, instance_id="killed")
+    claim_jobs = store.claim_jobs
+    claiming, never = asyncio.Event(), asyncio.Event()
+
+    async def killed_mid_claim(*args: Any, **kwargs: Any) -> list[Job]:
+        claiming.set()
+        await never.wait()  # as if the process died here: nothing written, the locks held
+        raise AssertionError("unreachable")
+
+    job = await killed.add(make_job("hourly", timeout_seconds=3600))
+    monkeypatch.setattr(store, "claim_jobs", killed_mid_claim)
+    killed.engine.start()
+    dead = asyncio.create_task(killed.engine.tick())
+    try:
+        await asyncio.wait_for(claiming.wait(), WAIT)
+        monkeypatch.setattr(store, "claim_jobs", claim_jobs)
+        survivor = make_engine({"noop": noop}, lock=lock, instance_id="survivor")
+        await survivor.engine.drain()
+        assert await executions(store) == [], "locked, for the claim"
+        clock.advance(CLAIM_LOCK_SECONDS)
+        await survivor.engine.drain()
+        [run] = await executions(store, job.id)
+        assert (run.status, run.owner) == (Status.SUCCESS, "survivor")
+    finally:
+        dead.cancel()
+
+
+async def test_a_claimed_runs_lock_lives_through_its_timeout(make_engine: EngineFactory) -> None:
+    gate = asyncio.Event()
+
+    async def held(ctx: HandlerContext) -> Result:
+        await gate.wait()
+        return None
+
+    h = make_engine({"held": held})
+    job = await h.add(make_job("long", "held", timeout_seconds=3600))
+    h.engine.start()
+    try:
+        assert (await h.engine.tick()).claimed == 1
+        h.clock.advance(CLAIM_LOCK_SECONDS + 1)
+        key = lock_key(job.id)
+        assert await h.engine.ports.lock.acquire_many({key: 1.0}, "another") == set()
+        h.clock.advance(3600)
+        assert await h.engine.ports.lock.acquire_many({key: 1.0}, "another") == {key}
+    finally:
+        gate.set()
 
 
 async def test_a_handler_concurrency_limit_leaves_workers_for_others(

@@ -32,6 +32,9 @@ class MemoryLock:
         self._held[key] = (token, self._monotonic() + ttl_seconds)
         return True
 
+    async def extend_many(self, ttls: Mapping[str, float], token: str) -> set[str]:
+        return {key for key, ttl in ttls.items() if await self.extend(key, token, ttl)}
+
     async def release_many(self, keys: Sequence[str], token: str) -> None:
         for key in keys:
             if self._holder(key) == token:

@@ -50,6 +50,19 @@ return 0
 """
 
 
+EXTEND_MANY_SCRIPT = """
+local extended = {}
+for i, key in ipairs(KEYS) do
+    if redis.call('GET', key) == ARGV[1] then
+        extended[#extended + 1] = redis.call('PEXPIRE', key, ARGV[i + 1])
+    else
+        extended[#extended + 1] = 0
+    end
+end
+return extended
+"""
+
+
 def server_address(client: Redis) -> str:
     """Where the client connects, for error messages; never its credentials."""
     kwargs = client.connection_pool.connection_kwargs
@@ -77,6 +90,7 @@ class RedisLock:
         self._where = server_address(client)
         self._release = client.register_script(RELEASE_SCRIPT)
         self._extend = client.register_script(EXTEND_SCRIPT)
+        self._extend_many = client.register_script(EXTEND_MANY_SCRIPT)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "") -> RedisLock:
@@ -128,6 +142,18 @@ class RedisLock:
                 keys=[self._prefix + key], args=[token, ttl_milliseconds(ttl_seconds)]
             )
         return bool(extended)
+
+    async def extend_many(self, ttls: Mapping[str, float], token: str) -> set[str]:
+        """One script call for the whole batch (the keys are on one server, not a cluster)."""
+        if not ttls:
+            return set()
+        keys = list(ttls)
+        with self._failing_closed("extend"):
+            extended = await self._extend_many(
+                keys=[self._prefix + key for key in keys],
+                args=[token, *(ttl_milliseconds(ttls[key]) for key in keys)],
+            )
+        return {key for key, done in zip(keys, extended, strict=True) if done}
 
     async def release_many(self, keys: Sequence[str], token: str) -> None:
         if not keys:

@@ -52,3 +52,19 @@ async def test_a_key_expires_after_its_time_to_live(lock: Lock) -> None:
 
 async def test_ping_answers(lock: Lock) -> None:
     await lock.ping()
+
+
+async def test_extend_many_extends_only_the_keys_the_token_holds_each_to_its_own_time(
+    lock: Lock,
+) -> None:
+    await lock.acquire_many({"job:a": 0.05, "job:b": 0.05}, "owner")
+    await lock.acquire_many({"job:c": 30}, "other")
+    extended = await lock.extend_many(
+        {"job:a": 60, "job:b": 0.05, "job:c": 60, "job:never-held": 60}, "owner"
+    )
+    assert extended == {"job:a", "job:b"}
+    async with asyncio.timeout(EXPIRY_WAIT_SECONDS):
+        while not await lock.acquire_many({"job:b": 30}, "next"):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    assert await lock.acquire_many({"job:a": 30, "job:c": 30}, "next") == set()
+    assert await lock.extend_many({}, "owner") == set()
