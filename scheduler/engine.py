@@ -52,6 +52,9 @@ CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
 # extended through the run (its wait, its timeout and the lock margin).
 CLAIM_LOCK_SECONDS = 30.0
 
+# A run fired at its time is recorded at most about this long before a worker starts it.
+RECORDED_AHEAD_SECONDS = 0.1
+
 # Runs fired at one instant are recorded this many batches to an insert (the first batch
 # alone, so that it starts at once): few hand-overs to the store's thread, none too long.
 FIRED_BATCHES_AN_INSERT = 10
@@ -388,7 +391,7 @@ class Engine:
         insert: a thousand runs due at one instant wait for two store calls, not for ten one
         after the other (each a hand-over to the store's thread, which waits for the loop's
         thread to let go), and five thousand do not all wait for one large insert."""
-        fired = self.timers.due(now)
+        fired = self.timers.due(now, limit=self._fire_room())
         if not fired:
             return 0
         self._unsubmitted += len(fired)
@@ -413,6 +416,13 @@ class Engine:
         finally:
             self._unsubmitted = 0  # the fired runs are queued, or armed again
         return len(fired)
+
+    def _fire_room(self) -> int:
+        """How many armed runs may fire now: what the pool has room for, and what its workers
+        will have started within RECORDED_AHEAD_SECONDS at the pace they keep. A fired run is
+        recorded `running`; one that waited seconds for a worker would say so for seconds, and
+        a crash would find it in flight. The others stay armed, due, and fire as room frees."""
+        return self.pool.free_slots() + self.pool.starts_within(RECORDED_AHEAD_SECONDS)
 
     async def _record_fired(
         self, held: list[tuple[DueRun, str]], now: datetime, unrecorded: list[tuple[DueRun, str]]
@@ -800,7 +810,10 @@ class Engine:
         next_at = self.timers.next_at()
         if next_at is None:
             return tick
-        return max(0.0, min(tick, (next_at - self.ports.clock.now()).total_seconds()))
+        wait = (next_at - self.ports.clock.now()).total_seconds()
+        if wait <= 0 and self._fire_room() == 0:
+            return tick  # due, and waiting for room: a freed worker wakes the dispatcher
+        return max(0.0, min(tick, wait))
 
     def backlog_gauges(self) -> BacklogGauges:
         return BacklogGauges(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 
 from scheduler.metrics import Metrics
@@ -35,6 +36,12 @@ class WorkerPool:
         self._started_since_asked: set[str] = set()
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
         self._fired_queued = 0  # of the queued, those fired at their time
+        # How fast the workers take runs while every one is busy and runs wait for them:
+        # seconds between two starts, smoothed; None until measured. Only between two starts
+        # that each found the other workers busy and left runs waiting: neither idle workers
+        # taking a batch at once nor an idle spell is the pace the pool keeps.
+        self.start_interval: float | None = None
+        self._last_start: float | None = None  # when the last such start was
 
     def start(self) -> None:
         # Read when scraped: setting it as each run starts and ends took a lock twice a run.
@@ -98,6 +105,7 @@ class WorkerPool:
         while True:
             task = await self._queue.get()
             self._dequeued(task)
+            self._started()
             self.busy += 1
             self._running[task.execution.id] = task.job.name
             self._started_since_asked.add(task.job.name)
@@ -112,6 +120,24 @@ class WorkerPool:
                 self.busy -= 1
                 self._queue.task_done()
                 self._done(task)
+
+    def starts_within(self, seconds: float) -> int:
+        """About how many waiting runs the workers will have started `seconds` from now."""
+        if self.start_interval is None:
+            return 0
+        return int(seconds / max(self.start_interval, 1e-6))
+
+    def _started(self) -> None:
+        """A worker took a run (before it counts as busy)."""
+        if self.busy < self._size - 1 or self._queue.empty():
+            self._last_start = None
+            return
+        now = time.monotonic()
+        if self._last_start is not None:
+            gap = now - self._last_start
+            known = self.start_interval
+            self.start_interval = gap if known is None else 0.8 * known + 0.2 * gap
+        self._last_start = now
 
     def _dequeued(self, task: Task) -> None:
         if task.fired:

@@ -30,10 +30,10 @@ class Timers(Generic[T]):
     def next_at(self) -> datetime | None:
         return self._heap[0][0] if self._heap else None
 
-    def due(self, now: datetime) -> list[T]:
-        """Take every item whose time has come, earliest first."""
-        fired = []
-        while self._heap and self._heap[0][0] <= now:
+    def due(self, now: datetime, limit: int | None = None) -> list[T]:
+        """Take every item whose time has come (at most `limit`), earliest first."""
+        fired: list[T] = []
+        while self._heap and self._heap[0][0] <= now and (limit is None or len(fired) < limit):
             fired.append(self._take())
         return fired
 

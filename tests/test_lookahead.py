@@ -127,7 +127,9 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
         return await write(finishes, **kwargs)
 
     monkeypatch.setattr(store, "finish_executions", written)
-    h = make_engine({"record": record}, **SMALL_POOL, finish_linger_seconds=0)
+    # Room in the pool for all forty: they fire at once.
+    settings = SMALL_POOL | {"queue_size": 40, "finish_linger_seconds": 0}
+    h = make_engine({"record": record}, **settings)
     for i in range(40):
         await h.add(make_job(f"minutely-{i:02}", "record", next_run_at=DUE))
     await _arm(h)
@@ -136,6 +138,37 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
     assert order.count("start") == 40
     assert order.index("ends") == 40, "every fired run started before the first end was written"
     assert [e.status for e in await executions(store)] == [Status.SUCCESS] * 40
+
+
+async def test_runs_due_beyond_what_the_workers_can_start_stay_armed_not_recorded_running(
+    make_engine: EngineFactory,
+) -> None:
+    """A fired run is recorded `running`: one that would wait seconds for a worker (slow
+    handlers) stays armed, and fires as room frees, so the record tells when it ran and a
+    crash does not find it in flight."""
+    gate = asyncio.Event()
+
+    async def slow(ctx: HandlerContext) -> Result:
+        await gate.wait()
+        return None
+
+    h = make_engine({"slow": slow}, **SMALL_POOL)
+    names = [f"hourly-{i:02}" for i in range(10)]
+    for name in names:
+        await h.add(make_job(name, "slow", next_run_at=DUE))
+    await _arm(h)
+    h.clock.advance(5)
+    try:
+        assert (await h.engine.tick()).fired == 4, "the pool's room"
+        assert [e.status for e in await executions(h.store)] == [Status.RUNNING] * 4
+        assert len(h.engine.timers) == 6, "still armed, due"
+        assert h.engine._until_next_timer() == 1.0, "a freed worker wakes the dispatcher"
+    finally:
+        gate.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    ran = await executions(h.store)
+    assert sorted(e.job_name for e in ran) == names
+    assert {e.status for e in ran} == {Status.SUCCESS}
 
 
 @pytest.mark.parametrize(
@@ -161,7 +194,9 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
             raise StoreError("disk full")
         await insert(executions, **kwargs)
 
-    h = make_engine({"noop": noop}, batch_size=10, lookahead_seconds=10, lookahead_limit=250)
+    h = make_engine(
+        {"noop": noop}, batch_size=10, queue_size=300, lookahead_seconds=10, lookahead_limit=250
+    )  # room for all 250 in the pool: they fire at once
     names = [f"every-second-{i:03}" for i in range(250)]
     for name in names:
         await h.add(make_job(name, schedule=CronSchedule(expr="* * * * * *"), next_run_at=DUE))
@@ -171,7 +206,7 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
     h.clock.advance(5)
     with pytest.raises(StoreError):
         await h.engine.tick()
-    await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() == 90), WAIT)
+    await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() == 330), WAIT)
     assert len(await executions(store)) == started
     assert len(h.engine.timers) == 250 - started, "the rest armed again, for the same instant"
 
