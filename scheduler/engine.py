@@ -253,9 +253,15 @@ class Engine:
         instant is claimed before that instant, not in batches of the pool's room after it
         (1,000 jobs every second: the last started hundreds of milliseconds late)."""
         arm_room = 0
-        if not self._behind:
+        if not self._behind and not self._fired_runs_wait():
             arm_room = max(0, self.settings.lookahead_limit - len(self.timers))
         return self._free_slots() + arm_room
+
+    def _fired_runs_wait(self) -> bool:
+        """Armed runs are due and wait for room in the pool: they go first, before claims
+        ahead, which on a slow store take the dispatcher seconds (the workers would idle)."""
+        next_at = self.timers.next_at()
+        return next_at is not None and next_at <= self.ports.clock.now()
 
     def _fetch_limit(self) -> int:
         return min(self.settings.batch_size, self._fetch_room())
@@ -775,6 +781,8 @@ class Engine:
         is free before the end is written, while the job is still leased; only once the end is
         written can the job's next occurrence be claimed, so that must wake the dispatcher too,
         or a job due every second is claimed a tick late, again and again, and falls behind."""
+        if self._fired_runs_wait():  # they fire as room worth a batch frees, not slot by slot
+            return self.wake, self.pool.room_freed, self._ends_written
         return self.wake, self.pool.slot_freed, self._ends_written
 
     async def _back_off(self, seconds: float, stop: asyncio.Event) -> None:
@@ -811,8 +819,8 @@ class Engine:
         if next_at is None:
             return tick
         wait = (next_at - self.ports.clock.now()).total_seconds()
-        if wait <= 0 and self._fire_room() == 0:
-            return tick  # due, and waiting for room: a freed worker wakes the dispatcher
+        if wait <= 0 and self._fire_room() < self.pool.worthwhile_batch:
+            return tick  # due, and waiting for room worth a batch: room freed wakes it
         return max(0.0, min(tick, wait))
 
     def backlog_gauges(self) -> BacklogGauges:
