@@ -344,7 +344,7 @@ class Runner:
         """End the run and wait until its end is written (shutdown, skips, shards)."""
         execution, advance, end = self._end_of(task, outcome, started, started_real)
         ending = await self.finisher.finish(end, task.lock_token)
-        self._ended(task, execution, advance, ending)
+        self.tell_ended(task, execution, advance, ending)
         entry = task.shard_entry
         if entry is not None and ending.applied and execution.status is not Status.ABANDONED:
             await self._end_occurrence_if_last(task.job, entry)
@@ -411,7 +411,7 @@ class Runner:
             end = replace(end, shard=entry)
         return end.execution, advance, end
 
-    def _ended(
+    def tell_ended(
         self, task: Task, execution: Execution, advance: Advance | None, ending: Ending
     ) -> None:
         if ending.error is not None:
@@ -500,7 +500,7 @@ class _LateEnd:
 
     def tell(self, ending: Ending) -> None:
         assert self._execution is not None  # told only of an end worked out
-        self._runner._ended(self._task, self._execution, self._advance, ending)
+        self._runner.tell_ended(self._task, self._execution, self._advance, ending)
 
 
 async def _done_within(future: asyncio.Future[Any], seconds: float) -> bool:

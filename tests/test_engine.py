@@ -369,9 +369,11 @@ async def test_running_jobs_are_not_fetched_again_so_they_cannot_starve_others(
     assert statuses.count(Status.SUCCESS) == 101
 
 
-async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs_again(
-    make_engine: EngineFactory,
-) -> None:
+async def crashed_mid_run(make_engine: EngineFactory) -> Job:
+    """An instance ("crashed") that claimed job "work" (timeout 60 s, lease margin 30 s) and
+    from then on writes nothing: its handler hangs as a dead process would, until the end of
+    the test."""
+
     async def hang(ctx: HandlerContext) -> Result:
         await asyncio.Event().wait()
         return None
@@ -380,8 +382,13 @@ async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs
     job = await crashed.add(make_job("work", "work", timeout_seconds=60))
     crashed.engine.start()
     assert (await crashed.engine.tick()).claimed == 1
-    # From here on the crashed instance writes nothing: its handler hangs as a dead process
-    # would, until the end of the test.
+    return job
+
+
+async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs_again(
+    make_engine: EngineFactory,
+) -> None:
+    job = await crashed_mid_run(make_engine)
 
     survivor = make_engine({"work": noop}, instance_id="survivor")
     await survivor.engine.drain()

@@ -16,7 +16,7 @@ from scheduler.handler_api import HandlerContext, Result
 from scheduler.model import CronSchedule, Execution, IntervalSchedule, Status
 from scheduler.ports import Finish, Store, StoreError
 from tests.conftest import T0, EngineFactory, Harness, make_job
-from tests.test_engine import WAIT, _until, executions, noop
+from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
 
 DUE = T0 + timedelta(seconds=5)
 # Room for four runs in the pool, batches of ten, and a lookahead past DUE.
@@ -221,15 +221,7 @@ async def test_expired_leases_are_reaped_even_when_every_tick_fires_runs(
 ) -> None:
     """The reaper's read waits while fired runs start, but a tick at most: a dispatcher whose
     every tick fires still gives a dead instance's runs back."""
-
-    async def hang(ctx: HandlerContext) -> Result:
-        await asyncio.Event().wait()
-        return None
-
-    crashed = make_engine({"work": hang}, instance_id="crashed", lease_margin_seconds=30)
-    work = await crashed.add(make_job("work", "work", timeout_seconds=60))
-    crashed.engine.start()
-    assert (await crashed.engine.tick()).claimed == 1  # then it writes nothing, as if dead
+    work = await crashed_mid_run(make_engine)
 
     survivor = make_engine({"work": noop, "noop": noop}, instance_id="survivor")
     # Two jobs half a second apart, a tick every half second: each tick fires one, armed by
