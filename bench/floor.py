@@ -185,9 +185,9 @@ async def _sqlite_counted(stack: Stack, count: int) -> dict[str, int]:
     counts: Counter[str] = Counter()
     trip = store._in_thread
 
-    async def counted_trip(fn: Any) -> Any:
+    async def counted_trip(fn: Any, *, at_once: bool = False) -> Any:
         counts["transactions"] += 1
-        return await trip(fn)
+        return await trip(fn, at_once=at_once)
 
     try:
         assert store._db is not None

@@ -664,6 +664,7 @@ async def test_a_handler_concurrency_limit_leaves_workers_for_others(
     h.clock.advance(1)
     assert (await h.engine.tick()).claimed == 3  # two of the burst, and the other job
     assert (await h.engine.tick()).fetched == 0  # the burst's handler is at its limit
+    await asyncio.wait_for(_until(lambda: len(running) == 2), 5)  # both at once, no third
     release.set()
     await h.engine.drain()
     assert most == 2

@@ -203,7 +203,8 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             reads.append((due + " ORDER BY next_run_at LIMIT ?", (bound, *others)))
             newer = due + " AND next_run_at > ?" + by_urgency
             reads.append((newer, (micros(now), *others, bound)))
-        return self._decode_due(await self._run(lambda db: read_due(db, reads, limit)))
+        rows = await self._run(lambda db: read_due(db, reads, limit), at_once=True)
+        return self._decode_due(rows)
 
     def _decode_due(self, rows: list[sqlite3.Row]) -> list[Job]:
         jobs = [job_from_row(row) for row in rows]
@@ -254,7 +255,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             # Read the winners back: the set of rows that now carry our lease.
             return db.execute(select, (owner, *ids)).fetchall()
 
-        return self._decode_claimed(await self._run(claim))
+        return self._decode_claimed(await self._run(claim, at_once=True))
 
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         sql = "UPDATE jobs SET lease_until = ? WHERE id = ? AND lease_token = ?"
@@ -271,7 +272,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             db.executemany(sql, rows)
             write_events(db, executions, event_source)
 
-        await self._run(insert)
+        await self._run(insert, at_once=True)
 
     async def finish_executions(
         self, finishes: Sequence[Finish], *, event_source: str | None = None
@@ -293,7 +294,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             self._settle_and_redrive(db, finishes)
             return [bool(db.execute(release, args).rowcount) for release, args in releases]
 
-        return await self._run(finish) if finishes else []
+        return await self._run(finish, at_once=True) if finishes else []
 
     @staticmethod
     def _write_ends(db: sqlite3.Connection, rows: list[tuple[Any, ...]], replace: str) -> None:

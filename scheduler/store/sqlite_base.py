@@ -30,7 +30,7 @@ class SQLiteTables(SQLiteFile):
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, at_once: bool = False) -> T:
         def call() -> T:
             if self._db is None:
                 raise StoreError("the store is not open")
@@ -43,7 +43,7 @@ class SQLiteTables(SQLiteFile):
                 error.transient = not isinstance(exc, sqlite3.IntegrityError)
                 raise error from exc
 
-        return await self._in_thread(call)
+        return await self._in_thread(call, at_once=at_once)
 
     def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
         add_missing_columns(db)

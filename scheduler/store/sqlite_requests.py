@@ -98,7 +98,8 @@ class SQLiteRequests(SQLiteTables):
             return pairs
 
         return [
-            (request_from_row(request), job_from_row(job)) for request, job in await self._run(due)
+            (request_from_row(request), job_from_row(job))
+            for request, job in await self._run(due, at_once=True)
         ]
 
     async def claim_run_requests(

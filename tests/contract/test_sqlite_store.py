@@ -4,7 +4,9 @@ a tick). Work is counted in SQLite's virtual-machine steps (its progress handler
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -12,9 +14,10 @@ from typing import Any
 
 import pytest
 
+import scheduler.storage.sqlite as storage_module
 import scheduler.store.sqlite as sqlite_module
-from scheduler.model import Job, Priority
-from scheduler.ports import Claim
+from scheduler.model import Execution, Job, Priority, Status
+from scheduler.ports import Claim, ExecutionQuery
 from scheduler.store.sqlite import SQLiteStore
 from scheduler.store.sqlite_rows import job_from_row
 from tests.conftest import T0, make_job
@@ -143,3 +146,101 @@ async def test_a_job_changed_between_the_due_query_and_its_claim_is_claimed_as_s
 
     assert {job.id: job.consecutive_failures for job in won} == {due[0].id: 3, due[1].id: 0}
     assert won == [await sqlite_store.get_job(job.id) for job in due]
+
+
+# -- the engine's batches, run on the loop's thread while the store's thread is idle -----------
+
+
+def running(job: Job) -> Execution:
+    return Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        scheduled_at=T0,
+        status=Status.RUNNING,
+        started_at=T0,
+        owner="instance-a",
+        token=1,
+    )
+
+
+async def test_a_batch_never_joins_a_transaction_open_on_the_stores_thread(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """The one connection is never used by two threads at once: a batch that comes while a
+    call is under way on the store's thread waits for it, and so does not commit that call's
+    half-done writes with its own when that call is rolled back."""
+    job = make_job("batched")
+    await sqlite_store.insert_missing_jobs([job])
+    written, go_on = threading.Event(), threading.Event()
+
+    def half_done_then_fails(db: sqlite3.Connection) -> None:
+        db.execute("UPDATE jobs SET consecutive_failures = 7 WHERE id = ?", (job.id,))
+        written.set()
+        assert go_on.wait(5)
+        raise RuntimeError("rolled back")
+
+    slow = asyncio.ensure_future(sqlite_store._run(half_done_then_fails))
+    assert await asyncio.to_thread(written.wait, 5)
+    batch = asyncio.ensure_future(sqlite_store.insert_executions([running(job)]))
+    await asyncio.sleep(0)
+    go_on.set()
+    with pytest.raises(RuntimeError):
+        await slow
+    await asyncio.wait_for(batch, 5)
+
+    stored = await sqlite_store.get_job(job.id)
+    assert stored is not None and stored.consecutive_failures == 0
+    assert len(await sqlite_store.list_executions(ExecutionQuery(job_id=job.id))) == 1
+
+
+async def test_a_batch_never_holds_the_loop_while_another_process_writes(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    """A database locked by another process (a tool writing to the same file) sends the batch
+    to the store's thread, which waits there for the lock: the loop goes on meanwhile, and the
+    batch is written once the lock is let go."""
+    job = make_job("batched")
+    await sqlite_store.insert_missing_jobs([job])
+    other = sqlite3.connect(tmp_path / "tickd.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # holds the write lock
+    loop, loops_thread = asyncio.get_running_loop(), threading.get_ident()
+    tried_on_the_thread = threading.Event()
+
+    def traced(statement: str) -> None:
+        if statement.startswith("INSERT") and threading.get_ident() != loops_thread:
+            tried_on_the_thread.set()
+
+    assert sqlite_store._db is not None
+    sqlite_store._db.set_trace_callback(traced)
+    try:
+        before = loop.time()
+        batch = asyncio.ensure_future(sqlite_store.insert_executions([running(job)]))
+        assert await asyncio.to_thread(tried_on_the_thread.wait, 5)
+        assert not batch.done()  # neither failed nor written: waiting for the lock, off the loop
+        # ... and not after holding the loop for the time a write waits for a lock (5 s).
+        assert loop.time() - before < storage_module.BUSY_TIMEOUT_MS / 1000 / 2
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    await asyncio.wait_for(batch, 5)
+
+    assert len(await sqlite_store.list_executions(ExecutionQuery(job_id=job.id))) == 1
+
+
+async def test_batches_run_on_the_loop_still_have_their_log_checkpointed(
+    sqlite_store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch run on the loop's thread never makes a checkpoint (it syncs the disk); the
+    store's thread makes one every so many of them, so the write-ahead log does not grow
+    without end in a daemon whose store's thread is otherwise idle."""
+    monkeypatch.setattr(storage_module, "AT_ONCE_PER_CHECKPOINT", 20)
+    jobs = waiting(400, "logged")
+    await sqlite_store.insert_missing_jobs(jobs)
+    wal = tmp_path / "tickd.db-wal"
+    for job in jobs:
+        await sqlite_store.insert_executions([running(job)])
+        for _ in range(3):  # the checkpoint's turn on the store's thread
+            await asyncio.sleep(0)
+    # About 20 pages a batch: 400 batches unchecked would leave a log of some 30 MB.
+    assert wal.stat().st_size < 4 * 1024 * 1024, wal.stat().st_size
