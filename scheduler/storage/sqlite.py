@@ -30,7 +30,9 @@ AT_ONCE_PER_CHECKPOINT = 500
 
 class SQLiteFile:
     """What the job store and the product store share: one SQLite file (or memory) in WAL mode
-    with its schema, its connection owned by one thread of its own, since sqlite3 blocks."""
+    with its schema, its connection used by one thread of its own, since sqlite3 blocks; or,
+    for the small transactions a caller asks to run `at_once`, by the loop's thread while that
+    one is idle."""
 
     SCHEMA: ClassVar[str] = ""
     THREAD: ClassVar[str] = "tickd-sqlite"
