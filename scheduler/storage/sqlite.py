@@ -26,6 +26,9 @@ _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 BUSY_TIMEOUT_MS = 5000
 # Transactions run on the loop's thread between two checkpoints, which the store's thread makes.
 AT_ONCE_PER_CHECKPOINT = 500
+# The most rows a transaction run on the loop's thread may write: a thousand running records take
+# about 20 ms of the loop. More (a batch's misfire skips, up to a thousand a job) go to the thread.
+AT_ONCE_MAX_ROWS = 1000
 
 
 class SQLiteFile:

@@ -30,6 +30,7 @@ from scheduler.ports import (
     JobChange,
     JobQuery,
 )
+from scheduler.storage.sqlite import AT_ONCE_MAX_ROWS
 from scheduler.store.sqlite_housekeeping import SQLiteHousekeeping
 from scheduler.store.sqlite_requests import SQLiteRequests
 from scheduler.store.sqlite_rows import (
@@ -272,7 +273,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             db.executemany(sql, rows)
             write_events(db, executions, event_source)
 
-        await self._run(insert, at_once=True)
+        await self._run(insert, at_once=len(rows) <= AT_ONCE_MAX_ROWS)
 
     async def finish_executions(
         self, finishes: Sequence[Finish], *, event_source: str | None = None
@@ -294,7 +295,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             self._settle_and_redrive(db, finishes)
             return [bool(db.execute(release, args).rowcount) for release, args in releases]
 
-        return await self._run(finish, at_once=True) if finishes else []
+        return await self._run(finish, at_once=len(rows) <= AT_ONCE_MAX_ROWS) if finishes else []
 
     @staticmethod
     def _write_ends(db: sqlite3.Connection, rows: list[tuple[Any, ...]], replace: str) -> None:

@@ -17,7 +17,7 @@ import pytest
 import scheduler.storage.sqlite as storage_module
 import scheduler.store.sqlite as sqlite_module
 from scheduler.model import Execution, Job, Priority, Status
-from scheduler.ports import Claim, ExecutionQuery
+from scheduler.ports import Claim, ExecutionQuery, Finish
 from scheduler.store.sqlite import SQLiteStore
 from scheduler.store.sqlite_rows import job_from_row
 from tests.conftest import T0, make_job
@@ -164,6 +164,12 @@ def running(job: Job) -> Execution:
     )
 
 
+def succeeded(record: Execution) -> Execution:
+    return record.ended(
+        status=Status.SUCCESS, finished_at=T0, duration_ms=1.0, attempts=1, error=None, result=None
+    )
+
+
 async def test_a_batch_never_joins_a_transaction_open_on_the_stores_thread(
     sqlite_store: SQLiteStore,
 ) -> None:
@@ -226,6 +232,39 @@ async def test_a_batch_never_holds_the_loop_while_another_process_writes(
     await asyncio.wait_for(batch, 5)
 
     assert len(await sqlite_store.list_executions(ExecutionQuery(job_id=job.id))) == 1
+
+
+async def test_a_batch_too_large_to_write_in_a_moment_is_written_off_the_loop(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Misfire skips (up to a thousand a job) can make a batch's insert large: beyond
+    AT_ONCE_MAX_ROWS a batch of records or of ends is written on the store's thread, and the
+    loop goes on meanwhile."""
+    monkeypatch.setattr(sqlite_module, "AT_ONCE_MAX_ROWS", 2)
+    jobs = waiting(3, "skipped")
+    await sqlite_store.insert_missing_jobs(jobs)
+    loops_thread = threading.get_ident()
+    on_the_loop: list[bool] = []
+
+    def traced(statement: str) -> None:
+        if statement.startswith(("INSERT", "UPDATE")):
+            on_the_loop.append(threading.get_ident() == loops_thread)
+
+    async def written_on_the_loop(call: Awaitable[object]) -> set[bool]:
+        on_the_loop.clear()
+        await call
+        return set(on_the_loop)
+
+    assert sqlite_store._db is not None
+    sqlite_store._db.set_trace_callback(traced)
+    records = [running(job) for job in jobs]
+    ends = [Finish(succeeded(record), None) for record in records]
+
+    assert await written_on_the_loop(sqlite_store.insert_executions(records[:2])) == {True}
+    assert await written_on_the_loop(sqlite_store.insert_executions(records[2:])) == {True}
+    assert await written_on_the_loop(sqlite_store.finish_executions(ends[:2])) == {True}
+    assert await written_on_the_loop(sqlite_store.insert_executions(records)) == {False}
+    assert await written_on_the_loop(sqlite_store.finish_executions(ends)) == {False}
 
 
 async def test_batches_run_on_the_loop_still_have_their_log_checkpointed(
