@@ -129,9 +129,16 @@ def walker(text: str) -> croniter:
     return found
 
 
-@functools.lru_cache(maxsize=4096)
 def parse(six: str, job_name: str) -> Cron:
     """Read an expression already in six fields (seconds first); `job_name` seeds `H`."""
+    # Only `H` reads the name: without it, one reading serves every job of the expression. Keyed
+    # by name regardless, 5,000 jobs on `0 * * * * *` overflowed the cache, and each run's
+    # advance read its expression again (about 30 us). `THU` counts too: a spare entry at most.
+    return _parsed(six, job_name if "H" in six.upper() else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(six: str, job_name: str) -> Cron:
     texts = six.split(" ")
     hash_seed = binascii.crc32(job_name.encode()) & 0xFFFFFFFF
     seconds, minutes, hours = (

@@ -419,3 +419,27 @@ def test_a_steady_schedule_reads_its_expression_once_not_at_every_fire(
         assert fire == at + timedelta(seconds=1)
         at = fire
     assert len(read) <= 1
+
+
+def test_jobs_on_one_expression_read_it_once_not_once_a_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of jobs fire at the top of the minute on the same expression: without `H`,
+    the job's name changes nothing, so the expression is read once for all of them (read once a
+    job, past the cache's size every advance read it again). With `H`, each name is its own."""
+    read: list[str] = []
+    reading = scheduler.cron._weekdays
+
+    def counted(text: str, hash_seed: int) -> Any:
+        read.append(text)
+        return reading(text, hash_seed)
+
+    monkeypatch.setattr(scheduler.cron, "_weekdays", counted)
+    plain = CronSchedule(expr="17 * * * * MON-FRI", timezone="UTC")
+    after = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
+    for i in range(5000):
+        assert next_fire(plain, after, job_name=f"job-{i}") == after.replace(second=17)
+    assert len(read) <= 1
+    hashed = CronSchedule(expr="H * * * * MON-FRI", timezone="UTC")
+    fires = [next_fire(hashed, after, job_name=f"job-{i}") for i in range(50)]
+    assert len({fire.second for fire in fires if fire is not None}) > 10
