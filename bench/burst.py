@@ -1,10 +1,12 @@
 """Burst: N no-op one-shot jobs due in the same second (1 % of them critical), the real daemon.
+With `--hourly`, N hourly cron jobs instead (`0 0 * * * *`, each its own name), due at the same
+second: the top of the hour, where every run's end also works out its next fire time.
 
 The jobs are written into the store before the daemon starts, all due at T, a few seconds after
 the daemon is up. Drain time is T to the end of the last run; executions/s is the jobs run over
 that; missed is the jobs with no run; run twice counts extra runs of one occurrence.
 
-    python -m bench.burst --stack embedded --jobs 3000
+    python -m bench.burst --stack embedded --jobs 3000 [--hourly]
 """
 
 from __future__ import annotations
@@ -19,22 +21,24 @@ from typing import Any
 from bench.records import RAN, lag_summary, run_twice
 from bench.stack import Stack, embedded_stack, real_stack
 from bench.trial import at, observed_fields, timed_insert, watch
-from scheduler.model import Job, OnceSchedule, Priority
+from scheduler.model import CronSchedule, Job, OnceSchedule, Priority, Schedule
 
 CRITICAL_EVERY = 100  # 1 %
+HOURLY = "0 0 * * * *"
 # Seconds between the daemon's start and the jobs' due time; the daemon needs about 1-2 s.
 LEAD_SECONDS = {"embedded": 5.0, "real": 8.0}
 # Seconds per job to write them (measured: SQLite about 30 us, FerretDB about 1 ms), doubled.
 INSERT_SECONDS_PER_JOB = {"embedded": 60e-6, "real": 2e-3}
 
 
-def burst_jobs(count: int, due: float, prefix: str) -> list[Job]:
+def burst_jobs(count: int, due: float, prefix: str, *, hourly: bool = False) -> list[Job]:
     when = at(due)
+    schedule: Schedule = CronSchedule(expr=HOURLY) if hourly else OnceSchedule(at=when)
     return [
         Job(
             name=f"{prefix}-{'c' if i % CRITICAL_EVERY == 0 else 'n'}-{i:06}",
             handler="noop",
-            schedule=OnceSchedule(at=when),
+            schedule=schedule,
             next_run_at=when,
             priority=Priority.CRITICAL if i % CRITICAL_EVERY == 0 else Priority.NORMAL,
         )
@@ -49,12 +53,13 @@ def run_burst(
     timeout_seconds: float,
     log_level: str = "INFO",
     profile: Path | None = None,
+    hourly: bool = False,
 ) -> dict[str, Any]:
-    """One burst on a fresh stack (cleaned up afterwards)."""
+    """One burst on a fresh stack (cleaned up afterwards); of hourly cron jobs if `hourly`."""
     try:
         lead = LEAD_SECONDS[stack.kind] + count * INSERT_SECONDS_PER_JOB[stack.kind]
         due = math.ceil(time.time() + lead)
-        insert_s = timed_insert(stack, burst_jobs(count, due, "burst"))
+        insert_s = timed_insert(stack, burst_jobs(count, due, "burst", hourly=hourly))
         seen = watch(
             stack,
             "burst",
@@ -109,6 +114,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--profile", type=Path)
+    parser.add_argument("--hourly", action="store_true", help="hourly cron jobs, not one-shot")
     args = parser.parse_args()
     stack = embedded_stack() if args.stack == "embedded" else real_stack()
     result = run_burst(
@@ -117,6 +123,7 @@ def main() -> None:
         timeout_seconds=args.timeout,
         log_level=args.log_level,
         profile=args.profile,
+        hourly=args.hourly,
     )
     print(json.dumps(result))
 

@@ -90,7 +90,8 @@ def render(results: Row) -> str:
     floors = [_split(r) for r in _labelled(results.get("floor", []), _floor_label)]
     steady = _labelled(results.get("steady", []), lambda r: f"tickd {r['stack']}")
     parts = [
-        "### Burst (N no-op one-shot jobs due in the same second, 1 % critical)",
+        "### Burst (N no-op one-shot jobs due in the same second, 1 % critical; "
+        "the hourly row: cron jobs)",
         table(bursts, BURST_COLUMNS),
         "### Bare store floor (the batched store calls of a run, no engine)",
         table(floors, FLOOR_COLUMNS),

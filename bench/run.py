@@ -160,6 +160,20 @@ class Bench:
                         log_level=a.log_level,
                         labels={"label": label, "repeat": repeat},
                     )
+        if not a.no_embedded:
+            # The top of the hour as it comes: cron jobs, each advanced to its next fire time.
+            jobs = max(a.sizes)
+            self.step(
+                "burst",
+                f"tickd embedded hourly cron burst {jobs}",
+                run_burst,
+                embedded_stack(),
+                jobs,
+                timeout_seconds=a.burst_timeout,
+                log_level=a.log_level,
+                hourly=True,
+                labels={"label": "tickd embedded, hourly cron jobs"},
+            )
 
     def peers(self) -> None:
         for store, label in (("sqlite", "APScheduler SQLite"), ("memory", "APScheduler memory")):
