@@ -7,6 +7,7 @@ one; changes go through ``dataclasses.replace``. All datetimes are timezone-awar
 from __future__ import annotations
 
 import enum
+import functools
 import operator
 import random
 import time
@@ -274,7 +275,7 @@ class Execution:
     @property
     def occurrence(self) -> str:
         """The occurrence this run is of: every shard of it, and every re-run, shares it."""
-        return f"{self.job_id}:{self.scheduled_at.isoformat()}"
+        return f"{self.job_id}:{_iso(self.scheduled_at)}"
 
     @property
     def idempotency_key(self) -> str:
@@ -325,3 +326,15 @@ class Execution:
 _EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
 _read_execution = operator.attrgetter(*_EXECUTION_FIELDS)
 _EXECUTION_SLOT_SETTERS = tuple(getattr(Execution, name).__set__ for name in _EXECUTION_FIELDS)
+
+
+def _iso(at: datetime) -> str:
+    # Only UTC is kept: 13:00+01:00 equals 12:00 UTC, and would be read back as the other.
+    return _utc_iso(at) if at.tzinfo is UTC else at.isoformat()
+
+
+# The runs of one instant share its time: its text is made once, not once a run (about 1 us
+# of each run's start, the idempotency key's).
+@functools.lru_cache(maxsize=256)
+def _utc_iso(at: datetime) -> str:
+    return at.isoformat()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -85,6 +86,8 @@ async def test_the_handler_gets_its_context(make_engine: EngineFactory) -> None:
     assert ctx.scheduled_at == T0
     assert ctx.deadline == T0 + timedelta(seconds=30)
     assert ctx.idempotency_key == f"{job.id}:{T0.isoformat()}"
+    # Every field of the context is set (the runner fills it in without its __init__).
+    assert set(vars(ctx)) == {field.name for field in dataclasses.fields(HandlerContext)}
 
 
 async def test_errors_are_retried_with_backoff_inside_the_deadline(
