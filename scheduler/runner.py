@@ -86,6 +86,12 @@ class Outcome:
     error: ExecutionError | None = None
 
 
+# A handler that returned nothing, and the outcome of a run whose first attempt did: shared,
+# being frozen.
+_SUCCEEDED = Outcome(status=Status.SUCCESS)
+_SUCCEEDED_AT_ONCE = Outcome(status=Status.SUCCESS, attempts=1)
+
+
 class Runner:
     def __init__(
         self,
@@ -125,10 +131,13 @@ class Runner:
         self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
 
     async def run(self, task: Task) -> None:
-        # Most tasks start at once: no coroutine made to find that out.
-        if not self._fresh(task) and not await self._still_ours(task):
-            return
         started = self.ports.clock.now()
+        # Most tasks start within FRESH_FOR of their claim, its lease and lock still covering
+        # their whole timeout: no coroutine made to find that out.
+        if started - task.claimed_at >= FRESH_FOR:
+            if not await self._still_ours(task):
+                return
+            started = self.ports.clock.now()
         real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
         try:
             outcome = await self._run_handler(task, started)
@@ -157,10 +166,6 @@ class Runner:
         return self._http
 
     # -- before the handler ---------------------------------------------------------------------
-
-    def _fresh(self, task: Task) -> bool:
-        """Claimed less than a second ago: its lease and lock still cover its whole timeout."""
-        return self.ports.clock.now() - task.claimed_at < FRESH_FOR
 
     async def _still_ours(self, task: Task) -> bool:
         """A task that waited in the queue renews its lease and lock, so that its whole timeout
@@ -216,12 +221,15 @@ class Runner:
             attempt += 1
             context = self._context(task, handler, attempt, deadline)
             outcome = await self._attempt(task.job, handler, context, secrets)
-            outcome = Outcome(
-                status=outcome.status,
-                attempts=attempt,
-                result=outcome.result,
-                error=outcome.error,
-            )  # not dataclasses.replace: it costs twice as much, once a run
+            if outcome is _SUCCEEDED and attempt == 1:
+                outcome = _SUCCEEDED_AT_ONCE  # most runs: no outcome made for them
+            else:
+                outcome = Outcome(
+                    status=outcome.status,
+                    attempts=attempt,
+                    result=outcome.result,
+                    error=outcome.error,
+                )  # not dataclasses.replace: it costs twice as much
             if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
                 return outcome
             delay = backoff_delay(attempt)
@@ -260,7 +268,7 @@ class Runner:
         raised = future.exception()
         returned = None if raised else future.result()
         if raised is None and returned is None:  # most runs: nothing to weigh, mask or check
-            return Outcome(status=Status.SUCCESS)
+            return _SUCCEEDED
         weighed = returned if raised is None else str(raised)
         return await _off_the_loop_if_large(weighed, _outcome_of, returned, raised, secrets)
 
