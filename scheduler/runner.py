@@ -135,7 +135,7 @@ class Runner:
         # Most tasks start within FRESH_FOR of their claim, its lease and lock still covering
         # their whole timeout: no coroutine made to find that out.
         if started - task.claimed_at >= FRESH_FOR:
-            if not await self._still_ours(task):
+            if not await self._still_ours(task, started):
                 return
             started = self.ports.clock.now()
         real = self.ports.clock.monotonic()  # the duration is real time, whatever the wall says
@@ -167,12 +167,9 @@ class Runner:
 
     # -- before the handler ---------------------------------------------------------------------
 
-    async def _still_ours(self, task: Task) -> bool:
+    async def _still_ours(self, task: Task, now: datetime) -> bool:
         """A task that waited in the queue renews its lease and lock, so that its whole timeout
         is covered; if another instance took the job over meanwhile, it does not run."""
-        now = self.ports.clock.now()
-        if now - task.claimed_at < FRESH_FOR:
-            return True
         timeout = task.job.timeout_seconds
         until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
         try:

@@ -1093,3 +1093,39 @@ async def test_triggers_of_a_handler_at_its_limit_do_not_hold_back_other_jobs(
     release.set()
     await h.engine.drain()
     assert [e.status for e in await executions(h.store, other.id)] == [Status.SUCCESS]
+
+
+async def test_a_run_that_waited_for_a_worker_renews_its_lease_or_does_not_run(
+    make_engine: EngineFactory,
+) -> None:
+    """A run queued for longer than FRESH_FOR renews its lease before it starts, so its whole
+    timeout is covered from its start; one whose job went meanwhile (its lease with it) does
+    not run."""
+    release = {"first": asyncio.Event(), "kept": asyncio.Event(), "gone": asyncio.Event()}
+    ran: list[str] = []
+
+    async def blocking(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        await release[ctx.job_name].wait()
+        return None
+
+    h = make_engine({"blocking": blocking}, workers=1)
+    await h.add(make_job("first", "blocking", priority=Priority.CRITICAL))
+    kept = await h.add(make_job("kept", "blocking", timeout_seconds=30))
+    gone = await h.add(make_job("gone", "blocking"))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 3
+    await asyncio.wait_for(_until(lambda: ran == ["first"]), 5)  # the others wait in the queue
+    h.clock.advance(5)  # past FRESH_FOR
+    assert await h.store.delete_job(gone.id)
+    release["first"].set()
+    await asyncio.wait_for(_until(lambda: "kept" in ran), 5)
+
+    stored = await h.store.get_job(kept.id)  # running: its lease renewed as it started
+    assert stored is not None and stored.lease is not None
+    margin = h.settings.lease_margin_seconds
+    assert stored.lease.until >= T0 + timedelta(seconds=5 + 30 + margin)
+    release["kept"].set()
+    await asyncio.wait_for(h.engine.pool.join(), 5)
+    assert "gone" not in ran
+    assert ("fenced", "before start") in h.observed.of("gone")
