@@ -33,7 +33,11 @@ from tests.system.stack import (
 pytestmark = [pytest.mark.system]
 
 BURST = 2_000
-HANDLER_SECONDS = 0.2
+# Each run sleeps this long: long beside the time a read of the runs' statuses takes FerretDB
+# (0.1-0.3 s), so runs seen running are still running at the kill (with 0.2 s, a CI run's kill
+# found none: they had ended while the read returned). The burst's pace is the dispatcher's
+# (about 30 a second on FerretDB) either way, no slower than 30 workers of 1 s runs.
+HANDLER_SECONDS = 1.0
 # The burst is killed once this many runs have ended: well into it, with the pool full.
 KILL_AFTER_ENDED = 300
 # The daemons' heartbeat settings (the defaults): a beat every 3 s, silent for 10 s is dead.
