@@ -52,7 +52,9 @@ CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
 # extended through the run (its wait, its timeout and the lock margin).
 CLAIM_LOCK_SECONDS = 30.0
 
-# A run fired at its time is recorded at most about this long before a worker starts it.
+# A run armed ahead is recorded this long before its time, and released to the workers at it: a
+# thousand runs due at one instant then cost that instant their starts only, not their insert.
+# It is also about the longest a run recorded `running` waits for a worker (Engine._fire_room).
 RECORDED_AHEAD_SECONDS = 0.1
 
 # Runs fired at one instant are recorded this many batches to an insert (the first batch
@@ -180,6 +182,8 @@ class Engine:
         )
         # Claimed runs waiting for their time: (the run, its lock token).
         self.timers: Timers[tuple[DueRun, str]] = Timers()
+        # Runs recorded ahead of their time, released to the workers at it.
+        self.staged: Timers[Task] = Timers()
         self._backlogged = False  # the last fetch was full: more was due than it took
         # More was due now than the pool had room for: fetch only what is due until caught up.
         self._behind = False
@@ -217,6 +221,8 @@ class Engine:
         await self._follow_clock_jump(now)
         self._handed_to_shards = 0
         fired = await self._fire(now)  # before the reaper's store call: on time to the ms
+        if fired:
+            await self._let_fired_start()
         await self._reap(now, busy=fired > 0)
         start_room = self._free_slots()
         limit = self._fetch_limit()
@@ -243,8 +249,8 @@ class Engine:
         return now - timedelta(seconds=self.settings.starvation_bound_seconds)
 
     def _free_slots(self) -> int:
-        """Room in the pool, less what is armed: armed runs join the queue when they fire."""
-        return max(0, self.pool.free_slots() - len(self.timers))
+        """Room in the pool, less what is armed or staged: they join the queue at their time."""
+        return max(0, self.pool.free_slots() - len(self.timers) - len(self.staged))
 
     def _fetch_room(self) -> int:
         """What fetches may take: room in the pool for runs due now, and while nothing due
@@ -258,10 +264,15 @@ class Engine:
         return self._free_slots() + arm_room
 
     def _fired_runs_wait(self) -> bool:
-        """Armed runs are due and wait for room in the pool: they go first, before claims
-        ahead, which on a slow store take the dispatcher seconds (the workers would idle)."""
+        """Armed runs are due to be recorded and wait for room in the pool: they go first,
+        before claims ahead, which on a slow store take the dispatcher seconds (the workers
+        would idle)."""
         next_at = self.timers.next_at()
-        return next_at is not None and next_at <= self.ports.clock.now()
+        return next_at is not None and next_at <= self._recording_horizon()
+
+    def _recording_horizon(self) -> datetime:
+        """Armed runs falling due before this are recorded now (RECORDED_AHEAD_SECONDS)."""
+        return self.ports.clock.now() + timedelta(seconds=RECORDED_AHEAD_SECONDS)
 
     def _fetch_limit(self) -> int:
         return min(self.settings.batch_size, self._fetch_room())
@@ -331,7 +342,8 @@ class Engine:
         self._last_seen = (now, real)  # not before the renewal: a failed one is tried again
 
     async def _renew_own_leases(self, now: datetime) -> None:
-        runs = [DueRun(task.job, task.request) for task in self.pool.in_flight()]
+        tasks = [*self.pool.in_flight(), *self.staged.pending()]
+        runs = [DueRun(task.job, task.request) for task in tasks]
         runs += [run for run, _ in self.timers.pending()]
         margin = timedelta(seconds=self.settings.lease_margin_seconds)
         for run in runs:
@@ -392,43 +404,68 @@ class Engine:
         return len(won)
 
     async def _fire(self, now: datetime) -> int:
-        """Record and queue the armed runs whose time has come. The first batch is recorded
-        alone, and each part is recorded while the one before it starts, ten batches to an
-        insert: a thousand runs due at one instant wait for two store calls, not for ten one
-        after the other (each a hand-over to the store's thread, which waits for the loop's
-        thread to let go), and five thousand do not all wait for one large insert."""
-        fired = self.timers.due(now, limit=self._fire_room())
-        if not fired:
-            return 0
-        self._unsubmitted += len(fired)
+        """Record the armed runs falling due within RECORDED_AHEAD_SECONDS, and release to the
+        workers the runs whose time has come; returns how many were released. Recorded ahead,
+        runs due at one instant wait at it for their starts only."""
+        fired = self.timers.due(self._recording_horizon(), limit=self._fire_room())
+        try:
+            released = await self._record_in_parts(fired, now) if fired else 0
+            # Recording took time: what fell due meanwhile goes too.
+            due = self.staged.due(self.ports.clock.now())
+            self._unsubmitted += len(due)
+            await self._enqueue(due)
+            return released + len(due)
+        finally:
+            self._unsubmitted = 0  # the fired runs are queued, staged, or armed again
+
+    async def _record_in_parts(self, fired: list[tuple[DueRun, str]], now: datetime) -> int:
+        """Stage the runs, releasing those already due (fired late, for want of room) as each
+        part is recorded, while the next part's records are made: the first batch alone, then
+        ten batches to an insert, so that five thousand do not all wait for one large insert.
+        Returns how many were released."""
+        # Those due now wait for their starts from now on, and ends wait for them.
+        self._unsubmitted += sum(1 for run, _ in fired if run.starts_at(now) <= now)
+        released = 0
         size = self.settings.batch_size
         starts = [0, *range(size, len(fired), FIRED_BATCHES_AN_INSERT * size)]
         ends = [*starts[1:], len(fired)]
-        try:
-            recording = asyncio.ensure_future(self._record_fired(fired[: ends[0]], now, fired))
-            for part in range(len(starts)):
-                tasks = await recording
-                self.metrics.batch_size.observe(len(tasks))
-                # Queued first, as far as the pool has room: the workers start those before
-                # the next part's records are made, on the same loop.
-                room = self.pool.free_slots()
-                await self._enqueue(tasks[:room])
-                if part + 1 < len(starts):
-                    begin, end = starts[part + 1], ends[part + 1]
-                    recording = asyncio.ensure_future(
-                        self._record_fired(fired[begin:end], now, fired[begin:])
-                    )
-                await self._enqueue(tasks[room:])
-        finally:
-            self._unsubmitted = 0  # the fired runs are queued, or armed again
-        return len(fired)
+        recording = asyncio.ensure_future(self._record_fired(fired[: ends[0]], now, fired))
+        for part in range(len(starts)):
+            tasks = await recording
+            self.metrics.batch_size.observe(len(tasks))
+            for task in tasks:
+                self.staged.arm(task.execution.started_at or now, task.job.handler, task)
+            due = self.staged.due(now)
+            released += len(due)
+            # Queued first, as far as the pool has room: the workers start those before the
+            # next part's records are made, on the same loop.
+            room = self.pool.free_slots()
+            await self._enqueue(due[:room])
+            if part + 1 < len(starts):
+                begin, end = starts[part + 1], ends[part + 1]
+                recording = asyncio.ensure_future(
+                    self._record_fired(fired[begin:end], now, fired[begin:])
+                )
+            await self._enqueue(due[room:])
+        return released
+
+    async def _let_fired_start(self) -> None:
+        """The runs released at their time start before this tick's store calls (the reaper's,
+        the claims ahead), each a transaction on the loop that they would wait behind; for
+        RECORDED_AHEAD_SECONDS at most, so that handlers holding every worker do not hold up
+        the claims."""
+        if self.pool.fired_waiting():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.pool.fired_started.wait(), RECORDED_AHEAD_SECONDS)
 
     def _fire_room(self) -> int:
-        """How many armed runs may fire now: what the pool has room for, and what its workers
-        will have started within RECORDED_AHEAD_SECONDS at the pace they keep. A fired run is
-        recorded `running`; one that waited seconds for a worker would say so for seconds, and
-        a crash would find it in flight. The others stay armed, due, and fire as room frees."""
-        return self.pool.free_slots() + self.pool.starts_within(RECORDED_AHEAD_SECONDS)
+        """How many armed runs may be recorded: what the pool has room for, and what its
+        workers will have started within RECORDED_AHEAD_SECONDS at the pace they keep, less
+        what is staged already. A fired run is recorded `running`; one that waited seconds
+        for a worker would say so for seconds, and a crash would find it in flight. The others
+        stay armed, due, and fire as room frees."""
+        room = self.pool.free_slots() + self.pool.starts_within(RECORDED_AHEAD_SECONDS)
+        return max(0, room - len(self.staged))
 
     async def _record_fired(
         self, held: list[tuple[DueRun, str]], now: datetime, unrecorded: list[tuple[DueRun, str]]
@@ -531,14 +568,16 @@ class Engine:
         self, held: list[tuple[DueRun, str]], now: datetime, *, fired: bool = False
     ) -> list[Task]:
         """Write the batch's executions (running ones and misfire skips) in one insert; each
-        run with the token of the locks taken for it."""
+        run with the token of the locks taken for it, started at its time (a run recorded
+        ahead of its time starts at it)."""
         tasks: list[Task] = []
         skipped: list[tuple[Job, Execution]] = []
         only_skips: list[tuple[Job, Plan, Execution, str]] = []
         sharded: list[tuple[DueRun, Plan, str]] = []
         for run, token in held:
             job = run.job
-            plan = self._plan(run, now)
+            at = run.starts_at(now)
+            plan = self._plan(run, at)
             missed = self._skipped_executions(job, plan, now)
             if plan.run_at is None:  # every due occurrence skipped: the last one advances the job
                 *missed, last = missed
@@ -547,7 +586,7 @@ class Engine:
             if plan.run_at is not None and run.width == 0:
                 sharded.append((run, plan, token))
             elif plan.run_at is not None:
-                tasks.append(self._task(run, plan, plan.run_at, now, token, fired=fired))
+                tasks.append(self._task(run, plan, at, now, token, fired=fired))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.ports.store.insert_executions(
             [execution for _, execution in recorded],
@@ -578,19 +617,20 @@ class Engine:
         self,
         run: DueRun,
         plan: Plan,
-        run_at: datetime,
+        started: datetime,
         now: datetime,
         token: str,
         *,
         fired: bool = False,
     ) -> Task:
         """A run; a shard's (of an occurrence in progress, or one re-run alone) is that shard."""
+        assert plan.run_at is not None
         request = run.request
         shard = (0, 1)
         if request is not None and request.shard is not None:
             shard = (request.shard, request.shards or run.job.shards)
         execution = self._execution(
-            run.job, run_at, Status.RUNNING, now, shard=shard, token=run.token
+            run.job, plan.run_at, Status.RUNNING, started, shard=shard, token=run.token
         )
         return Task(
             job=run.job,
@@ -673,13 +713,17 @@ class Engine:
         return registered.handler.max_concurrency if registered else None
 
     def _busy(self, handler: str) -> int:
-        """Runs of a handler queued, running or armed."""
-        return self.pool.inflight[handler] + self.timers.by_handler[handler]
+        """Runs of a handler queued, running, staged or armed."""
+        return (
+            self.pool.inflight[handler]
+            + self.staged.by_handler[handler]
+            + self.timers.by_handler[handler]
+        )
 
     def _saturated(self) -> list[str]:
         return [
             handler
-            for handler in {*self.pool.inflight, *self.timers.by_handler}
+            for handler in {*self.pool.inflight, *self.staged.by_handler, *self.timers.by_handler}
             if (limit := self._limit(handler)) is not None and self._busy(handler) >= limit
         ]
 
@@ -812,16 +856,21 @@ class Engine:
         return delay
 
     def _until_next_timer(self) -> float:
-        """Until the next armed run fires, or a tick: whatever falls due before the lookahead
-        horizon is armed already, so no query is needed to know when to wake."""
-        tick = self.settings.tick_seconds
-        next_at = self.timers.next_at()
-        if next_at is None:
-            return tick
-        wait = (next_at - self.ports.clock.now()).total_seconds()
-        if wait <= 0 and self._fire_room() < self.pool.worthwhile_batch:
-            return tick  # due, and waiting for room worth a batch: room freed wakes it
-        return max(0.0, min(tick, wait))
+        """Until the next staged run's time, the next armed run's recording, or a tick:
+        whatever falls due before the lookahead horizon is armed already, so no query is
+        needed to know when to wake."""
+        now = self.ports.clock.now()
+        waits = [self.settings.tick_seconds]
+        staged_at = self.staged.next_at()
+        if staged_at is not None:
+            waits.append((staged_at - now).total_seconds())
+        armed_at = self.timers.next_at()
+        if armed_at is not None:
+            wait = (armed_at - now).total_seconds() - RECORDED_AHEAD_SECONDS
+            # Due, and waiting for room worth a batch: room freed wakes it.
+            if wait > 0 or self._fire_room() >= self.pool.worthwhile_batch:
+                waits.append(wait)
+        return max(0.0, min(waits))
 
     def backlog_gauges(self) -> BacklogGauges:
         return BacklogGauges(
@@ -867,7 +916,7 @@ class Engine:
         """Stop taking work; let running executions finish within the grace period; cancel and
         record the rest as abandoned, giving their occurrences back so they run after a restart."""
         await self._give_back_armed()
-        for task in self.pool.take_queued():
+        for task in [*self.staged.take_all(), *self.pool.take_queued()]:
             abandoned = Outcome(
                 status=Status.ABANDONED,
                 error=ExecutionError(type="Shutdown", message="not started"),

@@ -36,6 +36,7 @@ class WorkerPool:
         self._started_since_asked: set[str] = set()
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
         self._fired_queued = 0  # of the queued, those fired at their time
+        self.fired_started = asyncio.Event()  # every run fired at its time has been started
         # How fast the workers take runs while every one is busy and runs wait for them:
         # seconds between two starts, smoothed; None until measured. Only between two starts
         # that each found the other workers busy and left runs waiting: neither idle workers
@@ -71,7 +72,9 @@ class WorkerPool:
     async def submit(self, task: Task) -> None:
         self.inflight[task.job.handler] += 1
         self._in_flight[task.execution.id] = task
-        self._fired_queued += task.fired
+        if task.fired:
+            self._fired_queued += 1
+            self.fired_started.clear()
         if self._queue.full():
             await self._queue.put(task)  # blocks while the queue is full
         else:
@@ -143,6 +146,7 @@ class WorkerPool:
         if task.fired:
             self._fired_queued -= 1
             if not self._fired_queued:
+                self.fired_started.set()
                 self._runner.finisher.starts_drained()
 
     def _done(self, task: Task) -> None:

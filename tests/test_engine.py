@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from scheduler.clock import FakeClock
-from scheduler.engine import CLAIM_LOCK_SECONDS
+from scheduler.engine import CLAIM_LOCK_SECONDS, RECORDED_AHEAD_SECONDS
 from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.lock import lock_key
 from scheduler.lock.memory import MemoryLock
@@ -864,13 +864,17 @@ async def test_a_run_due_soon_is_claimed_ahead_and_fires_at_its_time_not_a_tick_
     job = await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
     tick = await h.engine.tick()
     assert (tick.claimed, tick.fired) == (1, 0), "claimed within the lookahead, armed"
-    assert h.engine._until_next_timer() == 5, "the dispatcher wakes for it, not in 30 s"
+    assert h.engine._until_next_timer() == 5 - RECORDED_AHEAD_SECONDS, "it wakes to record it"
     claimed = await h.store.get_job(job.id)
     assert claimed is not None and claimed.lease is not None
     assert claimed.lease.until == T0 + timedelta(seconds=5 + 60 + 30), "covers wait and run"
-    assert await executions(h.store) == [], "nothing is recorded before its time"
+    assert await executions(h.store) == [], "nothing is recorded until just before its time"
     h.clock.advance(4.999)
     assert (await h.engine.tick()).fired == 0
+    [staged] = await executions(h.store)
+    assert (staged.status, staged.started_at) == (Status.RUNNING, T0 + timedelta(seconds=5))
+    assert h.observed.of(job.name) == [("recorded", "running")], "recorded, not started"
+    assert h.engine._until_next_timer() == pytest.approx(0.001), "it wakes at its time"
     h.clock.advance(0.001)
     await h.engine.drain()
     [run] = await executions(h.store)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
+from scheduler.engine import RECORDED_AHEAD_SECONDS
 from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import CronSchedule, Execution, IntervalSchedule, Status
+from scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
 from scheduler.ports import Finish, Store, StoreError
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
@@ -246,3 +247,102 @@ async def test_expired_leases_are_reaped_even_when_every_tick_fires_runs(
     assert set(fired[2:]) == {1}, "every tick fired a run"
     statuses = [e.status for e in await executions(survivor.store, work.id)]
     assert statuses[0] is Status.ABANDONED, "given back within two ticks of its expiry"
+
+
+async def test_runs_armed_ahead_are_recorded_just_before_their_time_and_start_at_it(
+    make_engine: EngineFactory,
+) -> None:
+    """A thousand runs due at one instant would wait at it for their own insert: they are
+    recorded RECORDED_AHEAD_SECONDS before it, `running` from their time, and released to the
+    workers at that time, never before."""
+    seen: list[datetime] = []
+
+    async def clocked(ctx: HandlerContext) -> Result:
+        seen.append(ctx.clock.now())
+        return None
+
+    h = make_engine({"clocked": clocked}, **SMALL_POOL | {"queue_size": 40})
+    names = [f"minutely-{i:02}" for i in range(40)]
+    for name in names:
+        await h.add(make_job(name, "clocked", next_run_at=DUE))
+    await _arm(h)
+    h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
+    assert (await h.engine.tick()).fired == 0
+    staged = await executions(h.store)
+    assert {(e.status, e.started_at) for e in staged} == {(Status.RUNNING, DUE)}
+    assert len(staged) == 40 and (len(h.engine.staged), len(h.engine.timers)) == (40, 0)
+    assert h.engine._until_next_timer() == pytest.approx(RECORDED_AHEAD_SECONDS / 2)
+
+    h.clock.set(DUE - timedelta(milliseconds=1))
+    assert (await h.engine.tick()).fired == 0
+    await asyncio.sleep(0)
+    assert seen == [], "not released before its time"
+
+    h.clock.set(DUE)
+    assert (await h.engine.tick()).fired == 40
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert seen == [DUE] * 40
+    ran = await executions(h.store)
+    assert sorted(e.job_name for e in ran) == names, "each once, recorded once"
+    assert {(e.status, e.started_at) for e in ran} == {(Status.SUCCESS, DUE)}
+
+
+async def test_runs_recorded_ahead_that_never_started_are_given_back_at_shutdown(
+    make_engine: EngineFactory,
+) -> None:
+    """Recorded `running` but never started: on shutdown they are recorded abandoned, not
+    started, and their occurrences are given back, to run once after the restart."""
+    h = make_engine({"noop": noop}, **SMALL_POOL)
+    names = [f"hourly-{i}" for i in range(3)]
+    for name in names:
+        await h.add(make_job(name, next_run_at=DUE))
+    await _arm(h)
+    h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
+    await h.engine.tick()
+    assert len(h.engine.staged) == 3
+    await h.engine.shutdown()
+    given_back = await executions(h.store)
+    assert {(e.status, e.error.message if e.error else None) for e in given_back} == {
+        (Status.ABANDONED, "not started")
+    }
+    assert h.observed.of(names[0]) == [
+        ("recorded", "running"),
+        ("finished", "abandoned"),
+    ], "never started"
+    for name in names:
+        job = await h.store.get_job_by_name(name)
+        assert job is not None and job.lease is None and job.next_run_at == DUE
+
+    restarted = make_engine({"noop": noop}, **SMALL_POOL)
+    restarted.clock.set(DUE)
+    await asyncio.wait_for(restarted.engine.drain(), WAIT)
+    ran = [e for e in await executions(h.store) if e.status is Status.SUCCESS]
+    assert sorted((e.job_name, e.scheduled_at) for e in ran) == [(n, DUE) for n in names]
+
+
+async def test_runs_released_at_their_time_start_before_the_ticks_store_calls(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of the tick's store calls after the release (the reaper's, the claims ahead) is a
+    transaction on the loop's thread: the runs released wait for none of them."""
+    h = make_engine({"noop": noop}, **SMALL_POOL | {"queue_size": 40})
+    for i in range(40):
+        await h.add(make_job(f"minutely-{i:02}", next_run_at=DUE))
+    await _arm(h)
+    due_jobs = store.due_jobs
+
+    async def due(*args: Any, **kwargs: Any) -> list[Job]:
+        h.observed.heard.append(("due query", "", ""))
+        return await due_jobs(*args, **kwargs)
+
+    monkeypatch.setattr(store, "due_jobs", due)
+    h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
+    await h.engine.tick()
+    h.observed.heard.clear()
+    h.clock.set(DUE)
+    assert (await h.engine.tick()).fired == 40
+    hooks = [hook for hook, _, _ in h.observed.heard]
+    assert "due query" in hooks, "the tick looked ahead after the release"
+    assert hooks.index("due query") > max(i for i, hook in enumerate(hooks) if hook == "started")
+    assert hooks.count("started") == 40
+    await asyncio.wait_for(h.engine.drain(), WAIT)
