@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from scheduler.engine import RECORDED_AHEAD_SECONDS
 from scheduler.handler_api import HandlerContext, Result
 from scheduler.model import (
     CronSchedule,
@@ -124,6 +125,36 @@ async def test_a_run_armed_ahead_of_a_backward_jump_fires_once_at_its_time(
 
     [run] = await executions(h.store)
     assert (run.status, run.scheduled_at) == (Status.SUCCESS, T0 + timedelta(seconds=5))
+
+
+async def test_a_run_recorded_ahead_of_a_forward_jump_keeps_its_lease_and_runs_once(
+    make_engine: EngineFactory,
+) -> None:
+    """Recorded `running` just before its time, it is this instance's run as much as one in
+    flight: its lease is renewed across the jump, so the reaper leaves it be while it waits
+    for the one worker, busy with another run."""
+    gate, started, slow = gated()
+    h = make_engine({"slow": slow, "noop": noop}, workers=1, queue_size=2, lookahead_seconds=10)
+    await h.add(make_job("busy", "slow"))
+    await h.add(make_job("next", next_run_at=T0 + timedelta(seconds=5)))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 2, "one runs, one is armed"
+    await asyncio.wait_for(started.wait(), WAIT)
+    h.clock.set(T0 + timedelta(seconds=5 - RECORDED_AHEAD_SECONDS / 2))
+    await h.engine.tick()
+    assert len(h.engine.staged) == 1, "recorded ahead"
+    h.clock.jump(HOUR)
+    await h.engine.tick()  # released, queued behind the busy worker
+    h.engine._next_reap = None  # the reaper looks at once, as when an instance died
+    await h.engine.tick()
+    gate.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    runs = [e for e in await executions(h.store) if e.job_name == "next"]
+    assert [(e.status, e.scheduled_at) for e in runs] == [
+        (Status.SUCCESS, T0 + timedelta(seconds=5))
+    ]
+    assert h.engine.metrics.leases_reaped._value.get() == 0
 
 
 @pytest.mark.parametrize("jump", [HOUR, -HOUR], ids=["forward", "back"])
