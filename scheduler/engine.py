@@ -75,6 +75,13 @@ class DueRun:
             return now
         return max(now, self.job.next_run_at)
 
+    def records_at(self, now: datetime) -> datetime:
+        """When its run is recorded, armed ahead: RECORDED_AHEAD_SECONDS before its time, to be
+        released to the workers at it. A sharded occurrence is handed to its shards when it is
+        recorded, and they are due from then: at its time."""
+        starts = self.starts_at(now)
+        return starts if self.width == 0 else starts - timedelta(seconds=RECORDED_AHEAD_SECONDS)
+
     def wait_seconds(self, now: datetime) -> float:
         return (self.starts_at(now) - now).total_seconds()
 
@@ -268,11 +275,7 @@ class Engine:
         before claims ahead, which on a slow store take the dispatcher seconds (the workers
         would idle)."""
         next_at = self.timers.next_at()
-        return next_at is not None and next_at <= self._recording_horizon()
-
-    def _recording_horizon(self) -> datetime:
-        """Armed runs falling due before this are recorded now (RECORDED_AHEAD_SECONDS)."""
-        return self.ports.clock.now() + timedelta(seconds=RECORDED_AHEAD_SECONDS)
+        return next_at is not None and next_at <= self.ports.clock.now()
 
     def _fetch_limit(self) -> int:
         return min(self.settings.batch_size, self._fetch_room())
@@ -391,7 +394,7 @@ class Engine:
         await self._hold_through_the_runs(won, token)
         later = [run for run in won if run.starts_at(now) > now]
         for run in later:
-            self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
+            self.timers.arm(run.records_at(now), run.job.handler, (run, token))
         due_now = [run for run in won if run.starts_at(now) <= now]
         try:
             tasks = await self._record([(run, token) for run in due_now], now)
@@ -404,10 +407,10 @@ class Engine:
         return len(won)
 
     async def _fire(self, now: datetime) -> int:
-        """Record the armed runs falling due within RECORDED_AHEAD_SECONDS, and release to the
-        workers the runs whose time has come; returns how many were released. Recorded ahead,
-        runs due at one instant wait at it for their starts only."""
-        fired = self.timers.due(self._recording_horizon(), limit=self._fire_room())
+        """Record the armed runs whose time to be recorded has come (DueRun.records_at), and
+        release to the workers the runs whose time has come; returns how many were released.
+        Recorded ahead, runs due at one instant wait at it for their starts only."""
+        fired = self.timers.due(now, limit=self._fire_room())
         try:
             released = await self._record_in_parts(fired, now) if fired else 0
             # Recording took time: what fell due meanwhile goes too.
@@ -478,7 +481,7 @@ class Engine:
             return await self._record(held, now, fired=True)
         except StoreError:
             for run, token in unrecorded:
-                self.timers.arm(run.starts_at(now), run.job.handler, (run, token))
+                self.timers.arm(run.records_at(now), run.job.handler, (run, token))
             raise
 
     async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
@@ -866,7 +869,7 @@ class Engine:
             waits.append((staged_at - now).total_seconds())
         armed_at = self.timers.next_at()
         if armed_at is not None:
-            wait = (armed_at - now).total_seconds() - RECORDED_AHEAD_SECONDS
+            wait = (armed_at - now).total_seconds()
             # Due, and waiting for room worth a batch: room freed wakes it.
             if wait > 0 or self._fire_room() >= self.pool.worthwhile_batch:
                 waits.append(wait)

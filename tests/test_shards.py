@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from scheduler.engine import RECORDED_AHEAD_SECONDS
 from scheduler.handler_api import HandlerContext, Result
 from scheduler.lock import lock_key, shard_lock_key
 from scheduler.lock.memory import MemoryLock
@@ -51,6 +52,35 @@ async def test_an_occurrence_of_n_shards_runs_as_n_executions_and_advances_once(
     await h.engine.drain()
     later = [e for e in await executions(h.store, job.id) if e.scheduled_at > T0]
     assert sorted(e.shard for e in later) == [0, 1, 2, 3], "the next occurrence, once"
+
+
+async def test_an_occurrence_armed_ahead_hands_out_its_shards_at_its_time_not_before(
+    make_engine: EngineFactory,
+) -> None:
+    """Runs armed ahead are recorded just before their time (RECORDED_AHEAD_SECONDS); an
+    occurrence's shards, due from when it is handed to them, are handed out at its time."""
+    seen: list[datetime] = []
+
+    async def part(ctx: HandlerContext) -> Result:
+        seen.append(ctx.clock.now())
+        return None
+
+    h = make_engine({"part": part}, workers=4, lookahead_seconds=10)
+    due = T0 + timedelta(seconds=5)
+    job = await h.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=2, next_run_at=due))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1, "armed"
+    h.clock.set(due - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
+    await h.engine.drain()
+    assert (seen, await executions(h.store, job.id)) == ([], []), "nothing before its time"
+
+    h.clock.set(due)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert seen == [due, due]
+    runs = await executions(h.store, job.id)
+    assert sorted((e.shard, e.scheduled_at, e.status) for e in runs) == [
+        (i, due, Status.SUCCESS) for i in range(2)
+    ]
 
 
 async def test_the_job_stays_leased_until_its_last_shard_ends(make_engine: EngineFactory) -> None:
