@@ -515,7 +515,10 @@ class Engine:
 
     async def _enqueue(self, tasks: list[Task]) -> None:
         for task in tasks:
-            await self.pool.submit(task)
+            if task.fired:
+                self.pool.submit_fired(task)
+            else:
+                await self.pool.submit(task)
             self._unsubmitted = max(0, self._unsubmitted - 1)
 
     def _starts_waiting(self) -> int:

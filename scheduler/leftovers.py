@@ -12,11 +12,12 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Coroutine
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from scheduler.logs import log_event
 
 log = logging.getLogger("tickd.runner")
+T = TypeVar("T")
 
 _SPAWNED: contextvars.ContextVar[set[asyncio.Task[Any]] | None] = contextvars.ContextVar(
     "tickd_spawned_tasks", default=None
@@ -30,6 +31,8 @@ class TasksEndingWithTheRun:
     cancelled and logged when it returns, raises or is cancelled. A class, not a
     @contextmanager generator: entered once a run, that costs a generator and its frames."""
 
+    __slots__ = ("_job_name", "_spawned", "_token")
+
     def __init__(self, job_name: str) -> None:
         self._job_name = job_name
         self._spawned: set[asyncio.Task[Any]] = set()
@@ -42,7 +45,8 @@ class TasksEndingWithTheRun:
     def __exit__(self, *exc_info: object) -> None:
         assert self._token is not None
         _SPAWNED.reset(self._token)
-        _end_leftovers(self._job_name, self._spawned)
+        if self._spawned:  # most runs start no task of their own
+            _end_leftovers(self._job_name, self._spawned)
 
 
 def _end_leftovers(job_name: str, spawned: set[asyncio.Task[Any]]) -> None:
@@ -89,6 +93,15 @@ class _FilingFactory:
             spawned.add(task)
             task.add_done_callback(spawned.discard)  # finished ones are no leftovers
         return task
+
+
+def run_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A run's own task, made outside any run: no run's leftover, so the filing factory would
+    only pass it through (a Python call a run); made by the loop's factory if it is another."""
+    factory: object = loop.get_task_factory()
+    if factory is None or (isinstance(factory, _FilingFactory) and factory.inner is None):
+        return asyncio.Task(coro, loop=loop)
+    return loop.create_task(coro)
 
 
 def _track_spawned_tasks(loop: asyncio.AbstractEventLoop) -> None:

@@ -21,7 +21,12 @@ class WorkerPool:
     def __init__(self, runner: Runner, *, workers: int, queue_size: int, metrics: Metrics) -> None:
         self._runner = runner
         self._metrics = metrics
-        self._queue: asyncio.Queue[Task] = asyncio.Queue(queue_size)
+        # Bounded by submit(), not by the queue itself: runs fired at their time are queued
+        # beyond the bound (the dispatcher recorded only what the workers will soon start), in
+        # one go rather than one hand-over between the dispatcher and a worker each.
+        self._queue: asyncio.Queue[Task] = asyncio.Queue()
+        self._queue_size = queue_size
+        self._space = asyncio.Event()  # a worker took a run from the queue
         self._size = workers
         self._workers: list[asyncio.Task[None]] = []
         self.busy = 0
@@ -67,18 +72,27 @@ class WorkerPool:
 
     def free_slots(self) -> int:
         idle = self._size - self.busy
-        return max(0, idle + self._queue.maxsize - self._queue.qsize())
+        return max(0, idle + self._queue_size - self._queue.qsize())
 
     async def submit(self, task: Task) -> None:
+        """Queue a run; blocks while the queue is full."""
+        self._admit(task)
+        while self._queue.qsize() >= self._queue_size:
+            self._space.clear()
+            await self._space.wait()
+        self._queue.put_nowait(task)
+
+    def submit_fired(self, task: Task) -> None:
+        """Queue a run fired at its time, at once: the dispatcher fired only as many as the
+        workers will start within a moment (Engine._fire_room)."""
+        self._admit(task)
+        self._fired_queued += 1
+        self.fired_started.clear()
+        self._queue.put_nowait(task)
+
+    def _admit(self, task: Task) -> None:
         self.inflight[task.job.handler] += 1
         self._in_flight[task.execution.id] = task
-        if task.fired:
-            self._fired_queued += 1
-            self.fired_started.clear()
-        if self._queue.full():
-            await self._queue.put(task)  # blocks while the queue is full
-        else:
-            self._queue.put_nowait(task)  # what put does with room, without its coroutine
 
     async def join(self) -> None:
         """Until every task submitted has run and its end is written."""
@@ -90,6 +104,7 @@ class WorkerPool:
         tasks = []
         while not self._queue.empty():
             tasks.append(self._queue.get_nowait())
+            self._space.set()
             self._dequeued(tasks[-1])
             self._queue.task_done()
             self._done(tasks[-1])
@@ -107,6 +122,7 @@ class WorkerPool:
     async def _work(self) -> None:
         while True:
             task = await self._queue.get()
+            self._space.set()
             self._dequeued(task)
             self._started()
             self.busy += 1

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import aiohttp
 
@@ -28,7 +28,7 @@ from scheduler.events import event_source
 from scheduler.finishing import Ending, Finisher
 from scheduler.handler_api import Handler, HandlerContext, Result
 from scheduler.http import safe_client_session
-from scheduler.leftovers import TasksEndingWithTheRun
+from scheduler.leftovers import TasksEndingWithTheRun, run_task
 from scheduler.logs import FIELDS, log_event
 from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
 from scheduler.observers import RunObserver
@@ -129,6 +129,8 @@ class Runner:
         self._handler_logs: dict[str, logging.Logger] = {}
         self._handler_configs: dict[str, Mapping[str, Any]] = {}
         self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
+        # By handler name, with the handler they were made for (Runner._shared_context).
+        self._shared_contexts: dict[str, tuple[Handler, dict[str, object]]] = {}
 
     async def run(self, task: Task) -> None:
         started = self.ports.clock.now()
@@ -272,7 +274,7 @@ class Runner:
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
         loop = asyncio.get_running_loop()
         if self._is_async(handler):
-            return loop.create_task(_call_async(handler, ctx))  # what ensure_future does with it
+            return run_task(loop, _call_async(handler, ctx))
         return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
 
     def _is_async(self, handler: Handler) -> bool:
@@ -304,37 +306,50 @@ class Runner:
     def _context(
         self, task: Task, handler: Handler, attempt: int, deadline: datetime
     ) -> HandlerContext:
-        job = task.job
-        fields = {"job": job.name, "execution": task.execution.id, "attempt": attempt}
-        if task.execution.shards > 1:
-            fields["shard"] = task.execution.shard
+        job, execution = task.job, task.execution
+        fields = {"job": job.name, "execution": execution.id, "attempt": attempt}
+        if execution.shards > 1:
+            fields["shard"] = execution.shard
         values = {
+            **self._shared_context(job.handler, handler),
             "job_id": job.id,
             "job_name": job.name,
             "params": job.params,
-            "scheduled_at": task.execution.scheduled_at,
+            "scheduled_at": execution.scheduled_at,
             "attempt": attempt,
             "deadline": deadline,
-            "idempotency_key": task.execution.idempotency_key,
-            "shard": task.execution.shard,
-            "shards": task.execution.shards,
+            "idempotency_key": execution.idempotency_key,
+            "shard": execution.shard,
+            "shards": execution.shards,
             "logger": logging.LoggerAdapter(self._handler_log(job.handler), {FIELDS: fields}),
-            "clock": self.ports.clock,
-            "mailer": self.ports.mailer,
-            "http": self._http_session(),
-            "config": self._handler_config(job.handler),
-            "resources": {
-                r.name: self.resources[r.name]
-                for r in handler.resources
-                if r.name in self.resources
-            },
         }
         # Filled in as HandlerContext() fills it in, without its frozen __init__'s fifteen
         # object.__setattr__ calls (about 3 us of each run's start). Every field, or none.
         assert len(values) == CONTEXT_FIELDS, "HandlerContext gained a field: set it here"
         context = object.__new__(HandlerContext)
-        context.__dict__.update(values)
+        object.__setattr__(context, "__dict__", values)
         return context
+
+    def _shared_context(self, name: str, handler: Handler) -> dict[str, object]:
+        """What every run of a handler sees alike, made on its first run: read-only mappings,
+        so that no run changes what the next one sees."""
+        known = self._shared_contexts.get(name)
+        if known is None or known[0] is not handler:  # first run, or registered anew
+            shared: dict[str, object] = {
+                "clock": self.ports.clock,
+                "mailer": self.ports.mailer,
+                "http": self._http_session(),
+                "config": self._handler_config(name),
+                "resources": MappingProxyType(
+                    {
+                        r.name: self.resources[r.name]
+                        for r in handler.resources
+                        if r.name in self.resources
+                    }
+                ),
+            }
+            known = self._shared_contexts[name] = (handler, shared)
+        return known[1]
 
     def _handler_log(self, handler: str) -> logging.Logger:
         # logging.getLogger takes the logging module's lock: once per handler, not per run.
@@ -592,8 +607,9 @@ class HandlerExit(Exception):
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
     with TasksEndingWithTheRun(ctx.job_name):
-        value = handler(ctx)
-        assert isinstance(value, Awaitable)
+        # Known to be async (Runner._is_async): no isinstance against the Awaitable ABC, a
+        # microsecond a run; a callable that lied fails the run with a TypeError.
+        value = cast(Awaitable[Result], handler(ctx))
         try:
             return await value
         except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:

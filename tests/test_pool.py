@@ -1,0 +1,92 @@
+"""The worker pool's queue: bounded for the dispatcher's batches (a full queue holds the
+dispatcher back), not for runs fired at their time, which are queued at once."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from scheduler.metrics import Metrics
+from scheduler.model import Execution, Status
+from scheduler.planning import Plan
+from scheduler.pool import WorkerPool
+from scheduler.runner import Runner, Task
+from tests.conftest import T0, make_job
+
+WAIT = 5.0
+
+
+class GatedRunner:
+    """Runs nothing until the gate opens: what the pool does around its runs is what is seen."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.ran: list[str] = []
+        self.finisher = SimpleNamespace(starts_drained=lambda: None)
+
+    async def run(self, task: Task) -> None:
+        await self.gate.wait()
+        self.ran.append(task.job.name)
+
+    async def settled(self) -> None:
+        return None
+
+
+def task(name: str, *, fired: bool = False) -> Task:
+    job = make_job(name)
+    execution = Execution(
+        job_id=job.id,
+        job_name=name,
+        handler=job.handler,
+        scheduled_at=T0,
+        status=Status.RUNNING,
+        started_at=T0,
+    )
+    plan = Plan(run_at=T0, advance_from=T0)
+    return Task(job=job, execution=execution, plan=plan, lock_token="t", claimed_at=T0, fired=fired)
+
+
+def pool_of(runner: GatedRunner, *, workers: int, queue_size: int) -> WorkerPool:
+    fake: Runner = runner  # type: ignore[assignment]  # the pool calls only what GatedRunner has
+    pool = WorkerPool(fake, workers=workers, queue_size=queue_size, metrics=Metrics())
+    pool.start()
+    return pool
+
+
+async def _turns(count: int = 10) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+async def test_a_full_queue_holds_the_dispatcher_back_until_a_worker_takes_a_run() -> None:
+    runner = GatedRunner()
+    pool = pool_of(runner, workers=1, queue_size=2)
+    await pool.submit(task("first"))
+    await _turns()  # the worker takes it, and waits at the gate
+    await pool.submit(task("second"))
+    await pool.submit(task("third"))
+    assert pool.free_slots() == 0
+    fourth = asyncio.ensure_future(pool.submit(task("fourth")))
+    await _turns()
+    assert not fourth.done(), "the queue is full: the dispatcher waits"
+    runner.gate.set()
+    await asyncio.wait_for(fourth, WAIT)
+    await asyncio.wait_for(pool.join(), WAIT)
+    assert runner.ran == ["first", "second", "third", "fourth"]
+    await pool.stop(0)
+
+
+async def test_runs_fired_at_their_time_are_queued_at_once_beyond_the_bound() -> None:
+    runner = GatedRunner()
+    pool = pool_of(runner, workers=1, queue_size=2)
+    for i in range(5):
+        pool.submit_fired(task(f"fired-{i}", fired=True))
+    assert (pool.fired_waiting(), pool.free_slots()) == (5, 0)
+    assert not pool.fired_started.is_set()
+    await _turns()
+    assert pool.fired_waiting() == 4, "the one worker took the first"
+    runner.gate.set()
+    await asyncio.wait_for(pool.fired_started.wait(), WAIT)
+    await asyncio.wait_for(pool.join(), WAIT)
+    assert runner.ran == [f"fired-{i}" for i in range(5)]
+    await pool.stop(0)
