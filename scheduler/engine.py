@@ -423,33 +423,26 @@ class Engine:
 
     async def _record_in_parts(self, fired: list[tuple[DueRun, str]], now: datetime) -> int:
         """Stage the runs, releasing those already due (fired late, for want of room) as each
-        part is recorded, while the next part's records are made: the first batch alone, then
-        ten batches to an insert, so that five thousand do not all wait for one large insert.
-        Returns how many were released."""
+        part is recorded: the first batch alone, then ten batches to an insert, so that five
+        thousand do not all wait for one large insert. Each part's released runs start before
+        the next part's records are made (on the loop's thread, on SQLite). Returns how many
+        were released."""
         # Those due now wait for their starts from now on, and ends wait for them.
         self._unsubmitted += sum(1 for run, _ in fired if run.starts_at(now) <= now)
         released = 0
         size = self.settings.batch_size
         starts = [0, *range(size, len(fired), FIRED_BATCHES_AN_INSERT * size)]
         ends = [*starts[1:], len(fired)]
-        recording = asyncio.ensure_future(self._record_fired(fired[: ends[0]], now, fired))
-        for part in range(len(starts)):
-            tasks = await recording
+        for begin, end in zip(starts, ends, strict=True):
+            tasks = await self._record_fired(fired[begin:end], now, fired[begin:])
             self.metrics.batch_size.observe(len(tasks))
             for task in tasks:
                 self.staged.arm(task.execution.started_at or now, task.job.handler, task)
             due = self.staged.due(now)
             released += len(due)
-            # Queued first, as far as the pool has room: the workers start those before the
-            # next part's records are made, on the same loop.
-            room = self.pool.free_slots()
-            await self._enqueue(due[:room])
-            if part + 1 < len(starts):
-                begin, end = starts[part + 1], ends[part + 1]
-                recording = asyncio.ensure_future(
-                    self._record_fired(fired[begin:end], now, fired[begin:])
-                )
-            await self._enqueue(due[room:])
+            await self._enqueue(due)
+            if due and end < len(fired):
+                await self._let_fired_start()
         return released
 
     async def _let_fired_start(self) -> None:

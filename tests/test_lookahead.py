@@ -346,3 +346,35 @@ async def test_runs_released_at_their_time_start_before_the_ticks_store_calls(
     assert hooks.index("due query") > max(i for i, hook in enumerate(hooks) if hook == "started")
     assert hooks.count("started") == 40
     await asyncio.wait_for(h.engine.drain(), WAIT)
+
+
+async def test_runs_fired_late_start_part_by_part_before_the_next_parts_insert(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs recorded at their instant (none could be recorded ahead) are recorded in parts:
+    each part's runs start before the next part's insert, a transaction on the loop's thread
+    on SQLite, so the first (the most urgent, fetched first) wait for no later part."""
+    insert = store.insert_executions
+    h = make_engine(
+        {"noop": noop}, batch_size=10, queue_size=300, lookahead_seconds=10, lookahead_limit=250
+    )
+
+    async def noted(executions: Sequence[Execution], **kwargs: Any) -> None:
+        h.observed.heard.append(("insert", "", str(len(executions))))
+        await insert(executions, **kwargs)
+
+    names = [f"every-second-{i:03}" for i in range(250)]
+    for name in names:
+        await h.add(make_job(name, schedule=CronSchedule(expr="* * * * * *"), next_run_at=DUE))
+    await _arm(h)
+    monkeypatch.setattr(store, "insert_executions", noted)
+    h.observed.heard.clear()
+    h.clock.set(DUE)  # straight to the instant: nothing was recorded ahead
+    assert (await h.engine.tick()).fired == 250
+    order = [
+        hook if hook == "started" else f"{hook} {detail}" for hook, _, detail in h.observed.heard
+    ]
+    order = [step for step in order if step.startswith(("insert", "started"))]
+    assert order[:12] == ["insert 10", *["started"] * 10, "insert 100"]
+    assert order[12 + 100] == "insert 100", "the second part's runs started before the third"
+    await asyncio.wait_for(h.engine.drain(), WAIT)
