@@ -378,3 +378,24 @@ async def test_runs_fired_late_start_part_by_part_before_the_next_parts_insert(
     assert order[:12] == ["insert 10", *["started"] * 10, "insert 100"]
     assert order[12 + 100] == "insert 100", "the second part's runs started before the third"
     await asyncio.wait_for(h.engine.drain(), WAIT)
+
+
+async def test_runs_recorded_ahead_count_against_their_handlers_limit(
+    make_engine: EngineFactory,
+) -> None:
+    """Staged runs hold their handler's slots until they have run: a job falling due
+    meanwhile is not claimed past the limit."""
+    h = make_engine({"noop": noop}, **SMALL_POOL, handler_concurrency={"noop": 2})
+    for name in ("first", "second"):
+        await h.add(make_job(name, next_run_at=DUE))
+    await _arm(h)
+    h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
+    await h.engine.tick()
+    assert (len(h.engine.staged), len(h.engine.timers)) == (2, 0)
+    await h.add(make_job("third", next_run_at=DUE))
+    assert (await h.engine.tick()).claimed == 0, "the handler's two slots are taken"
+    assert await _leased(h.store, ["third"]) == 0
+
+    h.clock.set(DUE)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert sorted(e.job_name for e in await executions(h.store)) == ["first", "second", "third"]
