@@ -399,3 +399,24 @@ async def test_runs_recorded_ahead_count_against_their_handlers_limit(
     h.clock.set(DUE)
     await asyncio.wait_for(h.engine.drain(), WAIT)
     assert sorted(e.job_name for e in await executions(h.store)) == ["first", "second", "third"]
+
+
+async def test_runs_recorded_ahead_take_the_pools_room_from_those_recorded_after_them(
+    make_engine: EngineFactory,
+) -> None:
+    """Staged runs will take the pool's room at their time: a second tick before it records
+    no more than the room left, so none is recorded `running` to wait for a worker."""
+    h = make_engine({"noop": noop}, **SMALL_POOL)  # room for four
+    for i in range(10):
+        await h.add(make_job(f"hourly-{i}", next_run_at=DUE))
+    await _arm(h)
+    h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
+    await h.engine.tick()
+    h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 4))
+    await h.engine.tick()
+    assert (len(h.engine.staged), len(h.engine.timers)) == (4, 6)
+    assert len(await executions(h.store)) == 4
+
+    h.clock.set(DUE)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert len({e.job_name for e in await executions(h.store)}) == 10
