@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from scheduler.backoff import backoff_delay
 from scheduler.clock import Clock
@@ -37,6 +37,10 @@ BATCH_SIZE = 500
 CONFIRM_TIMEOUT_SECONDS = 30.0
 # How often an idle relay looks for new events.
 IDLE_SECONDS = 0.2
+# The outbox's gauges are counted in the store at most this often (on FerretDB a count decodes
+# every unsent event). Between counts, a pass that read less than a batch and had each event
+# confirmed has sent all the store held when it read: the gauges say so without a read.
+COUNT_UNSENT_EVERY = timedelta(seconds=5)
 # Sent events are kept this long (a look back for operators), then pruned in batches.
 KEEP_SENT_SECONDS = 300.0
 PRUNE_BATCH = 1000
@@ -102,6 +106,7 @@ class Relay:
         self._last_error: str | None = None
         self._backlog = 0
         self._oldest_age: float | None = None
+        self._counted_at: datetime | None = None
 
     def state(self) -> RelayState:
         return RelayState(
@@ -125,7 +130,11 @@ class Relay:
             await self._store.mark_events_sent(sent, self._clock.now())
         retried = len(events) - len(sent)
         self._note(retried)
-        await self._measure()
+        if len(events) < self._batch_size and not retried:
+            self._show_backlog(0, None)
+            self._counted_at = None  # should it fall behind again, counted at once
+        else:
+            await self._count_unsent()
         await self._prune()
         return RelayPass(read=len(events), sent=len(sent), retried=retried)
 
@@ -139,16 +148,24 @@ class Relay:
             log_event(log, "relay.recovered", after_failures=self._failures)
             self._failures, self._last_error = 0, None
 
-    async def _measure(self) -> None:
+    async def _count_unsent(self) -> None:
+        """The outbox is behind (a full batch read, or events not confirmed): its gauges from
+        a count in the store, at once when it falls behind, then at most every
+        COUNT_UNSENT_EVERY."""
+        now = self._clock.now()
+        if self._counted_at is not None and now - self._counted_at < COUNT_UNSENT_EVERY:
+            return
+        self._counted_at = now
         backlog = await self._store.outbox_backlog()
-        self._backlog = backlog.unsent
-        self._oldest_age = (
-            None
-            if backlog.oldest_written_at is None
-            else max(0.0, (self._clock.now() - backlog.oldest_written_at).total_seconds())
+        oldest = backlog.oldest_written_at
+        self._show_backlog(
+            backlog.unsent, None if oldest is None else max(0.0, (now - oldest).total_seconds())
         )
-        self._metrics.outbox_backlog.set(backlog.unsent)
-        self._metrics.outbox_oldest_unsent_age.set(self._oldest_age or 0.0)
+
+    def _show_backlog(self, unsent: int, oldest_age: float | None) -> None:
+        self._backlog, self._oldest_age = unsent, oldest_age
+        self._metrics.outbox_backlog.set(unsent)
+        self._metrics.outbox_oldest_unsent_age.set(oldest_age or 0.0)
 
     async def _prune(self) -> None:
         before = self._clock.now() - timedelta(seconds=KEEP_SENT_SECONDS)

@@ -12,8 +12,8 @@ from scheduler.clock import FakeClock
 from scheduler.lock.memory import MemoryLock
 from scheduler.metrics import Metrics
 from scheduler.model import Execution, Status
-from scheduler.ports import CloudEvent, Finish, Store
-from scheduler.relay import KEEP_SENT_SECONDS, RELAY_TURN_SECONDS, Relay
+from scheduler.ports import CloudEvent, Finish, OutboxBacklog, Store
+from scheduler.relay import COUNT_UNSENT_EVERY, KEEP_SENT_SECONDS, RELAY_TURN_SECONDS, Relay
 from tests.conftest import T0, make_job
 
 
@@ -103,6 +103,79 @@ async def test_no_event_is_lost_while_the_publisher_is_down(store: Store) -> Non
         assert ids_per_job(publisher.delivered, runs[0].job_id) == expected
     assert relay.state().state == "ok" and relay.state().backlog == 0
     assert metrics.outbox_backlog._value.get() == 0
+
+
+def counting_outbox_reads(store: Store) -> list[int]:
+    """How many times the store's outbox is counted from now on (one entry a count)."""
+    counts: list[int] = []
+    count = store.outbox_backlog
+
+    async def counted() -> OutboxBacklog:
+        backlog = await count()
+        counts.append(backlog.unsent)
+        return backlog
+
+    store.outbox_backlog = counted  # type: ignore[method-assign]
+    return counts
+
+
+async def test_a_pass_that_sends_all_it_read_shows_an_empty_outbox_without_a_count(
+    store: Store,
+) -> None:
+    """What ops alert on stays true, and a relay keeping up counts nothing: on FerretDB a
+    count decodes every unsent event, several times a second."""
+    clock = FakeClock(T0)
+    metrics = Metrics()
+    publisher = FlakyPublisher()
+    relay = Relay(store, publisher, clock=clock, metrics=metrics, batch_size=3)
+    publisher.down = True
+    await run_twice(store, "a", clock)
+    await relay.flush_once()
+    assert metrics.outbox_backlog._value.get() == 4
+    counts = counting_outbox_reads(store)
+
+    publisher.down = False
+    clock.advance(COUNT_UNSENT_EVERY.total_seconds())
+    passes = [await relay.flush_once() for _ in range(4)]
+
+    assert [p.sent for p in passes] == [3, 1, 0, 0]
+    assert counts == [1], "after the full batch only, not after the passes that emptied it"
+    assert metrics.outbox_backlog._value.get() == 0 and relay.state().backlog == 0
+    assert metrics.outbox_oldest_unsent_age._value.get() == 0
+    assert (await store.outbox_backlog()).unsent == 0
+
+
+async def test_an_outbox_behind_is_counted_when_it_falls_behind_then_every_few_seconds(
+    store: Store,
+) -> None:
+    clock = FakeClock(T0)
+    metrics = Metrics()
+    publisher = FlakyPublisher()
+    relay = Relay(store, publisher, clock=clock, metrics=metrics)
+    counts = counting_outbox_reads(store)
+    publisher.down = True
+    await run_twice(store, "a", clock)
+    await relay.flush_once()
+    clock.advance(1)
+    await relay.flush_once()
+    assert counts == [4], "at once when it fell behind, then not again within the interval"
+
+    publisher.down = False
+    await relay.flush_once()  # all four sent: empty, and no count
+    publisher.down = True
+    await run_twice(store, "b", clock)
+    await relay.flush_once()
+    clock.advance(1)
+    await relay.flush_once()
+    assert counts == [4, 4], "behind again, within the interval of the last count: at once"
+    assert metrics.outbox_backlog._value.get() == 4
+
+    interval = COUNT_UNSENT_EVERY.total_seconds()
+    clock.advance(interval)
+    await relay.flush_once()
+    assert counts == [4, 4, 4]
+    # b's first event was written before its two runs' two seconds, the second and the interval.
+    assert metrics.outbox_oldest_unsent_age._value.get() == 2 + 1 + interval
 
 
 async def test_a_refused_event_holds_back_the_later_events_of_its_job(store: Store) -> None:
