@@ -468,6 +468,39 @@ async def test_the_relays_pruning_reads_one_minute_of_sent_events_at_a_time(
     assert_every_filter_pushed_down(recorder)
 
 
+async def test_a_minute_of_more_sent_events_than_a_prune_takes_goes_by_the_events_each_mark_sent(
+    server: Server,
+) -> None:
+    """At a few hundred events a second a minute holds tens of thousands. Deleted by the minute
+    alone, FerretDB read the rest of the minute again for each `limit` deleted (it evaluates
+    the `_id` $in in Go), and the time grew with the square of the minute. Each delete names
+    the time of one mark as well, which it pushes down, and stays within the limit."""
+    async with ferretdb_store_recorded(server) as (store, recorder):
+        jobs = [make_job(f"job-{i}") for i in range(6)]
+        for job in jobs:
+            await store.insert_job(job)
+        await store.insert_executions(
+            [running(await claimed(store, job), 1) for job in jobs], event_source=SOURCE
+        )
+        assert await store.prune_sent_events(T0, limit=10) == 0  # the first prune reads all
+        events = [event.id for event in await store.unsent_events(10)]
+        marks = [T0 + timedelta(seconds=second) for second in range(3)]  # all in one minute
+        for second, at in enumerate(marks):
+            await store.mark_events_sent(events[2 * second : 2 * second + 2], at)
+
+        pruned, deletes = [], []
+        for _ in range(3):
+            recorder.commands.clear()
+            pruned.append(await store.prune_sent_events(T0 + timedelta(minutes=5), limit=4))
+            deletes.append(filters_sent([c for c in recorder.commands if c[0] == "delete"]))
+
+    assert pruned == [4, 2, 0]
+    # More than the limit in the minute: one delete for the events of each mark among them.
+    named = [query.get("sent_at_us") for query in deletes[0]]
+    assert len(set(named)) == len(named) and set(named) <= {exact_micros(at) for at in marks}
+    assert [set(query) for query in deletes[1]] == [{"sent_minute", "_id"}], "the rest at once"
+
+
 # What retention reads executions by after its first call: equalities FerretDB pushes down and
 # its GIN twins serve, each matching a bucket, a job or a document.
 RETENTION_KEYS = ("finished_hour", "finished_minute", "job_id", "_id")
