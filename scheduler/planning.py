@@ -120,6 +120,7 @@ def advance_after(
         consecutive_failures=failures,
         paused_reason=paused_reason,
         last_execution=summary,
+        claimed_next_run_at=job.next_run_at,
     )
 
 

@@ -57,9 +57,13 @@ class Claim:
 class Advance:
     """The job's new state after a run; applied only while the run's lease token still holds.
 
-    The schedule part (next_run_at, enabled, paused_reason) applies only if the job's revision is
-    still `revision`, the one the run claimed: a change ops made during the run (a pause, a new
-    schedule) wins over the schedule the run computed from the old definition."""
+    The schedule part (next_run_at, enabled, paused_reason) applies only while ops have not
+    changed when the job runs: a pause or a new schedule made during the run wins over the
+    schedule the run computed from the old definition. With `claimed_next_run_at` (a scheduled
+    run's), that is while the job is still enabled and due at the time the run claimed, so an
+    edit of anything else (its params, retries, name) still lets the run move the job on:
+    otherwise the occurrence that ran would be due again and run twice. Without it (a requested
+    run, a sharded occurrence), while the job's revision is still `revision`."""
 
     revision: int
     next_run_at: datetime | None
@@ -67,6 +71,7 @@ class Advance:
     consecutive_failures: int
     paused_reason: str | None
     last_execution: ExecutionSummary
+    claimed_next_run_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

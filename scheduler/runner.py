@@ -470,18 +470,21 @@ class Runner:
     def _occurrence_advance(
         self, job: Job, entry: RunRequest, summary: ExecutionSummary
     ) -> Advance:
-        """As for one run of the job as it was claimed (its revision then)."""
+        """As for one run of the job as it was claimed (its revision then). Fenced by that
+        revision alone: the entries do not keep the time the occurrence was claimed at, and
+        `job` was read when this shard was."""
         claimed = replace(job, revision=entry.revision)
         if entry.advance_from is None:
             return keep_schedule(claimed, summary)
         plan = Plan(run_at=entry.scheduled_at, advance_from=entry.advance_from)
-        return advance_after(
+        advance = advance_after(
             claimed,
             plan,
             summary,
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
+        return replace(advance, claimed_next_run_at=None)
 
     async def _give_request_back(self, request: RunRequest) -> None:
         """A requested run that never got to run (a shutdown) is asked for again, as a

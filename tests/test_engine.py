@@ -28,11 +28,12 @@ from scheduler.model import (
     MisfirePolicy,
     OnceSchedule,
     Priority,
+    Schedule,
     Status,
     new_id,
 )
 from scheduler.observers import RunObserver
-from scheduler.ports import ExecutionQuery, JobQuery, RunRequest, Store
+from scheduler.ports import ExecutionQuery, JobChange, JobQuery, RunRequest, Store
 from scheduler.storage.operations import STORE_OPERATIONS
 from scheduler.store.sqlite import SQLiteStore
 from tests.conftest import T0, EngineFactory, make_job
@@ -69,6 +70,54 @@ async def test_a_due_job_runs_once_and_advances(make_engine: EngineFactory) -> N
     h.clock.advance(60)
     await h.engine.drain()
     assert [e.scheduled_at for e in await executions(h.store)] == [T0, T0 + timedelta(minutes=1)]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [CronSchedule(expr="0 * * * * *"), IntervalSchedule(every_seconds=3600), OnceSchedule(at=T0)],
+    ids=["cron", "interval", "once"],
+)
+async def test_a_job_edited_while_it_runs_runs_that_occurrence_once(
+    make_engine: EngineFactory, schedule: Schedule
+) -> None:
+    """Ops raise a running job's retries: the run still moves the job on when it ends, or the
+    occurrence that ran is due again at once and runs a second time (a second webhook)."""
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    async def gated(ctx: HandlerContext) -> Result:
+        started.set()
+        await gate.wait()
+        return None
+
+    h = make_engine({"gated": gated})
+    job = await h.add(make_job(handler="gated", schedule=schedule, next_run_at=T0))
+    h.engine.start()
+    await h.engine.tick()
+    await asyncio.wait_for(started.wait(), WAIT)
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is not None
+    change = JobChange(
+        id=new_id(),
+        job_id=job.id,
+        job_name=job.name,
+        at=T0,
+        actor="ops",
+        action="update",
+        changes={"max_retries": {"from": 0, "to": 5}},
+    )
+    edited = dataclasses.replace(stored, max_retries=5, params={"edited": True})
+    assert await h.store.replace_job(edited, stored.revision, change)
+    gate.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    h.clock.advance(1)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    assert [(e.scheduled_at, e.status) for e in await executions(h.store)] == [
+        (T0, Status.SUCCESS)
+    ]
+    after = await h.store.get_job(job.id)
+    assert after is not None and after.max_retries == 5
+    assert after.next_run_at != T0
 
 
 async def test_the_handler_gets_its_context(make_engine: EngineFactory) -> None:

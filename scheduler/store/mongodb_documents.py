@@ -304,6 +304,7 @@ def finished_document(finish: Finish) -> ReplaceOne[Doc]:
     if finish.advance is not None and finish.shard is None and execution.token is not None:
         doc["release"] = {
             "revision": finish.advance.revision,
+            "unchanged": schedule_unchanged(finish.advance),
             "set": release_update(finish.advance)["$set"],
         }
     return ReplaceOne({"_id": execution.id}, doc, upsert=True)
@@ -313,13 +314,22 @@ def finished_document(finish: Finish) -> ReplaceOne[Doc]:
 SCHEDULE_FIELDS = ("next_run_at", "next_run_at_us", "enabled", "paused_reason")
 
 
+def schedule_unchanged(advance: Advance) -> Doc:
+    """The job as the run claimed it, as far as when it runs goes (see Advance): the filter
+    under which the run's end may move its schedule."""
+    if advance.claimed_next_run_at is None:
+        return {"revision": advance.revision}
+    return {"enabled": True, "next_run_at_us": exact_micros(advance.claimed_next_run_at)}
+
+
 def rolled_forward(ended: Doc, *, schedule: bool, batch: str) -> UpdateOne:
     """The job update a finished execution kept (`finished_document`), fenced as the run's own
-    end was (`finish_update`): for the reaper, when a crash came between the two writes."""
+    end was (`finish_update`): for the reaper, when a crash came between the two writes. An
+    execution ended by an older tickd kept only the revision."""
     fenced = held_by(ended["job_id"], ended["token"])
     changes = dict(ended["release"]["set"])
     if schedule:
-        fenced["revision"] = ended["release"]["revision"]
+        fenced |= ended["release"].get("unchanged") or {"revision": ended["release"]["revision"]}
     else:
         for field in SCHEDULE_FIELDS:
             changes.pop(field, None)
@@ -328,14 +338,14 @@ def rolled_forward(ended: Doc, *, schedule: bool, batch: str) -> UpdateOne:
 
 def finish_update(finish: Finish, *, schedule: bool, batch: str) -> UpdateOne:
     """The fenced update that ends a run: only while its token holds the lease, and with the
-    schedule only while the job is at the revision the run claimed. It names the execution in
-    `last_release` and the store call in `batch`, so the store can tell afterwards which of a
-    batch applied."""
+    schedule only while ops have not changed when the job runs (`schedule_unchanged`). It names
+    the execution in `last_release` and the store call in `batch`, so the store can tell
+    afterwards which of a batch applied."""
     execution, advance = finish.execution, finish.advance
     assert execution.token is not None
     fenced = held_by(execution.job_id, execution.token)
     if schedule and advance is not None:
-        fenced["revision"] = advance.revision
+        fenced |= schedule_unchanged(advance)
     update = release_update(advance, schedule=schedule)
     update["$set"] |= {"last_release": execution.id, "batch": batch}
     return UpdateOne(fenced, update)

@@ -41,6 +41,7 @@ from scheduler.store.mongodb_documents import (
     request_claim,
     request_document,
     request_from_document,
+    schedule_unchanged,
     shard_claim,
     shard_end,
     shard_held_by,
@@ -275,7 +276,7 @@ class MongoRequests(MongoCollections):
         """The schedule moves only if ops did not change the job meanwhile (see Advance)."""
         fenced = held_by(job_id, occurrence)
         result = await self.jobs.update_one(
-            {**fenced, "revision": advance.revision}, release_update(advance)
+            {**fenced, **schedule_unchanged(advance)}, release_update(advance)
         )
         if result.matched_count != 1:
             result = await self.jobs.update_one(fenced, release_update(advance, schedule=False))

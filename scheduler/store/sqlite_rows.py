@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from scheduler.codec import (
     EPOCH,
     Doc,
+    exact_micros,
     execution_from_doc,
     job_to_doc,
     micros,
@@ -339,18 +340,28 @@ def summary_text(summary: ExecutionSummary | None) -> str:
     )
 
 
-# The schedule moves only if ops did not change the job during the run (see Advance).
+# The schedule moves only if ops did not change when the job runs during the run (see Advance):
+# it is still enabled and due at the time the run claimed, or, for runs that do not know that
+# time, still at the revision the run claimed. Every SET sees the row as it was before the update.
+_UNMOVED = "CASE WHEN enabled = 1 AND next_run_at = ? THEN ? ELSE {0} END"
 _UNCHANGED = "CASE WHEN revision = ? THEN ? ELSE {0} END"
-# Both made once: sqlite3 finds a statement in its cache by the text, hashed again for each new
-# string, and formatting this one took a microsecond and a half of every run's end.
+
+
+def _release_and_advance_sql(unchanged: str) -> str:
+    return (
+        f"UPDATE jobs SET {CLEAR_LEASE}, consecutive_failures = ?, last_execution = ?, "
+        f"next_run_at = {unchanged.format('next_run_at')}, "
+        f"enabled = {unchanged.format('enabled')}, "
+        f"paused_reason = {unchanged.format('paused_reason')} "
+        "WHERE id = ? AND lease_token = ?"
+    )
+
+
+# Made once: sqlite3 finds a statement in its cache by the text, hashed again for each new
+# string, and formatting one took a microsecond and a half of every run's end.
 RELEASE_SQL = f"UPDATE jobs SET {CLEAR_LEASE} WHERE id = ? AND lease_token = ?"
-RELEASE_AND_ADVANCE_SQL = (
-    f"UPDATE jobs SET {CLEAR_LEASE}, consecutive_failures = ?, last_execution = ?, "
-    f"next_run_at = {_UNCHANGED.format('next_run_at')}, "
-    f"enabled = {_UNCHANGED.format('enabled')}, "
-    f"paused_reason = {_UNCHANGED.format('paused_reason')} "
-    "WHERE id = ? AND lease_token = ?"
-)
+RELEASE_AND_ADVANCE_SQL = _release_and_advance_sql(_UNMOVED)
+RELEASE_AND_ADVANCE_AT_REVISION_SQL = _release_and_advance_sql(_UNCHANGED)
 
 
 def release_sql(
@@ -359,16 +370,19 @@ def release_sql(
     """The fenced update that ends a run: applies only while the run's token holds the lease."""
     if advance is None:
         return RELEASE_SQL, (job_id, token)
+    sql, unchanged = RELEASE_AND_ADVANCE_AT_REVISION_SQL, advance.revision
+    if advance.claimed_next_run_at is not None:
+        sql, unchanged = RELEASE_AND_ADVANCE_SQL, exact_micros(advance.claimed_next_run_at)
     return (
-        RELEASE_AND_ADVANCE_SQL,
+        sql,
         (
             advance.consecutive_failures,
             summary_text(advance.last_execution),
-            advance.revision,
+            unchanged,
             micros(advance.next_run_at),
-            advance.revision,
+            unchanged,
             int(advance.enabled),
-            advance.revision,
+            unchanged,
             advance.paused_reason,
             job_id,
             token,

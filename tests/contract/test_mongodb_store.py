@@ -628,24 +628,32 @@ class Crash(Exception):
     """The process dies here."""
 
 
-@pytest.mark.parametrize("changed_during_the_run", [False, True], ids=["as-claimed", "paused"])
+@pytest.mark.parametrize(
+    "edit",
+    [None, {"enabled": False, "paused_reason": "maintenance"}, {"max_retries": 5}],
+    ids=["as-claimed", "paused", "retries-edited"],
+)
 async def test_a_crash_between_a_runs_execution_and_its_job_is_rolled_forward_by_the_reaper(
-    store: MongoStore, monkeypatch: pytest.MonkeyPatch, changed_during_the_run: bool
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch, edit: dict[str, Any] | None
 ) -> None:
     """A run's end writes its execution, then its job (two commands: no transaction). A crash in
     between left a succeeded run whose job still held its lease at the old time: the reaper
     freed the job and the occurrence ran twice. The execution keeps the job's update, which
-    the reaper applies instead (and, if ops changed the job meanwhile, without the schedule)."""
+    the reaper applies instead (and, if ops changed when the job runs meanwhile, without the
+    schedule)."""
     job = make_job("ended-then-crashed")
     await store.insert_job(job)
     won = await claimed(store, job)
     assert won.lease is not None
     execution = running(won, won.lease.token)
     await store.insert_executions([execution])
-    if changed_during_the_run:
-        paused = dataclasses.replace(job, enabled=False, paused_reason="maintenance")
-        assert await store.replace_job(paused, job.revision, change_of(job, "pause"))
+    if edit is not None:
+        edited = dataclasses.replace(job, **edit)
+        assert await store.replace_job(edited, job.revision, change_of(job, "update"))
     done = dataclasses.replace(execution, status=Status.SUCCESS, finished_at=T0, attempts=1)
+    advance = dataclasses.replace(
+        advance_to(T0 + timedelta(minutes=1), done), claimed_next_run_at=job.next_run_at
+    )
 
     async def crash(*args: object, **kwargs: object) -> set[str]:
         raise Crash
@@ -653,16 +661,14 @@ async def test_a_crash_between_a_runs_execution_and_its_job_is_rolled_forward_by
     with monkeypatch.context() as patched:
         patched.setattr(store, "_release", crash)
         with pytest.raises(Crash):
-            await store.finish_executions(
-                [Finish(done, advance_to(T0 + timedelta(minutes=1), done))]
-            )
+            await store.finish_executions([Finish(done, advance)])
 
     after_lease = T0 + timedelta(minutes=6)
     assert await store.reap_expired_leases(after_lease) == [], "it ended: nothing to abandon"
     after = await store.get_job(job.id)
     assert after is not None and after.lease is None
     assert after.last_execution is not None and after.last_execution.execution_id == done.id
-    if changed_during_the_run:
+    if edit is not None and "enabled" in edit:
         assert (after.enabled, after.paused_reason, after.next_run_at) == (False, "maintenance", T0)
     else:
         assert after.next_run_at == T0 + timedelta(minutes=1)

@@ -431,6 +431,41 @@ async def test_a_change_made_during_a_run_wins_over_its_advance(store: Store) ->
     assert after.last_execution is not None and after.last_execution.execution_id == done.id
 
 
+NEXT_MINUTE = T0 + timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        # (the change ops make during the run, (enabled, next_run_at) after the run's end)
+        ({"enabled": False, "paused_reason": "maintenance"}, (False, T0)),
+        ({"next_run_at": T0 + timedelta(hours=1)}, (True, T0 + timedelta(hours=1))),
+        ({"max_retries": 5, "params": {"note": "edited"}}, (True, NEXT_MINUTE)),
+    ],
+    ids=["a pause wins", "a new schedule wins", "an edit of the rest lets the run move on"],
+)
+async def test_a_change_during_a_run_wins_over_its_advance_only_if_it_moves_when_the_job_runs(
+    store: Store, edit: dict[str, Any], expected: tuple[bool, datetime]
+) -> None:
+    """A scheduled run knows the time it claimed the job at. An edit that leaves the job
+    enabled and due then (its params, retries) must not keep the run from moving it on, or
+    the occurrence that just ran is due again and runs twice."""
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    execution = running(won, won.lease.token)  # type: ignore[union-attr]
+    await store.insert_executions([execution])
+    assert await store.replace_job(replace(job, **edit), job.revision, change_of(job, "update"))
+    done = replace(execution, status=Status.SUCCESS, finished_at=T0)
+    advance = replace(advance_to(NEXT_MINUTE, done), claimed_next_run_at=job.next_run_at)
+    assert await finish_one(store, done, advance)
+    after = await store.get_job(job.id)
+    assert after is not None
+    assert (after.enabled, after.next_run_at) == expected
+    assert after.lease is None
+    assert after.last_execution is not None and after.last_execution.execution_id == done.id
+
+
 async def test_history_is_newest_first_and_pages(store: Store) -> None:
     job = make_job()
     await store.insert_job(job, change_of(job, "create", T0))
