@@ -34,7 +34,7 @@ from scheduler.model import (
 )
 from scheduler.registry import HandlerRegistry
 from scheduler.schedules import first_fire, next_fire, validate
-from scheduler.secrets import is_secret_name
+from scheduler.secrets import is_secret_name, scrub_text
 
 # The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
@@ -143,7 +143,8 @@ class JobRules:
         )
         if error is not None:
             path = ".".join(str(p) for p in error.absolute_path)
-            raise ValidationError(f"params.{path}" if path else "params", _safe_message(error))
+            message = _safe_message(error, registered.handler.secret_params)
+            raise ValidationError(f"params.{path}" if path else "params", message)
         if registered.handler.check_params is not None:
             self._check_params(registered.handler.check_params, params)
 
@@ -195,11 +196,18 @@ def check_bounds(job: Job) -> None:
             )
 
 
-def _safe_message(error: jsonschema.ValidationError) -> str:
-    # The message quotes the offending value; a secret must not come back in an error.
-    if any(is_secret_name(str(p)) for p in error.absolute_path):
-        return f"fails the handler's schema ({error.validator})"
-    return str(error.message)[:300]
+def _safe_message(error: jsonschema.ValidationError, declared: frozenset[str]) -> str:
+    """The schema's message, which quotes the offending value: a secret must not come back in
+    an error, not even one stored masked that the client sent back as `***` (put back before
+    the check). A secret field's value, or a whole object or list (which may hold one under any
+    name), is not quoted; credentials in any other value (a URL's password) are masked."""
+    refused = f"fails the handler's schema ({error.validator})"
+    if any(is_secret_name(str(p)) or str(p) in declared for p in error.absolute_path):
+        return refused
+    message = str(error.message)
+    if isinstance(error.instance, dict | list) and repr(error.instance) in message:
+        return refused
+    return scrub_text(message)[:300]
 
 
 def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:

@@ -112,9 +112,7 @@ async def test_a_job_edited_while_it_runs_runs_that_occurrence_once(
     h.clock.advance(1)
     await asyncio.wait_for(h.engine.drain(), WAIT)
 
-    assert [(e.scheduled_at, e.status) for e in await executions(h.store)] == [
-        (T0, Status.SUCCESS)
-    ]
+    assert [(e.scheduled_at, e.status) for e in await executions(h.store)] == [(T0, Status.SUCCESS)]
     after = await h.store.get_job(job.id)
     assert after is not None and after.max_retries == 5
     assert after.next_run_at != T0

@@ -17,7 +17,7 @@ from handlers.noop import noop
 from handlers.webhook import webhook
 from scheduler.model import Status
 from scheduler.ports import ExecutionQuery, JobQuery
-from tests.api.conftest import ADMIN, WRITE, Api, serving
+from tests.api.conftest import ADMIN, WRITE, Api, ping, serving
 from tests.conftest import T0, EngineFactory
 
 HANDLERS = {
@@ -201,6 +201,28 @@ async def test_a_request_that_could_never_be_made_is_refused(
     assert fields_of(problem) == [field]
     assert "pw" not in problem["detail"] and "\n" not in problem["errors"][0]["reason"]
     assert await api.store.list_jobs(JobQuery()) == []
+
+
+async def test_a_schema_refusal_does_not_quote_a_password_even_one_stored_masked(
+    make_engine: EngineFactory,
+) -> None:
+    """The handler's schema refuses a value by quoting it: a password in a URL is masked in
+    that quote, including a stored one a client sent back as `***` (put back before the
+    check: here to move the job to a handler that takes only https), which would otherwise
+    hand the secret to anyone who may edit the job."""
+    async with serving(make_engine, {**HANDLERS, "ping": ping}) as api:
+        ftp = {**HOOK, "params": {"url": "ftp://deploy:S3cr3t@h.example/x"}}
+        status, problem, _ = await api.call("POST", "/v1/jobs", json=ftp)
+        assert (status, fields_of(problem)) == (422, ["params.url"]), problem
+        assert "S3cr3t" not in str(problem) and "does not match" in problem["detail"]
+        job = await create(api, {**HOOK, "params": {"url": "http://deploy:S3cr3t@h.example/x"}})
+        assert job["params"]["url"] == "http://deploy:***@h.example/x"
+        to_ping = {"handler": "ping", "params": job["params"]}
+        status, problem, _ = await api.call(
+            "PATCH", f"/v1/jobs/{job['id']}", json=to_ping, token=WRITE
+        )
+        assert (status, fields_of(problem)) == (422, ["params.url"]), problem
+        assert "S3cr3t" not in str(problem) and "does not match" in problem["detail"]
 
 
 async def test_a_timeout_too_short_to_run_anything_is_refused(api: Api) -> None:
