@@ -25,7 +25,16 @@ from api.problems import ApiError, field_error, validation_problems
 from scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
 from scheduler.config import Settings
 from scheduler.jobspec import JobRules, JobSpec
-from scheduler.model import Job, Misfire, Priority, RedrivePolicy, Schedule, new_id
+from scheduler.model import (
+    Job,
+    Misfire,
+    OnceSchedule,
+    Priority,
+    RedrivePolicy,
+    Schedule,
+    ValidationError,
+    new_id,
+)
 from scheduler.ports import JobChange
 from scheduler.registry import HandlerRegistry
 from scheduler.schedules import first_fire
@@ -149,6 +158,7 @@ class JobBuilder:
         )
         with validation_problems():
             self.rules.check(changed, now, new_schedule="schedule" in fields)
+            _check_not_spent(job, changed)
         return self._rescheduled(job, changed, now)
 
     def _rescheduled(self, before: Job, after: Job, now: datetime) -> Job:
@@ -164,6 +174,17 @@ class JobBuilder:
     def check_schedule(self, schedule: Schedule, name: str) -> None:
         with validation_problems():
             self.rules.check_schedule(schedule, name)
+
+
+def _check_not_spent(before: Job, after: Job) -> None:
+    """A once job whose time has been run (or skipped) has no next run. Brought back to life
+    as it is, it would fire at its past time at once: that run again."""
+    spent = before.next_run_at is None and not before.enabled
+    resumed = after.enabled and after.schedule == before.schedule
+    if spent and resumed and isinstance(after.schedule, OnceSchedule):
+        raise ValidationError(
+            "enabled", "this once job has had its run: give it a new schedule.at to run it again"
+        )
 
 
 def _given(value: T | None, current: T) -> T:

@@ -349,6 +349,31 @@ async def test_pause_and_resume_are_recorded_in_the_history(api: Api) -> None:
     assert history["items"][2]["changes"]["params"]["to"]["api_key"] == "***"
 
 
+async def test_a_once_job_that_has_run_is_not_resumed_into_running_again(api: Api) -> None:
+    """After its run a once job is disabled with no next run. Resuming it (or enabling it) as
+    it is would fire its past time at once: that run again, under the same key. It is refused
+    naming `enabled`, and a new time in the future brings it back."""
+    at = (T0 + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    job = await create(api, schedule={"kind": "once", "at": at})
+    api.clock.advance(300)
+    await api.harness.engine.drain()
+    ran = await api.store.list_executions(ExecutionQuery(job_id=job["id"]))
+    assert [e.status for e in ran] == [Status.SUCCESS]
+    api.clock.advance(3600)
+    path = f"/v1/jobs/{job['id']}"
+    for method, url, body in (("POST", path + "/resume", None), ("PATCH", path, {"enabled": True})):
+        status, problem, _ = await api.call(method, url, json=body, token=WRITE)
+        assert (status, [e["field"] for e in problem["errors"]]) == (422, ["enabled"]), problem
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and (stored.enabled, stored.next_run_at) == (False, None)
+    again = (T0 + timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    new_time: dict[str, Any] = {"enabled": True, "schedule": {"kind": "once", "at": again}}
+    status, resumed, _ = await api.call("PATCH", path, json=new_time, token=WRITE)
+    assert (status, resumed["enabled"], resumed["next_run_at"]) == (200, True, again), resumed
+    await api.harness.engine.drain()
+    assert len(await api.store.list_executions(ExecutionQuery(job_id=job["id"]))) == 1
+
+
 async def test_delete_keeps_the_history(api: Api) -> None:
     job = await create(api)
     status, _, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}")
