@@ -159,7 +159,8 @@ class JobBuilder:
         with validation_problems():
             self.rules.check(changed, now, new_schedule="schedule" in fields)
             _check_not_spent(job, changed)
-        return self._rescheduled(job, changed, now)
+            # Resumed, a schedule checked when it was stored may fire no more (NoFireTime).
+            return self._rescheduled(job, changed, now)
 
     def _rescheduled(self, before: Job, after: Job, now: datetime) -> Job:
         """A new schedule, or a job coming back to life, fires from now on; otherwise the next

@@ -17,7 +17,7 @@ from scheduler.codec import to_json_ready
 from scheduler.dead_letters import rerun_of
 from scheduler.model import Execution, IntervalSchedule, Job, Status, new_id
 from scheduler.ports import ExecutionQuery, RunRequest
-from scheduler.schedules import next_fire, occurrences
+from scheduler.schedules import NoFireTime, next_fire, occurrences
 
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED)
 MAX_BACKFILL = 1000
@@ -129,7 +129,10 @@ def _backfill_start(job: Job, start: datetime) -> datetime:
 
 
 def _first_at_or_after(job: Job, start: datetime) -> datetime:
-    first = next_fire(job.schedule, start - timedelta(microseconds=1), job_name=job.name)
+    try:
+        first = next_fire(job.schedule, start - timedelta(microseconds=1), job_name=job.name)
+    except NoFireTime:
+        first = None
     if first is None:
         raise field_error("start", "the job's schedule has no occurrence in this range")
     return first

@@ -3,14 +3,14 @@ marked)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from api.jobs import to_schedule
 from api.models import FireTime, JobPreviewQuery, PreviewOut, PreviewRequest
 from api.routing import Call, Reply, Route
 from api.v1 import JOB, load_job, state
 from scheduler.model import CronSchedule, Schedule
-from scheduler.schedules import clock_changed, next_fire, zone
+from scheduler.schedules import NoFireTime, clock_changed, next_fire, zone
 
 
 async def preview_job(call: Call[JobPreviewQuery, None]) -> Reply:
@@ -26,14 +26,24 @@ async def preview_schedule(call: Call[None, PreviewRequest]) -> Reply:
     return Reply(preview(schedule, body.name, body.after or state(call).clock.now(), body.count))
 
 
+# A preview lists the fire times within a hundred years of `after`: a search walks the zone's
+# clock changes one by one, and a hundred fire times of a date that recurs every 28 years (the
+# fifth Monday of February) would walk 2,800 years of them, a second on the loop, per request.
+PREVIEW_SPAN = timedelta(days=366 * 100)
+
+
 def preview(schedule: Schedule, name: str, after: datetime, count: int) -> PreviewOut:
     # Only cron reads a wall clock; the others are on UTC, where the clocks never change.
     tz = zone(schedule.timezone) if isinstance(schedule, CronSchedule) else None
+    horizon = after + min(PREVIEW_SPAN, datetime.max.replace(tzinfo=UTC) - after)
     times: list[FireTime] = []
     previous = after
     while len(times) < count:
-        current = next_fire(schedule, previous, job_name=name)
-        if current is None:
+        try:
+            current = next_fire(schedule, previous, job_name=name)
+        except NoFireTime:  # none left before the calendar ends
+            break
+        if current is None or current > horizon:
             break
         times.append(
             FireTime(

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema
-from croniter.croniter import CroniterBadDateError
 
 from scheduler.config import Settings
 from scheduler.handler_api import ParamsCheck
@@ -117,18 +116,18 @@ class JobRules:
         schedule = job.schedule
         if new_schedule and isinstance(schedule, OnceSchedule) and schedule.at <= now:
             raise ValidationError("schedule.at", "must be in the future")
+        if new_schedule and isinstance(schedule, CronSchedule):
+            # It fired once, but will it again? Not if its zone's clocks now skip its time
+            # every year (NoFireTime).
+            next_fire(schedule, now, job_name=job.name)
         _check_jitter(schedule, job.jitter_seconds, job.name, now)
 
     def check_schedule(self, schedule: Schedule, name: str) -> None:
         validate(schedule, job_name=name)
         if isinstance(schedule, CronSchedule):
-            # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not.
-            try:
-                next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
-            except CroniterBadDateError:
-                raise ValidationError(
-                    "schedule.expr", "names no date that exists: never fires"
-                ) from None
+            # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not
+            # (NoFireTime).
+            next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
 
     def check_handler(self, handler: str, params: Mapping[str, Any]) -> None:
         registered = self.registry.get(handler)

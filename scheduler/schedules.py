@@ -28,9 +28,11 @@ from __future__ import annotations
 import functools
 import random
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import MAXYEAR, UTC, datetime, timedelta
 from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter.croniter import CroniterBadDateError
 
 from scheduler.cron import Cron, parse
 from scheduler.model import (
@@ -52,6 +54,10 @@ MACROS = {
 }
 
 SECOND = timedelta(seconds=1)
+# How far a search for the next fire time looks. The rarest date an expression can name, the
+# 29th of February on a given weekday, recurs within 40 years; croniter looks 50 ahead too.
+SEARCH_YEARS = 50
+SEARCH_HORIZON = timedelta(days=366 * SEARCH_YEARS)
 # Longer than any clock change in the time-zone database (Antarctica/Troll's two hours): a
 # change this recent still decides what fires next.
 MAX_SHIFT = timedelta(hours=3)
@@ -158,16 +164,40 @@ def _next_cron(schedule: CronSchedule, after: datetime, job_name: str) -> dateti
     return found
 
 
+class NoFireTime(ValidationError):
+    """A cron expression names no time that exists in its zone within SEARCH_YEARS: a date no
+    month has (February 30th), one the zone's clock change always skips (00:30 on the day
+    Havana's clocks go from midnight to one), or none before the calendar ends (year 9999)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "schedule.expr",
+            f"names no date that exists in its time zone within {SEARCH_YEARS} years: never fires",
+        )
+
+
 def _search_cron(cron: Cron, tz: ZoneInfo, after: datetime) -> datetime:
+    """Stretch by stretch of one UTC offset, until a fire time lies before the next change.
+    Bounded by SEARCH_HORIZON: a time each year's change skips would otherwise be looked for
+    stretch after stretch up to the year 9999 (seconds of CPU on the loop, then a ValueError)."""
     wall_times = WallTimes(cron)
-    stretch = _stretch_at(tz, after)
-    while True:
-        candidate = _first_in(stretch, wall_times, after)
-        since = after if stretch.start is None else max(after, stretch.start)
-        change = _first_change(tz, since, candidate)
-        if change is None:
-            return candidate
-        stretch = Stretch(_offset(tz, change), change, stretch.offset)
+    try:
+        stretch = _stretch_at(tz, after)
+        while True:
+            candidate = _first_in(stretch, wall_times, after)
+            since = after if stretch.start is None else max(after, stretch.start)
+            if since - after > SEARCH_HORIZON:
+                raise NoFireTime
+            change = _first_change(tz, since, candidate)
+            if change is None:
+                return candidate
+            stretch = Stretch(_offset(tz, change), change, stretch.offset)
+    except CroniterBadDateError:
+        raise NoFireTime from None
+    except (OverflowError, ValueError):
+        if after.year < MAXYEAR - SEARCH_YEARS:
+            raise  # not the calendar's end: a fault of ours, not of the expression
+        raise NoFireTime from None
 
 
 def _stretch_at(tz: ZoneInfo, after: datetime) -> Stretch:
@@ -281,5 +311,8 @@ def occurrences(
         found.append(current)
         if isinstance(schedule, IntervalSchedule):
             break  # an interval job has one pending occurrence at a time, by definition
-        current = next_fire(schedule, current, job_name=job_name)
+        try:
+            current = next_fire(schedule, current, job_name=job_name)
+        except NoFireTime:  # none for fifty years: none up to `until` either, for any use
+            break
     return found

@@ -95,3 +95,48 @@ async def test_a_preview_from_an_unreadable_time_is_refused_naming_it(api: Api) 
     )
     assert status == 400
     assert [e["field"] for e in body["errors"]] == ["query.after"]
+
+
+# The 00:30 of the second Sunday of March: Havana's clocks go from midnight to one that night
+# every year since 2013, so the schedule last fired in 2012.
+SKIPPED_EVERY_YEAR = {"kind": "cron", "expr": "0 30 */24 * 3 0#2", "timezone": "America/Havana"}
+
+
+async def test_a_schedule_whose_time_the_clocks_now_skip_every_year_is_refused_naming_it(
+    api: Api,
+) -> None:
+    """Its search looked for a next time, clock change after clock change, up to the year 9999
+    (seconds on the loop every job shares) and then failed with a 500. Now it looks fifty
+    years ahead: a 422 naming the expression, and nothing saved; a preview lists no time."""
+    body = {**CRON_JOB, "schedule": SKIPPED_EVERY_YEAR}
+    status, problem, _ = await api.call("POST", "/v1/jobs", json=body)
+    assert status == 422, problem
+    assert [e["field"] for e in problem["errors"]] == ["schedule.expr"]
+    assert "never fires" in problem["detail"]
+    assert (await api.call("GET", "/v1/jobs", token=READ))[1]["items"] == []
+    request = {"schedule": SKIPPED_EVERY_YEAR, "count": 100}
+    status, shown, _ = await api.call("POST", "/v1/schedules/preview", json=request, token=READ)
+    assert (status, shown["times"]) == (200, []), shown
+
+
+async def test_a_preview_ends_with_the_calendar_not_a_500(api: Api) -> None:
+    request = {
+        "schedule": {"kind": "cron", "expr": "0 0 0 * 2 1#5", "timezone": "Europe/Berlin"},
+        "count": 100,
+        "after": "8999-01-01T00:00:00Z",
+    }
+    status, shown, _ = await api.call("POST", "/v1/schedules/preview", json=request, token=READ)
+    assert status == 200, shown
+    times = [datetime.fromisoformat(t["at"]) for t in shown["times"]]
+    assert times and all(t.month == 2 and t.day in (28, 29) for t in times)
+    assert times[-1].year < 9999
+
+
+def test_a_preview_lists_the_fire_times_of_the_next_hundred_years_at_most() -> None:
+    """A hundred fire times of a date that recurs every 28 years (the fifth Monday of February)
+    would walk 2,800 years of clock changes, a second on the loop for one request."""
+    after = datetime(2026, 1, 1, tzinfo=UTC)
+    schedule = CronSchedule(expr="0 0 0 * 2 1#5", timezone="Europe/Berlin")
+    times = [t.at for t in preview(schedule, "j", after, 100).times]
+    assert [t.year for t in times] == [2044, 2072, 2112]  # 2100 is no leap year
+    assert len(preview(CronSchedule(expr="@yearly"), "j", after, 100).times) == 100
