@@ -420,9 +420,11 @@ class Store(Protocol):
         token still holds its entry's lease, it clears that lease and, unless the run was
         abandoned (then the shard is due again, to run alone), marks the entry `ended`.
 
-        With the executions, whether or not the run was fenced off: each `settles` finish marks
-        its occurrence's other open or redriving dead letters of the same shard redriven, and
-        each `redrive` is queued (idempotent by request id) with its history entry. With
+        With the executions, whether or not the run was fenced off, each `settles` finish marks
+        its occurrence's other open or redriving dead letters of the same shard redriven. Each
+        `redrive` of a run whose lease still held is queued (idempotent by request id) with its
+        history entry: a run fenced off queues none, since its occurrence is another
+        instance's now, and a re-drive would run it again. With
         `event_source`, each final execution's event goes to the outbox with it (see the
         class)."""
 

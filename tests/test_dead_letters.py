@@ -4,6 +4,7 @@ the unhandled ones and reports them, all on the fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from scheduler.handler_api import HandlerContext, Result
@@ -11,6 +12,7 @@ from scheduler.model import DeadLetter, Execution, OnceSchedule, RedrivePolicy, 
 from scheduler.ports import ExecutionQuery, Store
 from scheduler.retention import Housekeeper
 from tests.conftest import T0, EngineFactory, Harness, make_job
+from tests.test_engine import WAIT, noop
 
 
 async def runs(store: Store, job_id: str) -> list[Execution]:
@@ -120,3 +122,35 @@ async def test_housekeeping_prunes_around_dead_letters_and_reports_them(
     await h.store.mark_dead_letters([dead.id], states=[DeadLetter.OPEN], to=DeadLetter.DISCARDED)
     await keeper.run_once()
     assert metrics.registry.get_sample_value("tickd_dead_letters", gauge) == 0
+
+
+async def test_a_run_fenced_off_that_then_fails_queues_no_redrive(
+    make_engine: EngineFactory,
+) -> None:
+    """A paused process comes back to find its lease taken over and the occurrence run again,
+    and succeeded, elsewhere. Its own run then fails: that end is fenced off, and it must not
+    queue a re-drive, which would run the occurrence a third time."""
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    async def slow_then_fails(ctx: HandlerContext) -> Result:
+        started.set()
+        await gate.wait()
+        raise RuntimeError("came back too late")
+
+    policy = RedrivePolicy(max_attempts=3, backoff_seconds=1)
+    stalled = make_engine({"work": slow_then_fails}, instance_id="stalled", lease_margin_seconds=1)
+    job = await stalled.add(make_job("work", "work", redrive=policy, next_run_at=T0))
+    stalled.engine.start()
+    await stalled.engine.tick()
+    await asyncio.wait_for(started.wait(), WAIT)
+    stalled.clock.advance(job.timeout_seconds + 2)  # its lease lapsed while it stalled
+    taker = make_engine({"work": noop}, instance_id="taker")
+    await asyncio.wait_for(taker.engine.drain(), WAIT)
+    gate.set()
+    await asyncio.wait_for(stalled.engine.pool.join(), WAIT)
+    await asyncio.wait_for(stalled.engine.runner.settled(), WAIT)
+    await drain_until(taker, 30)
+
+    ran = [(r.owner, r.status) for r in await runs(taker.store, job.id) if r.scheduled_at == T0]
+    assert sorted(ran) == [("stalled", Status.FAILED), ("taker", Status.SUCCESS)]
+    assert await taker.store.due_run_requests(T0 + timedelta(days=1), 10) == []

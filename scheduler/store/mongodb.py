@@ -85,6 +85,7 @@ from scheduler.store.mongodb_documents import (
     request_document,
     rolled_forward,
     settle_dead_letters,
+    shard_held_by,
 )
 from scheduler.store.mongodb_housekeeping import MongoHousekeeping
 from scheduler.store.mongodb_requests import MongoRequests
@@ -270,7 +271,10 @@ class MongoStore(MongoRequests, MongoHousekeeping):
     async def _settle_and_redrive(self, finishes: Sequence[Finish]) -> None:
         settles = [settle_dead_letters(f.execution) for f in finishes if f.settles]
         await self._update_each(self.executions, settles)
-        redrives = [f.redrive for f in finishes if f.redrive is not None]
+        # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
+        # no re-drive: that instance runs the occurrence, and a re-drive would run it again.
+        # Read before the release, not after: a crash between the two then loses no re-drive.
+        redrives = [f.redrive for f in finishes if f.redrive and await self._still_held(f)]
         if not redrives:
             return
         documents = [request_document(request) for request, _ in redrives]
@@ -278,6 +282,16 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         changes = [change for i, (_, change) in enumerate(redrives) if i not in taken]
         if changes:
             await self.changes.insert_many([change_document(c) for c in changes])
+
+    async def _still_held(self, finish: Finish) -> bool:
+        """Whether the run's lease (its job's, or its shard entry's) still holds: one read by
+        `_id`, made only for runs that failed for good with a re-drive policy."""
+        token = finish.execution.token
+        if token is None:
+            return True
+        if finish.shard is not None:
+            return await self.requests.find_one(shard_held_by(finish.shard.id, token)) is not None
+        return await self.jobs.find_one(held_by(finish.execution.job_id, token)) is not None
 
     async def _release(self, finishes: Sequence[Finish], *, schedule: bool) -> set[str]:
         """The fenced job updates, then which applied: the runs the jobs this call (`batch`)

@@ -292,8 +292,9 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         def finish(db: sqlite3.Connection) -> list[bool]:
             self._write_ends(db, rows, sql)
             write_events(db, [f.execution for f in finishes], event_source)
-            self._settle_and_redrive(db, finishes)
-            return [bool(db.execute(release, args).rowcount) for release, args in releases]
+            applied = [bool(db.execute(release, args).rowcount) for release, args in releases]
+            self._settle_and_redrive(db, finishes, applied)
+            return applied
 
         return await self._run(finish, at_once=len(rows) <= AT_ONCE_MAX_ROWS) if finishes else []
 
@@ -307,7 +308,9 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             db.executemany(replace, rows)
 
     @staticmethod
-    def _settle_and_redrive(db: sqlite3.Connection, finishes: Sequence[Finish]) -> None:
+    def _settle_and_redrive(
+        db: sqlite3.Connection, finishes: Sequence[Finish], applied: Sequence[bool]
+    ) -> None:
         settle = (
             "UPDATE executions SET dead_letter = ? WHERE job_id = ? AND scheduled_at = ? "
             f"AND shard = ? AND id != ? AND dead_letter IN {UNHANDLED}"
@@ -321,7 +324,14 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
                 for e in [f.execution]
             ],
         )
-        requests = [f.redrive for f in finishes if f.redrive is not None]
+        # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
+        # no re-drive: that instance runs the occurrence, and a re-drive would run it again.
+        # (A run without a token held no lease to lose.)
+        requests = [
+            f.redrive
+            for f, released in zip(finishes, applied, strict=True)
+            if f.redrive and (released or f.execution.token is None)
+        ]
         queue = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         for request, change in requests:
             if db.execute(queue, request_row(request)).rowcount:
