@@ -160,9 +160,18 @@ class MongoRequests(MongoCollections):
             job = won.pop(claim.job_id, None)
             if job is not None:
                 pairs.append((request, job))
-        if pairs:
-            await self.requests.delete_many({"_id": {"$in": [r.id for r, _ in pairs]}})
-        return pairs
+        return [pair for pair in pairs if await self._take_request(*pair)]
+
+    async def _take_request(self, request: RunRequest, job: Job) -> bool:
+        """Take the request off the queue, the job claimed for it. A request read before
+        another instance claimed it, ran it and freed its job wins the job again (the same
+        revision, no lease): gone from the queue, it is not run a second time, and the job is
+        let go. One delete by `_id`, which FerretDB pushes down (an `$in` it does not)."""
+        if (await self.requests.delete_one({"_id": request.id})).deleted_count == 1:
+            return True
+        assert job.lease is not None
+        await self.jobs.update_one(held_by(job.id, job.lease.token), release_update(None))
+        return False
 
     async def _claim_shards(
         self, shards: Sequence[tuple[RunRequest, Claim]], now: datetime, source: str | None

@@ -124,7 +124,12 @@ class SQLiteRequests(SQLiteTables):
                         row = db.execute("SELECT * FROM run_requests WHERE id = ?", (request.id,))
                         job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,))
                         won.append((request_from_row(row.fetchone()), job.fetchone()))
-                elif db.execute(update, (c.owner, micros(c.until), c.job_id, c.revision)).rowcount:
+                elif (
+                    self._still_queued(db, request)
+                    and db.execute(
+                        update, (c.owner, micros(c.until), c.job_id, c.revision)
+                    ).rowcount
+                ):
                     db.execute("DELETE FROM run_requests WHERE id = ?", (request.id,))
                     job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,)).fetchone()
                     won.append((request, job))
@@ -132,6 +137,14 @@ class SQLiteRequests(SQLiteTables):
             return won
 
         return [(request, job_from_row(job)) for request, job in await self._run(claim)]
+
+    @staticmethod
+    def _still_queued(db: sqlite3.Connection, request: RunRequest) -> bool:
+        """A request read before another instance claimed it, ran it and freed its job would
+        win the job again (same revision, no lease) and run a second time: it must still be
+        queued, in the transaction that claims it."""
+        row = db.execute("SELECT 1 FROM run_requests WHERE id = ?", (request.id,)).fetchone()
+        return row is not None
 
     @staticmethod
     def _claim_shard(

@@ -528,6 +528,35 @@ async def test_run_requests_claim_the_job_without_moving_its_schedule(store: Sto
     }
 
 
+async def test_a_request_read_before_another_instance_ran_it_is_not_claimed_again(
+    store: Store,
+) -> None:
+    """Two instances read the same trigger. One claims it, runs it and frees the job; the
+    other's claim, from its older read, finds the job free at the same revision: it must lose,
+    or the trigger runs twice. The job is left free."""
+    job = make_job(next_run_at=T0 + timedelta(days=1))
+    await store.insert_job(job)
+    await store.insert_run_requests([request_for(job)])
+    [(request, read)] = await store.due_run_requests(T0, 10)
+    [(stale, _)] = await store.due_run_requests(T0, 10)  # the other instance's read
+
+    def claim_by(owner: str) -> Claim:
+        until = T0 + timedelta(minutes=1)
+        return Claim(
+            job_id=job.id, revision=read.revision, next_run_at=None, owner=owner, until=until
+        )
+
+    [(_, won)] = await store.claim_run_requests([request], [claim_by("first")], T0)
+    assert won.lease is not None
+    done = replace(running(won, won.lease.token), scheduled_at=T0, status=Status.SUCCESS)
+    assert await finish_one(store, replace(done, finished_at=T0), None)
+
+    assert await store.claim_run_requests([stale], [claim_by("second")], T0) == []
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None, "not held by the claim that lost"
+    assert await store.due_run_requests(T0 + timedelta(days=1), 10) == []
+
+
 async def test_pending_requests_are_counted_per_job_and_reason(store: Store) -> None:
     job, other = make_job("job"), make_job("other")
     await store.insert_job(job)
