@@ -9,6 +9,7 @@ after it has taken a few emails of the first scan, and listens again on the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,18 +43,16 @@ class GoingAway(SmtpServer):
         self.stop_after = stop_after
         self.server: asyncio.Server | None = None
         self.stopped_at: datetime | None = None
-        # Every connection it took: closing a server does not close those (Python 3.11).
-        self.sessions: list[SMTP] = []
+        # Every connection it took that is not gone yet: closing a server does not close them
+        # (Python 3.11). Kept as transports, not as the SMTP sessions' own: a session drops
+        # its transport in some ends.
+        self.open: set[asyncio.Transport] = set()
+        self.all_gone = asyncio.Event()
 
     async def listen(self) -> None:
         self.server = await asyncio.get_running_loop().create_server(
-            self._session, host="127.0.0.1", port=self.port
+            lambda: _Session(self), host="127.0.0.1", port=self.port
         )
-
-    def _session(self) -> SMTP:
-        session = SMTP(self, hostname="tickd-test")
-        self.sessions.append(session)
-        return session
 
     def stop_listening(self) -> None:
         """New connections are refused from now on; those open finish their email."""
@@ -69,13 +68,40 @@ class GoingAway(SmtpServer):
         return reply
 
     async def close(self) -> None:
+        """Every connection closed and its socket released, not left to the collector (whose
+        ResourceWarning then failed whichever test ran next)."""
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-        for session in self.sessions:
-            if session.transport is not None:
-                session.transport.close()
-        await asyncio.sleep(0)  # the transports close in the next turn of the loop
+        for transport in list(self.open):
+            transport.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.all_gone.wait(), 1)
+        for transport in list(self.open):  # still flushing to a client that went away
+            transport.abort()
+        if self.open:
+            await asyncio.wait_for(self.all_gone.wait(), 5)
+
+
+class _Session(SMTP):
+    """An SMTP session that tells its server of its connection and of its end."""
+
+    def __init__(self, recorder: GoingAway) -> None:
+        super().__init__(recorder, hostname="tickd-test")
+        self.recorder = recorder
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.connection = transport
+        self.recorder.open.add(transport)
+        self.recorder.all_gone.clear()
+        super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.recorder.open.discard(self.connection)
+        if not self.recorder.open:
+            self.recorder.all_gone.set()
+        super().connection_lost(error)
 
 
 async def seed_alerts(sandbox: Sandbox) -> None:
