@@ -92,13 +92,17 @@ class Finish:
     `redrive`: the run failed for good and the job's policy re-drives it: queue this request,
     with its history entry.
     `shard`: the run was a shard of an occurrence in progress, under this entry's lease: its end
-    is fenced by the entry (the execution's token), not by the job, which it leaves as it is."""
+    is fenced by the entry (the execution's token), not by the job, which it leaves as it is.
+    `request_id`: the run request (trigger, retry, re-drive, backfill) the run was, which stayed
+    queued while it ran: its end takes it off the queue. Not set for a run abandoned before it
+    started (a shutdown), whose request is then due again."""
 
     execution: Execution
     advance: Advance | None
     settles: bool = False
     redrive: tuple[RunRequest, JobChange] | None = None
     shard: RunRequest | None = None
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -327,7 +331,12 @@ class Store(Protocol):
         event_source: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Claim each request's job (claims[i] goes with requests[i]) and, for each job won,
-        take its request off the queue, in one batch. Returns the pairs won.
+        mark its request taken by the job's new token, in one batch. Returns the pairs won. A
+        request no longer queued (another instance ran it since it was read) wins nothing, and
+        its job is let go. A taken request stays queued until its run's end takes it off
+        (Finish.request_id), or its occurrence's shards do (start_occurrence): should its
+        instance die, it is due again as soon as the job's lease is reaped, and nothing asked
+        for is lost. It does not count as pending while its run holds the job.
 
         A shard entry is claimed instead: compare-and-set on the entry as the due query read it
         (its fence and lease), while its job's lease is still its occurrence's. The entry takes
@@ -344,7 +353,9 @@ class Store(Protocol):
         """Hand a claimed sharded occurrence to its shards: while `token` still holds the job's
         lease, the lease becomes the occurrence's (owner OCCURRENCE_OWNER, expiring at `until`),
         the entries of any earlier occurrence of the job are dropped and `shards` (one entry a
-        shard, `occurrence` = token) are queued. False, and nothing written, otherwise."""
+        shard, `occurrence` = token) are queued; a request the occurrence was claimed for (taken
+        by `token`) is the shards' now, and leaves the queue. False, and nothing written,
+        otherwise."""
 
     async def renew_shard_lease(
         self, shard: RunRequest, token: int, until: datetime, now: datetime

@@ -437,6 +437,8 @@ class Runner:
         end = finish_of(task.job, asked, execution, advance)
         if entry is not None:
             end = replace(end, shard=entry)
+        elif task.request is not None and execution.status is not Status.ABANDONED:
+            end = replace(end, request_id=task.request.id)  # it ran: off the queue
         return end.execution, advance, end
 
     def tell_ended(
@@ -488,8 +490,9 @@ class Runner:
 
     async def _give_request_back(self, request: RunRequest) -> None:
         """A requested run that never got to run (a shutdown) is asked for again, as a
-        scheduled one's occurrence is given back: its request was taken off the queue when it
-        was claimed. The same id, so giving it back twice queues it once."""
+        scheduled one's occurrence is given back. Its request stays queued while it runs
+        (Store.claim_run_requests), so this queues it again only if an older tickd took it off
+        at its claim: the same id, so giving it back twice queues it once."""
         try:
             await self.ports.store.insert_run_requests([request])
         except StoreError as exc:

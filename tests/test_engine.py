@@ -457,6 +457,39 @@ async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs
     assert "job.execution.abandoned" in survivor.events.types(job.id)
 
 
+async def test_a_triggered_run_whose_instance_crashed_runs_again_on_another(
+    make_engine: EngineFactory,
+) -> None:
+    """A trigger (as a retry, a re-drive, a backfill) stays queued while it runs: when the
+    instance running it dies, the reaper frees the job and the survivor runs it. Before, it
+    was taken off the queue at its claim, and the crash lost it for good: one `abandoned`
+    execution, and a re-drive's dead letter stuck in `redriving`."""
+
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed", lease_margin_seconds=30)
+    later = T0 + timedelta(days=1)  # not due by its schedule: only the trigger runs it
+    job = await crashed.add(make_job("work", "work", timeout_seconds=60, next_run_at=later))
+    trigger = RunRequest(
+        id=new_id(), job_id=job.id, scheduled_at=T0, reason="trigger", not_before=T0, created_at=T0
+    )
+    await crashed.store.insert_run_requests([trigger])
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1
+    assert await crashed.store.count_pending_requests(job.id, reason="trigger") == 0
+
+    survivor = make_engine({"work": noop}, instance_id="survivor")
+    survivor.clock.advance(60 + 30 + 1)  # past timeout + lease margin
+    await asyncio.wait_for(survivor.engine.drain(), WAIT)
+    await asyncio.wait_for(survivor.engine.drain(), WAIT)
+
+    ran = [(e.owner, e.status, e.scheduled_at) for e in await executions(survivor.store, job.id)]
+    assert ran == [("crashed", Status.ABANDONED, T0), ("survivor", Status.SUCCESS, T0)]
+    assert await survivor.store.due_run_requests(later, 10) == [], "and once only"
+
+
 async def test_a_crashed_instance_whose_heartbeat_lapsed_is_taken_over_in_seconds(
     make_engine: EngineFactory,
 ) -> None:

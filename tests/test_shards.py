@@ -12,7 +12,15 @@ from scheduler.engine import RECORDED_AHEAD_SECONDS
 from scheduler.handler_api import HandlerContext, Result
 from scheduler.lock import lock_key, shard_lock_key
 from scheduler.lock.memory import MemoryLock
-from scheduler.model import CronSchedule, DeadLetter, IntervalSchedule, RedrivePolicy, Status
+from scheduler.model import (
+    CronSchedule,
+    DeadLetter,
+    IntervalSchedule,
+    RedrivePolicy,
+    Status,
+    new_id,
+)
+from scheduler.ports import RunRequest
 from scheduler.testing import handler_context
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
@@ -397,3 +405,29 @@ async def test_an_instance_killed_mid_occurrence_leaves_its_shard_to_run_again_a
     await asyncio.wait_for(a.engine.pool.join(), WAIT)
     assert a.engine.metrics.fenced._value.get() == 1
     assert await b.store.get_job(job.id) == ended, "a's late shard changed nothing"
+
+
+async def test_a_triggered_occurrence_runs_its_shards_once_and_the_trigger_once(
+    make_engine: EngineFactory,
+) -> None:
+    """A trigger stays queued while its run holds the job; a sharded one is its shards' once
+    they are queued, and leaves the queue then: the occurrence does not run again when its
+    last shard frees the job."""
+    h = make_engine({"noop": noop}, workers=4)
+    later = T0 + timedelta(days=1)  # not due by its schedule
+    job = await h.add(
+        make_job("sharded", "noop", schedule=EVERY_MINUTE, shards=3, next_run_at=later)
+    )
+    trigger = RunRequest(
+        id=new_id(), job_id=job.id, scheduled_at=T0, reason="trigger", not_before=T0, created_at=T0
+    )
+    await h.store.insert_run_requests([trigger])
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    h.clock.advance(1)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    runs = await executions(h.store, job.id)
+    assert sorted((e.shard, e.status) for e in runs) == [(i, Status.SUCCESS) for i in range(3)]
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None and stored.next_run_at == later
+    assert await h.store.due_run_requests(later, 10) == []

@@ -259,6 +259,7 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._write_events([f.execution for f in finishes], event_source)
         await self._update_each(self.executions, [finished_document(f) for f in finishes])
         await self._settle_and_redrive(finishes)
+        await self._take_off_queue([f.request_id for f in finishes if f.request_id is not None])
         shards = await self._shards_ended([f for f in finishes if f.shard is not None])
         fenced = [f for f in finishes if f.execution.token is not None and f.shard is None]
         released = await self._release(fenced, schedule=True)
@@ -282,6 +283,14 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         changes = [change for i, (_, change) in enumerate(redrives) if i not in taken]
         if changes:
             await self.changes.insert_many([change_document(c) for c in changes])
+
+    async def _take_off_queue(self, request_ids: Sequence[str]) -> None:
+        """Requests whose runs ended, after their executions (which name them, for a reaper
+        that rolls an end forward) and before their jobs are freed (a request left queued on a
+        free job would run again). One delete each, by `_id` (FerretDB pushes it down, not an
+        `$in`); ends of requests are few beside the schedules'."""
+        for request_id in request_ids:
+            await self.requests.delete_one({"_id": request_id})
 
     async def _still_held(self, finish: Finish) -> bool:
         """Whether the run's lease (its job's, or its shard entry's) still holds: one read by
@@ -382,6 +391,7 @@ class MongoStore(MongoRequests, MongoHousekeeping):
             ended += [found] if found is not None else []
         if not ended:
             return set()
+        await self._take_off_queue([r for doc in ended if (r := doc["release"].get("request_id"))])
         batch = new_id()
         updates = [rolled_forward(doc, schedule=True, batch=batch) for doc in ended]
         if await self._update_each(self.jobs, updates) < len(updates):

@@ -306,6 +306,7 @@ def finished_document(finish: Finish) -> ReplaceOne[Doc]:
             "revision": finish.advance.revision,
             "unchanged": schedule_unchanged(finish.advance),
             "set": release_update(finish.advance)["$set"],
+            "request_id": finish.request_id,
         }
     return ReplaceOne({"_id": execution.id}, doc, upsert=True)
 

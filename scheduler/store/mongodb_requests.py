@@ -65,7 +65,13 @@ class MongoRequests(MongoCollections):
 
     @translating_errors
     async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
-        return await self.requests.count_documents({"job_id": job_id, "reason": reason})
+        """Not the one being run: taken by the job's lease now (one whose lease lapsed is
+        pending again)."""
+        pending: Doc = {"job_id": job_id, "reason": reason}
+        job = await self.jobs.find_one({"_id": job_id}, {"fence": 1, "lease": 1})
+        if job is not None and job.get("lease") is not None:
+            pending["taken"] = {"$ne": job["fence"]}
+        return await self.requests.count_documents(pending)
 
     @translating_errors
     async def due_run_requests(
@@ -163,13 +169,15 @@ class MongoRequests(MongoCollections):
         return [pair for pair in pairs if await self._take_request(*pair)]
 
     async def _take_request(self, request: RunRequest, job: Job) -> bool:
-        """Take the request off the queue, the job claimed for it. A request read before
+        """Mark the request taken by the job's new token, the job claimed for it (it stays
+        queued until the run's end: see Store.claim_run_requests). A request read before
         another instance claimed it, ran it and freed its job wins the job again (the same
         revision, no lease): gone from the queue, it is not run a second time, and the job is
-        let go. One delete by `_id`, which FerretDB pushes down (an `$in` it does not)."""
-        if (await self.requests.delete_one({"_id": request.id})).deleted_count == 1:
-            return True
+        let go. One update by `_id`, which FerretDB pushes down (an `$in` it does not)."""
         assert job.lease is not None
+        taken = {"$set": {"taken": job.lease.token}}
+        if (await self.requests.update_one({"_id": request.id}, taken)).matched_count == 1:
+            return True
         await self.jobs.update_one(held_by(job.id, job.lease.token), release_update(None))
         return False
 
@@ -238,7 +246,9 @@ class MongoRequests(MongoCollections):
         self, job_id: str, token: int, until: datetime, shards: Sequence[RunRequest]
     ) -> bool:
         """The lease handed over, then the entries of an earlier occurrence dropped and these
-        queued: a crash in between leaves the occurrence's lease to expire (it runs again)."""
+        queued: a crash in between leaves the occurrence's lease to expire (it runs again).
+        The request it was claimed for leaves the queue last: a crash before that runs the
+        occurrence again once it ends, rather than losing it."""
         moved = {
             "lease.owner": OCCURRENCE_OWNER,
             "lease.until": until,
@@ -249,6 +259,7 @@ class MongoRequests(MongoCollections):
             return False
         await self.requests.delete_many({"job_id": job_id, "occurrence": {"$ne": None}})
         await insert_ignoring_duplicates(self.requests, [request_document(r) for r in shards])
+        await self.requests.delete_many({"job_id": job_id, "taken": token})
         return True
 
     @translating_errors

@@ -289,11 +289,16 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             for f in finishes
         ]
 
+        # Ended requests leave the queue, whether or not the run was fenced off: they ran.
+        done_requests = [(f.request_id,) for f in finishes if f.request_id is not None]
+
         def finish(db: sqlite3.Connection) -> list[bool]:
             self._write_ends(db, rows, sql)
             write_events(db, [f.execution for f in finishes], event_source)
             applied = [bool(db.execute(release, args).rowcount) for release, args in releases]
             self._settle_and_redrive(db, finishes, applied)
+            if done_requests:
+                db.executemany("DELETE FROM run_requests WHERE id = ?", done_requests)
             return applied
 
         return await self._run(finish, at_once=len(rows) <= AT_ONCE_MAX_ROWS) if finishes else []

@@ -39,6 +39,11 @@ from scheduler.store.sqlite_rows import (
 LEASE_EXPIRED = json.dumps(
     to_json_ready({"type": "LeaseExpired", "message": "the lease expired before the run ended"})
 )
+# A requested run claims its job whenever it is free, at the revision the due query read.
+CLAIM_FOR_REQUEST = (
+    "UPDATE jobs SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
+    "lease_token = fence + 1 WHERE id = ? AND revision = ? AND lease_token IS NULL"
+)
 # A shard's occurrence outlives the shard's lease by as long again (see Store.claim_run_requests).
 EXTEND_OCCURRENCE = (
     "UPDATE jobs SET lease_until = max(lease_until, ?) WHERE id = ? AND lease_token = ?"
@@ -58,7 +63,13 @@ class SQLiteRequests(SQLiteTables):
         return await self._run(lambda db: db.execute(sql, args).fetchone()) is not None
 
     async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
-        sql = "SELECT COUNT(*) FROM run_requests WHERE job_id = ? AND reason = ?"
+        # Not the one being run: taken by the job's lease now (one whose lease lapsed is
+        # pending again).
+        sql = (
+            "SELECT COUNT(*) FROM run_requests r JOIN jobs j ON j.id = r.job_id "
+            "WHERE r.job_id = ? AND r.reason = ? "
+            "AND (r.taken IS NULL OR r.taken IS NOT j.lease_token)"
+        )
         row = await self._run(lambda db: db.execute(sql, (job_id, reason)).fetchone())
         return int(row[0])
 
@@ -110,11 +121,6 @@ class SQLiteRequests(SQLiteTables):
         *,
         event_source: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
-        update = (
-            "UPDATE jobs SET lease_owner = ?, lease_until = ?, fence = fence + 1, "
-            "lease_token = fence + 1 WHERE id = ? AND revision = ? AND lease_token IS NULL"
-        )
-
         def claim(db: sqlite3.Connection) -> list[tuple[RunRequest, sqlite3.Row]]:
             won = []
             abandoned: list[Execution] = []
@@ -124,27 +130,31 @@ class SQLiteRequests(SQLiteTables):
                         row = db.execute("SELECT * FROM run_requests WHERE id = ?", (request.id,))
                         job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,))
                         won.append((request_from_row(row.fetchone()), job.fetchone()))
-                elif (
-                    self._still_queued(db, request)
-                    and db.execute(
-                        update, (c.owner, micros(c.until), c.job_id, c.revision)
-                    ).rowcount
-                ):
-                    db.execute("DELETE FROM run_requests WHERE id = ?", (request.id,))
-                    job = db.execute("SELECT * FROM jobs WHERE id = ?", (c.job_id,)).fetchone()
-                    won.append((request, job))
+                elif (claimed := self._claim_request(db, request, c)) is not None:
+                    won.append((request, claimed))
             write_events(db, abandoned, event_source)
             return won
 
         return [(request, job_from_row(job)) for request, job in await self._run(claim)]
 
     @staticmethod
-    def _still_queued(db: sqlite3.Connection, request: RunRequest) -> bool:
-        """A request read before another instance claimed it, ran it and freed its job would
-        win the job again (same revision, no lease) and run a second time: it must still be
-        queued, in the transaction that claims it."""
-        row = db.execute("SELECT 1 FROM run_requests WHERE id = ?", (request.id,)).fetchone()
-        return row is not None
+    def _claim_request(
+        db: sqlite3.Connection, request: RunRequest, claim: Claim
+    ) -> sqlite3.Row | None:
+        """The job, claimed for a plain request, which is marked taken by the new token and
+        stays queued until the run's end (see Store.claim_run_requests). A request read before
+        another instance claimed it, ran it and freed its job would win the job again (same
+        revision, no lease) and run a second time: it must still be queued."""
+        if db.execute("SELECT 1 FROM run_requests WHERE id = ?", (request.id,)).fetchone() is None:
+            return None
+        args = (claim.owner, micros(claim.until), claim.job_id, claim.revision)
+        if not db.execute(CLAIM_FOR_REQUEST, args).rowcount:
+            return None
+        job: sqlite3.Row = db.execute("SELECT * FROM jobs WHERE id = ?", (claim.job_id,)).fetchone()
+        db.execute(
+            "UPDATE run_requests SET taken = ? WHERE id = ?", (job["lease_token"], request.id)
+        )
+        return job
 
     @staticmethod
     def _claim_shard(
@@ -207,6 +217,7 @@ class SQLiteRequests(SQLiteTables):
                 return False
             stale = "DELETE FROM run_requests WHERE job_id = ? AND occurrence IS NOT NULL"
             db.execute(stale, (job_id,))
+            db.execute("DELETE FROM run_requests WHERE job_id = ? AND taken = ?", (job_id, token))
             db.executemany(queue, rows)
             return True
 

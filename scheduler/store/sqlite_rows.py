@@ -159,6 +159,8 @@ ADDED_COLUMNS = {
     ],
     "run_requests": [
         ("redrives", "INTEGER NOT NULL DEFAULT 0"),
+        # The token of the run a plain request is being run by (it stays queued until its end).
+        ("taken", "INTEGER"),
         ("shard", "INTEGER"),
         ("shards", "INTEGER"),
         # Shard entries of occurrences in progress (ports.RunRequest).

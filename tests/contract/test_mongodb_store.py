@@ -34,6 +34,7 @@ from tests.contract.test_store import (
     change_of,
     claimed,
     ended,
+    request_for,
     running,
     stored_ids,
 )
@@ -675,3 +676,35 @@ async def test_a_crash_between_a_runs_execution_and_its_job_is_rolled_forward_by
     not_again = await store.due_jobs(T0 + timedelta(seconds=30), 10)
     assert not_again == [], "the occurrence (T0) does not run again"
     assert await store.get_execution(done.id) == done
+
+
+async def test_a_requested_run_rolled_forward_by_the_reaper_leaves_the_queue(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trigger stays queued while it runs, and its end takes it off before freeing the job.
+    A crash after its execution was written: the reaper rolls the end forward, the request
+    with it, so the trigger does not run a second time."""
+    job = make_job("triggered-then-crashed", next_run_at=T0 + timedelta(days=1))
+    await store.insert_job(job)
+    request = request_for(job)
+    await store.insert_run_requests([request])
+    claim = Claim(job_id=job.id, revision=job.revision, next_run_at=None, owner="a", until=T0)
+    [(_, won)] = await store.claim_run_requests([request], [claim], T0)
+    assert won.lease is not None
+    done = dataclasses.replace(
+        running(won, won.lease.token), status=Status.SUCCESS, finished_at=T0, attempts=1
+    )
+
+    async def crash(*args: object, **kwargs: object) -> None:
+        raise Crash
+
+    end = Finish(done, advance_to(won.next_run_at, done), request_id=request.id)
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_take_off_queue", crash)
+        with pytest.raises(Crash):
+            await store.finish_executions([end])
+
+    assert await store.reap_expired_leases(T0 + timedelta(minutes=6)) == []
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None
+    assert await store.due_run_requests(T0 + timedelta(days=2), 10) == [], "not run again"

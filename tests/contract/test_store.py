@@ -523,9 +523,10 @@ async def test_run_requests_claim_the_job_without_moving_its_schedule(store: Sto
     )
     assert won[0][1].lease is not None and won[0][1].next_run_at == job.next_run_at
     assert await store.due_run_requests(T0 + timedelta(seconds=5), 10) == [], "leased job: wait"
-    assert await store.executions_at(job.id, [r.scheduled_at for r in requests]) == {
-        requests[1].scheduled_at
-    }
+    # The one being run stays queued (taken) until its end: both occurrences are asked for.
+    times = [r.scheduled_at for r in requests]
+    assert await store.executions_at(job.id, times) == set(times)
+    assert await store.count_pending_requests(job.id, reason="backfill") == 1, "one is running"
 
 
 async def test_a_request_read_before_another_instance_ran_it_is_not_claimed_again(
@@ -548,8 +549,9 @@ async def test_a_request_read_before_another_instance_ran_it_is_not_claimed_agai
 
     [(_, won)] = await store.claim_run_requests([request], [claim_by("first")], T0)
     assert won.lease is not None
-    done = replace(running(won, won.lease.token), scheduled_at=T0, status=Status.SUCCESS)
-    assert await finish_one(store, replace(done, finished_at=T0), None)
+    done = replace(running(won, won.lease.token), status=Status.SUCCESS, finished_at=T0)
+    [applied] = await store.finish_executions([Finish(done, None, request_id=request.id)])
+    assert applied
 
     assert await store.claim_run_requests([stale], [claim_by("second")], T0) == []
     after = await store.get_job(job.id)
