@@ -32,7 +32,7 @@ from scheduler.model import (
     ValidationError,
 )
 from scheduler.registry import HandlerRegistry
-from scheduler.schedules import first_fire, next_fire, validate
+from scheduler.schedules import first_fire, next_fire, shortest_gap, validate
 from scheduler.secrets import is_secret_name, scrub_text
 
 # The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
@@ -210,18 +210,20 @@ def _safe_message(error: jsonschema.ValidationError, declared: frozenset[str]) -
 
 
 def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:
-    """Jitter must stay below the period, or one occurrence's delay would swallow the next."""
+    """Jitter must stay below the shortest time between two fire times, or one occurrence's
+    delay would swallow the next. Not the first gap after `now`: `0 0 9,17 * * *` has gaps of
+    8 and 16 hours, and 12 hours of jitter created at 10:00 lost a run in five."""
     if not jitter:
         return
     if isinstance(schedule, IntervalSchedule):
         period = schedule.every_seconds
     elif isinstance(schedule, CronSchedule):
-        first = next_fire(schedule, now, job_name=name)
-        second = next_fire(schedule, first, job_name=name) if first else None
-        period = (second - first).total_seconds() if first and second else float("inf")
+        gap = shortest_gap(schedule, now, job_name=name)
+        period = gap.total_seconds() if gap is not None else float("inf")
     else:
         return
     if jitter >= period:
         raise ValidationError(
-            "jitter_seconds", f"must be below the schedule's period ({period:g} s)"
+            "jitter_seconds",
+            f"must be below the schedule's shortest time between two fire times ({period:g} s)",
         )

@@ -124,6 +124,34 @@ def next_fire(schedule: Schedule, after: datetime, *, job_name: str) -> datetime
     return schedule.at if schedule.at > after else None
 
 
+# How far shortest_gap looks: a year, which has every gap a calendar repeats (weekdays, months,
+# clock changes), or this many fire times (a daily job's year; one that fires more often repeats
+# its gaps sooner). Some 75 us a fire time, on the API's loop: 30 ms at most.
+GAP_SPAN = timedelta(days=366)
+GAP_FIRES = 400
+
+
+def shortest_gap(schedule: CronSchedule, after: datetime, *, job_name: str) -> timedelta | None:
+    """The shortest time between two fire times after `after` (a year's, or GAP_FIRES'): what
+    a job's jitter must stay below, or one occurrence's delay would swallow the next. None if it
+    fires less than twice. Not through the cache of fire times, which the dispatcher uses."""
+    tz = zone(schedule.timezone)
+    cron = parse(six_fields(schedule.expr), job_name)
+    end = after + GAP_SPAN
+    shortest: timedelta | None = None
+    try:
+        previous = _search_cron(cron, tz, after.astimezone(UTC))
+        for _ in range(GAP_FIRES):
+            if previous > end or shortest == SECOND:  # a second: no gap is shorter
+                break
+            current = _search_cron(cron, tz, previous)
+            shortest = min(shortest or current - previous, current - previous)
+            previous = current
+    except NoFireTime:
+        pass
+    return shortest
+
+
 def first_fire(schedule: Schedule, now: datetime, *, job_name: str) -> datetime | None:
     """When a new job first fires: a one-shot at its time (even if past), others after now."""
     if isinstance(schedule, OnceSchedule):

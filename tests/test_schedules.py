@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from itertools import pairwise
 from zoneinfo import ZoneInfo
@@ -11,10 +12,15 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from handlers.noop import noop
+from scheduler.config import Settings
 from scheduler.cron import parse
+from scheduler.jobspec import JobRules
 from scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
+from scheduler.registry import HandlerRegistry
 from scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
 from tests.clock_changes import Change, every_change
+from tests.conftest import make_job
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -321,3 +327,23 @@ def test_jobs_sharing_an_expression_with_h_each_fire_at_their_own_second(
         fire = next_fire(schedule, after, job_name=name)
         [second] = parse(six_fields(schedule.expr), name).seconds
         assert fire == datetime(2026, 3, 29, 1, 0, second, tzinfo=UTC), name
+
+
+def test_jitter_is_checked_against_the_shortest_gap_not_the_first() -> None:
+    """`0 0 9,17 * * *` fires 8 and 16 hours apart. Checked against the first gap after its
+    creation only, 12 hours of jitter was refused at 08:00 and accepted at 10:00, and then lost
+    every run that followed a jittered morning one by more than 8 hours."""
+    registry = HandlerRegistry()
+    registry.register("noop", noop)
+    rules = JobRules(registry, Settings())
+    twice_a_day = make_job(schedule=CronSchedule(expr="0 0 9,17 * * *"), jitter_seconds=12 * 3600)
+    for hour in (8, 10, 18):
+        created = datetime(2026, 3, 2, hour, tzinfo=UTC)
+        with pytest.raises(ValidationError) as refused:
+            rules.check(twice_a_day, created, new_schedule=True)
+        assert refused.value.field == "jitter_seconds" and "28800 s" in str(refused.value)
+    rules.check(replace(twice_a_day, jitter_seconds=8 * 3600 - 1), created, new_schedule=True)
+    daily = make_job(schedule=CronSchedule(expr="0 0 0 * * *", timezone="Europe/Berlin"))
+    # The spring change makes one day 23 hours long.
+    with pytest.raises(ValidationError):
+        rules.check(replace(daily, jitter_seconds=23.5 * 3600), created, new_schedule=True)
