@@ -58,15 +58,28 @@ def _skip_missed(job: Job, due: datetime, now: datetime, grace: timedelta) -> Pl
         missed = occurrences(
             job.schedule, due, now, job_name=job.name, limit=MAX_SKIPPED_RECORDS + 1
         )
+        truncated = len(missed) > MAX_SKIPPED_RECORDS
+        missed = missed[:MAX_SKIPPED_RECORDS]
+        in_time = [t for t in missed if now - t <= grace]
+        if truncated:
+            # The occurrences read are the oldest; those still within grace come last.
+            in_time = _first_in_grace(job, now, grace)
     except ValidationError:  # a schedule refused since it was stored: run once, then pause
         return Plan(run_at=due, advance_from=now)
-    truncated = len(missed) > MAX_SKIPPED_RECORDS
-    missed = missed[:MAX_SKIPPED_RECORDS]
     late = [t for t in missed if now - t > grace]
-    in_time = [t for t in missed if now - t <= grace]
-    if in_time and not truncated:
-        return Plan(run_at=in_time[0], skipped=late, advance_from=in_time[0])
+    if in_time:
+        run_at = in_time[0]
+        return Plan(run_at=run_at, skipped=late, skipped_truncated=truncated, advance_from=run_at)
     return Plan(run_at=None, skipped=late, skipped_truncated=truncated, advance_from=now)
+
+
+def _first_in_grace(job: Job, now: datetime, grace: timedelta) -> list[datetime]:
+    """The first occurrence within grace of now, if there is one."""
+    since = now - grace - timedelta(microseconds=1)
+    first = next_fire(job.schedule, since, job_name=job.name)
+    return (
+        [] if first is None else occurrences(job.schedule, first, now, job_name=job.name, limit=1)
+    )
 
 
 def next_run_after(

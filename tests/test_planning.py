@@ -94,6 +94,20 @@ def test_skip_records_are_capped_and_say_so() -> None:
     assert plan.skipped_truncated
 
 
+def test_skip_past_the_cap_still_runs_the_occurrence_within_grace() -> None:
+    """Down 20 hours, every minute, an hour of grace: 1,201 occurrences missed, so the records
+    are capped, and the 61 within grace come after those read. Before, none of them ran."""
+    every_minute = CronSchedule(expr="0 * * * * *")
+    job = late_job(MisfirePolicy.SKIP, minutes_late=20 * 60, grace=3600, schedule=every_minute)
+    plan = plan_run(job, T0)
+    assert plan.run_at == T0 - timedelta(hours=1)
+    assert len(plan.skipped) == MAX_SKIPPED_RECORDS and plan.skipped_truncated
+    assert all(T0 - t > timedelta(hours=1) for t in plan.skipped), "only late ones recorded"
+    summary = ExecutionSummary(execution_id="e", status=Status.SUCCESS, finished_at=T0)
+    advance = advance_after(job, plan, summary, breaker_threshold=0, rng=RNG)
+    assert advance.next_run_at == T0 - timedelta(minutes=59), "the next within grace, in turn"
+
+
 def test_once_is_disabled_after_its_run() -> None:
     job = make_job(schedule=OnceSchedule(at=T0), next_run_at=T0)
     plan = plan_run(job, T0)
