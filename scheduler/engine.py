@@ -345,7 +345,7 @@ class Engine:
         self._last_seen = (now, real)  # not before the renewal: a failed one is tried again
 
     async def _renew_own_leases(self, now: datetime) -> None:
-        tasks = [*self.pool.in_flight(), *self.staged.pending()]
+        tasks = [*self.pool.in_flight(), *self.staged.pending(), *self.runner.ending()]
         runs = [DueRun(task.job, task.request) for task in tasks]
         runs += [run for run, _ in self.timers.pending()]
         margin = timedelta(seconds=self.settings.lease_margin_seconds)

@@ -123,6 +123,8 @@ class Runner:
         self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
         # Handlers that outlived their cancellation: kept referenced until they end.
         self._stuck: set[asyncio.Future[Any]] = set()
+        # Runs over whose ends wait for the store (by id: a task hashes by its fields).
+        self._ending: dict[int, Task] = {}
         # One SSRF-safe HTTP session for all handlers, opened on first use (inside the loop).
         self._http: aiohttp.ClientSession | None = None
         # What a run's context shares with every run of its handler, made on its first run.
@@ -366,12 +368,25 @@ class Runner:
 
     # -- after the handler ----------------------------------------------------------------------
 
+    def ending(self) -> list[Task]:
+        """The runs that are over but whose ends the store has not written yet: their leases
+        must hold until it has (across a forward clock jump, the engine renews them), or this
+        instance's own reaper abandons them and their occurrences run again."""
+        return list(self._ending.values())
+
+    def _ended(self, task: Task) -> None:
+        self._ending.pop(id(task), None)
+
     async def finish(
         self, task: Task, outcome: Outcome, started: datetime, *, started_real: float | None = None
     ) -> None:
         """End the run and wait until its end is written (shutdown, skips, shards)."""
         execution, advance, end = self._end_of(task, outcome, started, started_real)
-        ending = await self.finisher.finish(end, task.lock_token)
+        self._ending[id(task)] = task
+        try:
+            ending = await self.finisher.finish(end, task.lock_token)
+        finally:
+            self._ended(task)
         self.tell_ended(task, execution, advance, ending)
         entry = task.shard_entry
         if entry is not None and ending.applied and execution.status is not Status.ABANDONED:
@@ -393,6 +408,7 @@ class Runner:
         # (the record, the next fire time) is worked out with its batch, after the runs
         # waiting to start (Finisher.defer_to).
         end = _LateEnd(self, task, outcome, self.ports.clock.now(), self._seconds(started_real))
+        self._ending[id(task)] = task
         try:
             if not self.finisher.has_room():
                 await self.finisher.room()
@@ -527,13 +543,18 @@ class _LateEnd:
         self._advance: Advance | None = None
 
     def work_out(self) -> Finish:
-        self._execution, self._advance, end = self._runner.end_at(
-            self._task, self._outcome, self._finished, self._seconds
-        )
+        try:
+            self._execution, self._advance, end = self._runner.end_at(
+                self._task, self._outcome, self._finished, self._seconds
+            )
+        except BaseException:  # never written (see Finisher.hand_over_then)
+            self._runner._ended(self._task)
+            raise
         return end
 
     def tell(self, ending: Ending) -> None:
         assert self._execution is not None  # told only of an end worked out
+        self._runner._ended(self._task)
         self._runner.tell_ended(self._task, self._execution, self._advance, ending)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from scheduler.model import (
 )
 from scheduler.ports import ExecutionQuery, Store
 from tests.conftest import T0, EngineFactory, Harness, make_job
+from tests.test_engine import _until
 
 WAIT = 5.0
 HOUR = 3600.0
@@ -154,6 +156,39 @@ async def test_a_run_recorded_ahead_of_a_forward_jump_keeps_its_lease_and_runs_o
     assert [(e.status, e.scheduled_at) for e in runs] == [
         (Status.SUCCESS, T0 + timedelta(seconds=5))
     ]
+    assert h.engine.metrics.leases_reaped._value.get() == 0
+
+
+async def test_a_run_whose_end_waits_for_the_store_across_a_forward_jump_runs_once(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run is over but its end waits for the store (a batch behind) when the wall clock
+    steps forward: its lease is renewed with those of the runs in flight. Before, it had left
+    the pool, and this instance's own reaper abandoned it and ran the occurrence again."""
+    write = store.finish_executions
+    store_back = asyncio.Event()
+
+    async def behind(*args: Any, **kwargs: Any) -> list[bool]:
+        await store_back.wait()
+        return await write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "finish_executions", behind)
+    h = make_engine({"noop": noop}, lease_margin_seconds=30)
+    await h.add(make_job("ended", schedule=CronSchedule(expr="0 0 * * * *")))
+    h.engine.start()
+    await h.engine.tick()
+    await asyncio.wait_for(_until(lambda: len(h.engine.runner.ending()) == 1), WAIT)
+    h.clock.jump(HOUR)
+    await h.engine.tick()
+    h.engine._next_reap = None  # the reaper looks at once
+    await h.engine.tick()
+    store_back.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    assert [(e.status, e.scheduled_at) for e in await executions(h.store)] == [
+        (Status.SUCCESS, T0),
+        (Status.SUCCESS, T0 + timedelta(hours=1)),
+    ], "T0 once, then the hour the jump crossed (coalesced)"
     assert h.engine.metrics.leases_reaped._value.get() == 0
 
 
