@@ -151,6 +151,14 @@ async def test_a_run_fenced_off_that_then_fails_queues_no_redrive(
     await asyncio.wait_for(stalled.engine.runner.settled(), WAIT)
     await drain_until(taker, 30)
 
-    ran = [(r.owner, r.status) for r in await runs(taker.store, job.id) if r.scheduled_at == T0]
-    assert sorted(ran) == [("stalled", Status.FAILED), ("taker", Status.SUCCESS)]
+    ran = [
+        (r.owner, r.status, r.dead_letter)
+        for r in await runs(taker.store, job.id)
+        if r.scheduled_at == T0
+    ]
+    assert sorted(ran) == [
+        ("stalled", Status.FAILED, DeadLetter.REDRIVEN),  # handled: the taker ran it
+        ("taker", Status.SUCCESS, None),
+    ]
     assert await taker.store.due_run_requests(T0 + timedelta(days=1), 10) == []
+    assert await taker.store.count_dead_letters() == {}

@@ -40,7 +40,7 @@ from scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import Execution, Job, Status, new_id
+from scheduler.model import DeadLetter, Execution, Job, Status, new_id
 from scheduler.ports import (
     ENDED_LEASE_UNTIL,
     OCCURRENCE_OWNER,
@@ -274,8 +274,17 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._update_each(self.executions, settles)
         # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
         # no re-drive: that instance runs the occurrence, and a re-drive would run it again.
+        # Its dead letter is handled by that run: `redriven`, not left `redriving` for ever.
         # Read before the release, not after: a crash between the two then loses no re-drive.
-        redrives = [f.redrive for f in finishes if f.redrive and await self._still_held(f)]
+        redrives = []
+        for finish in finishes:
+            if finish.redrive is None:
+                continue
+            if await self._still_held(finish):
+                redrives.append(finish.redrive)
+            else:
+                handled = {"$set": {"dead_letter": DeadLetter.REDRIVEN.value}}
+                await self.executions.update_one({"_id": finish.execution.id}, handled)
         if not redrives:
             return
         documents = [request_document(request) for request, _ in redrives]

@@ -331,12 +331,21 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         )
         # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
         # no re-drive: that instance runs the occurrence, and a re-drive would run it again.
+        # Its dead letter is handled by that run: `redriven`, not left `redriving` for ever.
         # (A run without a token held no lease to lose.)
-        requests = [
-            f.redrive
+        held = [
+            released or f.execution.token is None
             for f, released in zip(finishes, applied, strict=True)
-            if f.redrive and (released or f.execution.token is None)
         ]
+        requests = [
+            f.redrive for f, still in zip(finishes, held, strict=True) if f.redrive and still
+        ]
+        fenced_off = [
+            (DeadLetter.REDRIVEN, f.execution.id)
+            for f, still in zip(finishes, held, strict=True)
+            if f.redrive and not still
+        ]
+        db.executemany("UPDATE executions SET dead_letter = ? WHERE id = ?", fenced_off)
         queue = insert_sql("run_requests", REQUEST_COLUMNS).replace("INSERT", "INSERT OR IGNORE", 1)
         for request, change in requests:
             if db.execute(queue, request_row(request)).rowcount:
