@@ -33,7 +33,7 @@ from scheduler.model import (
 )
 from scheduler.registry import HandlerRegistry
 from scheduler.schedules import first_fire, next_fire, shortest_gap, validate
-from scheduler.secrets import is_secret_name, scrub_text
+from scheduler.secrets import is_secret_name, scrub_text, scrub_values, secret_values
 
 # The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
@@ -142,7 +142,7 @@ class JobRules:
         )
         if error is not None:
             path = ".".join(str(p) for p in error.absolute_path)
-            message = _safe_message(error, registered.handler.secret_params)
+            message = _safe_message(error, params, registered.handler.secret_params)
             raise ValidationError(f"params.{path}" if path else "params", message)
         if registered.handler.check_params is not None:
             self._check_params(registered.handler.check_params, params)
@@ -195,18 +195,22 @@ def check_bounds(job: Job) -> None:
             )
 
 
-def _safe_message(error: jsonschema.ValidationError, declared: frozenset[str]) -> str:
+def _safe_message(
+    error: jsonschema.ValidationError, params: Mapping[str, Any], declared: frozenset[str]
+) -> str:
     """The schema's message, which quotes the offending value: a secret must not come back in
     an error, not even one stored masked that the client sent back as `***` (put back before
-    the check). A secret field's value, or a whole object or list (which may hold one under any
-    name), is not quoted; credentials in any other value (a URL's password) are masked."""
+    the check). A secret field's value, or a whole object or list, is not quoted; in what is,
+    every secret the params hold is masked (a list's extra items are quoted one by one), and
+    credentials in text (a URL's password)."""
     refused = f"fails the handler's schema ({error.validator})"
-    if any(is_secret_name(str(p)) or str(p) in declared for p in error.absolute_path):
+    if any(is_secret_name(str(p), declared) for p in error.absolute_path):
         return refused
     message = str(error.message)
     if isinstance(error.instance, dict | list) and repr(error.instance) in message:
         return refused
-    return scrub_text(message)[:300]
+    masked: str = scrub_values(scrub_text(message), secret_values(params, declared))
+    return masked[:300]
 
 
 def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:

@@ -15,6 +15,7 @@ from handlers.alert_scanner import alert_scanner
 from handlers.http_check import http_check
 from handlers.noop import noop
 from handlers.webhook import webhook
+from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.model import Status
 from scheduler.ports import ExecutionQuery, JobQuery
 from tests.api.conftest import ADMIN, WRITE, Api, ping, serving
@@ -223,6 +224,30 @@ async def test_a_schema_refusal_does_not_quote_a_password_even_one_stored_masked
         )
         assert (status, fields_of(problem)) == (422, ["params.url"]), problem
         assert "S3cr3t" not in str(problem) and "does not match" in problem["detail"]
+
+
+@handler(
+    params_schema={
+        "type": "object",
+        "properties": {"accounts": {"prefixItems": [{"type": "object"}], "items": False}},
+    },
+    secret_params={"dsn"},
+)
+async def one_account(ctx: HandlerContext) -> Result:
+    return None
+
+
+async def test_a_schema_refusal_quoting_list_items_masks_the_declared_secrets_in_them(
+    make_engine: EngineFactory,
+) -> None:
+    """jsonschema quotes a list's extra items one by one, not the list: a declared secret in
+    one (`dsn`, a name nothing else takes for secret) is masked by its value."""
+    async with serving(make_engine, {**HANDLERS, "one_account": one_account}) as api:
+        accounts = [{"user": "a"}, {"user": "b", "dsn": "hunter2-of-b"}]
+        body = {**HOOK, "handler": "one_account", "params": {"accounts": accounts}}
+        status, problem, _ = await api.call("POST", "/v1/jobs", json=body)
+        assert (status, fields_of(problem)) == (422, ["params.accounts"]), problem
+        assert "hunter2" not in str(problem) and "'user': 'b'" in problem["detail"]
 
 
 async def test_a_timeout_too_short_to_run_anything_is_refused(api: Api) -> None:
