@@ -37,7 +37,7 @@ from scheduler.model import (
 )
 from scheduler.ports import JobChange
 from scheduler.registry import HandlerRegistry
-from scheduler.schedules import first_fire
+from scheduler.schedules import first_fire, next_fire
 from scheduler.secrets import MASK, is_secret_name, mask, restore_masked
 
 T = TypeVar("T")
@@ -167,6 +167,8 @@ class JobBuilder:
         fire time stands."""
         if after.schedule != before.schedule or (after.enabled and not before.enabled):
             next_run = first_fire(after.schedule, now, job_name=after.name)
+            if next_run is not None and _claimed_already(before, after, next_run):
+                next_run = next_fire(after.schedule, next_run, job_name=after.name)
             return replace(after, next_run_at=next_run, paused_reason=None, consecutive_failures=0)
         if not after.enabled:
             return after
@@ -175,6 +177,18 @@ class JobBuilder:
     def check_schedule(self, schedule: Schedule, name: str) -> None:
         with validation_problems():
             self.rules.check_schedule(schedule, name)
+
+
+def _claimed_already(before: Job, after: Job, next_run: datetime) -> bool:
+    """The new schedule's first time is the one a run has claimed already (ahead of it, or in
+    flight). That run fires it; written as the next time, it would also let the run's end move
+    the job on by the old schedule, since the job would look as that run claimed it
+    (ports.Advance)."""
+    return (
+        next_run == before.next_run_at
+        and before.lease is not None
+        and not isinstance(after.schedule, OnceSchedule)
+    )
 
 
 def _check_not_spent(before: Job, after: Job) -> None:

@@ -374,6 +374,32 @@ async def test_a_once_job_that_has_run_is_not_resumed_into_running_again(api: Ap
     assert len(await api.store.list_executions(ExecutionQuery(job_id=job["id"]))) == 1
 
 
+async def test_a_new_schedule_whose_first_time_a_run_has_claimed_fires_by_it_after(
+    api: Api,
+) -> None:
+    """At 09:59:59 the hourly run of 10:00 is claimed ahead when ops change the schedule to
+    every five minutes, whose first time is 10:00 too. That run fires it, once; then the job
+    goes by the new schedule (10:05), not by the old one the run's end computed (11:00)."""
+    hourly = {"kind": "cron", "expr": "0 0 * * * *", "timezone": "UTC"}
+    job = await create(api, schedule=hourly)
+    ten = T0.replace(hour=10)
+    assert job["next_run_at"] == ten.isoformat().replace("+00:00", "Z")
+    api.clock.set(ten - timedelta(seconds=1))
+    api.harness.engine.start()
+    assert (await api.harness.engine.tick()).claimed == 1, "claimed ahead"
+    every_five = {"schedule": {**hourly, "expr": "0 */5 * * * *"}}
+    status, changed, _ = await api.call("PATCH", f"/v1/jobs/{job['id']}", json=every_five)
+    assert status == 200, changed
+    api.clock.set(ten)
+    await api.harness.engine.drain()
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.next_run_at == ten + timedelta(minutes=5)
+    api.clock.set(ten + timedelta(minutes=5))
+    await api.harness.engine.drain()
+    ran = await api.store.list_executions(ExecutionQuery(job_id=job["id"]))
+    assert sorted(e.scheduled_at for e in ran) == [ten, ten + timedelta(minutes=5)]
+
+
 async def test_delete_keeps_the_history(api: Api) -> None:
     job = await create(api)
     status, _, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}")
