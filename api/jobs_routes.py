@@ -117,7 +117,7 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
         return job_reply(before, call)  # nothing to write: no revision, no history entry
     change = change_entry(action, before, after, call.actor, s.clock.now(), s.registry)
     try:
-        stored = await s.store.replace_job(after, expected, change)
+        stored = await s.store.replace_job(after, expected, change, read=before)
     except DuplicateJobName:
         raise field_error("name", f"a job named {after.name!r} exists already", 409) from None
     if stored is None:

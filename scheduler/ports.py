@@ -53,6 +53,17 @@ class Claim:
     until: datetime
 
 
+# The fields of a job both ops (replace_job) and a run's end (Advance) write.
+SCHEDULE_STATE = ("next_run_at", "enabled", "paused_reason", "consecutive_failures")
+
+
+def unchanged_state(job: Job, read: Job | None) -> tuple[str, ...]:
+    """The SCHEDULE_STATE fields `job` leaves as they were `read` (none without a read)."""
+    if read is None:
+        return ()
+    return tuple(name for name in SCHEDULE_STATE if getattr(job, name) == getattr(read, name))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Advance:
     """The job's new state after a run; applied only while the run's lease token still holds.
@@ -259,10 +270,17 @@ class Store(Protocol):
     async def insert_job(self, job: Job, change: JobChange | None = None) -> None:
         """Add a job, and its history entry with it; DuplicateJobName if its name is taken."""
 
-    async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
+    async def replace_job(
+        self, job: Job, expected_revision: int, change: JobChange, *, read: Job | None = None
+    ) -> Job | None:
         """Write a job's definition (not its lease, fence or run state) if its revision is still
         `expected_revision`; the stored revision becomes expected_revision + 1. Returns the job
-        as stored, or None if it changed meanwhile or is gone. DuplicateJobName on a taken name."""
+        as stored, or None if it changed meanwhile or is gone. DuplicateJobName on a taken name.
+
+        With `read` (the job as the caller read it), the fields a run's end also moves
+        (SCHEDULE_STATE) are written only where `job` changes them: a run's end does not bump
+        the revision, and what it wrote since the read must not be put back (the occurrence it
+        ran would be due again)."""
 
     async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
         """Add the jobs whose names are not taken yet, leave the others as they are (seeding).

@@ -51,6 +51,7 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    unchanged_state,
 )
 from scheduler.storage.mongodb import (
     from_micros,
@@ -105,10 +106,15 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._record(change)
 
     @translating_errors
-    async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
+    async def replace_job(
+        self, job: Job, expected_revision: int, change: JobChange, *, read: Job | None = None
+    ) -> Job | None:
         doc = job_document(job)
         fields = {k: doc[k] for k in DEFINITION_FIELDS}
         fields.update({f"{k}_us": doc[f"{k}_us"] for k in ("next_run_at", "updated_at")})
+        for unchanged in unchanged_state(job, read):
+            fields.pop(unchanged)
+            fields.pop(f"{unchanged}_us", None)
         try:
             result = await self.jobs.update_one(
                 {"_id": job.id, "revision": expected_revision},

@@ -29,6 +29,7 @@ from scheduler.ports import (
     Finish,
     JobChange,
     JobQuery,
+    unchanged_state,
 )
 from scheduler.storage.sqlite import AT_ONCE_MAX_ROWS
 from scheduler.store.sqlite_housekeeping import SQLiteHousekeeping
@@ -93,9 +94,12 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
 
         await self._run(insert)
 
-    async def replace_job(self, job: Job, expected_revision: int, change: JobChange) -> Job | None:
-        values = to_row(job_doc(job), DEFINITION_COLUMNS)
-        assignments = ", ".join(f"{column} = ?" for column in DEFINITION_COLUMNS)
+    async def replace_job(
+        self, job: Job, expected_revision: int, change: JobChange, *, read: Job | None = None
+    ) -> Job | None:
+        columns = [c for c in DEFINITION_COLUMNS if c not in unchanged_state(job, read)]
+        values = to_row(job_doc(job), columns)
+        assignments = ", ".join(f"{column} = ?" for column in columns)
         sql = (
             f"UPDATE jobs SET {assignments}, revision = revision + 1 WHERE id = ? AND revision = ?"
         )

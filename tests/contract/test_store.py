@@ -466,6 +466,31 @@ async def test_a_change_during_a_run_wins_over_its_advance_only_if_it_moves_when
     assert after.last_execution is not None and after.last_execution.execution_id == done.id
 
 
+async def test_an_edit_read_before_a_run_ended_does_not_put_back_what_the_end_moved(
+    store: Store,
+) -> None:
+    """Ops read the job (due at T0), a run of T0 ends and moves it to the next minute, then
+    the edit is written: it must not write T0 back (T0 would run twice), nor the rest of what
+    the end moved, unless the edit itself changes it."""
+    job = make_job()
+    await store.insert_job(job)
+    won = await claimed(store, job)
+    read = await store.get_job(job.id)  # ops read it while the run runs
+    assert read is not None
+    done = replace(running(won, won.lease.token), status=Status.SUCCESS, finished_at=T0)  # type: ignore[union-attr]
+    advance = replace(advance_to(NEXT_MINUTE, done), claimed_next_run_at=T0)
+    assert await finish_one(store, done, advance)
+
+    edited = replace(read, max_retries=5)
+    stored = await store.replace_job(edited, read.revision, change_of(job, "update"), read=read)
+    assert stored is not None and stored.max_retries == 5
+    assert (stored.next_run_at, stored.enabled) == (NEXT_MINUTE, True)
+    later = T0 + timedelta(hours=1)
+    moved = replace(stored, next_run_at=later)  # a new schedule's first time
+    again = await store.replace_job(moved, stored.revision, change_of(job, "update"), read=stored)
+    assert again is not None and again.next_run_at == later
+
+
 async def test_history_is_newest_first_and_pages(store: Store) -> None:
     job = make_job()
     await store.insert_job(job, change_of(job, "create", T0))
