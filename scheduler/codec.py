@@ -266,6 +266,7 @@ def request_to_doc(request: RunRequest) -> Doc:
         "lease": _lease_to_doc(request.lease),
         "fence": request.fence,
         "ended": summary_to_doc(request.ended),
+        "claimed_next_run_at": request.claimed_next_run_at,
     }
 
 
@@ -286,6 +287,7 @@ def request_from_doc(doc: Doc) -> RunRequest:
         lease=_lease_from_doc(doc.get("lease")),
         fence=int(doc.get("fence") or 0),
         ended=summary_from_doc(doc.get("ended")),
+        claimed_next_run_at=_maybe_datetime(doc.get("claimed_next_run_at"), "claimed_next_run_at"),
     )
 
 

@@ -206,6 +206,9 @@ class RunRequest:
     lease: Lease | None = None
     fence: int = 0
     ended: ExecutionSummary | None = None
+    # The job's next fire time its occurrence was claimed at: the occurrence's end moves the
+    # schedule while the job is still due then (Advance.claimed_next_run_at).
+    claimed_next_run_at: datetime | None = None
 
 
 # A shard's fencing tokens are its own range of its job's: above every token the job hands out

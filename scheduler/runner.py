@@ -488,12 +488,14 @@ class Runner:
     def _occurrence_advance(
         self, job: Job, entry: RunRequest, summary: ExecutionSummary
     ) -> Advance:
-        """As for one run of the job as it was claimed (its revision then). Fenced by that
-        revision alone: the entries do not keep the time the occurrence was claimed at, and
-        `job` was read when this shard was."""
+        """As for one run of the job as it was claimed (its revision and next fire time then,
+        which its entries keep: `job` was read when this shard was). Entries queued by an older
+        tickd keep no time: fenced by the revision alone."""
         claimed = replace(job, revision=entry.revision)
         if entry.advance_from is None:
             return keep_schedule(claimed, summary)
+        if entry.claimed_next_run_at is not None:
+            claimed = replace(claimed, next_run_at=entry.claimed_next_run_at)
         plan = Plan(run_at=entry.scheduled_at, advance_from=entry.advance_from)
         advance = advance_after(
             claimed,
@@ -502,7 +504,9 @@ class Runner:
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
-        return replace(advance, claimed_next_run_at=None)
+        if entry.claimed_next_run_at is None:
+            return replace(advance, claimed_next_run_at=None)
+        return advance
 
     async def _give_request_back(self, request: RunRequest) -> None:
         """A requested run that never got to run (a shutdown) is asked for again, as a

@@ -66,6 +66,7 @@ def shard_entries(
             occurrence=token,
             revision=job.revision,
             advance_from=advance_from,
+            claimed_next_run_at=job.next_run_at,
             fence=shard_fence(token, shard),
         )
         for shard in range(job.shards)

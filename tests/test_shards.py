@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from scheduler.engine import RECORDED_AHEAD_SECONDS
@@ -20,7 +21,7 @@ from scheduler.model import (
     Status,
     new_id,
 )
-from scheduler.ports import RunRequest
+from scheduler.ports import JobChange, RunRequest
 from scheduler.testing import handler_context
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
@@ -431,3 +432,40 @@ async def test_a_triggered_occurrence_runs_its_shards_once_and_the_trigger_once(
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None and stored.next_run_at == later
     assert await h.store.due_run_requests(later, 10) == []
+
+
+async def test_a_sharded_occurrence_edited_while_its_shards_run_runs_once(
+    make_engine: EngineFactory,
+) -> None:
+    """Ops raise a sharded job's retries while its shards run: the last shard's end still
+    moves the job on (its entries keep the time the occurrence was claimed at), or the whole
+    occurrence is due again and every shard runs twice."""
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    async def part(ctx: HandlerContext) -> Result:
+        started.append(ctx.shard)
+        await gate.wait()
+        return None
+
+    h = make_engine({"part": part}, workers=4)
+    job = await h.add(make_job("sharded", "part", schedule=EVERY_MINUTE, shards=2))
+    h.engine.start()
+    await h.engine.tick()  # the occurrence
+    await h.engine.tick()  # its shards
+    await asyncio.wait_for(_until(lambda: len(started) == 2), WAIT)
+    stored = await h.store.get_job(job.id)
+    assert stored is not None
+    change = JobChange(
+        id=new_id(), job_id=job.id, job_name=job.name, at=T0, actor="ops", action="update",
+        changes={"max_retries": {"from": 0, "to": 5}},
+    )  # fmt: skip
+    assert await h.store.replace_job(replace(stored, max_retries=5), stored.revision, change)
+    gate.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    runs = await executions(h.store, job.id)
+    assert sorted((e.scheduled_at, e.shard) for e in runs) == [(T0, 0), (T0, 1)]
+    after = await h.store.get_job(job.id)
+    assert after is not None and after.next_run_at == T0 + timedelta(minutes=1)

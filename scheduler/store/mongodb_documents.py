@@ -113,6 +113,7 @@ REQUEST_INDEXES = [
 CHANGE_TIMES = ("at",)
 REQUEST_TIMES = (
     "scheduled_at", "not_before", "created_at", "advance_from", "lease.until", "ended.finished_at",
+    "claimed_next_run_at",
 )  # fmt: skip
 # What ops may change of a job (replace_job); the lease, fence and run state are the engine's.
 DEFINITION_FIELDS = (

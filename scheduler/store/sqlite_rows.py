@@ -161,6 +161,7 @@ ADDED_COLUMNS = {
         ("redrives", "INTEGER NOT NULL DEFAULT 0"),
         # The token of the run a plain request is being run by (it stays queued until its end).
         ("taken", "INTEGER"),
+        ("claimed_next_run_at", "INTEGER"),
         ("shard", "INTEGER"),
         ("shards", "INTEGER"),
         # Shard entries of occurrences in progress (ports.RunRequest).
@@ -237,7 +238,7 @@ CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"
 REQUEST_COLUMNS = [
     "id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives", "shard",
     "shards", "occurrence", "revision", "advance_from", "lease_owner", "lease_token",
-    "lease_until", "fence", "ended",
+    "lease_until", "fence", "ended", "claimed_next_run_at",
 ]  # fmt: skip
 # What ops may change of a job; the lease, fence and run state are the engine's.
 DEFINITION_COLUMNS = [
@@ -274,6 +275,7 @@ TIME_COLUMNS = {
     "at",
     "not_before",
     "advance_from",
+    "claimed_next_run_at",
 }
 FREE = "enabled = 1 AND lease_token IS NULL"
 
