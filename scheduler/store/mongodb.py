@@ -302,10 +302,11 @@ class MongoStore(MongoRequests, MongoHousekeeping):
     async def _take_off_queue(self, request_ids: Sequence[str]) -> None:
         """Requests whose runs ended, after their executions (which name them, for a reaper
         that rolls an end forward) and before their jobs are freed (a request left queued on a
-        free job would run again). One delete each, by `_id` (FerretDB pushes it down, not an
-        `$in`); ends of requests are few beside the schedules'."""
-        for request_id in request_ids:
-            await self.requests.delete_one({"_id": request_id})
+        free job would run again). One command: a delete by `_id` each (FerretDB pushes those
+        down, not an `$in`)."""
+        if request_ids:
+            deletes = [DeleteOne({"_id": request_id}) for request_id in request_ids]
+            await self.requests.bulk_write(deletes, ordered=False)
 
     async def _still_held(self, finish: Finish) -> bool:
         """Whether the run's lease (its job's, or its shard entry's) still holds: one read by
