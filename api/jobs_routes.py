@@ -31,7 +31,7 @@ from api.v1 import (
 )
 from scheduler.codec import to_json_ready
 from scheduler.model import Job
-from scheduler.ports import DuplicateJobName, JobQuery
+from scheduler.ports import DuplicateJobName, JobQuery, UnstorableValue
 
 
 async def list_jobs(call: Call[JobListQuery, None]) -> Reply:
@@ -65,6 +65,8 @@ async def create_job(call: Call[None, JobCreate]) -> Reply:
         )
     except DuplicateJobName:
         raise field_error("name", f"a job named {job.name!r} exists already", 409) from None
+    except UnstorableValue as exc:
+        raise field_error("params", f"cannot be stored: {exc.reason}") from None
     s.poke()
     reply = job_reply(job, call, 201)
     return replace(reply, headers={**(reply.headers or {}), "Location": f"/v1/jobs/{job.id}"})
@@ -120,6 +122,8 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
         stored = await s.store.replace_job(after, expected, change, read=before)
     except DuplicateJobName:
         raise field_error("name", f"a job named {after.name!r} exists already", 409) from None
+    except UnstorableValue as exc:
+        raise field_error("params", f"cannot be stored: {exc.reason}") from None
     if stored is None:
         raise ApiError(412, "Precondition Failed", "the job changed meanwhile: read it again")
     s.poke()

@@ -30,6 +30,18 @@ class StoreError(Exception):
     transient = True
 
 
+class UnstorableValue(StoreError):
+    """A value the store cannot hold: a key with a NUL byte (BSON), or one FerretDB refuses
+    (starting with `$`, holding a `.`). The request is at fault, not the store; `reason` says
+    what was refused, without the value."""
+
+    transient = False
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class DuplicateJobName(StoreError):
     transient = False
 

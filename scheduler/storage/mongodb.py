@@ -52,6 +52,7 @@ from scheduler.codec import (
 )
 from scheduler.ports import (
     StoreError,
+    UnstorableValue,
 )
 from scheduler.storage.operations import CommandCounter
 
@@ -87,6 +88,7 @@ FERRETDB_DUPLICATE_KEY_MESSAGES = (
     "UNIQUE constraint failed",  # its SQLite handler
 )
 TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
+BAD_VALUE = 2
 CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
 
 P = ParamSpec("P")
@@ -123,13 +125,23 @@ def store_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except PyMongoError as exc:
+        if refused_key := _refused_key(exc):
+            raise UnstorableValue(refused_key) from exc
         error = StoreError(f"mongodb {operation}: {exc}")
         error.transient = is_transient(exc)
         raise error from exc
     except BSONError as exc:  # a document MongoDB cannot hold: retrying will not help
-        error = StoreError(f"mongodb {operation}: {exc}")
-        error.transient = False
-        raise error from exc
+        raise UnstorableValue(str(exc)) from exc
+
+
+def _refused_key(exc: PyMongoError) -> str | None:
+    """FerretDB 1.24 refuses keys that start with `$` or hold a `.` (MongoDB 5 takes them):
+    code 2, BadValue, `invalid key: "a.b" (key must not contain '.' sign)`."""
+    details = getattr(exc, "details", None) or {}
+    message = str(details.get("errmsg", "")) if isinstance(details, dict) else ""
+    if details.get("code") == BAD_VALUE and message.startswith("invalid key:"):
+        return message
+    return None
 
 
 class Gated(Protocol):

@@ -18,6 +18,7 @@ from handlers.webhook import webhook
 from scheduler.handler_api import HandlerContext, Result, handler
 from scheduler.model import Status
 from scheduler.ports import ExecutionQuery, JobQuery
+from scheduler.store.sqlite import SQLiteStore
 from tests.api.conftest import ADMIN, WRITE, Api, ping, serving
 from tests.conftest import T0, EngineFactory
 
@@ -248,6 +249,28 @@ async def test_a_schema_refusal_quoting_list_items_masks_the_declared_secrets_in
         status, problem, _ = await api.call("POST", "/v1/jobs", json=body)
         assert (status, fields_of(problem)) == (422, ["params.accounts"]), problem
         assert "hunter2" not in str(problem) and "'user': 'b'" in problem["detail"]
+
+
+@pytest.mark.parametrize("key", ["user.name", "$where", "nul\u0000byte"])
+async def test_a_params_key_the_store_cannot_hold_is_a_422_naming_params_not_a_500(
+    api: Api, key: str
+) -> None:
+    """A webhook's JSON body may hold any key; FerretDB refuses keys with a `.` or a leading
+    `$`, and BSON any with a NUL byte. Such a job is refused naming `params` and nothing is
+    stored (before: a 500); the embedded store holds it."""
+    body = {**HOOK, "params": {**HOOK["params"], "body": {key: 1}}}
+    status, reply, _ = await api.call("POST", "/v1/jobs", json=body, token=WRITE)
+    if isinstance(api.store, SQLiteStore):
+        assert status == 201, reply
+        return
+    assert (status, fields_of(reply)) == (422, ["params"]), reply
+    assert await api.store.list_jobs(JobQuery()) == []
+    job = await create(api, HOOK)
+    patch = {"params": {**HOOK["params"], "body": {key: 1}}}
+    status, reply, _ = await api.call("PATCH", f"/v1/jobs/{job['id']}", json=patch)
+    assert (status, fields_of(reply)) == (422, ["params"]), reply
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.revision == 1
 
 
 async def test_a_timeout_too_short_to_run_anything_is_refused(api: Api) -> None:
