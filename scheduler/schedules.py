@@ -58,8 +58,11 @@ SECOND = timedelta(seconds=1)
 # 29th of February on a given weekday, recurs within 40 years; croniter looks 50 ahead too.
 SEARCH_YEARS = 50
 SEARCH_HORIZON = timedelta(days=366 * SEARCH_YEARS)
-# Longer than any clock change in the time-zone database (Antarctica/Troll's two hours): a
-# change this recent still decides what fires next.
+# A change this recent still decides what fires next. As long as the clock changes of the
+# time-zone database (Antarctica/Troll's two hours each year), but for a few one-off shifts:
+# the date line moved over Kwajalein (1993), Kiribati (1994) and Apia and Fakaofo (2011, a day
+# skipped), and around those a fire time can be missed. Historic dates only (previews,
+# backfills); session 11's review found them, and a search looking back a day was not tried.
 MAX_SHIFT = timedelta(hours=3)
 # Shorter than the time between two clock changes of any zone since 1970 (the closest: six days
 # and 22 hours, America/Cambridge_Bay in 2000; Asia/Gaza's in 2040): one look a step finds them.
