@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from api.models import (
@@ -109,6 +109,7 @@ class JobBuilder:
     def __init__(self, registry: HandlerRegistry, settings: Settings) -> None:
         self.registry = registry
         self.rules = JobRules(registry, settings)
+        self.lookahead = timedelta(seconds=settings.lookahead_seconds)
 
     def create(self, body: JobCreate, now: datetime) -> Job:
         spec = JobSpec(
@@ -167,28 +168,32 @@ class JobBuilder:
         fire time stands."""
         if after.schedule != before.schedule or (after.enabled and not before.enabled):
             next_run = first_fire(after.schedule, now, job_name=after.name)
-            if next_run is not None and _claimed_already(before, after, next_run):
+            if next_run is not None and self._claimed_already(before, after, next_run, now):
                 next_run = next_fire(after.schedule, next_run, job_name=after.name)
             return replace(after, next_run_at=next_run, paused_reason=None, consecutive_failures=0)
         if not after.enabled:
             return after
         return replace(after, paused_reason=None)
 
+    def _claimed_already(self, before: Job, after: Job, next_run: datetime, now: datetime) -> bool:
+        """The new schedule's first time is the one a run has claimed already, ahead of it
+        (the lease of an enabled job due within the lookahead is that claim's, not a trigger's:
+        one running for a job due later does not claim its time). That run fires it; written
+        as the next time, it would also let the run's end move the job on by the old
+        schedule, since the job would look as that run claimed it (ports.Advance)."""
+        due = before.next_run_at
+        return (
+            due is not None
+            and next_run == due
+            and before.lease is not None
+            and before.enabled
+            and due <= now + self.lookahead
+            and not isinstance(after.schedule, OnceSchedule)
+        )
+
     def check_schedule(self, schedule: Schedule, name: str) -> None:
         with validation_problems():
             self.rules.check_schedule(schedule, name)
-
-
-def _claimed_already(before: Job, after: Job, next_run: datetime) -> bool:
-    """The new schedule's first time is the one a run has claimed already (ahead of it, or in
-    flight). That run fires it; written as the next time, it would also let the run's end move
-    the job on by the old schedule, since the job would look as that run claimed it
-    (ports.Advance)."""
-    return (
-        next_run == before.next_run_at
-        and before.lease is not None
-        and not isinstance(after.schedule, OnceSchedule)
-    )
 
 
 def _check_not_spent(before: Job, after: Job) -> None:

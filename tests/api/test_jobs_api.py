@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler.model import Status
-from scheduler.ports import ExecutionQuery, JobQuery
+from scheduler.ports import Claim, ExecutionQuery, JobQuery, RunRequest
 from tests.api.conftest import ADMIN, READ, WRITE, Api
 from tests.conftest import T0
 
@@ -398,6 +398,33 @@ async def test_a_new_schedule_whose_first_time_a_run_has_claimed_fires_by_it_aft
     await api.harness.engine.drain()
     ran = await api.store.list_executions(ExecutionQuery(job_id=job["id"]))
     assert sorted(e.scheduled_at for e in ran) == [ten, ten + timedelta(minutes=5)]
+
+
+async def test_a_new_schedule_keeps_its_first_time_while_a_trigger_holds_the_job(
+    api: Api,
+) -> None:
+    """At 09:30 a trigger runs (it holds the job's lease, but claims no time) when ops change
+    the hourly job to every half hour: its first time, 10:00, is not a time a run claimed,
+    and is kept."""
+    hourly = {"kind": "cron", "expr": "0 0 * * * *", "timezone": "UTC"}
+    job = await create(api, schedule=hourly)
+    half_past = T0.replace(minute=30)
+    api.clock.set(half_past)
+    trigger = RunRequest(
+        id="t", job_id=job["id"], scheduled_at=half_past, reason="trigger",
+        not_before=half_past, created_at=half_past,
+    )  # fmt: skip
+    await api.store.insert_run_requests([trigger])
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None
+    claim = Claim(
+        job_id=stored.id, revision=stored.revision, next_run_at=None, owner="other",
+        until=half_past + timedelta(minutes=5),
+    )  # fmt: skip
+    assert await api.store.claim_run_requests([trigger], [claim], half_past)
+    every_half_hour = {"schedule": {**hourly, "expr": "0 */30 * * * *"}}
+    status, changed, _ = await api.call("PATCH", f"/v1/jobs/{job['id']}", json=every_half_hour)
+    assert (status, changed["next_run_at"]) == (200, "2026-03-02T10:00:00Z"), changed
 
 
 async def test_delete_keeps_the_history(api: Api) -> None:
