@@ -280,7 +280,8 @@ class MongoStore(MongoRequests, MongoHousekeeping):
         await self._update_each(self.executions, settles)
         # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
         # no re-drive: that instance runs the occurrence, and a re-drive would run it again.
-        # Its dead letter is handled by that run: `redriven`, not left `redriving` for ever.
+        # Its dead letter is `open` for ops, not left `redriving` for ever with nothing queued:
+        # nothing says that instance ran it (it may have skipped it, past its grace).
         # Read before the release, not after: a crash between the two then loses no re-drive.
         redrives = []
         for finish in finishes:
@@ -289,8 +290,8 @@ class MongoStore(MongoRequests, MongoHousekeeping):
             if await self._still_held(finish):
                 redrives.append(finish.redrive)
             else:
-                handled = {"$set": {"dead_letter": DeadLetter.REDRIVEN.value}}
-                await self.executions.update_one({"_id": finish.execution.id}, handled)
+                to_ops = {"$set": {"dead_letter": DeadLetter.OPEN.value}}
+                await self.executions.update_one({"_id": finish.execution.id}, to_ops)
         if not redrives:
             return
         documents = [request_document(request) for request, _ in redrives]

@@ -335,7 +335,8 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
         )
         # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
         # no re-drive: that instance runs the occurrence, and a re-drive would run it again.
-        # Its dead letter is handled by that run: `redriven`, not left `redriving` for ever.
+        # Its dead letter is `open` for ops, not left `redriving` for ever with nothing queued:
+        # nothing says that instance ran it (it may have skipped it, past its grace).
         # (A run without a token held no lease to lose.)
         held = [
             released or f.execution.token is None
@@ -345,7 +346,7 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
             f.redrive for f, still in zip(finishes, held, strict=True) if f.redrive and still
         ]
         fenced_off = [
-            (DeadLetter.REDRIVEN, f.execution.id)
+            (DeadLetter.OPEN, f.execution.id)
             for f, still in zip(finishes, held, strict=True)
             if f.redrive and not still
         ]
