@@ -209,7 +209,11 @@ def _safe_message(
     message = str(error.message)
     if isinstance(error.instance, dict | list) and repr(error.instance) in message:
         return refused
-    masked: str = scrub_values(scrub_text(message), secret_values(params, declared))
+    secrets = secret_values(params, declared)
+    # Quoted as Python quotes them (repr): a backslash or a quote comes back escaped.
+    quoted = [escaped for s in secrets if (escaped := repr(s)[1:-1]) != s]
+    every_form = sorted({*secrets, *quoted}, key=len, reverse=True)
+    masked: str = scrub_values(scrub_text(message), every_form)
     return masked[:300]
 
 

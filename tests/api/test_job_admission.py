@@ -244,11 +244,12 @@ async def test_a_schema_refusal_quoting_list_items_masks_the_declared_secrets_in
     """jsonschema quotes a list's extra items one by one, not the list: a declared secret in
     one (`dsn`, a name nothing else takes for secret) is masked by its value."""
     async with serving(make_engine, {**HANDLERS, "one_account": one_account}) as api:
-        accounts = [{"user": "a"}, {"user": "b", "dsn": "hunter2-of-b"}]
-        body = {**HOOK, "handler": "one_account", "params": {"accounts": accounts}}
-        status, problem, _ = await api.call("POST", "/v1/jobs", json=body)
-        assert (status, fields_of(problem)) == (422, ["params.accounts"]), problem
-        assert "hunter2" not in str(problem) and "'user': 'b'" in problem["detail"]
+        for dsn in ("hunter2-of-b", "C:\\vault\\hunter2 'x\""):
+            accounts = [{"user": "a"}, {"user": "b", "dsn": dsn}]
+            body = {**HOOK, "handler": "one_account", "params": {"accounts": accounts}}
+            status, problem, _ = await api.call("POST", "/v1/jobs", json=body)
+            assert (status, fields_of(problem)) == (422, ["params.accounts"]), problem
+            assert "hunter2" not in str(problem) and "'user': 'b'" in problem["detail"]
 
 
 @pytest.mark.parametrize("key", ["user.name", "$where", "nul\u0000byte"])
