@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pymongo
 from bson.codec_options import CodecOptions
-from bson.errors import BSONError
+from bson.errors import BSONError, InvalidDocument
 from pymongo import AsyncMongoClient, IndexModel, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.cursor import AsyncCursor
@@ -130,8 +130,12 @@ def store_errors(operation: str) -> Iterator[None]:
         error = StoreError(f"mongodb {operation}: {exc}")
         error.transient = is_transient(exc)
         raise error from exc
-    except BSONError as exc:  # a document MongoDB cannot hold: retrying will not help
+    except InvalidDocument as exc:  # a document MongoDB cannot hold: the caller's
         raise UnstorableValue(str(exc)) from exc
+    except BSONError as exc:  # one it cannot read back: retrying will not help either
+        error = StoreError(f"mongodb {operation}: {exc}")
+        error.transient = False
+        raise error from exc
 
 
 def _refused_key(exc: PyMongoError) -> str | None:
