@@ -26,6 +26,7 @@ and bisecting, so a call costs a few offset look-ups, not a scan of hours.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 from dataclasses import dataclass
 from datetime import MAXYEAR, UTC, datetime, timedelta
@@ -127,32 +128,47 @@ def next_fire(schedule: Schedule, after: datetime, *, job_name: str) -> datetime
     return schedule.at if schedule.at > after else None
 
 
-# How far shortest_gap looks: a year, which has every gap a calendar repeats (weekdays, months,
-# clock changes), or this many fire times (a daily job's year; one that fires more often repeats
-# its gaps sooner). Some 75 us a fire time, on the API's loop: 30 ms at most.
+# What shortest_gap reads: the first fire times after now (the gaps a schedule repeats), and
+# those around each clock change of the next year (the one gap a change shortens). Some 75 us
+# a fire time, on the API's loop: a few milliseconds.
+GAP_FIRES = 100
 GAP_SPAN = timedelta(days=366)
-GAP_FIRES = 400
+FIRES_AROUND_A_CHANGE = 16
 
 
 def shortest_gap(schedule: CronSchedule, after: datetime, *, job_name: str) -> timedelta | None:
-    """The shortest time between two fire times after `after` (a year's, or GAP_FIRES'): what
-    a job's jitter must stay below, or one occurrence's delay would swallow the next. None if it
-    fires less than twice. Not through the cache of fire times, which the dispatcher uses."""
+    """The shortest time between two fire times after `after`: what a job's jitter must stay
+    below, or one occurrence's delay would swallow the next. None if it fires less than
+    twice. Not through the cache of fire times, which the dispatcher uses."""
     tz = zone(schedule.timezone)
     cron = parse(six_fields(schedule.expr), job_name)
-    end = after + GAP_SPAN
-    shortest: timedelta | None = None
+    start = after.astimezone(UTC)
+    fires = _fires_from(cron, tz, start, start + GAP_SPAN, GAP_FIRES)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(fires)]
+    if not gaps:
+        return None
+    reach = 2 * max(gaps)  # wide enough to hold the fire times on either side of a change
+    change = _first_change(tz, start, start + GAP_SPAN)
+    while change is not None:
+        around = _fires_from(cron, tz, change - reach, change + reach, FIRES_AROUND_A_CHANGE)
+        gaps += [later - earlier for earlier, later in itertools.pairwise(around)]
+        change = _first_change(tz, change, start + GAP_SPAN)
+    return min(gaps)
+
+
+def _fires_from(
+    cron: Cron, tz: ZoneInfo, after: datetime, until: datetime, most: int
+) -> list[datetime]:
+    """Up to `most` fire times after `after`, up to `until` and one past it."""
+    fires: list[datetime] = []
+    current = after
     try:
-        previous = _search_cron(cron, tz, after.astimezone(UTC))
-        for _ in range(GAP_FIRES):
-            if previous > end or shortest == SECOND:  # a second: no gap is shorter
-                break
-            current = _search_cron(cron, tz, previous)
-            shortest = min(shortest or current - previous, current - previous)
-            previous = current
+        while len(fires) < most and current <= until:
+            current = _search_cron(cron, tz, current)
+            fires.append(current)
     except NoFireTime:
         pass
-    return shortest
+    return fires
 
 
 def first_fire(schedule: Schedule, now: datetime, *, job_name: str) -> datetime | None:

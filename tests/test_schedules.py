@@ -343,7 +343,9 @@ def test_jitter_is_checked_against_the_shortest_gap_not_the_first() -> None:
             rules.check(twice_a_day, created, new_schedule=True)
         assert refused.value.field == "jitter_seconds" and "28800 s" in str(refused.value)
     rules.check(replace(twice_a_day, jitter_seconds=8 * 3600 - 1), created, new_schedule=True)
-    daily = make_job(schedule=CronSchedule(expr="0 0 0 * * *", timezone="Europe/Berlin"))
-    # The spring change makes one day 23 hours long.
-    with pytest.raises(ValidationError):
-        rules.check(replace(daily, jitter_seconds=23.5 * 3600), created, new_schedule=True)
+    # The spring change makes one gap an hour shorter, once a year, whenever the job is made.
+    every_six_hours = CronSchedule(expr="0 0 */6 * * *", timezone="Europe/Berlin")
+    for made in (datetime(2026, 1, 15, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC)):
+        job = make_job(schedule=every_six_hours, jitter_seconds=5.5 * 3600)
+        with pytest.raises(ValidationError):
+            rules.check(job, made, new_schedule=True)
