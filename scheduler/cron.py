@@ -5,7 +5,8 @@ reversed one (`30-10`) as wrapping round, `?` as `*`. So tickd reads each field 
 explicit set of values it names, and hands croniter only those values: croniter walks the calendar,
 it no longer decides what an expression means.
 
-Besides POSIX: `H` (a value hashed from the job's name, as croniter hashed it), `L` in the
+Besides POSIX: `H` (a value hashed from the job's name, as croniter hashed it, except that a bare
+`H` or `H/step` in the day-of-month field stays within 1-28, in every month), `L` in the
 day-of-month field (the last day of the month), `N#K` (the K-th weekday N of the month, K 1 to 5)
 and `NL` (the last weekday N of the month; croniter's `LN` too) in the day-of-week field. Refused,
 with a reason: `?`, `W` (nearest weekday), `R` (random: a schedule must be the same every time it
@@ -40,8 +41,8 @@ class Field:
     # The number of distinct values, the longest step that still means something.
     size: int
     names: tuple[str, ...] = ()
-    # croniter's number for the field and its top value: `H` hashes with them, so that a job keeps
-    # the fire times it had before tickd read fields itself.
+    # croniter's number for the field and the top value a bare `H` or `H/step` spreads to: `H`
+    # hashes with them, so that a job keeps the fire times it had before tickd read fields itself.
     hash_index: int = 0
     hash_high: int = 0
 
@@ -52,7 +53,9 @@ WEEKDAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 SECOND = Field("second", 0, 59, 60, hash_index=5, hash_high=59)
 MINUTE = Field("minute", 0, 59, 60, hash_index=0, hash_high=59)
 HOUR = Field("hour", 0, 23, 24, hash_index=1, hash_high=23)
-DAY = Field("day-of-month", 1, 31, 31, hash_index=2, hash_high=31)
+# `H` spreads days over 1-28, as Jenkins does: every month has them, so a monthly job fires twelve
+# times a year. `H(1-31)` still names 29 to 31 when asked for.
+DAY = Field("day-of-month", 1, 31, 31, hash_index=2, hash_high=28)
 MONTH = Field("month", 1, 12, 12, ("", *MONTH_NAMES), hash_index=3, hash_high=12)
 # 0 and 7 are both Sunday, as in every cron: `5-7` is Friday to Sunday.
 WEEKDAY = Field("day-of-week", 0, 7, 7, WEEKDAY_NAMES, hash_index=4, hash_high=6)

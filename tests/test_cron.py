@@ -284,18 +284,70 @@ def hash_forms(draw: st.DrawFn, field: FieldRange) -> str:
 job_names = st.from_regex(r"[a-z][a-z0-9-]{0,30}", fullmatch=True)
 
 
+def spread_over_every_month(index: int, form: str) -> bool:
+    """A bare `H` or `H/step` in the day of month: tickd keeps it to 1-28, croniter does not."""
+    return FIELDS[index] is DAY and not form.upper().startswith("H(")
+
+
 @settings(derandomize=True, deadline=None, max_examples=300)
 @given(index=st.integers(0, 5), name=job_names, data=st.data())
 def test_hashed_fields_fire_where_they_fired_before_tickd_read_fields_itself(
     index: int, name: str, data: st.DataObject
 ) -> None:
-    """Stored jobs keep their times: `H` resolves as croniter resolved it."""
-    expr = with_field(index, data.draw(hash_forms(FIELDS[index])))
+    """Stored jobs keep their times: `H` resolves as croniter resolved it, but for the days of
+    month a bare `H` spreads over."""
+    form = data.draw(hash_forms(FIELDS[index]))
+    assume(not spread_over_every_month(index, form))
+    expr = with_field(index, form)
     after = data.draw(instants("UTC"))
     note(f"{expr!r} for {name!r} after {after.isoformat()}")
     before = croniter(expr, after, hash_id=name.encode(), second_at_beginning=True)
     schedule = CronSchedule(expr=expr, timezone="UTC")
     assert next_fire(schedule, after, job_name=name) == before.get_next(datetime)
+
+
+def fires_in(year: int, expr: str, name: str) -> list[datetime]:
+    schedule = CronSchedule(expr=expr, timezone="UTC")
+    start = datetime(year, 1, 1, tzinfo=UTC) - timedelta(microseconds=1)
+    end = datetime(year + 1, 1, 1, tzinfo=UTC)
+    fires: list[datetime] = []
+    fire = next_fire(schedule, start, job_name=name)
+    while fire is not None and fire < end:
+        fires.append(fire)
+        fire = next_fire(schedule, fire, job_name=name)
+    return fires
+
+
+job_ids = st.uuids().map(str)
+
+
+@settings(derandomize=True, deadline=None, max_examples=200)
+@given(name=st.one_of(job_names, job_ids, st.text(max_size=40)), year=st.integers(2026, 2040))
+def test_a_job_spread_over_the_month_fires_every_month(name: str, year: int) -> None:
+    """`H` in the day of month picks a day every month has (1-28, as Jenkins does): a monthly job
+    never skips February or the 30-day months."""
+    fires = fires_in(year, "0 0 0 H * *", name)
+    assert [fire.month for fire in fires] == list(range(1, 13))
+    assert len({fire.day for fire in fires}) == 1
+    assert fires[0].day <= 28
+
+
+@settings(derandomize=True, deadline=None, max_examples=200)
+@given(name=st.one_of(job_names, job_ids), step=st.integers(1, 31))
+def test_a_stepped_hash_in_the_day_of_month_stays_in_days_every_month_has(
+    name: str, step: int
+) -> None:
+    fires = fires_in(2026, f"0 0 0 H/{step} * *", name)
+    days = {fire.day for fire in fires}
+    assert days and max(days) <= 28
+    assert len(fires) == 12 * len(days)
+
+
+def test_a_hashed_day_range_keeps_the_days_it_names() -> None:
+    """`H(29-31)` asks for the end of the month: it stays there, months without the day skip."""
+    fires = fires_in(2026, "0 0 0 H(29-31) * *", "any")
+    assert {fire.day for fire in fires} <= {29, 30, 31}
+    assert len({fire.day for fire in fires}) == 1
 
 
 def test_a_hashed_range_of_one_value_is_that_value() -> None:
