@@ -189,9 +189,13 @@ async def _sqlite_counted(stack: Stack, count: int) -> dict[str, int]:
         counts["transactions"] += 1
         return await trip(fn, at_once=at_once)
 
+    def trace(db: Any) -> None:
+        db.set_trace_callback(lambda _sql: counts.update(("statements",)))
+
     try:
-        assert store._db is not None
-        store._db.set_trace_callback(lambda _sql: counts.update(("statements",)))
+        await store._in_thread(trace)
+        if store._loop_db is not None:
+            trace(store._loop_db)
         store._in_thread = counted_trip  # type: ignore[method-assign]
         await floor_calls(store, now, stack.floor_batch)
     finally:

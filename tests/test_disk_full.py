@@ -1,5 +1,5 @@
 """The embedded store's disk full, two ways: SQLITE_FULL provoked with PRAGMA max_page_count on
-the store's own connection, and a real filesystem with no space left (a small tmpfs, filled up;
+each of the store's connections, and a real filesystem with no space left (a small tmpfs, filled up;
 the database, its write-ahead log and its shared memory all on it). Either way the daemon says so
 (log and readiness), the database stays whole, and work resumes when space returns, with no run
 lost or run twice."""
@@ -75,11 +75,14 @@ def fill(folder: Path) -> Path:
 
 
 async def pragma(store: SQLiteStore, sql: str) -> object:
-    def run() -> object:
-        assert store._db is not None
-        return store._db.execute(sql).fetchone()[0]
+    return await store._in_thread(lambda db: db.execute(sql).fetchone()[0])
 
-    return await store._in_thread(run)
+
+async def pragma_on_each_connection(store: SQLiteStore, sql: str) -> None:
+    """A per-connection setting, on the store's thread's connection and on the loop's."""
+    await pragma(store, sql)
+    if store._loop_db is not None:
+        store._loop_db.execute(sql)
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -139,10 +142,11 @@ async def test_a_full_disk_is_reported_harms_nothing_and_work_resumes_when_space
     for i in range(JOBS):
         await h.add(make_job(f"job-{i:02}", next_run_at=T0))
     used = await pragma(store, "PRAGMA page_count")
-    await pragma(store, f"PRAGMA max_page_count = {used}")  # not one page more: the disk is full
+    # Not one page more: the disk is full.
+    await pragma_on_each_connection(store, f"PRAGMA max_page_count = {used}")
 
-    async def space_back() -> object:
-        return await pragma(store, "PRAGMA max_page_count = 1073741823")
+    async def space_back() -> None:
+        await pragma_on_each_connection(store, "PRAGMA max_page_count = 1073741823")
 
     await full_then_freed(h, store, caplog, space_back)
 

@@ -186,11 +186,9 @@ class SQLiteProductStore(SQLiteFile):
     # -- plumbing -------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        def call() -> T:
-            if self._db is None:
-                raise StoreError("the product store is not open")
+        def call(db: sqlite3.Connection) -> T:
             try:
-                return _in_transaction(self._db, fn) if write else fn(self._db)
+                return _in_transaction(db, fn) if write else fn(db)
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite: {exc}") from exc
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from scheduler.logs import log_event
+from scheduler.ports import StoreError
 from scheduler.storage.operations import count_sqlite_transaction
 from scheduler.urls import local_path
 
@@ -22,20 +23,21 @@ log = logging.getLogger("tickd.store")
 
 # SQLite's result codes for a database another connection holds (the primary code, the low byte).
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-# How long a transaction on the store's thread waits for another process's write, in ms.
+# How long a transaction on the store's thread waits for another connection's write, in ms.
 BUSY_TIMEOUT_MS = 5000
-# Transactions run on the loop's thread between two checkpoints, which the store's thread makes.
+# Transactions run on the loop's connection between two checkpoints, which the store's thread makes.
 AT_ONCE_PER_CHECKPOINT = 500
-# The most rows a transaction run on the loop's thread may write: a thousand running records take
-# about 20 ms of the loop. More (a batch's misfire skips, up to a thousand a job) go to the thread.
+# The most rows a transaction run on the loop's thread may write: more (a batch's misfire skips,
+# up to a thousand a job) would hold the loop too long, so they go to the store's thread.
 AT_ONCE_MAX_ROWS = 1000
 
 
 class SQLiteFile:
-    """What the job store and the product store share: one SQLite file (or memory) in WAL mode
-    with its schema, its connection used by one thread of its own, since sqlite3 blocks; or,
-    for the small transactions a caller asks to run `at_once`, by the loop's thread while that
-    one is idle."""
+    """One SQLite file (or memory) in WAL mode with its schema. Every connection belongs to one
+    thread, which sqlite3 enforces (`check_same_thread`): the store's own thread holds the
+    connection every transaction may run on, since sqlite3 blocks; on a file, the loop's thread
+    holds a second one for the small transactions a caller asks to run `at_once`. The two are
+    as separate as two processes: SQLite's locks keep their transactions apart."""
 
     SCHEMA: ClassVar[str] = ""
     THREAD: ClassVar[str] = "tickd-sqlite"
@@ -43,55 +45,51 @@ class SQLiteFile:
     def __init__(self, url: str) -> None:
         self._path = local_path(url) or ":memory:"
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.THREAD)
-        self._db: sqlite3.Connection | None = None
-        self._on_thread = 0  # calls handed to the thread and not yet returned
+        self._db: sqlite3.Connection | None = None  # the store's thread's
+        self._loop_db: sqlite3.Connection | None = None  # the loop's, on a file only
+        self._on_thread = 0  # calls handed to the thread and not yet returned to their caller
         self._at_once_since_checkpoint = 0
         self._checkpoints: set[asyncio.Task[None]] = set()
+        self._closed = False
 
-    async def _in_thread(self, fn: Callable[[], T], *, at_once: bool = False) -> T:
-        """Run `fn`, a transaction, on the connection's thread. `at_once`: a small transaction
-        of the engine's (a batch of runs), run on the calling thread instead whenever the
-        store's thread has nothing queued or running, so the one connection is never used by
-        two threads at a time. Handing a call over costs more than such a transaction: the
-        two threads take turns at the GIL, each wake-up a system call (in a burst of 20,000
-        runs in one process: 137 against 150 us of CPU a run, 6,600 against 6,000 runs a
-        second). It never waits for another process's write: a database locked elsewhere
-        sends it to the thread, which waits there."""
+    async def _in_thread(
+        self, fn: Callable[[sqlite3.Connection], T], *, at_once: bool = False
+    ) -> T:
+        """Run `fn`, a transaction, with the store's thread's connection. `at_once`: a small
+        transaction of the engine's (a batch of runs), run on the loop's own connection instead
+        while the store's thread has nothing queued, since handing a call to another thread
+        costs more than such a transaction. It never waits for a write on the other
+        connection: a database locked there sends it to the store's thread, which waits."""
         count_sqlite_transaction()
-        if at_once and not self._on_thread and self._db is not None:
+        if at_once and not self._on_thread and self._loop_db is not None:
             try:
-                return self._without_waiting(self._db, fn)
+                return self._on_loop(self._loop_db, fn)
             except Exception as exc:
                 if not _busy(exc):
                     raise
         self._on_thread += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._on_store_thread, fn)
         finally:
             self._on_thread -= 1
 
-    def _without_waiting(self, db: sqlite3.Connection, fn: Callable[[], T]) -> T:
-        """`fn` on this thread, failing at once on a lock held elsewhere, and never making a
-        checkpoint (it syncs the disk): those are the store's thread's, every
-        AT_ONCE_PER_CHECKPOINT such transactions."""
-        db.execute("PRAGMA busy_timeout=0")
-        db.execute("PRAGMA wal_autocheckpoint=0")
-        try:
-            result = fn()
-        finally:
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA wal_autocheckpoint=1000")
+    def _on_store_thread(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            raise sqlite3.ProgrammingError("the database is not open")
+        return fn(self._db)
+
+    def _on_loop(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` on the loop's connection, which never checkpoints (a checkpoint syncs the disk):
+        the store's thread does, every AT_ONCE_PER_CHECKPOINT such transactions."""
+        result = fn(db)
         self._at_once_since_checkpoint += 1
         if self._at_once_since_checkpoint >= AT_ONCE_PER_CHECKPOINT:
             self._at_once_since_checkpoint = 0
-            checkpoint = asyncio.ensure_future(self._in_thread(self._checkpoint))
+            checkpoint = asyncio.ensure_future(self._in_thread(_checkpoint))
             self._checkpoints.add(checkpoint)
             checkpoint.add_done_callback(self._checkpointed)
         return result
-
-    def _checkpoint(self) -> None:
-        if self._db is not None:
-            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _checkpointed(self, checkpoint: asyncio.Task[None]) -> None:
         """A failed checkpoint (a full disk) leaves the log as it was: the next one tries again."""
@@ -101,33 +99,69 @@ class SQLiteFile:
             log_event(log, "store.checkpoint_failed", level=logging.WARNING, error=str(error))
 
     async def open(self) -> None:
-        def connect() -> None:
+        """Open the store's thread's connection and apply the schema, then the loop's connection
+        on a file. A file that is not a database is a StoreError no retry cures."""
+        try:
+            await self._with_store_thread(self._connect_store_thread)
             if self._path != ":memory:":
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit while the schema is applied; `_connected` chooses the transactions.
-            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.executescript(self.SCHEMA)
-            self._db = self._connected(db)
+                db = self._connect(busy_timeout_ms=0, autocheckpoint_pages=0)
+                self._loop_db = self._transactions(db)
+        except sqlite3.Error as exc:
+            await self.close()
+            error = StoreError(f"sqlite: cannot open {self._path}: {exc}")
+            error.transient = _busy(exc)
+            raise error from exc
 
-        await self._in_thread(connect)
+    def _connect_store_thread(self) -> sqlite3.Connection:
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        db = self._connect(busy_timeout_ms=BUSY_TIMEOUT_MS, autocheckpoint_pages=1000)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(self.SCHEMA)
+        self._db = self._transactions(self._connected(db))
+        return self._db
+
+    def _connect(self, *, busy_timeout_ms: int, autocheckpoint_pages: int) -> sqlite3.Connection:
+        """A connection for the calling thread alone, in autocommit until `_transactions`."""
+        db = sqlite3.connect(self._path, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint_pages}")
+        return db
 
     def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        """The schema is in place on `db`, the first connection: bring older files up to it."""
+        return db
+
+    def _transactions(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        """How a connection's transactions begin; autocommit, unless a store chooses."""
         return db
 
     async def close(self) -> None:
+        """Close both connections, each on its own thread, and stop the store's thread. A store
+        closed already (or whose open failed) is left as it is."""
+        if self._closed:
+            return
+        self._closed = True
         await asyncio.gather(*self._checkpoints, return_exceptions=True)
-
-        def disconnect() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        await self._in_thread(disconnect)
+        if self._loop_db is not None:
+            self._loop_db.close()
+            self._loop_db = None
+        await self._with_store_thread(self._disconnect_store_thread)
         self._executor.shutdown(wait=True)
+
+    async def _with_store_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _disconnect_store_thread(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _checkpoint(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def _busy(exc: BaseException | None) -> bool:

@@ -24,19 +24,18 @@ T = TypeVar("T")
 
 
 class SQLiteTables(SQLiteFile):
-    """One transaction per call, on the store's own thread; its errors as StoreError."""
+    """One transaction per call, on the connection of the thread it runs on; its errors as
+    StoreError."""
 
     SCHEMA = SCHEMA
 
     # -- plumbing -------------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], *, at_once: bool = False) -> T:
-        def call() -> T:
-            if self._db is None:
-                raise StoreError("the store is not open")
+        def call(db: sqlite3.Connection) -> T:
             try:
-                with self._db:  # one transaction: committed on return, rolled back on error
-                    return fn(self._db)
+                with db:  # one transaction: committed on return, rolled back on error
+                    return fn(db)
             except sqlite3.Error as exc:
                 error = StoreError(f"sqlite: {exc}")
                 # A constraint no retry satisfies; a busy or locked database is worth another go.
@@ -47,6 +46,9 @@ class SQLiteTables(SQLiteFile):
 
     def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
         add_missing_columns(db)
+        return db
+
+    def _transactions(self, db: sqlite3.Connection) -> sqlite3.Connection:
         # Python's sqlite3 opens transactions itself only for DML; make them explicit.
         db.isolation_level = "DEFERRED"
         return db

@@ -17,7 +17,7 @@ import pytest
 import scheduler.storage.sqlite as storage_module
 import scheduler.store.sqlite as sqlite_module
 from scheduler.model import Execution, Job, Priority, Status
-from scheduler.ports import Claim, ExecutionQuery, Finish
+from scheduler.ports import Claim, ExecutionQuery, Finish, StoreError
 from scheduler.store.sqlite import SQLiteStore
 from scheduler.store.sqlite_rows import job_from_row
 from tests.conftest import T0, make_job
@@ -36,6 +36,13 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
+async def on_each_connection(store: SQLiteStore, fn: Callable[[sqlite3.Connection], Any]) -> None:
+    """`fn` applied to each of the store's connections, on the thread that owns it."""
+    await store._in_thread(fn)
+    if store._loop_db is not None:
+        fn(store._loop_db)
+
+
 async def steps_of(store: SQLiteStore, call: Callable[[], Awaitable[Any]]) -> int:
     """SQLite's VM steps (to STEPS_PER_CALL) spent on the store calls `call` makes."""
     steps = 0
@@ -45,12 +52,11 @@ async def steps_of(store: SQLiteStore, call: Callable[[], Awaitable[Any]]) -> in
         steps += STEPS_PER_CALL
         return 0  # go on
 
-    assert store._db is not None
-    store._db.set_progress_handler(count, STEPS_PER_CALL)
+    await on_each_connection(store, lambda db: db.set_progress_handler(count, STEPS_PER_CALL))
     try:
         await call()
     finally:
-        store._db.set_progress_handler(None, STEPS_PER_CALL)
+        await on_each_connection(store, lambda db: db.set_progress_handler(None, STEPS_PER_CALL))
     return steps
 
 
@@ -137,10 +143,8 @@ async def test_a_job_changed_between_the_due_query_and_its_claim_is_claimed_as_s
     not change the revision the claim compares: the claim answers the row, not the earlier read."""
     await sqlite_store.insert_missing_jobs(waiting(2, "due"))
     due = await sqlite_store.due_jobs(T0, 2)
-    assert sqlite_store._db is not None
-    sqlite_store._db.execute(
-        "UPDATE jobs SET consecutive_failures = 3 WHERE id = ?", (due[0].id,)
-    ).connection.commit()
+    sql = "UPDATE jobs SET consecutive_failures = 3 WHERE id = ?"
+    await sqlite_store._run(lambda db: db.execute(sql, (due[0].id,)))
 
     won = await sqlite_store.claim_jobs([claim_of(job) for job in due], T0)
 
@@ -217,8 +221,7 @@ async def test_a_batch_never_holds_the_loop_while_another_process_writes(
         if statement.startswith("INSERT") and threading.get_ident() != loops_thread:
             tried_on_the_thread.set()
 
-    assert sqlite_store._db is not None
-    sqlite_store._db.set_trace_callback(traced)
+    await on_each_connection(sqlite_store, lambda db: db.set_trace_callback(traced))
     try:
         before = loop.time()
         batch = asyncio.ensure_future(sqlite_store.insert_executions([running(job)]))
@@ -255,8 +258,7 @@ async def test_a_batch_too_large_to_write_in_a_moment_is_written_off_the_loop(
         await call
         return set(on_the_loop)
 
-    assert sqlite_store._db is not None
-    sqlite_store._db.set_trace_callback(traced)
+    await on_each_connection(sqlite_store, lambda db: db.set_trace_callback(traced))
     records = [running(job) for job in jobs]
     ends = [Finish(succeeded(record), None) for record in records]
 
@@ -283,3 +285,49 @@ async def test_batches_run_on_the_loop_still_have_their_log_checkpointed(
             await asyncio.sleep(0)
     # Unchecked, 400 batches leave a log of about 12 MB (7 pages a batch).
     assert wal.stat().st_size < 4 * 1024 * 1024, wal.stat().st_size
+
+
+async def test_a_batch_run_while_a_cancelled_call_is_still_on_the_thread_is_a_transaction_apart(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """A caller that stops waiting (its await cancelled) leaves its transaction running on the
+    store's thread. A batch run at once meanwhile is a transaction of its own: it neither
+    commits what the other has written so far nor is undone when the other rolls back."""
+    job = make_job("raced")
+    await sqlite_store.insert_missing_jobs([job])
+    inside, release = threading.Event(), threading.Event()
+
+    def write_then_fail(db: sqlite3.Connection) -> None:
+        db.execute("UPDATE jobs SET consecutive_failures = 7 WHERE id = ?", (job.id,))
+        inside.set()
+        release.wait(5)
+        raise sqlite3.IntegrityError("this transaction fails")
+
+    abandoned = asyncio.ensure_future(sqlite_store._run(write_then_fail))
+    assert await asyncio.to_thread(inside.wait, 5)
+    abandoned.cancel()
+    await asyncio.gather(abandoned, return_exceptions=True)
+
+    batch = asyncio.ensure_future(sqlite_store.insert_executions([running(job)]))
+    await asyncio.sleep(0)  # the batch's turn, while the thread is inside the other transaction
+    release.set()
+    await asyncio.wait_for(batch, 5)
+
+    stored = await sqlite_store.get_job(job.id)
+    assert stored is not None and stored.consecutive_failures == 0, "the rollback held"
+    assert len(await sqlite_store.list_executions(ExecutionQuery(job_id=job.id))) == 1
+
+
+async def test_a_file_that_is_not_a_database_is_refused_at_open_as_no_retry_cures(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tickd.db"
+    path.write_bytes(b"not a database, " * 512)
+    store = SQLiteStore(f"sqlite:///{path}")
+
+    with pytest.raises(StoreError, match="file is not a database") as refused:
+        await store.open()
+
+    assert not refused.value.transient
+    assert str(path) in str(refused.value)
+    await store.close()  # closing what failed to open is harmless
