@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import weakref
+from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 
 from api.jobs import change_entry, definition_changed, guard_system
 from api.models import (
@@ -21,6 +25,7 @@ from api.routing import B, Call, Q, Reply, Route, Routes
 from api.v1 import (
     JOB,
     encode_cursor,
+    entity_tags,
     if_match,
     job_out,
     job_reply,
@@ -77,40 +82,79 @@ async def get_job(call: Call[None, None]) -> Reply:
 
 
 async def put_job(call: Call[None, JobCreate]) -> Reply:
-    job = await load_job(call)
-    now = state(call).clock.now()
-    return await save(call, job, state(call).builder.replace(job, call.body, now), "update")
+    builder = state(call).builder
+    return await write_job(call, "update", lambda job, now: builder.replace(job, call.body, now))
 
 
 async def patch_job(call: Call[None, JobPatch]) -> Reply:
-    body = call.body
-    job = await load_job(call)
-    now = state(call).clock.now()
-    return await save(call, job, state(call).builder.patch(job, body, now), "update")
+    builder = state(call).builder
+    return await write_job(call, "update", lambda job, now: builder.patch(job, call.body, now))
 
 
 async def pause_job(call: Call[None, None]) -> Reply:
-    job = await load_job(call)
-    paused = replace(
-        job,
-        enabled=False,
-        paused_reason=f"paused by {call.actor}",
-        updated_at=state(call).clock.now(),
-    )
-    return await save(call, job, paused, "pause")
+    def paused(job: Job, now: datetime) -> Job:
+        return replace(job, enabled=False, paused_reason=f"paused by {call.actor}", updated_at=now)
+
+    return await write_job(call, "pause", paused)
 
 
 async def resume_job(call: Call[None, None]) -> Reply:
-    job = await load_job(call)
-    now = state(call).clock.now()
-    body = JobPatch(enabled=True)
-    resumed = state(call).builder.patch(replace(job, enabled=False), body, now)
-    return await save(call, job, resumed, "resume")
+    builder = state(call).builder
+
+    def resumed(job: Job, now: datetime) -> Job:
+        return builder.patch(replace(job, enabled=False), JobPatch(enabled=True), now)
+
+    return await write_job(call, "resume", resumed)
 
 
-async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
+# How often a write without If-Match reads the job again and re-applies itself when another
+# instance wrote the job between its read and its write; writes from this one take turns.
+MAX_WRITE_ATTEMPTS = 5
+
+# Writes to one job from this process take turns (read, change, write), so they never lose the
+# compare-and-set to one another. A lock lives while a request holds or waits on it.
+_turns: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def _turn(job_id: str) -> asyncio.Lock:
+    lock = _turns.get(job_id)
+    if lock is None:
+        lock = asyncio.Lock()
+        _turns[job_id] = lock
+    return lock
+
+
+async def write_job(call: Call[Q, B], action: str, change: Callable[[Job, datetime], Job]) -> Reply:
+    """Apply `change` to the job as stored. With If-Match naming a revision, only to that
+    revision: a concurrent change is a 412. Without it, last writer wins: a write that loses
+    the compare-and-set reads the job again and applies `change` to what it finds."""
+    async with _turn(call.path("job_id")):
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            before = await load_job(call)
+            reply = await save(call, before, change(before, state(call).clock.now()), action)
+            if reply is not None:
+                return reply
+            if not _last_writer_wins(call):
+                raise ApiError(
+                    412, "Precondition Failed", "the job changed meanwhile: read it again"
+                )
+    raise ApiError(
+        409,
+        "Conflict",
+        f"the job changed {MAX_WRITE_ATTEMPTS} times while this request applied itself: send it "
+        "again",
+    )
+
+
+def _last_writer_wins(call: Call[Q, B]) -> bool:
+    """No If-Match, or `If-Match: *` (any current revision): the client named no revision."""
+    header = call.request.headers.get("If-Match")
+    return header is None or entity_tags(header) is None
+
+
+async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply | None:
     """Write a change if the job is still at the revision the client saw (If-Match) or, without
-    If-Match, at the revision this request read: a concurrent write is never lost."""
+    If-Match, at the revision this request read; None when it is no longer."""
     s = state(call)
     guard_system(before, call.scope, s.registry)
     guard_system(after, call.scope, s.registry)
@@ -125,7 +169,7 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
     except UnstorableValue as exc:
         raise field_error("params", f"cannot be stored: {exc.reason}") from None
     if stored is None:
-        raise ApiError(412, "Precondition Failed", "the job changed meanwhile: read it again")
+        return None
     s.poke()
     return job_reply(stored, call)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import timedelta
 from email.message import EmailMessage
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from api.jobs_routes import MAX_WRITE_ATTEMPTS
 from scheduler.model import Status
 from scheduler.ports import Claim, ExecutionQuery, JobQuery, RunRequest
 from tests.api.conftest import ADMIN, READ, WRITE, Api
@@ -249,6 +251,102 @@ async def test_a_stale_if_match_loses_and_changes_nothing(api: Api) -> None:
     assert body["title"] == "Precondition Failed"
     stored = await api.store.get_job(job["id"])
     assert stored is not None and stored.max_retries == 4
+
+
+async def test_parallel_patches_without_if_match_all_land_and_the_last_one_stands(
+    api: Api,
+) -> None:
+    """Without If-Match a write is last-writer-wins: none is refused for another's write."""
+    job = await create(api)
+    path = f"/v1/jobs/{job['id']}"
+    timeouts = [31 + i for i in range(20)]
+    answers = await asyncio.gather(
+        *(api.call("PATCH", path, json={"timeout_seconds": t}) for t in timeouts)
+    )
+    assert [status for status, _, _ in answers] == [200] * 20, answers
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.timeout_seconds in timeouts
+    assert stored.revision == 21, "each write applied to the revision before it"
+
+
+async def test_parallel_pauses_and_resumes_without_if_match_all_land(api: Api) -> None:
+    job = await create(api)
+    path = f"/v1/jobs/{job['id']}"
+    actions = ["pause", "resume"] * 10
+    answers = await asyncio.gather(*(api.call("POST", f"{path}/{a}") for a in actions))
+    assert [status for status, _, _ in answers] == [200] * 20, answers
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.revision == 21
+    if stored.enabled:
+        assert stored.paused_reason is None and stored.next_run_at is not None
+    else:
+        assert stored.paused_reason == "paused by root"
+
+
+async def test_a_write_that_loses_to_another_applies_itself_to_what_that_one_wrote(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another instance writes between this request's read and its write: the request reads the
+    job again and applies its change on top, keeping the other write."""
+    job = await create(api)
+    stale = await api.store.get_job(job["id"])
+    await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4})
+    reads = [stale]
+    read_job = api.store.get_job
+
+    async def stale_first(job_id: str) -> Any:
+        return reads.pop() if reads else await read_job(job_id)
+
+    monkeypatch.setattr(api.store, "get_job", stale_first)
+    status, body, _ = await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"timeout_seconds": 45})
+    monkeypatch.undo()
+    assert status == 200, body
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and (stored.max_retries, stored.timeout_seconds) == (4, 45)
+
+
+async def test_a_write_with_if_match_that_loses_the_race_is_412(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The revision the client named was current when read, but not when written."""
+    job = await create(api)
+    stale = await api.store.get_job(job["id"])
+    await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4})
+
+    async def stale_read(job_id: str) -> Any:
+        return stale
+
+    monkeypatch.setattr(api.store, "get_job", stale_read)
+    status, body, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"timeout_seconds": 45}, headers={"If-Match": '"1"'}
+    )
+    monkeypatch.undo()
+    assert status == 412, body
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and (stored.max_retries, stored.timeout_seconds) == (4, 30)
+
+
+async def test_a_write_that_keeps_losing_gives_up_with_a_409(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retries are bounded: a job that changes under every attempt is a 409, not a hang."""
+    job = await create(api)
+    stale = await api.store.get_job(job["id"])
+    await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4})
+    reads = 0
+
+    async def stale_read(job_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return stale
+
+    monkeypatch.setattr(api.store, "get_job", stale_read)
+    status, body, _ = await api.call("POST", f"/v1/jobs/{job['id']}/pause")
+    monkeypatch.undo()
+    assert status == 409, body
+    assert reads == MAX_WRITE_ATTEMPTS
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.enabled and stored.max_retries == 4
 
 
 async def test_a_stale_delete_is_refused_and_deletes_nothing(api: Api) -> None:
