@@ -7,14 +7,18 @@ message naming the setting; nothing past the loader sees an untyped dict.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import ipaddress
+import math
 import os
 import re
 import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from scheduler.secrets import scrub_text
@@ -26,6 +30,29 @@ HANDLER_SETTINGS_ENV = ENV_PREFIX + "HANDLER_SETTINGS__"
 RESOURCE_URLS_ENV = ENV_PREFIX + "RESOURCE_URLS__"
 # Settings read from variables of their own, one per entry, rather than from one variable.
 TABLES_FROM_ENV = {"handler_settings", "resource_urls"}
+# TICKD_* variables of the tools around the daemon, not settings of it: the daemon leaves them
+# alone, and refuses any other it does not know.
+OTHER_TOOLS_VARIABLES = frozenset(
+    {
+        # the API's client, `tickd jobs` (api/client.py)
+        "TICKD_URL",
+        "TICKD_TOKEN",
+        # compose.yaml
+        "TICKD_OPS_TOKEN",
+        # scripts/services.sh
+        "TICKD_SERVICES_DIR",
+        "TICKD_CACHE_DIR",
+        "TICKD_KAFKA_VERSION",
+        "TICKD_MONGO_PORT",
+        "TICKD_POSTGRES_PORT",
+        # the tests and CI
+        "TICKD_REQUIRE_SERVICES",
+        "TICKD_TEST_MONGODB_URL",
+        "TICKD_TEST_REDIS_URL",
+        "TICKD_TEST_KAFKA_URL",
+        "TICKD_SYSTEM_JOBS",
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -36,6 +63,141 @@ class ConfigError(ValueError):
 
 def default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What a setting may hold besides its type (of a list or a table: each item). Settings
+    refuse anything else at construction, naming the setting and this range; nothing past
+    startup meets a NaN, a negative duration or a scheme no backend opens."""
+
+    # Numbers: at least `low`, more than `above`, at most `high`; never NaN nor infinite.
+    low: float | None = None
+    above: float | None = None
+    high: float | None = None
+    # Strings: one of these (in any case, with `any_case`).
+    choices: tuple[str, ...] = ()
+    any_case: bool = False
+    # URLs: with one of these schemes.
+    schemes: tuple[str, ...] = ()
+    # Strings: what else must hold, and `means`, what that is in words.
+    accepts: Callable[[str], object] | None = None
+    means: str = ""
+
+    def admits(self, value: object) -> bool:
+        if isinstance(value, bool):
+            return True
+        if isinstance(value, int | float):
+            return self._in_range(value)
+        if not isinstance(value, str):
+            return True
+        if self.choices and (value.upper() if self.any_case else value) not in self.choices:
+            return False
+        if self.schemes and _scheme(value) not in self.schemes:
+            return False
+        return self.accepts is None or bool(self.accepts(value))
+
+    def _in_range(self, number: float) -> bool:
+        if isinstance(number, float) and not math.isfinite(number):
+            return False
+        return not (
+            (self.low is not None and number < self.low)
+            or (self.above is not None and number <= self.above)
+            or (self.high is not None and number > self.high)
+        )
+
+    def describe(self, kind: str) -> str:
+        """The range in words, after "must be": `a whole number from 1 to 10,000`."""
+        if self.schemes:
+            return "a URL starting " + _either([f"{scheme}://" for scheme in self.schemes])
+        if self.choices:
+            return _either(list(self.choices))
+        if self.means:
+            return self.means
+        if self.low is not None and self.high is not None:
+            return f"{kind} from {_number(self.low)} to {_number(self.high)}"
+        bounds = []
+        if self.low is not None:
+            bounds.append(f"at least {_number(self.low)}")
+        if self.above is not None:
+            bounds.append(f"greater than {_number(self.above)}")
+        if self.high is not None:
+            bounds.append(f"at most {_number(self.high)}")
+        return " ".join([kind, " and ".join(bounds)]).strip()
+
+
+def _scheme(url: str) -> str | None:
+    try:
+        return urlsplit(url).scheme or None
+    except ValueError:  # an unbalanced [ in the host
+        return None
+
+
+def _either(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else str(value)
+
+
+def _is_ip_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_instance_name(text: str) -> bool:
+    return 0 < len(text) <= MAX_NAME_CHARS and text.isprintable() and not text.isspace()
+
+
+LIMITS = "limits"
+SECRET = "secret"
+NO_LIMITS = Limits()
+HOUR = 3600.0
+DAY = 86400.0
+# Runs at once in one process: each worker is a task, and each run holds a lease and whatever
+# its handler allocates.
+MAX_WORKERS = 10_000
+MAX_QUEUE_SIZE = 100_000
+MAX_BATCH_SIZE = 10_000
+MAX_LOOKAHEAD_LIMIT = 100_000
+# Failure and retention counts: far beyond any use, within every store's integers.
+MAX_COUNT = 100_000_000
+MAX_RETENTION_DAYS = 36_500
+MAX_TIMEOUT = 30 * DAY
+MAX_NAME_CHARS = 200
+STORE_SCHEMES = ("sqlite", "mongodb", "mongodb+srv")
+INSTANCE_ID = Limits(accepts=_is_instance_name, means=f"1 to {MAX_NAME_CHARS} printable characters")
+HOST = Limits(
+    accepts=re.compile(r"[A-Za-z0-9._:%-]{1,253}").fullmatch,
+    means="a host name or an IP address, e.g. 127.0.0.1",
+)
+LOG_LEVEL = Limits(choices=("DEBUG", "INFO", "WARNING", "ERROR"), any_case=True)
+IP_NETWORK = Limits(
+    accepts=_is_ip_network, means="an IP address or network (CIDR), e.g. 10.1.2.0/24"
+)
+HANDLER_LIMIT = Limits(low=1, high=MAX_WORKERS)
+RETENTION_DAYS = Limits(low=0, high=MAX_RETENTION_DAYS)
+RETENTION_COUNT = Limits(low=0, high=MAX_COUNT)
+ANY_URL = Limits(accepts=_scheme, means="a URL with a scheme, e.g. mongodb://host/database")
+
+
+def setting(
+    default: Any = None,
+    limits: Limits = NO_LIMITS,
+    *,
+    factory: Callable[[], Any] | None = None,
+    secret: bool = False,
+) -> Any:
+    """A field of Settings with its range. A secret one never appears in a repr, nor its value
+    in an error."""
+    metadata = {LIMITS: limits, SECRET: secret}
+    if factory is not None:
+        return field(default_factory=factory, repr=not secret, metadata=metadata)
+    return field(default=default, repr=not secret, metadata=metadata)
 
 
 SCOPES = ("read", "write", "admin")
@@ -93,159 +255,112 @@ def token_problem(token: str) -> str | None:
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     # Names this daemon in leases, executions and events; unique per running process.
-    instance_id: str = field(default_factory=default_instance_id)
+    instance_id: str = setting(factory=default_instance_id, limits=INSTANCE_ID)
     # Jobs, executions and history: sqlite:///path or mongodb://host/database.
-    store_url: str = "sqlite:///var/tickd.db"
+    store_url: str = setting("sqlite:///var/tickd.db", Limits(schemes=STORE_SCHEMES))
     # One runner per job across instances: memory:// (one process) or redis://host:6379/0.
-    lock_url: str = "memory://"
+    lock_url: str = setting("memory://", Limits(schemes=("memory", "redis", "rediss")))
     # Execution events: log://, none:// or kafka://host:9092/topic.
-    events_url: str = "log://"
+    events_url: str = setting("log://", Limits(schemes=("log", "none", "kafka")))
     # Mail handlers send: outbox:///folder (files) or smtp://host:587.
-    mail_url: str = "outbox:///var/outbox"
+    mail_url: str = setting("outbox:///var/outbox", Limits(schemes=("outbox", "smtp", "smtps")))
     # The dispatcher wakes this often, and earlier when a job falls due sooner.
-    tick_seconds: float = 1.0
+    tick_seconds: float = setting(1.0, Limits(above=0, high=HOUR))
     # Most due jobs fetched and claimed per tick.
-    batch_size: int = 100
+    batch_size: int = setting(100, Limits(low=1, high=MAX_BATCH_SIZE))
     # Jobs falling due within this many seconds are claimed ahead and fired from in-memory
     # timers at their exact time (their lease covers the wait); 0 claims only what is due.
-    lookahead_seconds: float = 2.0
+    lookahead_seconds: float = setting(2.0, Limits(low=0, high=HOUR))
     # At most this many runs armed ahead at once (each holds its job's lease while it waits).
     # Jobs due at one instant are claimed ahead up to this many; beyond it, after the instant.
-    lookahead_limit: int = 5000
+    lookahead_limit: int = setting(5000, Limits(low=0, high=MAX_LOOKAHEAD_LIMIT))
     # Under a sustained backlog a job due for longer than this is taken before more urgent
     # ones, so that every priority runs within a bound (critical first, but low not never).
-    starvation_bound_seconds: float = 60.0
+    starvation_bound_seconds: float = setting(60.0, Limits(above=0, high=DAY))
     # Each instance records that it is alive this often...
-    heartbeat_seconds: float = 3.0
+    heartbeat_seconds: float = setting(3.0, Limits(above=0, high=HOUR))
     # ...and one silent for this long is taken for dead: its leases end at once, so its runs
     # are given back within seconds of a crash rather than when their timeouts run out.
-    heartbeat_timeout_seconds: float = 10.0
+    heartbeat_timeout_seconds: float = setting(10.0, Limits(above=0, high=DAY))
     # The due backlog and oldest-due-age gauges are read from the store this often (never per
     # tick: a count scans).
-    backlog_refresh_seconds: float = 5.0
+    backlog_refresh_seconds: float = setting(5.0, Limits(above=0, high=HOUR))
     # A finished run waits this long for others to end, so that their ends go to the store in
     # one batch (at most batch_size); 0 batches only the runs that end at the same moment.
-    finish_linger_seconds: float = 0.002
+    finish_linger_seconds: float = setting(0.002, Limits(low=0, high=1))
     # Runs at once in this process.
-    workers: int = 30
+    workers: int = setting(30, Limits(low=1, high=MAX_WORKERS))
     # Tasks waiting for a worker; 0 means twice the number of workers.
-    queue_size: int = 0
+    queue_size: int = setting(0, Limits(low=0, high=MAX_QUEUE_SIZE))
     # A lease outlives the job's timeout by this much before another instance may reap it.
-    lease_margin_seconds: float = 30.0
+    lease_margin_seconds: float = setting(30.0, Limits(above=0, high=DAY))
     # The lock outlives the job's timeout by this much (the seed's five seconds).
-    lock_margin_seconds: float = 5.0
+    lock_margin_seconds: float = setting(5.0, Limits(low=0, high=DAY))
     # On SIGTERM, running executions get this long to finish before they are cancelled.
-    shutdown_grace_seconds: float = 30.0
+    shutdown_grace_seconds: float = setting(30.0, Limits(low=0, high=DAY))
     # The event loop blocked for longer than this (a handler calling time.sleep or a blocking
     # client inside an async def) is a stall: counted in tickd_loop_stalls_total and logged
     # (loop.stalled) with the jobs that were running.
-    loop_stall_threshold_seconds: float = 0.5
+    loop_stall_threshold_seconds: float = setting(0.5, Limits(above=0, high=HOUR))
     # Pause a job after this many consecutive failed executions; 0 turns the breaker off.
-    circuit_breaker_failures: int = 0
+    circuit_breaker_failures: int = setting(0, Limits(low=0, high=MAX_COUNT))
     # No job may ask for a longer timeout than this.
-    max_timeout_seconds: float = 86400.0
+    max_timeout_seconds: float = setting(86400.0, Limits(above=0, high=MAX_TIMEOUT))
     # Most runs of one handler at once, by handler name (overrides the handler's own limit).
-    handler_concurrency: Mapping[str, int] = field(default_factory=dict)
+    handler_concurrency: Mapping[str, int] = setting(factory=dict, limits=HANDLER_LIMIT)
     # The REST API, /metrics, /healthz and /readyz; port 0 turns the listener off. Without
     # tokens the API refuses to listen anywhere but on loopback.
-    api_host: str = "127.0.0.1"
+    api_host: str = setting("127.0.0.1", HOST)
     # The API's port (also /ui, the dashboard).
-    api_port: int = 8080
+    api_port: int = setting(8080, Limits(low=0, high=65535))
     # Bearer tokens of the API and the dashboard: [[api_tokens]] name, scope, token.
-    api_tokens: tuple[ApiToken, ...] = field(default=(), repr=False)
+    api_tokens: tuple[ApiToken, ...] = setting((), secret=True)
     # text, or json for one JSON object per line.
-    log_format: str = "text"
+    log_format: str = setting("text", Limits(choices=("text", "json")))
     # DEBUG, INFO, WARNING or ERROR.
-    log_level: str = "INFO"
+    log_level: str = setting("INFO", LOG_LEVEL)
     # Seed demo jobs at boot (what `make run` does).
-    seed_demo: bool = False
+    seed_demo: bool = setting(False)
     # On shutdown, pending events get this long to be delivered.
-    events_flush_seconds: float = 5.0
+    events_flush_seconds: float = setting(5.0, Limits(low=0, high=HOUR))
     # Handlers' HTTP (ctx.http) reaches public addresses on these ports only...
-    http_allowed_ports: tuple[int, ...] = (80, 443)
+    http_allowed_ports: tuple[int, ...] = setting((80, 443), Limits(low=1, high=65535))
     # ...and, on any port, these internal addresses or networks (CIDR), e.g. ["10.1.2.0/24"].
-    http_allow: tuple[str, ...] = ()
+    http_allow: tuple[str, ...] = setting((), IP_NETWORK)
     # Each handler's own settings, by handler name, given to it as `ctx.config`: a
     # [handler_settings.catalogue_walk] table, or TICKD_HANDLER_SETTINGS__CATALOGUE_WALK__API_KEY
     # (values from the environment are strings). They may hold secrets: never shown.
-    handler_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    handler_settings: Mapping[str, Mapping[str, Any]] = setting(factory=dict, secret=True)
     # Executions and history older than this many days are pruned, in small batches off the
     # hot path; 0 keeps them for ever. A running execution, an unhandled dead letter and a
     # job's newest execution are never pruned.
-    retention_days: int = 30
+    retention_days: int = setting(30, RETENTION_DAYS)
     # Executions kept per job, the newest; older ones are pruned (0: no bound by count).
-    retention_max_executions_per_job: int = 1000
+    retention_max_executions_per_job: int = setting(1000, RETENTION_COUNT)
     # retention_days for the executions of some handlers, by handler name: `webhook = 7`.
-    retention_days_by_handler: Mapping[str, int] = field(default_factory=dict)
+    retention_days_by_handler: Mapping[str, int] = setting(factory=dict, limits=RETENTION_DAYS)
     # retention_max_executions_per_job for some handlers, by handler name: `webhook = 100`.
-    retention_max_executions_by_handler: Mapping[str, int] = field(default_factory=dict)
+    retention_max_executions_by_handler: Mapping[str, int] = setting(
+        factory=dict, limits=RETENTION_COUNT
+    )
     # Where the resources handlers declare keep their data, by resource name, when not in the
     # store's database: `[resource_urls] products = "mongodb://product-db/app"`, or
     # TICKD_RESOURCE_URLS__PRODUCTS. May hold passwords: never shown.
-    resource_urls: Mapping[str, str] = field(default_factory=dict, repr=False)
+    resource_urls: Mapping[str, str] = setting(factory=dict, limits=ANY_URL, secret=True)
 
     def __post_init__(self) -> None:
-        for name in (
-            "tick_seconds",
-            "lease_margin_seconds",
-            "max_timeout_seconds",
-            "heartbeat_seconds",
-            "loop_stall_threshold_seconds",
-        ):
-            _positive(name, getattr(self, name))
-        for name in ("batch_size", "workers"):
-            _positive(name, getattr(self, name))
-        for name in (
-            "queue_size",
-            "circuit_breaker_failures",
-            "shutdown_grace_seconds",
-            "lookahead_limit",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, "must not be negative")
+        for f in dataclasses.fields(self):
+            _check_setting(f, getattr(self, f.name))
         if self.heartbeat_timeout_seconds <= 2 * self.heartbeat_seconds:
             raise ConfigError(
                 "heartbeat_timeout_seconds",
                 "must be more than twice heartbeat_seconds, or live instances are taken for dead",
             )
-        if not 0 <= self.api_port <= 65535:
-            raise ConfigError("api_port", "must be a port number (0 to 65535)")
         _check_tokens_differ(self.api_tokens)
-        if self.log_format not in ("text", "json"):
-            raise ConfigError("log_format", "must be text or json")
-        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ConfigError("log_level", "must be DEBUG, INFO, WARNING or ERROR")
-        for name in ("store_url", "lock_url", "events_url", "mail_url"):
-            if not urlsplit(getattr(self, name)).scheme:
-                raise ConfigError(name, "must be a URL with a scheme, e.g. sqlite:///var/tickd.db")
-        for port in self.http_allowed_ports:
-            if not isinstance(port, int) or not 0 < port <= 65535:
-                raise ConfigError("http_allowed_ports", f"{port!r} is not a port number")
-        _check_retention(self)
-        for handler, limit in self.handler_concurrency.items():
-            if not isinstance(limit, int) or limit < 1:
-                raise ConfigError(f"handler_concurrency.{handler}", "must be a whole number >= 1")
-        for handler, table in self.handler_settings.items():
-            if not isinstance(table, Mapping):
-                raise ConfigError(f"handler_settings.{handler}", "must be a table of settings")
-        for resource, url in self.resource_urls.items():
-            if not isinstance(url, str) or not urlsplit(url).scheme:
-                raise ConfigError(f"resource_urls.{resource}", "must be a URL with a scheme")
 
     @property
     def effective_queue_size(self) -> int:
         return self.queue_size or 2 * self.workers
-
-
-def _check_retention(settings: Settings) -> None:
-    for name in ("retention_days", "retention_max_executions_per_job"):
-        value = getattr(settings, name)
-        if not isinstance(value, int) or value < 0:
-            raise ConfigError(name, "must be a whole number >= 0 (0: no bound)")
-    for name in ("retention_days_by_handler", "retention_max_executions_by_handler"):
-        for handler, value in getattr(settings, name).items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name}.{handler}", "must be a whole number >= 0 (0: no bound)")
 
 
 def _check_tokens_differ(tokens: tuple[ApiToken, ...]) -> None:
@@ -262,11 +377,6 @@ def _check_tokens_differ(tokens: tuple[ApiToken, ...]) -> None:
             )
 
 
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(name, "must be greater than 0")
-
-
 def load_settings(
     path: str | Path | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -274,6 +384,7 @@ def load_settings(
     if path is not None:
         values.update(_read_file(Path(path)))
     environ = os.environ if environ is None else environ
+    _check_variable_names(environ)
     values.update(_read_environment(environ))
     _merge_handler_settings(values, _handler_settings_from_env(environ))
     _merge_resource_urls(values, _resource_urls_from_env(environ))
@@ -296,12 +407,13 @@ def _read_file(path: Path) -> dict[str, Any]:
     table = data.get("tickd", data)
     unknown = set(table) - _field_names()
     if unknown:
-        raise ConfigError(sorted(unknown)[0], f"unknown setting in {path}")
+        first = sorted(unknown)[0]
+        raise ConfigError(first, f"unknown setting in {path}{did_you_mean(first, _field_names())}")
     return dict(table)
 
 
 def _read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    hints = get_type_hints(Settings)
+    hints = _hints()
     values: dict[str, Any] = {}
     for name in _field_names() - TABLES_FROM_ENV:  # one variable per entry, see below
         raw = environ.get(ENV_PREFIX + name.upper())
@@ -401,41 +513,83 @@ def _tokens_from_file(value: Any) -> tuple[ApiToken, ...]:
 
 
 def _build(values: dict[str, Any]) -> Settings:
-    hints = get_type_hints(Settings)
+    hints = _hints()
     for name, value in values.items():
-        if hints[name] == tuple[ApiToken, ...]:
-            if not isinstance(value, tuple):
-                values[name] = _tokens_from_file(value)
-            continue
-        _check_type(name, value, hints[name])
-        if hints[name] in (tuple[int, ...], tuple[str, ...]):
+        if hints[name] == tuple[ApiToken, ...] and not isinstance(value, tuple):
+            values[name] = _tokens_from_file(value)
+        elif get_origin(hints[name]) is tuple and isinstance(value, list):
             values[name] = tuple(value)
     return Settings(**values)
 
 
-def _check_type(name: str, value: Any, hint: Any) -> None:
-    expected: tuple[type, ...]
-    if hint is float:
-        expected = (int, float)
-    elif hint in (Mapping[str, int], Mapping[str, str], Mapping[str, Mapping[str, Any]]):
-        expected = (dict,)
-    elif hint in (tuple[int, ...], tuple[str, ...]):
-        expected = (list, tuple)
-        item_type = hint.__args__[0]
-        if isinstance(value, list | tuple) and not all(
-            isinstance(item, item_type) and not isinstance(item, bool) for item in value
-        ):
-            got = scrub_text(repr(value))
-            raise ConfigError(name, f"expected a list of {_type_name(item_type)}s, got {got}")
+def _check_setting(f: dataclasses.Field[Any], value: Any) -> None:
+    """The setting's type and its range (field metadata, see `setting`); of a list or a table,
+    each item's."""
+    hint = _hints()[f.name]
+    limits: Limits = f.metadata.get(LIMITS, NO_LIMITS)
+    secret = bool(f.metadata.get(SECRET))
+    if hint == tuple[ApiToken, ...]:
+        if not isinstance(value, list | tuple) or not all(isinstance(t, ApiToken) for t in value):
+            raise ConfigError(f.name, "expected [[api_tokens]] tables of name, scope, token")
+    elif hint == Mapping[str, Mapping[str, Any]]:
+        _check_is(f.name, value, hint, secret)
+        for key, table in value.items():
+            if not isinstance(table, Mapping):
+                raise ConfigError(f"{f.name}.{key}", "must be a table of settings")
+    elif get_origin(hint) is tuple:
+        _check_is(f.name, value, hint, secret)
+        for item in value:
+            _check_value(f.name, item, get_args(hint)[0], limits, secret)
+    elif get_origin(hint) is Mapping:
+        _check_is(f.name, value, hint, secret)
+        for key, item in value.items():
+            _check_value(f"{f.name}.{key}", item, get_args(hint)[1], limits, secret)
     else:
-        expected = (hint,)
-    if isinstance(value, bool) and bool not in expected:
-        expected = ()  # TOML true is not a number
-    if not isinstance(value, expected):
-        # Handlers' settings and resource URLs hold secrets: their values are not repeated
-        # back; nor anywhere the credentials in a URL.
-        got = "something else" if name in TABLES_FROM_ENV else scrub_text(repr(value))
-        raise ConfigError(name, f"expected {_type_name(hint)}, got {got}")
+        _check_value(f.name, value, hint, limits, secret)
+
+
+def _check_value(where: str, value: Any, hint: Any, limits: Limits, secret: bool) -> None:
+    _check_is(where, value, hint, secret)
+    if not limits.admits(value):
+        raise ConfigError(
+            where, f"must be {limits.describe(_type_name(hint))}{_got(value, secret)}"
+        )
+
+
+def _check_is(where: str, value: Any, hint: Any, secret: bool) -> None:
+    if not _is_a(value, hint):
+        raise ConfigError(where, f"expected {_type_name(hint)}{_got(value, secret)}")
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False  # TOML true is not a number
+    if hint is float:
+        return isinstance(value, int | float)
+    if get_origin(hint) is tuple:
+        return isinstance(value, list | tuple)
+    if get_origin(hint) is Mapping:
+        return isinstance(value, Mapping)
+    return isinstance(value, hint)
+
+
+def _got(value: Any, secret: bool) -> str:
+    """Handlers' settings, tokens and resource URLs hold secrets: their values are not repeated
+    back; nor anywhere the credentials in a URL."""
+    if secret:
+        return ""
+    shown = scrub_text(repr(value))
+    return f", got {shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN] + '...'}"
+
+
+MAX_SHOWN = 80
+
+
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return get_type_hints(Settings)
 
 
 def _type_name(hint: Any) -> str:
@@ -443,9 +597,31 @@ def _type_name(hint: Any) -> str:
         return "a table of [handler_settings.<handler>] tables"
     if hint == Mapping[str, str]:
         return "a table of resource = URL"
-    return {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}.get(
-        hint, "a table of handler = limit"
-    )
+    if hint == Mapping[str, int]:
+        return "a table of handler = whole number"
+    if get_origin(hint) is tuple:
+        return f"a list of {_type_name(get_args(hint)[0]).removeprefix('a ')}s"
+    return {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}[hint]
+
+
+def _check_variable_names(environ: Mapping[str, str]) -> None:
+    """A TICKD_* variable tickd does not know is refused: misspelt, it would be ignored and its
+    setting silently left as it was."""
+    known = {ENV_PREFIX + name.upper() for name in _field_names() - TABLES_FROM_ENV}
+    for variable in sorted(environ):
+        if (
+            variable.startswith(ENV_PREFIX)
+            and variable not in known
+            and variable not in OTHER_TOOLS_VARIABLES
+            and not variable.startswith((HANDLER_SETTINGS_ENV, RESOURCE_URLS_ENV))
+        ):
+            raise ConfigError(variable, "not a setting of tickd" + did_you_mean(variable, known))
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """` (did you mean workers?)`, when one known name is close to `word`; else nothing."""
+    close = difflib.get_close_matches(word, sorted(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _field_names() -> set[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
 
-from scheduler.config import ConfigError, Settings, load_settings
+from scheduler.config import OTHER_TOOLS_VARIABLES, ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -248,3 +250,92 @@ def test_a_password_in_a_misplaced_url_is_not_shown(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings(environ={"TICKD_HTTP_ALLOWED_PORTS": "redis://:hunter2-pw@redis:6379"})
     assert "hunter2-pw" not in str(refused.value)
+
+
+NUMBER_SETTINGS = sorted(
+    f.name for f in dataclasses.fields(Settings) if f.type in ("int", "float", int, float)
+)
+
+
+@pytest.mark.parametrize("name", NUMBER_SETTINGS)
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "-1", "1e12"])
+def test_no_number_setting_takes_nan_infinity_a_negative_or_a_huge_value(
+    name: str, raw: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={f"TICKD_{name.upper()}": raw})
+    assert refused.value.setting in (name, f"TICKD_{name.upper()}")
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "setting", "says"),
+    [
+        ({"TICKD_LOOKAHEAD_SECONDS": "nan"}, "lookahead_seconds", "a number from 0 to 3,600"),
+        ({"TICKD_WORKERS": "100000000"}, "workers", "a whole number from 1 to 10,000"),
+        ({"TICKD_LOCK_MARGIN_SECONDS": "-5"}, "lock_margin_seconds", "from 0 to 86,400"),
+        ({"TICKD_TICK_SECONDS": "inf"}, "tick_seconds", "greater than 0 and at most 3,600"),
+        ({"TICKD_HTTP_ALLOW": "10.0.0.0/8,not-an-ip"}, "http_allow", "IP address or network"),
+        ({"TICKD_RETENTION_DAYS": "1000000"}, "retention_days", "from 0 to 36,500"),
+        ({"TICKD_INSTANCE_ID": " "}, "instance_id", "printable characters"),
+        ({"TICKD_HANDLER_CONCURRENCY": "sleep=99999"}, "handler_concurrency.sleep", "to 10,000"),
+    ],
+)
+def test_a_value_out_of_range_is_refused_with_the_range(
+    environ: dict[str, str], setting: str, says: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ=environ)
+    assert refused.value.setting == setting
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "url", "schemes"),
+    [
+        ("store_url", "postgres://tickd:hunter2-pw@db/tickd", "sqlite://, mongodb://"),
+        ("lock_url", "zookeeper://zk:2181", "memory://, redis:// or rediss://"),
+        ("events_url", "nats://nats:4222", "log://, none:// or kafka://"),
+        ("mail_url", "sendmail:///usr/sbin/sendmail", "outbox://, smtp:// or smtps://"),
+    ],
+)
+def test_a_url_of_a_scheme_no_backend_opens_is_refused_with_the_schemes_it_takes(
+    tmp_path: Path, setting: str, url: str, schemes: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, f'{setting} = "{url}"\n'), environ={})
+    assert refused.value.setting == setting
+    assert schemes in str(refused.value)
+    assert "hunter2-pw" not in str(refused.value)
+
+
+def test_an_unknown_tickd_variable_is_refused_with_the_name_it_resembles() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={"TICKD_WORKRES": "8"})
+    assert refused.value.setting == "TICKD_WORKRES"
+    assert "did you mean TICKD_WORKERS?" in str(refused.value)
+    with pytest.raises(ConfigError, match="TICKD_HANDLER_SETTINGS"):
+        load_settings(environ={"TICKD_HANDLER_SETTINGS": "x"})
+
+
+def test_the_variables_of_the_client_the_scripts_and_the_tests_are_left_alone() -> None:
+    for variable in sorted(OTHER_TOOLS_VARIABLES):
+        assert isinstance(load_settings(environ={variable: "1"}), Settings), variable
+    with pytest.raises(ConfigError):
+        load_settings(environ={"TICKD_TEST_REDIS_URLS": "redis://x"})
+
+
+def test_an_unknown_key_in_the_file_is_refused_with_the_name_it_resembles(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, "[tickd]\nlookahed_seconds = 1\n"), environ={})
+    assert refused.value.setting == "lookahed_seconds"
+    assert "did you mean lookahead_seconds?" in str(refused.value)
+
+
+def test_settings_made_in_code_are_held_to_the_same_ranges() -> None:
+    with pytest.raises(ConfigError, match="lookahead_seconds"):
+        Settings(lookahead_seconds=math.nan)
+    with pytest.raises(ConfigError, match="http_allowed_ports"):
+        Settings(http_allowed_ports=(443, 0))
