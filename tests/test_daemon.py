@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import sys
@@ -172,3 +173,74 @@ async def test_tickd_api_serves_the_api_alone_and_runs_nothing(tmp_path: Path) -
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def refused_start(tmp_path: Path, **environ: str) -> tuple[int | None, str]:
+    """`tickd run` with these variables, on a store of its own: its exit code and stderr."""
+    env = {
+        **os.environ,
+        "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
+        "TICKD_MAIL_URL": f"outbox:///{tmp_path}/outbox",
+        "TICKD_API_PORT": "0",
+        **environ,
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tickd", "run", env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(STOP_WITHIN):
+            _, stderr = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return process.returncode, stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("environ", "setting"),
+    [
+        ({"TICKD_LOOKAHEAD_SECONDS": "nan"}, "lookahead_seconds"),
+        ({"TICKD_HTTP_ALLOW": "not-an-ip"}, "http_allow"),
+        ({"TICKD_WORKRES": "8"}, "TICKD_WORKRES"),
+        ({"TICKD_HANDLER_SETTINGS__WEBHOOK__REGION": "eu"}, "handler_settings.webhook.region"),
+        ({"TICKD_STORE_URL": "postgres://tickd:hunter2-pw@db/tickd"}, "store_url"),
+    ],
+)
+async def test_a_setting_that_would_break_the_daemon_later_stops_it_in_one_line(
+    tmp_path: Path, environ: dict[str, str], setting: str
+) -> None:
+    code, stderr = await refused_start(tmp_path, **environ)
+    assert code == 2, stderr[-2000:]
+    assert stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"tickd: configuration: {setting}: ")
+    assert "hunter2-pw" not in stderr
+
+
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\dT\S+ +[A-Z]+ +tickd\.")
+
+
+@pytest.mark.parametrize("fault", ["not a database", "under a file", "events level"])
+async def test_a_backend_that_cannot_be_opened_stops_startup_in_one_line(
+    tmp_path: Path, fault: str
+) -> None:
+    environ: dict[str, str] = {}
+    setting, url = "store_url", f"sqlite:///{tmp_path}/tickd.db"
+    if fault == "not a database":
+        (tmp_path / "tickd.db").write_bytes(b"these bytes are no SQLite database, " * 200)
+    elif fault == "under a file":
+        (tmp_path / "a-file").write_text("")
+        url = f"sqlite:///{tmp_path}/a-file/tickd.db"
+        environ["TICKD_STORE_URL"] = url
+    else:
+        setting, url = "events_url", "log://?level=loud"
+        environ["TICKD_EVENTS_URL"] = url
+    code, stderr = await refused_start(tmp_path, **environ)
+    assert code == 2, stderr[-2000:]
+    assert "Traceback" not in stderr
+    *logged, last = stderr.splitlines()
+    assert last.startswith(f"tickd: configuration: {setting}: cannot open {url}: "), stderr
+    assert all(LOG_LINE.match(line) for line in logged), "only the daemon's own log lines"
+    if fault == "not a database":
+        assert "not a database" in last

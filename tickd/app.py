@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import random
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from aiohttp import web
@@ -21,9 +21,10 @@ from api.app import create_app
 from api.mail_health import MailHealth, WatchedMailer
 from api.v1 import ApiState
 from handlers.alert_scanner.settings import EmailSettings
+from handlers.catalogue_walk import settings as walk_settings
 from handlers.product_store import PRODUCTS
 from scheduler.clock import Clock, SystemClock
-from scheduler.config import Settings
+from scheduler.config import ConfigError, Settings, did_you_mean
 from scheduler.engine import Engine
 from scheduler.events import open_publisher
 from scheduler.handler_api import Resource, ResourceEnv
@@ -36,7 +37,8 @@ from scheduler.observers import RunObserver
 from scheduler.ports import EventPublisher, Lock, Ports
 from scheduler.registry import HandlerRegistry
 from scheduler.retention import Housekeeper
-from scheduler.storage import open_patiently
+from scheduler.secrets import scrub_text
+from scheduler.storage import StartupAborted, open_patiently
 from scheduler.store import open_store
 from seed.demo import demo_jobs
 from seed.demo_products import demo_scan_job, seed_demo_products
@@ -68,19 +70,95 @@ async def opened_ports(
     """Open every backend the settings name (or use the lock and publisher given); close them
     all, in reverse, on the way out. The store is opened patiently: it may come up after us."""
     async with contextlib.AsyncExitStack() as stack:
-        store = await open_patiently(lambda: open_store(settings.store_url), stop)
+        with cannot_open("store_url", settings.store_url):
+            store = await open_patiently(lambda: open_store(settings.store_url), stop)
         stack.push_async_callback(store.close)
         if lock is None:
-            lock = open_lock(settings.lock_url)
+            with cannot_open("lock_url", settings.lock_url):
+                lock = open_lock(settings.lock_url)
             stack.push_async_callback(lock.close)
         if events is None:
-            events = open_publisher(settings.events_url, metrics=metrics)
+            with cannot_open("events_url", settings.events_url):
+                events = open_publisher(settings.events_url, metrics=metrics)
             stack.push_async_callback(events.close, settings.events_flush_seconds)
-        mailer = open_mailer(settings.mail_url)
+        with cannot_open("mail_url", settings.mail_url):
+            mailer = open_mailer(settings.mail_url)
         stack.push_async_callback(mailer.close)
         yield Ports(
             store=store, lock=lock, events=events, mailer=mailer, clock=clock or SystemClock()
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class HandlerSettings:
+    """What one of tickd's own handlers reads from `[handler_settings.<name>]`: the names, and
+    a check of the table that raises ValueError naming the setting at fault."""
+
+    names: frozenset[str] = frozenset()
+    check: Callable[[Mapping[str, Any]], object] | None = None
+
+
+# The settings tickd's own handlers take. A plug-in's handler declares none here: its table is
+# handed to it as written (it reads what it documents).
+OWN_HANDLER_SETTINGS: Mapping[str, HandlerSettings] = {
+    "alert_scanner": HandlerSettings(
+        frozenset(f.name for f in dataclasses.fields(EmailSettings)), EmailSettings.parse
+    ),
+    "catalogue_walk": HandlerSettings(
+        frozenset(walk_settings.PARAMS["properties"]), walk_settings.check_config
+    ),
+    "http_check": HandlerSettings(),
+    "noop": HandlerSettings(),
+    "sleep": HandlerSettings(),
+    "webhook": HandlerSettings(),
+}
+# Settings that are tables by handler name.
+BY_HANDLER = (
+    "handler_settings",
+    "handler_concurrency",
+    "retention_days_by_handler",
+    "retention_max_executions_by_handler",
+)
+
+
+def check_against_handlers(settings: Settings, registry: HandlerRegistry) -> None:
+    """What the settings say of handlers and resources, against those installed: a table for a
+    handler that is not there, a resource no handler declares, a setting a handler does not
+    take, or one it would refuse at every run stops startup (ConfigError) rather than being
+    ignored or failing later."""
+    handlers = {registered.name for registered in registry}
+    for setting in BY_HANDLER:
+        for name in getattr(settings, setting):
+            if name not in handlers:
+                raise ConfigError(
+                    f"{setting}.{name}",
+                    "no such handler is installed" + did_you_mean(name, handlers),
+                )
+    resources = {resource.name for resource in declared_resources(registry)}
+    for name in settings.resource_urls:
+        if name not in resources:
+            raise ConfigError(
+                f"resource_urls.{name}",
+                "no installed handler uses such a resource" + did_you_mean(name, resources),
+            )
+    for name, table in settings.handler_settings.items():
+        if name in OWN_HANDLER_SETTINGS:
+            _check_handler_table(name, table, OWN_HANDLER_SETTINGS[name])
+
+
+def _check_handler_table(name: str, table: Mapping[str, Any], own: HandlerSettings) -> None:
+    for key in sorted(table):
+        if key not in own.names:
+            takes = did_you_mean(key, own.names) if own.names else " (it takes none)"
+            raise ConfigError(f"handler_settings.{name}.{key}", f"not a setting of {name}{takes}")
+    if own.check is None:
+        return
+    try:
+        own.check(table)
+    except ValueError as exc:
+        # The handlers' messages read "<setting>: <what it must be>", never the value.
+        setting, _, reason = str(exc).partition(": ")
+        raise ConfigError(setting, reason) from None
 
 
 def api_resources(registry: HandlerRegistry) -> list[Resource[Any]]:
@@ -130,7 +208,32 @@ async def opened_resources(
     """Open each resource once, for every handler that uses it; close them in reverse."""
     env = ResourceEnv(store_url=settings.store_url, urls=settings.resource_urls, stop=stop)
     async with contextlib.AsyncExitStack() as stack:
-        yield {r.name: await stack.enter_async_context(r.open(env)) for r in resources}
+        opened = {}
+        for resource in resources:
+            setting = f"resource_urls.{resource.name}"
+            with cannot_open(
+                setting if resource.name in env.urls else "store_url", env.url(resource.name)
+            ):
+                opened[resource.name] = await stack.enter_async_context(resource.open(env))
+        yield opened
+
+
+@contextlib.contextmanager
+def cannot_open(setting: str, url: str) -> Iterator[None]:
+    """A backend that cannot be opened at startup (a file that is not a database, a path that
+    cannot be read, a URL its driver refuses) stops the daemon with one line naming the URL,
+    its password masked, and why: a ConfigError. Being told to stop while waiting for it is not
+    an error."""
+    try:
+        yield
+    except (StartupAborted, ConfigError):
+        raise
+    except Exception as exc:  # the store's StoreError, or whatever a driver raises
+        raise ConfigError(setting, f"cannot open {scrub_text(url)}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(scrub_text(str(exc) or type(exc).__name__).split())
 
 
 def build_engine(

@@ -45,12 +45,13 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
     # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
     from scheduler.registry import RegistryError
     from seed.jobs import SeedError
-    from tickd.app import load_registry
+    from tickd.app import check_against_handlers, load_registry
     from tickd.daemon import run_daemon, stop_on_signals
 
     try:
         registry = load_registry()
-    except RegistryError as exc:
+        check_against_handlers(settings, registry)
+    except (RegistryError, ConfigError) as exc:
         print(f"tickd: {exc}", file=sys.stderr)
         return 2
 

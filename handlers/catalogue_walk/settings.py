@@ -31,6 +31,10 @@ DEFAULT_MIN_AGE_SECONDS = 3600.0
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
 MAX_CONCURRENCY = 32
+QUOTA_REQUIRED = (
+    f"{CONFIG_TABLE}.daily_quota: required with {CONFIG_TABLE}.base_url (the vendor's quota is "
+    "shared by every job that uses it)"
+)
 
 PARAMS: dict[str, Any] = {
     "type": "object",
@@ -133,6 +137,30 @@ class WalkSettings:
         )
 
 
+def check_config(config: Mapping[str, Any]) -> None:
+    """Each setting `[handler_settings.catalogue_walk]` holds, read as a walk reads it, so that a
+    bad one stops startup rather than failing every walk. Raises ValueError naming it. Settings
+    left out are not asked for: the key may come later (the system job waits for it)."""
+    unknown = set(config) - set(PARAMS["properties"])
+    if unknown:
+        raise ValueError(f"{CONFIG_TABLE}: unknown {', '.join(sorted(unknown))}")
+    values = _Values({}, config)
+    for name in config:
+        kind = PARAMS["properties"][name]["type"]
+        if name == "base_url":
+            values.url(name)
+        elif name == "api_key":
+            values.key(name)
+        elif kind == "integer":
+            values.whole(name)
+        elif kind == "number":
+            values.number(name, default=0.0)
+        else:
+            values.text(name)
+    if "base_url" in config and "daily_quota" not in config:
+        raise ValueError(QUOTA_REQUIRED)
+
+
 def _configured_vendor(values: _Values, base_url: str) -> dict[str, Any]:
     """The configured vendor: its key, and its quota, which a job may lower, never raise or
     rename (every job using that vendor shares the one quota the vendor grants)."""
@@ -144,10 +172,7 @@ def _configured_vendor(values: _Values, base_url: str) -> dict[str, Any]:
     api_key = values.key("api_key")
     if "daily_quota" not in values.config:
         # Else each job would choose its own limit on the one counter they all share.
-        raise ValueError(
-            f"{CONFIG_TABLE}.daily_quota: required with {CONFIG_TABLE}.base_url (the vendor's "
-            "quota is shared by every job that uses it)"
-        )
+        raise ValueError(QUOTA_REQUIRED)
     daily_quota = values.whole("daily_quota")
     if "daily_quota" in values.params and "daily_quota" in values.config:
         configured = values.whole("daily_quota", params=False)
