@@ -10,6 +10,7 @@ server that cannot be reached as Unreachable.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,7 +20,7 @@ from http.client import HTTPException
 from typing import Any
 
 from api import safejson
-from scheduler.secrets import scrub_text
+from scheduler.secrets import MASK, scrub_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -120,9 +121,20 @@ class Client:
             raise BadUrl(self._not_a_url(str(exc))) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadUrl(self._not_a_url("not an http:// or https:// URL with a host"))
+        if "@" in parts.netloc:
+            # urllib would dial `user:pw@host` as a host name; the API reads a bearer token only.
+            raise BadUrl(
+                f"{self._shown_url()!r}: credentials in the URL are not sent; set --url or "
+                f"{URL_ENV} without them, and the API token with --token or {TOKEN_ENV}"
+            )
 
     def _not_a_url(self, why: str) -> str:
-        return f"{scrub_text(self.base_url)!r}: {why} (set --url or {URL_ENV})"
+        return f"{self._shown_url()!r}: {why} (set --url or {URL_ENV})"
+
+    def _shown_url(self) -> str:
+        """The base URL as messages show it: whatever comes before `@` in it masked, a user name
+        as well as a password (a token pasted as the user name is a secret too)."""
+        return scrub_text(_USERINFO.sub(rf"\g<scheme>{MASK}@", self.base_url))
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -174,7 +186,7 @@ class Client:
             raise self.not_tickd(f"answered {status} with something that is not JSON") from None
 
     def not_tickd(self, what: str) -> NotTickd:
-        where = scrub_text(self.base_url)
+        where = self._shown_url()
         return NotTickd(
             f"the server at {where} {what}: is it the tickd API? (set --url or {URL_ENV})"
         )
@@ -206,7 +218,7 @@ class Client:
             why = why or type(reason).__name__
         else:
             why = str(reason)
-        where = scrub_text(self.base_url)
+        where = self._shown_url()
         return f"cannot reach the tickd API at {where}: {why} (set --url or {URL_ENV})"
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -334,6 +346,10 @@ class Client:
     def discard_dead_letter(self, execution_id: str) -> Json:
         path = f"/v1/dead-letters/{_segment(execution_id)}/discard"
         return self._object(self.request("POST", path), "id")
+
+
+# The user information of a URL: from `://` to the last `@` before the path, query or fragment.
+_USERINFO = re.compile(r"(?P<scheme>://)[^/?#]*@")
 
 
 def _segment(value: str) -> str:

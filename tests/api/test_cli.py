@@ -410,6 +410,32 @@ async def test_a_malformed_url_is_one_line_and_exit_2(url: str) -> None:
     assert "TICKD_URL" in one_line(run)
 
 
+PASSWORD = "pw-" + "q" * 20
+
+
+@pytest.mark.parametrize(
+    "userinfo", [f"user:{PASSWORD}", f"{PASSWORD}", f":{PASSWORD}", f"a@b:{PASSWORD}"]
+)
+async def test_credentials_in_the_url_are_refused_by_name_never_dialled_or_printed(
+    live: Live, userinfo: str
+) -> None:
+    """`user:pw@` in the URL of a server that is up: a clear refusal naming the options, not a
+    DNS error for a host named `user:pw@127.0.0.1`, and the password (or a user name that may
+    be a token) shown masked."""
+    url = live.url.replace("http://", f"http://{userinfo}@")
+    for run in (
+        await live.tickd("jobs", "list", "--url", url),
+        await run_tickd("jobs", "list", url=url),
+    ):
+        assert run.code == 2, run
+        line = one_line(run)
+        assert "credentials in the URL" in line
+        assert "--url" in line and "--token" in line
+        assert "Name or service not known" not in line
+        assert PASSWORD not in line and userinfo not in line
+        assert live.url.replace("http://", "http://***@") in line
+
+
 def impostor_app() -> web.Application:
     """Servers that answer, but not as tickd does: each under a prefix of its own."""
 
