@@ -13,7 +13,7 @@ from aiohttp import web
 
 from api.bounces import BOUNCE_ROUTES
 from api.dead_letters import DEAD_LETTER_ROUTES
-from api.edge import edge_middleware
+from api.edge import BODY_TIMEOUT, body_deadline_middleware, edge_middleware
 from api.executions import EXECUTION_ROUTES
 from api.handlers_routes import HANDLER_ROUTES
 from api.jobs_routes import HISTORY_ROUTE, JOB_ROUTES
@@ -29,6 +29,9 @@ from api.unsubscribe import add_unsubscribe_routes
 from api.v1 import STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
+# A request's body must arrive within this many seconds of its head (api/edge.py): 1 MiB in 30 s
+# is 35 KB/s, which any client that means to send it manages.
+BODY_TIMEOUT_SECONDS = 30.0
 # Jobs, runs, executions, schedules, handlers: a job's operations together, in the order
 # /openapi.json lists them.
 V1_ROUTES: Routes = [
@@ -45,9 +48,11 @@ ALL_ROUTES = V1_ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES + DEAD_LETTER
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:
-    # Problems outermost: the edge's refusals are problem details too.
-    middlewares = [problems_middleware, edge_middleware]
+    # Problems outermost: the edge's refusals are problem details too. The body's deadline
+    # innermost, where it sees the handler fail on the connection it closed.
+    middlewares = [problems_middleware, edge_middleware, body_deadline_middleware]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    app[BODY_TIMEOUT] = BODY_TIMEOUT_SECONDS
     app[STATE] = api_state
     app[TOKENS] = api_state.settings.api_tokens
     app[PROBES] = probes

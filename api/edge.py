@@ -9,10 +9,14 @@ tokens the bearer token is the protection: a browser never adds it to another si
 
 Either way a write's body is `application/json` (api/routing.py): no form can send that, and a
 script of another origin cannot without a preflight, which the API never allows.
+
+And a request's body must arrive within the app's BODY_TIMEOUT of its head: a client trickling
+it would otherwise hold its connection, and the handler waiting for it, for as long as it likes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -32,6 +36,9 @@ ANY_NAME_PATHS = PROBE_PATHS | PUBLIC_PATHS
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # host, or [IPv6], then an optional port; the classes exclude ":" so a match never backtracks.
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
+
+# Seconds a request's body may take to arrive, counted from the end of its head.
+BODY_TIMEOUT = web.AppKey("body_timeout", float)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -93,3 +100,40 @@ def _same_origin(origin: str, request: web.Request) -> bool:
     default = DEFAULT_PORTS.get(parts.scheme)
     mine = (match[1].lower().strip("[]"), int(match[2]) if match[2] else default)
     return (parts.hostname.lower(), port or default) == mine
+
+
+@web.middleware
+async def body_deadline_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Closes the connection of a request whose body is still incomplete BODY_TIMEOUT after its
+    head; the handler reading it then fails, and that failure is the client's (408), not the
+    server's."""
+    if request.content.is_eof():  # no body, or all of it came with the head
+        return await handler(request)
+    deadline = BodyDeadline(request, request.app[BODY_TIMEOUT])
+    try:
+        return await handler(request)
+    except ConnectionError:
+        if not deadline.expired:
+            raise
+        reason = f"not received within {request.app[BODY_TIMEOUT]:g} s"
+        raise ApiError(408, "Request Timeout", f"body: {reason}", [("body", reason)]) from None
+    finally:
+        deadline.cancel()
+
+
+class BodyDeadline:
+    def __init__(self, request: web.Request, seconds: float) -> None:
+        self.expired = False
+        self._request = request
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        if self._request.content.is_eof():
+            return
+        self.expired = True
+        transport = self._request.transport
+        if transport is not None:
+            transport.close()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
