@@ -162,8 +162,10 @@ async def running(app: web.Application, limits: ServerLimits) -> AsyncIterator[w
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGHUP too: a closed terminal or a supervisor's reload sends it, and its default action
+    kills the process mid-run, leaving its executions `running` until their leases lapse."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, _request_stop, stop, sig)
 
 
