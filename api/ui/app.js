@@ -16,12 +16,31 @@ let refresh = null;
 let generation = 0;
 
 function route() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decoded);
+  if (parts.includes(null)) return ["", () => notFound()];
   if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1]) return ["jobs", () => jobView(main, parts[1])];
   if (parts[0] === "jobs") return ["jobs", () => jobsView(main)];
   if (parts[0] === "new") return ["jobs", () => formView(main, null)];
   return ["now", () => nowView(main)];
+}
+
+// A hash typed or pasted by hand may hold a broken %-escape (`%E0%A4%A`): that part names no
+// page, rather than throwing URIError out of the router.
+function decoded(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return null;
+  }
+}
+
+function notFound() {
+  replace(main, h("section", { class: "panel", "data-testid": "not-found" },
+    h("h2", {}, "No such page"),
+    h("p", { class: "muted" }, "This address names no page of the dashboard."),
+    h("a", { href: "#/now" }, "Go to the overview")));
+  return null;
 }
 
 async function show() {
