@@ -20,7 +20,9 @@ and footer. What it shows:
 Every value that came from the product's data (part names, values, reasons) is untrusted: it is
 made one line, and escaped in HTML. Headers take only one-line text, so a part named
 `x\\r\\nBcc: someone` cannot add a header or a recipient; the recipient must be one plain
-address.
+address. Bidirectional controls (BIDI_CONTROLS) are dropped, so that a name cannot reorder what
+is shown around it, and lone surrogates, which no encoding holds, become U+FFFD. Any value at all
+is shown, whatever its type or size (`$1e+30`, `nan`): rendering never raises on data.
 
 Pure: the time is a parameter, nothing is sent here.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +50,7 @@ from zoneinfo import ZoneInfo
 
 from handlers.alert_scanner import normalize, tokens
 from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.rules import display, percent_text
+from handlers.alert_scanner.rules import display, number_text, percent_text
 from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import Notification
 
@@ -57,6 +60,13 @@ SUBJECT_PART_CHARS = 40
 TIME_ZONE_MAX_CHARS = 64
 # Symbols people read without the code; any other currency is written after the amount.
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
+# From this amount on, money is shown in ten significant digits ($1e+30), not digit by digit.
+MONEY_PLAIN_MAX = 1e15
+# Bidirectional controls (embeddings, overrides, isolates, marks): dropped from what the
+# product's data puts in an email, where they could make a name read as something else.
+BIDI_CONTROLS = frozenset(
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+)
 
 TEXT = Template("""\
 Hello,
@@ -97,6 +107,8 @@ HTML_ROW = Template(
 )
 
 _WHITESPACE = re.compile(r"\s+")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_DROP_BIDI = dict.fromkeys(map(ord, BIDI_CONTROLS))
 
 
 # -- the message --------------------------------------------------------------------------------
@@ -167,7 +179,8 @@ def subject(notifications: Sequence[Notification]) -> str:
 
 def message_id(notifications: Sequence[Notification], *, domain: str) -> str:
     """The same for the same notifications: a re-send after a crash is recognisable as one."""
-    digest = hashlib.sha256("\n".join(sorted(n.id for n in notifications)).encode()).hexdigest()
+    ids = "\n".join(sorted(n.id for n in notifications))
+    digest = hashlib.sha256(ids.encode("utf-8", "surrogatepass")).hexdigest()
     return f"<alerts.{digest[:32]}@{header_text(domain) or 'tickd.invalid'}>"
 
 
@@ -223,11 +236,12 @@ def _describe_price(n: Notification) -> Description:
         return "price changed", 20.0, money
     if not previous:
         return f"price is now {money(current)}", 20.0, money
-    change = (current - previous) / previous * 100
-    verb = "rose" if change > 0 else "fell" if change < 0 else "is still"
-    moved = f" {percent_text(abs(change)).lstrip('+')}" if change else ""
+    # Infinite when the ratio is beyond a float (1e-300 to 1e300): then said without a number.
+    change = abs((current - previous) / previous * 100)
+    verb = "rose" if current > previous else "fell" if current < previous else "is still"
+    moved = f" {percent_text(change).lstrip('+')}" if change and math.isfinite(change) else ""
     # Up to 10 more for the size of the move: a 90 % drop before a 5 % rise.
-    return f"price {verb}{moved} to {money(current)}", 20.0 + min(abs(change), 100) / 10, money
+    return f"price {verb}{moved} to {money(current)}", 20.0 + min(change, 100) / 10, money
 
 
 def _describe_compliance(n: Notification) -> Description:
@@ -281,19 +295,27 @@ DESCRIBERS: dict[str, Callable[[Notification], Description]] = {
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A finite float from an int or a float; None for anything else (shown as it is)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond a float's range
+        return None
+    # + 0.0: -0.0 is shown as 0.
+    return number + 0.0 if math.isfinite(number) else None
 
 
 def _items(value: Any) -> list[str]:
-    return [str(item) for item in value] if isinstance(value, list | tuple) else []
+    return [display(item) for item in value] if isinstance(value, list | tuple) else []
 
 
 def _flags(value: Any, n: Notification) -> dict[str, str]:
     """Compliance flags as a map: all of them (a map), or the one flag the rule watches."""
     if isinstance(value, Mapping):
-        return {str(flag): str(v) for flag, v in value.items()}
+        return {display(flag): display(v) for flag, v in value.items()}
     flag = _watched_flag(n.threshold)
-    return {flag: str(value)} if flag and value is not None else {}
+    return {flag: display(value)} if flag and value is not None else {}
 
 
 def _watched_flag(threshold: Any) -> str | None:
@@ -308,20 +330,25 @@ def _watched_flag(threshold: Any) -> str | None:
 
 
 def _joined(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    """`A`, `A and B`, `A, B and C`; empty for none."""
+    if len(names) <= 1:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def format_money(value: Any, currency: str | None) -> str:
-    """`$0.71`, `€3.20`, `12.50 CHF`; without a currency, just two decimals."""
+    """`$0.71`, `€3.20`, `12.50 CHF`; without a currency, just two decimals; from
+    MONEY_PLAIN_MAX on, ten significant digits (`$1e+30`)."""
     amount = _number(value)
     if amount is None:
         return display(value)
+    shown = f"{amount:,.2f}" if abs(amount) < MONEY_PLAIN_MAX else number_text(amount)
     code = currency.strip().upper() if isinstance(currency, str) else ""
     if code in CURRENCY_SYMBOLS:
-        return f"{CURRENCY_SYMBOLS[code]}{amount:,.2f}"
+        return f"{CURRENCY_SYMBOLS[code]}{shown}"
     if len(code) == 3 and code.isascii() and code.isalpha():
-        return f"{amount:,.2f} {code}"
-    return f"{amount:,.2f}"
+        return f"{shown} {code}"
+    return shown
 
 
 def recipient_zone(notifications: Sequence[Notification]) -> tzinfo | None:
@@ -339,8 +366,13 @@ def recipient_zone(notifications: Sequence[Notification]) -> tzinfo | None:
 
 def format_time(moment: datetime, zone: tzinfo | None) -> str:
     """The moment for a reader: `2 March 2026 at 10:00 CET (Europe/Berlin)`, or with no zone
-    known `2 March 2026 at 09:00 UTC`."""
-    local = moment.astimezone(zone or UTC)
+    known, or none that can hold the moment (the year 9999 at +14:00), `2 March 2026 at 09:00
+    UTC`."""
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    try:
+        local = moment.astimezone(zone or UTC)
+    except OverflowError:
+        local, zone = moment.astimezone(UTC), None
     named = f"{local.tzname()} ({zone})" if zone is not None else "UTC"
     return f"{local.day} {local:%B %Y} at {local:%H:%M} {named}"
 
@@ -382,7 +414,7 @@ class Digest:
         return None if base is None else f"{base}{path}"
 
     def part_url(self, n: Notification) -> str | None:
-        return self.app_url(f"/parts/{quote(n.part_id, safe='')}")
+        return self.app_url(f"/parts/{quote(safe_text(n.part_id), safe='')}")
 
     def unsubscribe_url(self, alert_id: str | None) -> str | None:
         base, secret = self.settings.unsubscribe_base, self.settings.unsubscribe_secret
@@ -476,11 +508,17 @@ def _html_link(text: str, link: str | None) -> str:
 # -- text hygiene -------------------------------------------------------------------------------
 
 
+def safe_text(value: str) -> str:
+    """The text without bidirectional controls, and with U+FFFD for each lone surrogate: what
+    any encoding holds, read in the order it is written."""
+    return _LONE_SURROGATE.sub("\ufffd", str(value).translate(_DROP_BIDI))
+
+
 def one_line(value: str, limit: int = VALUE_MAX_CHARS) -> str:
-    """Control and line-separator characters become spaces, runs of space one space; cut at
-    `limit` characters."""
+    """safe_text, then control and line-separator characters become spaces, runs of space one
+    space; cut at `limit` characters."""
     cleaned = "".join(
-        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in str(value)
+        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in safe_text(value)
     )
     text = _WHITESPACE.sub(" ", cleaned).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"

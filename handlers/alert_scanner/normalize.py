@@ -65,13 +65,19 @@ def number(value: Any, what: str) -> float:
     if hasattr(value, "to_decimal"):  # bson.Decimal128, without importing bson here
         value = value.to_decimal()
     if isinstance(value, int | float | Decimal):
-        return _finite(float(value), what, value)
+        return _finite(value, what, value)
     if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-        return _finite(float(value.strip()), what, value)
+        return _finite(value.strip(), what, value)
     raise NormalizationError(f"{what}: {_shown(value)} is not a number")
 
 
-def _finite(result: float, what: str, value: Any) -> float:
+def _finite(number: int | float | Decimal | str, what: str, value: Any) -> float:
+    """The number as a float, refused when no finite float holds it: NaN, an infinity, an int
+    or a Decimal beyond a float's range (which float() raises on or makes infinite)."""
+    try:
+        result = float(number)
+    except (OverflowError, ValueError):  # 10**400; a signalling NaN
+        result = math.nan
     if not math.isfinite(result):
         raise NormalizationError(f"{what}: {_shown(value)} is not a finite number")
     return result
@@ -206,14 +212,18 @@ def timestamp(value: Any, what: str = "time") -> datetime | None:
     string (`Z` accepted); None when the value is missing."""
     if value is None:
         return None
+    moment = value
     if isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
             raise NormalizationError(f"{what}: {_shown(value)} is not an ISO 8601 time") from None
-    if not isinstance(value, datetime):
+    if not isinstance(moment, datetime):
         raise NormalizationError(f"{what}: {_shown(value)} is not a time")
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is before the first time a datetime holds
+        raise NormalizationError(f"{what}: {_shown(value)} is out of range") from None
 
 
 def truth(value: Any, *, default: bool, what: str = "flag") -> bool:
@@ -238,7 +248,10 @@ def identifier(value: Any, what: str) -> str:
     """An id (a string, a number or a BSON ObjectId) as a stripped string."""
     if value is None or isinstance(value, bool | Mapping | list):
         raise NormalizationError(f"{what}: {_shown(value)} is not an id")
-    text = str(value).strip()
+    try:
+        text = str(value).strip()
+    except ValueError:  # an int of more than 4300 digits
+        raise NormalizationError(f"{what}: the id is too long") from None
     if not text:
         raise NormalizationError(f"{what}: the id is empty")
     return text
@@ -258,5 +271,8 @@ def _key(text: str) -> str:
 
 def _shown(value: Any) -> str:
     """The value as an error message quotes it: short, one line."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits
+        return f"({type(value).__name__})"
     return text if len(text) <= 60 else text[:57] + "..."

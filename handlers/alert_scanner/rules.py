@@ -20,12 +20,15 @@ an operator or a pair that means nothing); the scan records either on the rule.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from datetime import datetime
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal
 from enum import Enum, StrEnum
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 from handlers.alert_scanner import normalize
@@ -122,6 +125,13 @@ OPERATOR_WORDS = {
 # Price changes are compared at this many decimals of a percent: 4.00 -> 4.40 is exactly 10 %,
 # not 10.000000000000009 % as floats would have it.
 PERCENT_DECIMALS = 6
+# From this size on a percentage is shown in three significant digits (+1.23e+32%).
+PERCENT_PLAIN_MAX = 1e6
+# How much of a list or a map (and of those in it) a message shows.
+DISPLAY_MAX_ITEMS = 50
+DISPLAY_MAX_DEPTH = 4
+# Ten significant digits at any exponent: a Decimal beyond a float's range, shown.
+_TEN_DIGITS = Context(prec=10, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 # How a stored cursor or baseline is named in an error message.
 STORED = "cursor or baseline"
@@ -532,24 +542,86 @@ def _as_is(value: Any, what: str) -> Any:
 
 def percent_text(value: float) -> str:
     """A signed percentage as people write it: whole above 10 % (+15%), one decimal above 1 %
-    (+4.4%), two below (+0.25%); halves round away from zero, as people round."""
+    (+4.4%), two below (+0.25%); halves round away from zero, as people round. From
+    PERCENT_PLAIN_MAX on, three significant digits (+1.23e+32%): every digit beyond those is
+    noise; an infinite one is +inf% (or -inf%), a NaN "?%"."""
+    if math.isnan(value):
+        return "?%"
     if value == 0:
         return "0%"
     size = abs(value)
+    sign = "-" if value < 0 else "+"
+    if size >= PERCENT_PLAIN_MAX:
+        return f"{sign}{size:.3g}%"
     places = 0 if size >= 10 else 1 if size >= 1 else 2
     rounded = Decimal(repr(size)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
-    sign = "-" if value < 0 and rounded else "+"
-    return f"{sign}{rounded}%"
+    return f"{'-' if value < 0 and rounded else '+'}{rounded}%"
 
 
-def display(value: Any) -> str:
-    """A stored canonical value in words, for messages and emails."""
+def display(value: Any, *, depth: int = 0) -> str:
+    """A stored value in words, for messages and emails: any value, never an error. Numbers of
+    any size in at most ten significant digits; lists and maps shown to DISPLAY_MAX_ITEMS
+    items and DISPLAY_MAX_DEPTH levels."""
     if value is None:
         return "(none)"
-    if isinstance(value, float):
-        return f"{value:.10g}"
-    if isinstance(value, Mapping):
-        return ", ".join(f"{key}: {display(item)}" for key, item in value.items()) or "(none)"
-    if isinstance(value, list | tuple | set | frozenset):
-        return ", ".join(display(item) for item in value) or "(none)"
-    return str(value)
+    if isinstance(value, bool | str):
+        return str(value)
+    if isinstance(value, int | float | Decimal) or hasattr(value, "to_decimal"):
+        return number_text(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        return _display_items(value, depth)
+    return _any_text(value)
+
+
+def number_text(value: Any) -> str:
+    """A number in at most ten significant digits, whatever its type and size: `0.62`, `100`,
+    `1e+30`, `1e+5000`, `inf`, `nan`; -0 is `0`."""
+    number = value.to_decimal() if hasattr(value, "to_decimal") else value
+    if isinstance(number, int) and not isinstance(number, bool):
+        return str(number) if abs(number) < 10**15 else _decimal_text(Decimal(number))
+    if isinstance(number, Decimal):
+        return _decimal_text(number)
+    if isinstance(number, float):
+        return _float_text(number)
+    return _any_text(value)
+
+
+def _float_text(number: float) -> str:
+    return "0" if number == 0 else f"{number:.10g}"
+
+
+def _decimal_text(number: Decimal) -> str:
+    """As a float would be shown, or, beyond a float's range, in the Decimal's own exponent."""
+    if number.is_nan():
+        return "nan"
+    if number.is_infinite():
+        return "-inf" if number.is_signed() else "inf"
+    as_float = float(number)
+    if math.isfinite(as_float) and (as_float != 0 or number.is_zero()):
+        return _float_text(as_float)
+    return format(number.normalize(_TEN_DIGITS), "g")
+
+
+def _display_items(value: Any, depth: int) -> str:
+    if depth >= DISPLAY_MAX_DEPTH:
+        return "…"
+    pairs = value.items() if isinstance(value, Mapping) else ((None, item) for item in value)
+    shown = [
+        display(item, depth=depth + 1)
+        if key is None
+        else f"{key}: {display(item, depth=depth + 1)}"
+        for key, item in islice(pairs, DISPLAY_MAX_ITEMS)
+    ]
+    if len(value) > DISPLAY_MAX_ITEMS:
+        shown.append(f"and {len(value) - DISPLAY_MAX_ITEMS} more")
+    return ", ".join(shown) or "(none)"
+
+
+def _any_text(value: Any) -> str:
+    """`str(value)`, or its type's name when even that fails (an int of 5000 digits)."""
+    try:
+        return str(value)
+    except Exception:  # any value at all is shown, never raised on
+        return f"({type(value).__name__})"
