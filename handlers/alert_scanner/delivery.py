@@ -15,6 +15,12 @@ Failures. A transient one (4xx, a dropped connection) is retried within the scan
 the next scan tries again, until `scans_before_giving_up` scans have failed. A permanent one
 (5xx, a refused or invalid address) is recorded at once with `emailFailedAt`: never retried.
 
+Rendering. An email is rendered, down to its bytes, before a connection is made. A notification
+whose email cannot be rendered (a value nobody foresaw) is that notification's failure, never the
+scan's: it is logged with its id, recorded (`emailError`, `emailAttempts`) and, like a transient
+failure, given up once `scans_before_giving_up` scans have failed; the recipient's other
+notifications go in one email without it.
+
 Hard bounces. When the receiving server refuses the address itself for good (a 5xx to RCPT, or a
 5.1.x / 5.2.x mailbox status: MailError.recipient_refused), the address's bounce is counted in
 the product store. From `bounces_before_blocking` (3) on, the address gets no more mail: its
@@ -26,18 +32,20 @@ clears the address's count (a mailbox that was full, or briefly gone).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from email.message import EmailMessage
-from enum import Enum
 
 from handlers.alert_scanner.emails import compose
+from handlers.alert_scanner.errors import unforeseen
 from handlers.alert_scanner.normalize import NormalizationError
 from handlers.alert_scanner.settings import EmailSettings
 from handlers.product_store import Bounce, Notification, ProductStore, bounce_key
 from scheduler.handler_api import Clock, Mailer, MailError
 
+log = logging.getLogger("tickd.handler.alert_scanner")
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 30.0
 
@@ -78,8 +86,18 @@ class Recipient:
 
 @dataclass(frozen=True, kw_only=True)
 class Delivered:
+    """Emails sent and failed, and notifications given up (`emailFailedAt` written)."""
+
     sent: int = 0
     failed: int = 0
+    given_up: int = 0
+
+    def __add__(self, other: Delivered) -> Delivered:
+        return Delivered(
+            sent=self.sent + other.sent,
+            failed=self.failed + other.failed,
+            given_up=self.given_up + other.given_up,
+        )
 
 
 async def deliver_pending(
@@ -135,17 +153,17 @@ async def _deliver_all(
     outcomes = await asyncio.gather(
         *(sender.deliver(r) for r in recipients), return_exceptions=True
     )
+    total = Delivered()
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return Delivered(sent=outcomes.count(Outcome.SENT), failed=outcomes.count(Outcome.FAILED))
+        total += outcome
+    return total
 
 
-class Outcome(Enum):
-    SENT = "sent"
-    FAILED = "failed"
-    # Not attempted: another delivery failed unexpectedly and the scan is stopping.
-    SKIPPED = "skipped"
+SENT = Delivered(sent=1)
+# Not attempted: another delivery failed unexpectedly and the scan is stopping.
+SKIPPED = Delivered()
 
 
 class _Stopping(Exception):
@@ -163,43 +181,87 @@ class _Sender:
     bounces: dict[str, Bounce] = field(default_factory=dict)
     stopping: bool = False
 
-    async def deliver(self, recipient: Recipient) -> Outcome:
+    async def deliver(self, recipient: Recipient) -> Delivered:
         """Send one recipient's email and record the outcome."""
         try:
             return await self._deliver(recipient)
         except _Stopping:
-            return Outcome.SKIPPED
+            return SKIPPED
         except Exception:
             self.stopping = True
             raise
 
-    async def _deliver(self, recipient: Recipient) -> Outcome:
+    async def _deliver(self, recipient: Recipient) -> Delivered:
         blocked = self._blocked(recipient.address)
         if blocked is not None:
-            await self._failed(recipient, blocked, give_up=True)
-            return Outcome.FAILED
+            return await self._failed(recipient, blocked, give_up=True)
         try:
-            message = compose(
-                recipient.address or "",
-                recipient.notifications,
-                now=self.clock.now(),
-                from_address=self.policy.from_address,
-                settings=self.policy.settings,
-            )
-        except NormalizationError as exc:
-            await self._failed(recipient, str(exc), give_up=True)
-            return Outcome.FAILED
+            message = self._render(recipient)
+        except NormalizationError as exc:  # the address: no email to it can be sent
+            return await self._failed(recipient, str(exc), give_up=True)
+        except Exception:
+            return await self._deliver_renderable(recipient)
+        return await self._send(recipient, message)
+
+    def _render(self, recipient: Recipient) -> EmailMessage:
+        """The recipient's email, made into bytes once here, so that no value in it can fail
+        the mailer's send: what cannot be rendered fails here, as its notifications' error."""
+        message = compose(
+            recipient.address or "",
+            recipient.notifications,
+            now=self.clock.now(),
+            from_address=self.policy.from_address,
+            settings=self.policy.settings,
+        )
+        message.as_bytes()
+        return message
+
+    async def _deliver_renderable(self, recipient: Recipient) -> Delivered:
+        """Some notification of the recipient's cannot be rendered: each that cannot on its own
+        is recorded as failed, and the others go in one email."""
+        outcome, renderable = Delivered(), []
+        for n in recipient.notifications:
+            try:
+                self._render(replace(recipient, notifications=[n]))
+            except Exception as exc:
+                outcome += await self._unrenderable(replace(recipient, notifications=[n]), exc)
+            else:
+                renderable.append(n)
+        if not renderable:
+            return outcome
+        rest = replace(recipient, notifications=renderable)
+        try:
+            message = self._render(rest)
+        except Exception as exc:  # each renders alone but not together
+            return outcome + await self._unrenderable(rest, exc)
+        return outcome + await self._send(rest, message)
+
+    async def _unrenderable(self, recipient: Recipient, exc: Exception) -> Delivered:
+        """Logged with the notifications' ids, recorded on them, and counted towards giving
+        them up, as a transient failure is."""
+        give_up = self._failed_scans(recipient) >= self.policy.scans_before_giving_up
+        log.warning(
+            "notifications %s (alerts %s): the email cannot be rendered%s",
+            ", ".join(recipient.ids),
+            ", ".join(sorted({n.alert_id for n in recipient.notifications})),
+            "; given up" if give_up else "",
+            exc_info=True,
+        )
+        error = f"not sent: the email cannot be rendered: {unforeseen(exc)}"
+        return await self._failed(recipient, error, give_up=give_up)
+
+    async def _send(self, recipient: Recipient, message: EmailMessage) -> Delivered:
+        """Send the rendered email, with retries, and record the outcome."""
         error = await self._send_with_retries(message)
         if error is None:
             await self.products.mark_emailed(recipient.ids, self.clock.now())
             await self._bounces_forgotten(recipient.address)
-            return Outcome.SENT
+            return SENT
         if error.recipient_refused and not error.transient and recipient.address:
             await self.products.record_bounce(
                 recipient.address, error=str(error), at=self.clock.now()
             )
-        await self._failed(recipient, str(error), give_up=self._gives_up(recipient, error))
-        return Outcome.FAILED
+        return await self._failed(recipient, str(error), give_up=self._gives_up(recipient, error))
 
     def _blocked(self, address: str | None) -> str | None:
         """Why the address gets no more mail, or None."""
@@ -219,13 +281,13 @@ class _Sender:
     async def _send_with_retries(self, message: EmailMessage) -> MailError | None:
         """None once sent; the last error when it is permanent or no attempt is left."""
         for attempt in range(1, self.policy.send_attempts + 1):
-            error = await self._send(message)
+            error = await self._send_once(message)
             if error is None or not error.transient or attempt == self.policy.send_attempts:
                 return error
             await self.clock.sleep(retry_delay(attempt))
         raise AssertionError("unreachable: the last attempt returns")
 
-    async def _send(self, message: EmailMessage) -> MailError | None:
+    async def _send_once(self, message: EmailMessage) -> MailError | None:
         async with self.permits:  # held for the send only, not while waiting to retry
             if self.stopping:
                 raise _Stopping
@@ -236,13 +298,21 @@ class _Sender:
         return None
 
     def _gives_up(self, recipient: Recipient, error: MailError) -> bool:
-        scans_failed = max(n.email_attempts for n in recipient.notifications) + 1
-        return not error.transient or scans_failed >= self.policy.scans_before_giving_up
+        return (
+            not error.transient
+            or self._failed_scans(recipient) >= self.policy.scans_before_giving_up
+        )
 
-    async def _failed(self, recipient: Recipient, error: str, *, give_up: bool) -> None:
+    @staticmethod
+    def _failed_scans(recipient: Recipient) -> int:
+        """Scans whose delivery failed, this one included."""
+        return max(n.email_attempts for n in recipient.notifications) + 1
+
+    async def _failed(self, recipient: Recipient, error: str, *, give_up: bool) -> Delivered:
         await self.products.record_email_failure(
             recipient.ids, error=error, at=self.clock.now(), give_up=give_up
         )
+        return Delivered(failed=1, given_up=len(recipient.ids) if give_up else 0)
 
 
 def retry_delay(attempt: int) -> float:

@@ -37,14 +37,16 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from handlers.alert_scanner import normalize
 from handlers.alert_scanner.concurrency import run_all
 from handlers.alert_scanner.delivery import EmailPolicy, deliver_pending
+from handlers.alert_scanner.emails import safe_text
+from handlers.alert_scanner.errors import unforeseen
 from handlers.alert_scanner.normalize import NormalizationError
 from handlers.alert_scanner.rules import (
     InvalidRule,
@@ -70,6 +72,12 @@ from scheduler.handler_api import Clock, Mailer
 log = logging.getLogger("tickd.handler.alert_scanner")
 # Error messages kept in a scan's result (all of them are on their rules).
 ERROR_SAMPLES = 5
+# When an alert whose rules cannot be read at all is read again: as a rule with an unreadable
+# cooldown, after the default one, so that it neither stops the scan nor heads every due query.
+RETRY_UNREADABLE = timedelta(minutes=normalize.DEFAULT_COOLDOWN_MINUTES)
+# The due time past the last one a datetime holds (a last check in the year 9999, a cooldown of
+# 1e300 minutes): never, as far as a datetime can say.
+NEVER = datetime.max.replace(tzinfo=UTC)
 PART_NAME_FIELDS = ("name", "partNumber", "mpn")
 
 
@@ -103,6 +111,8 @@ class ScanResult:
     notifications: int = 0
     emails_sent: int = 0
     emails_failed: int = 0
+    # Notifications given up this scan: never emailed, their error kept on them.
+    emails_given_up: int = 0
     error_samples: list[str] = field(default_factory=list)
     # Scans made (one, or more in a run that worked off a backlog), and whether the last one
     # still stopped at a bound: the next run carries on.
@@ -209,10 +219,10 @@ async def check_due(
     """Steps 1 to 5 of one scan: read, check and write back the due alerts' rules."""
     now = clock.now()
     alerts = await products.due_alerts(now, limits.alerts_per_scan)
-    due = [rule for alert in alerts for rule in due_rules(alert, now)]
+    due, unreadable = due_rules_of(alerts, now)
     checks = await check_rules(products, due[: limits.max_rules], now, limits)
-    written = await write_back(products, alerts, due, checks, now, scan_id)
-    return tally(alerts, due, checks, written)
+    written = await write_back(products, alerts, due, checks, now, scan_id, unreadable)
+    return tally(alerts, due, checks, written, unreadable)
 
 
 async def _delivered(
@@ -227,6 +237,7 @@ async def _delivered(
     """Step 6, with its counts added to the result, and the result logged."""
     delivered = await deliver_pending(products, mailer, clock, limits.email, token=token)
     result.emails_sent, result.emails_failed = delivered.sent, delivered.failed
+    result.emails_given_up = delivered.given_up
     logger.info("alert scan finished: %s", result.as_dict())
     return result
 
@@ -245,20 +256,26 @@ async def write_back(
     checks: Sequence[Check],
     now: datetime,
     scan_id: str,
+    unreadable: Mapping[str, str] | None = None,
 ) -> Written:
     """The notifications, then the rules' new states: in that order, so that a crash between
     the two loses no notification (the rerun reads the same states and makes the same ones)."""
     notifications = [c.notification for c in checks if c.notification is not None]
     inserted = await products.insert_notifications(notifications)
     updates = rule_updates(checks, now, scan_id)
-    applied = await products.update_rules(updates, reschedules(alerts, due, now))
+    later = reschedules(alerts, due, now, set(unreadable or ()))
+    applied = await products.update_rules(updates, later)
     return Written(notifications=inserted, updates=len(updates), applied=applied)
 
 
 def tally(
-    alerts: Sequence[Alert], due: Sequence[DueRule], checks: Sequence[Check], written: Written
+    alerts: Sequence[Alert],
+    due: Sequence[DueRule],
+    checks: Sequence[Check],
+    written: Written,
+    unreadable: Mapping[str, str] | None = None,
 ) -> ScanResult:
-    errors = [c.error for c in checks if c.error]
+    errors = [*(unreadable or {}).values(), *(c.error for c in checks if c.error)]
     return ScanResult(
         alerts_read=len(alerts),
         rules_due=len(due),
@@ -273,6 +290,21 @@ def tally(
 
 
 # -- which rules are due ------------------------------------------------------------------------
+
+
+def due_rules_of(alerts: Sequence[Alert], now: datetime) -> tuple[list[DueRule], dict[str, str]]:
+    """The due rules of every alert, and, by alert id, the error of each alert whose rules
+    could not be read at all: one alert nobody foresaw is that alert's error, never the scan's
+    (logged with its traceback, counted, and read again after RETRY_UNREADABLE)."""
+    due: list[DueRule] = []
+    unreadable: dict[str, str] = {}
+    for alert in alerts:
+        try:
+            due += due_rules(alert, now)
+        except Exception as exc:
+            log.warning("alert %s: its rules cannot be read", alert.id, exc_info=True)
+            unreadable[alert.id] = f"alert {alert.id}: {unforeseen(exc)}"
+    return due, unreadable
 
 
 def due_rules(alert: Alert, now: datetime) -> list[DueRule]:
@@ -295,9 +327,15 @@ def is_active(rule: Any) -> bool:
 
 def due_at(rule: Mapping[str, Any], now: datetime) -> datetime:
     """When the rule may be checked again: its cooldown after its last check (or trigger);
-    `now` if it was never checked, or its times cannot be read (the check then rewrites them)."""
+    `now` if it was never checked, or its times cannot be read (the check then rewrites them);
+    NEVER when that is past the last time a datetime holds."""
     last = _last_checked(rule)
-    return now if last is None else last + cooldown(rule)
+    if last is None:
+        return now
+    try:
+        return last + cooldown(rule)
+    except OverflowError:
+        return NEVER
 
 
 def _last_checked(rule: Mapping[str, Any]) -> datetime | None:
@@ -353,6 +391,9 @@ async def check_rules(
             by_part.setdefault(rule.part_id(), []).append(rule)
         except NormalizationError as exc:
             checks.append(failed(rule, now, str(exc)))
+        except Exception as exc:
+            log.warning("alert %s: partId cannot be read", rule.alert.id, exc_info=True)
+            checks.append(failed(rule, now, unforeseen(exc)))
     permits = asyncio.Semaphore(limits.lookup_concurrency)
     batches = _batches(list(by_part), limits.parts_per_lookup)
     checked = await run_all(_check_batch(products, ids, by_part, now, permits) for ids in batches)
@@ -391,7 +432,7 @@ def check(due: DueRule, part: Mapping[str, Any] | None, now: datetime) -> Check:
         return failed(due, now, str(exc))
     except Exception as exc:
         log.warning("alert %s rule %s: check failed", due.alert.id, due.rule_id, exc_info=True)
-        return failed(due, now, f"{type(exc).__name__}: {exc}")
+        return failed(due, now, unforeseen(exc))
     return Check(due=due, changes=_state_after(verdict, now), notification=notification)
 
 
@@ -409,9 +450,10 @@ def _state_after(verdict: Verdict, now: datetime) -> Doc:
 
 
 def notify(due: DueRule, part: Mapping[str, Any], verdict: Verdict, now: datetime) -> Notification:
-    """The notification of a rule that fired (NormalizationError if the alert names no user)."""
+    """The notification of a rule that fired (NormalizationError if the alert names no user).
+    Its text is safe_text, as the app shows it too."""
     doc, rule = due.alert.doc, due.rule
-    name = part_name(part, due.part_id())
+    name = safe_text(part_name(part, due.part_id()))
     return Notification(
         id=notification_id(due),
         user_id=normalize.identifier(doc.get("userId"), "alert userId"),
@@ -425,8 +467,10 @@ def notify(due: DueRule, part: Mapping[str, Any], verdict: Verdict, now: datetim
         threshold=rule.get("threshold"),
         previous_value=verdict.previous,
         current_value=verdict.cursor,
-        message=f"{name}: {verdict.field} {display(verdict.previous)} -> {display(verdict.cursor)}",
-        reason=verdict.reason,
+        message=safe_text(
+            f"{name}: {verdict.field} {display(verdict.previous)} -> {display(verdict.cursor)}"
+        ),
+        reason=safe_text(verdict.reason),
         created_at=now,
         notify_email=normalize.truth(rule.get("notifyEmail"), default=False, what="notifyEmail"),
         currency=_currency(part) if verdict.field == "price" else None,
@@ -487,15 +531,25 @@ def rule_updates(checks: Iterable[Check], now: datetime, scan_id: str) -> list[R
     ]
 
 
-def reschedules(alerts: Sequence[Alert], due: Sequence[DueRule], now: datetime) -> list[Reschedule]:
+def reschedules(
+    alerts: Sequence[Alert],
+    due: Sequence[DueRule],
+    now: datetime,
+    unreadable: Collection[str] = (),
+) -> list[Reschedule]:
     """Alerts read with no rule due (their nextCheckAt was early: a rule's cooldown grew, say)
-    get a nextCheckAt in the future, so the next scans do not read them again and again."""
+    get a nextCheckAt in the future, so the next scans do not read them again and again; those
+    whose rules could not be read at all (`unreadable`), RETRY_UNREADABLE from now."""
     with_due_rules = {rule.alert.id for rule in due}
     return [
         Reschedule(
             alert_id=alert.id,
             next_check_at_as_read=alert.doc.get("nextCheckAt"),
-            next_check_at=next_check_at(alert, set(), now),
+            next_check_at=(
+                now + RETRY_UNREADABLE
+                if alert.id in unreadable
+                else next_check_at(alert, set(), now)
+            ),
         )
         for alert in alerts
         if alert.id not in with_due_rules
