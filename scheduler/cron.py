@@ -41,10 +41,13 @@ class Field:
     # The number of distinct values, the longest step that still means something.
     size: int
     names: tuple[str, ...] = ()
-    # croniter's number for the field and the top value a bare `H` or `H/step` spreads to: `H`
-    # hashes with them, so that a job keeps the fire times it had before tickd read fields itself.
+    # croniter's number for the field and its top value: `H` hashes with them, so that a job keeps
+    # the fire times it had before tickd read fields itself.
     hash_index: int = 0
     hash_high: int = 0
+    # The top value a bare `H` or `H/step` may pick, where the field's top values do not come every
+    # cycle: a value croniter hashed above it is hashed again below it.
+    hash_ceiling: int | None = None
 
 
 MONTH_NAMES = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
@@ -53,9 +56,9 @@ WEEKDAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 SECOND = Field("second", 0, 59, 60, hash_index=5, hash_high=59)
 MINUTE = Field("minute", 0, 59, 60, hash_index=0, hash_high=59)
 HOUR = Field("hour", 0, 23, 24, hash_index=1, hash_high=23)
-# `H` spreads days over 1-28, as Jenkins does: every month has them, so a monthly job fires twelve
+# `H` picks days from 1-28, as Jenkins does: every month has them, so a monthly job fires twelve
 # times a year. `H(1-31)` still names 29 to 31 when asked for.
-DAY = Field("day-of-month", 1, 31, 31, hash_index=2, hash_high=28)
+DAY = Field("day-of-month", 1, 31, 31, hash_index=2, hash_high=31, hash_ceiling=28)
 MONTH = Field("month", 1, 12, 12, ("", *MONTH_NAMES), hash_index=3, hash_high=12)
 # 0 and 7 are both Sunday, as in every cron: `5-7` is Friday to Sunday.
 WEEKDAY = Field("day-of-week", 0, 7, 7, WEEKDAY_NAMES, hash_index=4, hash_high=6)
@@ -319,14 +322,20 @@ def _is_number(text: str) -> bool:
 
 
 def _hashed(base: str, step: int | None, field: Field, hash_seed: int) -> range:
-    """`H` as croniter hashes it (crc32 of the job name, shifted by the field's number)."""
-    low, high = (field.low, field.hash_high) if base.upper() == "H" else _hash_range(base, field)
-    if step is None:
-        value = _hash(hash_seed, field, low, high)
-        return range(value, value + 1)
-    # A start drawn from the first period, then every `step` to the end of the range.
-    start = _hash(hash_seed, field, low, min(low + step - 1, high))
-    return range(start, high + 1, step)
+    """`H` as croniter hashes it (crc32 of the job name, shifted by the field's number), kept
+    to the field's ceiling when it has one."""
+    if base.upper() == "H":
+        low, high = field.low, field.hash_high
+        ceiling = field.hash_ceiling or high
+    else:
+        low, high = _hash_range(base, field)
+        ceiling = high
+    # One value, or a start drawn from the first period and then every `step` to the end.
+    drawn_to = high if step is None else min(low + step - 1, high)
+    start = _hash(hash_seed, field, low, drawn_to)
+    if start > ceiling:
+        start = _hash(hash_seed, field, low, min(drawn_to, ceiling))
+    return range(start, start + 1) if step is None else range(start, ceiling + 1, step)
 
 
 def _hash_range(base: str, field: Field) -> tuple[int, int]:

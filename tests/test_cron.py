@@ -343,6 +343,24 @@ def test_a_stepped_hash_in_the_day_of_month_stays_in_days_every_month_has(
     assert len(fires) == 12 * len(days)
 
 
+@settings(derandomize=True, deadline=None, max_examples=300)
+@given(name=st.one_of(job_names, job_ids), form=st.sampled_from(["H", "H/7", "H/10", "H/30"]))
+def test_a_spread_day_keeps_the_days_croniter_gave_it_that_every_month_has(
+    name: str, form: str
+) -> None:
+    """Stored jobs move only off the days some months lack: croniter's days from 1-28 stay."""
+    expr = f"0 0 0 {form} * *"
+    january = datetime(2026, 1, 1, tzinfo=UTC)
+    start = january - timedelta(seconds=1)
+    walk = croniter(expr, start, hash_id=name.encode(), second_at_beginning=True)
+    before = {d.day for d in (walk.get_next(datetime) for _ in range(31)) if d.month == 1}
+    now = {fire.day for fire in fires_in(2026, expr, name) if fire.month == 1}
+    if min(before) <= 28:
+        assert now == {day for day in before if day <= 28}
+    else:
+        assert now and max(now) <= 28
+
+
 def test_a_hashed_day_range_keeps_the_days_it_names() -> None:
     """`H(29-31)` asks for the end of the month: it stays there, months without the day skip."""
     fires = fires_in(2026, "0 0 0 H(29-31) * *", "any")
