@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import Any
@@ -210,12 +211,25 @@ def test_the_secrets_of_params_are_found_as_they_may_come_back() -> None:
     assert set(values) == {
         "p%40ss-word",
         "p@ss-word",
+        "bot:p@ss-word",  # what an HTTP client sends, in base64, as Basic credentials
         "tok-123",
         "Bearer abc.def",
         "abc.def",
         "signing-value",
     }, "the PIN's name is no secret's; `pw` is too short to look for"
     assert values == sorted(values, key=len, reverse=True)
+
+
+def test_the_credentials_after_any_scheme_are_found() -> None:
+    values = secret_values({"headers": {"Authorization": "Token tk-9f8e7d"}})
+    assert set(values) == {"Token tk-9f8e7d", "tk-9f8e7d"}
+
+
+def test_basic_credentials_are_found_decoded() -> None:
+    """A far end that reads a Basic Authorization header may quote what it decoded."""
+    credentials = base64.b64encode(b"alice:s3cret-pw").decode()
+    values = secret_values({"headers": {"Authorization": f"Basic {credentials}"}})
+    assert {"alice:s3cret-pw", "s3cret-pw", credentials} <= set(values)
 
 
 def test_echoed_secrets_are_masked_in_strings_and_keys_at_any_depth() -> None:

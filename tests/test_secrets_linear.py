@@ -17,7 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handlers.alert_scanner.normalize import email_address
-from scheduler.secrets import is_secret_name, mask, restore_masked, scrub_text, secret_values
+from scheduler.secrets import (
+    is_secret_name,
+    mask,
+    mask_echoes,
+    restore_masked,
+    scrub_text,
+    scrub_values,
+    secret_values,
+)
 
 MIB = 1 << 20
 SMALL = 8 * 1024
@@ -90,6 +98,42 @@ def test_any_repeated_unit_of_the_patterns_alphabet_is_scrubbed_in_linear_time(
     unit: str,
 ) -> None:
     assert_linear(scrub_text, repeated(unit))
+
+
+# Escapes and near-echoes of ECHOED, the secret a job holds, as a far end could answer.
+ECHOED = "aaaa/+é&<b"
+HOSTILE_ECHOES = {
+    "json escapes": repeated("\\u0061"),
+    "short escapes": repeated('\\"'),
+    "surrogate pairs": repeated("\\ud83d\\ude00"),
+    "lone surrogates": repeated("\\ud800"),
+    "percent escapes": repeated("%61"),
+    "UTF-8 percent escapes": repeated("%C3%A9"),
+    "broken percent escapes": repeated("%FF%C3"),
+    "form spaces": repeated("+"),
+    "every escape": repeated("\\u0061%61+\\/"),
+    "echo prefixes": repeated("aaaa\\/+\\u00e9&"),
+    "base64 prefixes": repeated("YWFhYS8r"),
+}
+
+
+@pytest.mark.parametrize("make", HOSTILE_ECHOES.values(), ids=HOSTILE_ECHOES.keys())
+def test_echoes_are_masked_in_linear_time(make: Callable[[int], str]) -> None:
+    assert_linear(lambda text: mask_echoes(text, [ECHOED]), make)
+
+
+def test_distinct_escapes_are_decoded_in_linear_time() -> None:
+    def distinct_escapes(n: int) -> str:
+        return "".join(f"\\u{0x100 + i % 0xD000:04x}" for i in range(n // 6))
+
+    assert_linear(lambda text: mask_echoes(text, [ECHOED]), distinct_escapes)
+
+
+def test_a_long_secret_is_found_in_linear_time() -> None:
+    """str.find, not a pattern tried at each position: a secret that almost matches everywhere
+    costs no more than one that matches nowhere."""
+    secret = "a" * 4096 + "b"
+    assert_linear(lambda text: scrub_values({"body": text}, [secret]), lambda n: "a" * n)
 
 
 def test_a_hostile_document_of_a_mebibyte_is_masked_in_well_under_a_second() -> None:
