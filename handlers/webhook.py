@@ -9,7 +9,9 @@ Redirects are not followed: a 3xx is a failed attempt.
 The result holds the status, the latency and the first 4 KB of the response body. Headers
 whose values are secret go in `secret_headers` (masked as a whole wherever params are shown);
 values of secret-named `headers` (Authorization, X-Api-Key...) are masked by name. Neither
-value appears in a result or an error, even when the endpoint echoes it back in its body.
+value, nor the URL's password, appears in a result or an error, even when the endpoint echoes
+it back in its body, as it is or encoded (JSON escapes, percent-encoding, base64, Basic
+credentials: see scheduler/secrets.py).
 """
 
 from __future__ import annotations
@@ -27,17 +29,16 @@ import aiohttp
 from multidict import CIMultiDict
 
 from scheduler.handler_api import (
-    MASK,
     DestinationPolicy,
     HandlerContext,
     InvalidParams,
     Result,
     failure_reason,
     handler,
-    is_secret_name,
     read_prefix,
     request_refusal,
 )
+from scheduler.secrets import longest_echo, mask_echoes, secret_values
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Below this no request gets an answer: a timeout that fails every attempt.
@@ -127,14 +128,17 @@ class WebhookParams:
             raise InvalidParams(f"params.{refusal[0]}", refusal[1])
         return checked
 
-    def secret_values(self) -> list[bytes]:
-        """Every header value that must not be shown, and the credentials in it without their
-        scheme (`Bearer abc` -> `abc`), longest first, so that a secret that contains another
-        is masked whole."""
-        values = list(self.secret_headers.values())
-        values += [v for k, v in self.headers.items() if is_secret_name(k)]
-        forms = {form for value in values for form in _with_credentials(value)}
-        return sorted({form.encode() for form in forms if form}, key=len, reverse=True)
+    def secret_values(self) -> list[str]:
+        """Every secret the request carries, as the far end may echo it: the values of
+        `secret_headers` and of secret-named headers, the credentials in them without their
+        scheme (`Bearer abc` -> `abc`), the URL's password, and `user:password`, which the
+        request sends in base64 as its Basic credentials."""
+        carried = {
+            "url": self.url,
+            "headers": dict(self.headers),
+            "secret_headers": dict(self.secret_headers),
+        }
+        return secret_values(carried, SECRET_PARAMS)
 
     def request_headers(self, occurrence: Occurrence) -> CIMultiDict[str]:
         headers = CIMultiDict(self.headers)
@@ -201,14 +205,16 @@ async def call(
 
 
 async def _redacted_body(
-    response: aiohttp.ClientResponse, secrets: list[bytes]
+    response: aiohttp.ClientResponse, secrets: list[str]
 ) -> tuple[bytes, bool]:
-    """The first 4 KB of the body with every secret masked. Reads a secret's length further,
-    so that a secret straddling the 4 KB boundary is masked whole, not cut in half."""
-    margin = len(secrets[0]) if secrets else 0
-    body, more = await read_prefix(response, BODY_PREVIEW_BYTES + margin)
-    for secret in secrets:
-        body = body.replace(secret, MASK.encode())
+    """The first 4 KB of the body with every secret masked, as it is and encoded (see
+    mask_echoes). Reads as far further as the longest echo of a secret can reach, so that a
+    secret straddling the 4 KB boundary is masked whole, not cut in half. Bytes that are not
+    UTF-8 pass through as they are."""
+    body, more = await read_prefix(response, BODY_PREVIEW_BYTES + longest_echo(secrets))
+    if secrets:
+        text = body.decode("utf-8", "surrogateescape")
+        body = mask_echoes(text, secrets).encode("utf-8", "surrogateescape")
     return body[:BODY_PREVIEW_BYTES], more or len(body) > BODY_PREVIEW_BYTES
 
 
@@ -225,11 +231,6 @@ def _preview(body: bytes) -> dict[str, str]:
 def _failure_message(status: int, preview: dict[str, str]) -> str:
     excerpt = preview.get("body", "")[:ERROR_EXCERPT_CHARS].strip()
     return f"status {status}, expected 2xx" + (f": {excerpt}" if excerpt else "")
-
-
-def _with_credentials(value: str) -> list[str]:
-    scheme_and_credentials = value.strip().split(None, 1)
-    return [value, *scheme_and_credentials[1:]]
 
 
 def _string_map(value: object) -> dict[str, str]:

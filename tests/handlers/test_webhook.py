@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import aiohttp
 import pytest
@@ -27,6 +29,7 @@ from scheduler.ports import ExecutionQuery
 from scheduler.secrets import MASK, mask
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.handlers.conftest import Dials, Serve
+from tests.test_secret_echoes import b64, dotnet_json, go_json, lower_hex_percent, php_json
 
 SCHEDULED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SECRET = "whsec-7f3a9c1e5b"
@@ -219,6 +222,93 @@ async def test_a_secret_cut_by_the_4_kb_boundary_is_masked_whole(
     url = await start_receiver(serve, receiver)
     result = await send(loopback_session, **secret_params(url))
     assert result["body"] == "." * 4090 + MASK + "..."
+
+
+# How far ends commonly quote a header back, by a name that is also a path: (the secret sent,
+# how the far end encodes it).
+ECHOES: dict[str, tuple[str, Callable[[str], str]]] = {
+    "php-json_encode": ("whsec/7f3a+9c1e/5b==", php_json),
+    "go-encoding-json": ("whsec&<7f3a>&9c1e", go_json),
+    "dotnet-system-text-json": ("whsec+<7f3a>&'9c1e", dotnet_json),
+    "percent-upper-hex": ("whsec/7f3a+9c1e=&?", lambda s: quote(s, safe="")),
+    "percent-lower-hex": ("whsec/7f3a+9c1e=&?", lower_hex_percent),
+    "form": ("whsec 7f3a+9c1e/=", quote_plus),
+    "url-in-php-json": ("whsec 7f3a/9c1e", lambda s: php_json(quote(s, safe="/"))),
+    "base64": ("whsec-7f3a9c1e5b", b64),
+    "base64-in-php-json": ("whsec?>>~~?", lambda s: php_json(b64(s))),
+    "base64url": ("whsec?>>~~?", lambda s: base64.urlsafe_b64encode(s.encode()).decode()),
+}
+
+
+class EchoingReceiver:
+    """Answers `before <X-Signature as the far end encodes it> after`, the encoding named by
+    the last part of the path; `/authorization` quotes the Authorization header."""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/echo/{encoding}", self._echo)
+        app.router.add_route("*", "/authorization", self._authorization)
+        return app
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        _, encode = ECHOES[request.match_info["encoding"]]
+        return web.Response(text=f"before {encode(request.headers['X-Signature'])} after")
+
+    async def _authorization(self, request: web.Request) -> web.Response:
+        authorization = request.headers["Authorization"]
+        return web.Response(text=f"{authorization} | {php_json(authorization)}")
+
+
+@pytest.mark.parametrize("encoding", ECHOES)
+async def test_a_secret_header_echoed_encoded_is_masked(
+    encoding: str, serve: Serve, loopback_session: aiohttp.ClientSession
+) -> None:
+    """Under a header name that does not look secret: only `secret_headers` says it is."""
+    secret, encode = ECHOES[encoding]
+    assert encode(secret) != secret
+    url = f"{await serve(EchoingReceiver().app())}/echo/{encoding}"
+    result = await send(loopback_session, url=url, secret_headers={"X-Signature": secret})
+    assert result["body"] == f"before {MASK} after"
+
+
+async def test_url_credentials_echoed_as_basic_authorization_are_masked(
+    serve: Serve, loopback_session: aiohttp.ClientSession
+) -> None:
+    """The client sends a URL's user and password as a Basic Authorization header: base64 of
+    `user:password`, which the far end quotes as it is and escaped."""
+    base = await serve(EchoingReceiver().app())
+    url = base.replace("http://", "http://bot:pw%2Fs3cret-1@") + "/authorization"
+    result = await send(loopback_session, url=url)
+    assert result["body"] == f"Basic {MASK} | Basic {MASK}"
+
+
+async def test_a_secret_header_in_the_json_an_endpoint_echoes_is_masked(
+    serve: Serve, loopback_session: aiohttp.ClientSession
+) -> None:
+    """Python's json.dumps, as most echo services: non-ASCII as `\u00e9`."""
+    receiver = Receiver(replies=[(0, b"")])  # a 500 that echoes the request headers as JSON
+    url = await start_receiver(serve, receiver)
+    secret = "clé/secrète+42"
+    with pytest.raises(WebhookFailed) as failed:
+        await send(loopback_session, url=url, secret_headers={"X-Signature": secret})
+    message = str(failed.value)
+    assert f'"X-Signature": "{MASK}"' in message, message
+
+
+async def test_a_stored_result_shows_no_encoded_echo(
+    make_engine: EngineFactory, serve: Serve
+) -> None:
+    """What a read token is shown: the execution record."""
+    base = await serve(EchoingReceiver().app())
+    h = make_engine({"webhook": webhook}, http_allow=["127.0.0.1"])
+    for name, (secret, _) in ECHOES.items():
+        params = {"url": f"{base}/echo/{name}", "secret_headers": {"X-Signature": secret}}
+        await h.add(make_job(f"hook-{name}", "webhook", params=params))
+    await h.engine.drain()
+
+    runs = await h.store.list_executions(ExecutionQuery(limit=len(ECHOES) + 1))
+    assert len(runs) == len(ECHOES)
+    assert {run.result["body"] for run in runs if run.result} == {f"before {MASK} after"}
 
 
 @pytest.mark.parametrize(
