@@ -26,6 +26,7 @@ from scheduler.handler_api import (
     read_prefix,
     request_refusal,
 )
+from scheduler.http import TimeLimit
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Below this no check gets an answer: a timeout that fails every attempt.
@@ -125,7 +126,7 @@ async def check(
 ) -> dict[str, Any]:
     """Run one check with `session`; raises CheckFailed. Waits no longer than `time_left`,
     the run's deadline, even when the check's own timeout is longer."""
-    timeout = min(params.timeout_seconds, time_left)
+    limit = TimeLimit.of(params.timeout_seconds, time_left)
     started = time.perf_counter()
     try:
         async with session.request(
@@ -133,12 +134,12 @@ async def check(
             params.url,
             headers=params.headers,
             allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            timeout=limit.client_timeout(),
         ) as response:
             latency_ms = round((time.perf_counter() - started) * 1000, 1)
             body = await _body_to_search(response, params)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise CheckFailed(failure_reason(exc, timeout)) from exc
+        raise CheckFailed(failure_reason(exc, limit)) from exc
     _verify(params, response.status, body, latency_ms)
     return {"status": response.status, "latency_ms": latency_ms}
 

@@ -38,6 +38,7 @@ from scheduler.handler_api import (
     read_prefix,
     request_refusal,
 )
+from scheduler.http import TimeLimit
 from scheduler.secrets import longest_echo, mask_echoes, secret_values
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -178,7 +179,7 @@ async def call(
 ) -> dict[str, Any]:
     """Make one attempt with `session`; raises WebhookFailed unless the answer is 2xx. Waits
     no longer than `time_left`, the run's deadline, even when the webhook's timeout is longer."""
-    timeout = min(params.timeout_seconds, time_left)
+    limit = TimeLimit.of(params.timeout_seconds, time_left)
     started = time.perf_counter()
     try:
         async with session.request(
@@ -187,12 +188,12 @@ async def call(
             headers=params.request_headers(occurrence),
             data=params.request_body(),
             allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            timeout=limit.client_timeout(),
         ) as response:
             latency_ms = round((time.perf_counter() - started) * 1000, 1)
             body, truncated = await _redacted_body(response, params.secret_values())
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise WebhookFailed(failure_reason(exc, timeout)) from exc
+        raise WebhookFailed(failure_reason(exc, limit)) from exc
     preview = _preview(body)
     if not 200 <= response.status < 300:
         raise WebhookFailed(_failure_message(response.status, preview))

@@ -38,6 +38,7 @@ job that could never reach its destination is refused then, not failed at every 
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import socket
@@ -221,13 +222,56 @@ async def read_prefix(response: aiohttp.ClientResponse, limit: int) -> tuple[byt
     return body[:limit], len(body) > limit
 
 
-def failure_reason(exc: BaseException, timeout_seconds: float) -> str:
+# A request that the run's deadline cuts short gives up this long before the deadline (or a
+# tenth of the time left, if less), so that it fails as what happened, a request that got no
+# answer in time, before the runner cancels the handler as one still running.
+DEADLINE_MARGIN_SECONDS = 0.1
+# A time limit of 0 would be none at all to aiohttp.
+_SHORTEST_WAIT_SECONDS = 0.001
+
+
+@dataclass(frozen=True)
+class TimeLimit:
+    """How long one request may wait for its answer: its own timeout, or the time left before
+    the run's deadline when that is shorter."""
+
+    seconds: float
+    # Why a request that got no answer within `seconds` failed, in words.
+    exceeded: str
+
+    @classmethod
+    def of(cls, timeout_seconds: float, time_left: float) -> TimeLimit:
+        margin = min(DEADLINE_MARGIN_SECONDS, time_left / 10)
+        if timeout_seconds <= time_left - margin:
+            return cls(timeout_seconds, f"no response within {timeout_seconds:g} s")
+        return cls(
+            max(time_left - margin, _SHORTEST_WAIT_SECONDS),
+            f"no response within {_seconds(time_left)} s, the time left before the run's deadline",
+        )
+
+    def client_timeout(self) -> aiohttp.ClientTimeout:
+        # By default aiohttp rounds a limit of 5 s or more up to a whole second of the loop's
+        # clock, which would carry it past the run's deadline.
+        return aiohttp.ClientTimeout(total=self.seconds, ceil_threshold=math.inf)
+
+
+def _seconds(value: float) -> str:
+    """A time left as people say it: `30` for 29.9987, `12.3` for 12.3456, `0.25`."""
+    if value < 1:
+        return f"{value:.2g}"
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def failure_reason(exc: BaseException, limit: TimeLimit | float) -> str:
     """Why a request failed, in words that name neither the resolved address nor the URL
-    (which may carry a token in its query)."""
+    (which may carry a token in its query). `limit`: the request's TimeLimit, or its timeout
+    in seconds."""
     if isinstance(exc, AddressNotAllowed | aiohttp.ClientConnectorDNSError):
         return UNREACHABLE
     if isinstance(exc, TimeoutError):
-        return f"no response within {timeout_seconds:g} s"
+        if isinstance(limit, TimeLimit):
+            return limit.exceeded
+        return f"no response within {limit:g} s"
     if isinstance(exc, aiohttp.ClientConnectorError):
         why = os.strerror(exc.errno).lower() if exc.errno else "connection failed"
         return f"cannot connect ({why})"

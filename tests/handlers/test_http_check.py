@@ -99,7 +99,8 @@ async def test_the_run_deadline_caps_the_timeout(
     serve: Serve, loopback_session: aiohttp.ClientSession
 ) -> None:
     base = await serve(health_app())
-    with pytest.raises(CheckFailed, match=r"^no response within 0\.2 s$"):
+    deadline = r"^no response within 0\.2 s, the time left before the run's deadline$"
+    with pytest.raises(CheckFailed, match=deadline):
         await run_check(loopback_session, time_left=0.2, url=f"{base}/slow", timeout_seconds=60)
 
 
