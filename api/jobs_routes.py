@@ -138,7 +138,11 @@ async def write_job(call: Call[Q, B], action: str, change: Callable[[Job, dateti
                 raise ApiError(
                     412, "Precondition Failed", "the job changed meanwhile: read it again"
                 )
-    raise ApiError(
+    raise _changed_too_often()
+
+
+def _changed_too_often() -> ApiError:
+    return ApiError(
         409,
         "Conflict",
         f"the job changed {MAX_WRITE_ATTEMPTS} times while this request applied itself: send it "
@@ -175,18 +179,25 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply 
 
 
 async def delete_job(call: Call[None, None]) -> Reply:
-    """Deleted only at the revision the client saw (If-Match) or this request read: a job that
-    changed meanwhile is not deleted on the strength of a stale read."""
+    """Deleted at the revision the client saw (If-Match: a job changed meanwhile is a 412), or,
+    without If-Match, as stored: a delete that loses the compare-and-set to another instance's
+    write reads the job again, so its history entry holds what was deleted."""
     s = state(call)
-    job = await load_job(call)
-    guard_system(job, call.scope, s.registry)
-    expected = if_match(call, job)
-    change = change_entry("delete", job, None, call.actor, s.clock.now(), s.registry)
-    if not await s.store.delete_job(job.id, change, expected_revision=expected):
-        if await s.store.get_job(job.id) is None:
-            raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
-        raise ApiError(412, "Precondition Failed", "the job changed meanwhile: read it again")
-    return Reply(None, 204)
+    async with _turn(call.path("job_id")):
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            job = await load_job(call)
+            guard_system(job, call.scope, s.registry)
+            expected = if_match(call, job)
+            change = change_entry("delete", job, None, call.actor, s.clock.now(), s.registry)
+            if await s.store.delete_job(job.id, change, expected_revision=expected):
+                return Reply(None, 204)
+            if await s.store.get_job(job.id) is None:
+                raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
+            if not _last_writer_wins(call):
+                raise ApiError(
+                    412, "Precondition Failed", "the job changed meanwhile: read it again"
+                )
+    raise _changed_too_often()
 
 
 async def job_history(call: Call[PageQuery, None]) -> Reply:

@@ -361,7 +361,34 @@ async def test_a_stale_delete_is_refused_and_deletes_nothing(api: Api) -> None:
     assert await api.store.get_job(job["id"]) is None
 
 
-async def test_a_job_changed_between_read_and_delete_is_not_deleted(
+async def test_a_delete_without_if_match_deletes_the_job_as_changed_since_its_read(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Last writer wins: a delete whose read is overtaken by another write reads the job again
+    and deletes it, and its history entry holds the job as it was deleted."""
+    job = await create(api)
+    read_before_the_change = await api.store.get_job(job["id"])
+    await api.call("PATCH", f"/v1/jobs/{job['id']}", json={"max_retries": 4})
+    reads = 0
+    get_job = api.store.get_job
+
+    async def stale_first_read(job_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return read_before_the_change if reads == 1 else await get_job(job_id)
+
+    monkeypatch.setattr(api.store, "get_job", stale_first_read)
+    status, body, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}")
+    monkeypatch.undo()
+
+    assert status == 204, body
+    assert await api.store.get_job(job["id"]) is None
+    [deleted, *_] = await api.store.list_changes(job["id"], limit=10)
+    assert deleted.action == "delete"
+    assert deleted.changes["max_retries"]["from"] == 4
+
+
+async def test_a_delete_with_if_match_of_a_job_changed_meanwhile_is_412(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = await create(api)
@@ -372,7 +399,7 @@ async def test_a_job_changed_between_read_and_delete_is_not_deleted(
         return read_before_the_change
 
     monkeypatch.setattr(api.store, "get_job", stale_read)
-    status, body, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}")
+    status, body, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}", headers={"If-Match": '"1"'})
     assert status == 412, body
     monkeypatch.undo()
     stored = await api.store.get_job(job["id"])
