@@ -16,10 +16,7 @@ import pytest
 from aiohttp import web
 
 from api.edge import BODY_TIMEOUT
-from scheduler.logs import FIELDS
-from tests.api.conftest import ADMIN, api_app
-from tests.conftest import EngineFactory
-from tickd.daemon import (
+from api.listener import (
     MAX_CONNECTIONS,
     GuardedSite,
     ServerLimits,
@@ -27,6 +24,9 @@ from tickd.daemon import (
     connection_cap,
     running,
 )
+from scheduler.logs import FIELDS
+from tests.api.conftest import ADMIN, api_app
+from tests.conftest import EngineFactory
 
 # Short, so that the tests wait little for the server to cut a client.
 SHORT = 0.2
