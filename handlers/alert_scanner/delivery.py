@@ -42,7 +42,7 @@ from handlers.alert_scanner.emails import compose
 from handlers.alert_scanner.errors import unforeseen
 from handlers.alert_scanner.normalize import NormalizationError
 from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import Bounce, Notification, ProductStore, bounce_key
+from handlers.product_store import Bounce, Notification, ProductStore, Unreadable, bounce_key
 from scheduler.handler_api import Clock, Mailer, MailError
 
 log = logging.getLogger("tickd.handler.alert_scanner")
@@ -111,13 +111,23 @@ async def deliver_pending(
         token=token,
         limit=policy.notifications_per_scan,
     )
-    if not claimed:
-        return Delivered()
+    unreadable = _given_up_unreadable(claimed.unreadable)
+    if not claimed.notifications:
+        return unreadable
     try:
-        return await _deliver_all(products, mailer, clock, policy, by_recipient(claimed))
+        recipients = by_recipient(claimed.notifications)
+        return unreadable + await _deliver_all(products, mailer, clock, policy, recipients)
     finally:
         # Whatever was not sent (a crash, a cancellation) is free for the next scan at once.
         await products.release_email_claims(token)
+
+
+def _given_up_unreadable(unreadable: Sequence[Unreadable]) -> Delivered:
+    """Notifications whose stored document cannot be read: the store gave them up with their
+    error; each is logged here, once, and counted."""
+    for n in unreadable:
+        log.warning("notification %s: given up: %s", n.id, n.error)
+    return Delivered(given_up=len(unreadable))
 
 
 def by_recipient(notifications: Sequence[Notification]) -> list[Recipient]:

@@ -299,6 +299,10 @@ def due_rules_of(alerts: Sequence[Alert], now: datetime) -> tuple[list[DueRule],
     due: list[DueRule] = []
     unreadable: dict[str, str] = {}
     for alert in alerts:
+        if alert.unreadable is not None:
+            log.warning("alert %s: %s", alert.id, alert.unreadable)
+            unreadable[alert.id] = f"alert {alert.id}: {alert.unreadable}"
+            continue
         try:
             due += due_rules(alert, now)
         except Exception as exc:

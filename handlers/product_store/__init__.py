@@ -62,6 +62,9 @@ class Alert:
     # `_id` as a string (an ObjectId becomes its hex form).
     id: str
     doc: Doc
+    # Why the stored document cannot be read (then `doc` is empty): the alert's error alone,
+    # never the scan's.
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,6 +135,24 @@ class Notification:
     time_zone: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored document that cannot be decoded: its id, and why (readable text)."""
+
+    id: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What a claim took: the notifications to email, and those whose stored document cannot be
+    read, which the store has already given up (`emailFailedAt`, `emailError`) so that no scan
+    reads them again."""
+
+    notifications: list[Notification]
+    unreadable: list[Unreadable]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Bounce:
     """Permanent refusals of one address by the receiving mail server (hard bounces)."""
@@ -181,10 +202,12 @@ class ProductStore(Protocol):
         """Up to `limit` alerts to scan: active (`is_true`), with at least one active rule,
         whose `nextCheckAt` is unset or <= now. Unset first (never scanned), then the most
         overdue, then by id: each scan takes the alerts that waited longest, so scans of a few
-        hundred alerts eventually cover any number of them, and none is starved."""
+        hundred alerts eventually cover any number of them, and none is starved. One whose
+        stored document cannot be decoded comes with `unreadable` set."""
 
     async def parts(self, part_ids: Collection[str]) -> dict[str, Doc]:
-        """The parts with these ids that exist, by id (as a string), documents as stored."""
+        """The parts with these ids that exist, by id (as a string), documents as stored. One
+        whose stored document cannot be decoded is left out (logged), as if it were missing."""
 
     async def update_rules(
         self, updates: Sequence[RuleUpdate], reschedules: Sequence[Reschedule] = ()
@@ -202,11 +225,13 @@ class ProductStore(Protocol):
 
     async def claim_unemailed(
         self, *, now: datetime, until: datetime, token: str, limit: int
-    ) -> list[Notification]:
+    ) -> Claimed:
         """Claim up to `limit` notifications to email, oldest first: `notifyEmail`, not emailed,
         not given up, and unclaimed or claimed by a scan whose claim expired before `now`. A
         notification is claimed by one token at a time, so two scans never send it both.
-        Returns those claimed with `token`."""
+        Returns those claimed with `token`. One whose stored document cannot be decoded is
+        given up at once, its error written on it where the document can take it, and
+        returned as unreadable: it never holds back the others."""
 
     async def mark_emailed(self, ids: Sequence[str], at: datetime) -> None:
         """Record a successful send (`emailedAt`) and drop the claim: never sent again."""
@@ -295,7 +320,7 @@ class ProductStore(Protocol):
     async def notifications(
         self, *, user_id: str | None = None, limit: int = 1000
     ) -> list[Notification]:
-        """Oldest first, of one user or of all."""
+        """Oldest first, of one user or of all; one that cannot be decoded is left out."""
 
 
 def is_true(value: Any) -> bool:
@@ -353,6 +378,7 @@ __all__ = [
     "TRUE_WORDS",
     "Alert",
     "Bounce",
+    "Claimed",
     "Doc",
     "Notification",
     "PriceCheck",
@@ -360,6 +386,7 @@ __all__ = [
     "Reschedule",
     "RuleKey",
     "RuleUpdate",
+    "Unreadable",
     "bounce_key",
     "is_true",
     "open_product_store",

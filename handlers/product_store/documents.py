@@ -3,12 +3,21 @@ alerts the due query scans, and what a price check writes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from handlers.product_store import Bounce, Doc, Notification, PriceCheck, RuleUpdate, is_true
+from handlers.product_store import (
+    Bounce,
+    Doc,
+    Notification,
+    PriceCheck,
+    RuleUpdate,
+    Unreadable,
+    is_true,
+)
 from scheduler.storage import as_datetime, exact_micros
 
 
@@ -69,6 +78,32 @@ def notification_from_doc(doc: Mapping[str, Any]) -> Notification:
         currency=_maybe_text(doc.get("currency")),
         time_zone=_maybe_text(doc.get("timeZone")),
     )
+
+
+# The length of the reason kept when a stored document cannot be decoded.
+REASON_MAX_CHARS = 300
+
+
+def decode_failure(exc: BaseException) -> str:
+    """Why a stored document cannot be decoded: the error's type and the start of its message,
+    in text any store and log can hold (a lone surrogate is written as its escape)."""
+    message = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(message) > REASON_MAX_CHARS:
+        message = message[: REASON_MAX_CHARS - 1] + "…"
+    return f"{type(exc).__name__}: {message}"
+
+
+def decoded_notification(
+    notification_id: Any, stored: Any, load: Callable[[Any], Mapping[str, Any]] = dict
+) -> Notification | Unreadable:
+    """The notification `load` reads from what is stored, or, when any step of reading it fails
+    (the JSON, a time, a field of the wrong type), why it cannot be read: one stored record
+    stops only itself."""
+    try:
+        return notification_from_doc(load(stored))
+    except Exception as exc:
+        reason = f"not sent: the stored notification cannot be read: {decode_failure(exc)}"
+        return Unreadable(str(notification_id), reason)
 
 
 def _maybe_text(value: Any) -> str | None:
@@ -132,8 +167,23 @@ def rule_is_as_read(alert: Mapping[str, Any] | None, update: RuleUpdate) -> bool
         return False
     stored = rules[update.index]
     return isinstance(stored, Mapping) and all(
-        stored.get(field) == value for field, value in rule_conditions(update.rule_as_read).items()
+        same_value(stored.get(field), value)
+        for field, value in rule_conditions(update.rule_as_read).items()
     )
+
+
+def same_value(stored: Any, as_read: Any) -> bool:
+    """Equality in which NaN equals NaN, at any depth: a rule holding NaN is still as it was
+    read (with `==` its write would lose every scan, and its alert be read again each time)."""
+    if isinstance(stored, float) and isinstance(as_read, float):
+        return stored == as_read or (math.isnan(stored) and math.isnan(as_read))
+    if isinstance(stored, Mapping) and isinstance(as_read, Mapping):
+        return stored.keys() == as_read.keys() and all(
+            same_value(stored[key], as_read[key]) for key in stored
+        )
+    if isinstance(stored, list) and isinstance(as_read, list):
+        return len(stored) == len(as_read) and all(map(same_value, stored, as_read))
+    return bool(stored == as_read)
 
 
 def rule_conditions(rule_as_read: Mapping[str, Any]) -> dict[str, Any]:

@@ -61,17 +61,19 @@ from pymongo import (
 from handlers.product_store import (
     Alert,
     Bounce,
+    Claimed,
     Doc,
     Notification,
     Reschedule,
     RuleKey,
     RuleUpdate,
+    Unreadable,
     bounce_key,
 )
 from handlers.product_store.documents import (
     bounce_from_doc,
     by_alert,
-    notification_from_doc,
+    decoded_notification,
     notification_to_doc,
     rules_sending_email,
 )
@@ -157,9 +159,9 @@ class MongoProductStore(MongoPrices):
     @translating_errors
     async def claim_unemailed(
         self, *, now: datetime, until: datetime, token: str, limit: int
-    ) -> list[Notification]:
+    ) -> Claimed:
         if limit <= 0:
-            return []
+            return Claimed([], [])
         pending = self.notification_docs.find(EMAIL_PENDING).sort(OLDEST_FIRST)
         docs = [doc async for doc in in_one_batch(pending, limit)]
         latest = await self._latest_claims([doc["_id"] for doc in docs])
@@ -177,7 +179,25 @@ class MongoProductStore(MongoPrices):
         self._hold(token, won)
         await self.email_claims.delete_many({"at": {"$lt": now - CLAIM_RETENTION}})
         won_ids = {claim["notificationId"] for claim in won}
-        return [notification_from_doc(doc) for doc in docs if doc["_id"] in won_ids]
+        decoded = {
+            doc["_id"]: decoded_notification(doc["_id"], doc)
+            for doc in docs
+            if doc["_id"] in won_ids
+        }
+        unreadable = {i: n for i, n in decoded.items() if isinstance(n, Unreadable)}
+        await self._give_up_unreadable(unreadable, now)
+        sendable = [n for n in decoded.values() if isinstance(n, Notification)]
+        return Claimed(sendable, list(unreadable.values()))
+
+    async def _give_up_unreadable(self, unreadable: dict[Any, Unreadable], at: datetime) -> None:
+        """Given up with their error, by `_id` as stored, and their claims done: never claimed
+        again. `$set` alone, which holds whatever the document's other fields are."""
+        writes = [
+            UpdateOne({"_id": i}, {"$set": {"emailError": n.error, "emailFailedAt": at}})
+            for i, n in unreadable.items()
+        ]
+        await self._bulk(self.notification_docs, writes)
+        await self._end_claims(list(unreadable), DONE, at)
 
     async def _latest_claims(self, notification_ids: list[Any]) -> dict[str, Doc]:
         if not notification_ids:
@@ -336,4 +356,5 @@ class MongoProductStore(MongoPrices):
             return []
         query = {} if user_id is None else {"userId": user_id}
         cursor = in_one_batch(self.notification_docs.find(query).sort(OLDEST_FIRST), limit)
-        return [notification_from_doc(doc) async for doc in cursor]
+        decoded = [decoded_notification(doc["_id"], doc) async for doc in cursor]
+        return [n for n in decoded if isinstance(n, Notification)]

@@ -18,28 +18,32 @@ per key and UTC day, which `reserve_quota` reads and raises in one transaction.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, TypeVar
 
 from handlers.product_store import (
     Alert,
     Bounce,
+    Claimed,
     Doc,
     Notification,
     PriceCheck,
     Reschedule,
     RuleKey,
     RuleUpdate,
+    Unreadable,
     bounce_key,
 )
 from handlers.product_store.documents import (
     PriceWrite,
     bounce_from_doc,
     by_alert,
+    decode_failure,
+    decoded_notification,
     is_scannable,
-    notification_from_doc,
     notification_to_doc,
     price_entries,
     price_writes,
@@ -50,6 +54,7 @@ from handlers.product_store.documents import (
 from scheduler.storage import StoreError, as_datetime, micros, to_json_ready
 from scheduler.storage.sqlite import SQLiteFile
 
+log = logging.getLogger("tickd.products")
 T = TypeVar("T")
 # Ids per `IN (...)`: well under SQLite's limit on bound parameters.
 IDS_PER_STATEMENT = 500
@@ -125,9 +130,10 @@ CLAIMABLE = "email_pending = 1 AND (claim_token IS NULL OR claim_until < ?)"
 PRICE_CHECKED_AT = "json_extract(doc, '$.priceCheckedAt')"
 # Never priced, then priced before a time: two searches of the index `parts_to_price` (one
 # query with OR would scan all of it whenever fewer than `limit` parts are left to price).
-NEVER_PRICED = f"SELECT doc FROM parts WHERE {PRICE_CHECKED_AT} IS NULL ORDER BY id LIMIT ?"
+NEVER_PRICED = f"SELECT id, doc FROM parts WHERE {PRICE_CHECKED_AT} IS NULL ORDER BY id LIMIT ?"
 PRICED_BEFORE = (
-    f"SELECT doc FROM parts WHERE {PRICE_CHECKED_AT} < ? ORDER BY {PRICE_CHECKED_AT}, id LIMIT ?"
+    f"SELECT id, doc FROM parts WHERE {PRICE_CHECKED_AT} < ? "
+    f"ORDER BY {PRICE_CHECKED_AT}, id LIMIT ?"
 )
 
 
@@ -145,6 +151,31 @@ SELECT id, doc FROM alerts WHERE scannable = 0 AND (
 
 def to_json(doc: Any) -> str:
     return json.dumps(to_json_ready(doc), separators=(",", ":"))
+
+
+def from_json(text: str) -> Doc | Unreadable:
+    """A stored document, or why it cannot be loaded (an integer of more digits than Python
+    reads, nesting deeper than its parser goes, text that is not a JSON object): each row is
+    decoded on its own, so one such row never fails the batch it is read in."""
+    try:
+        doc = json.loads(text)
+    except Exception as exc:
+        return Unreadable("", f"the stored document cannot be read: {decode_failure(exc)}")
+    if not isinstance(doc, dict):
+        return Unreadable("", "the stored document is not a JSON object")
+    return doc
+
+
+def readable_rows(rows: Iterable[sqlite3.Row], what: str) -> dict[str, Doc]:
+    """The rows' documents by id, each that cannot be loaded left out and logged."""
+    docs: dict[str, Doc] = {}
+    for row in rows:
+        doc = from_json(row["doc"])
+        if isinstance(doc, Unreadable):
+            log.warning("%s %s: %s; left out", what, row["id"], doc.error)
+        else:
+            docs[row["id"]] = doc
+    return docs
 
 
 def id_chunks(ids: Collection[str]) -> Iterator[list[str]]:
@@ -209,14 +240,14 @@ class SQLiteProductStore(SQLiteFile):
             "ORDER BY next_check_at, id LIMIT ?"
         )
         rows = await self._read(lambda db: db.execute(sql, (micros(now), limit)).fetchall())
-        return [Alert(id=row["id"], doc=json.loads(row["doc"])) for row in rows]
+        return [stored_alert(row["id"], row["doc"]) for row in rows]
 
     async def parts(self, part_ids: Collection[str]) -> dict[str, Doc]:
         def select(db: sqlite3.Connection) -> dict[str, Doc]:
             found: dict[str, Doc] = {}
             for ids in id_chunks(part_ids):
                 sql = f"SELECT id, doc FROM parts WHERE id IN ({placeholders(ids)})"
-                found |= {row["id"]: json.loads(row["doc"]) for row in db.execute(sql, ids)}
+                found |= readable_rows(db.execute(sql, ids), "part")
             return found
 
         return await self._read(select)
@@ -230,6 +261,7 @@ class SQLiteProductStore(SQLiteFile):
 
         def apply(db: sqlite3.Connection) -> set[RuleKey]:
             docs = _docs(db, "alerts", ids)
+            _reschedule_unreadable(db, [r for r in reschedules if r.alert_id not in docs])
             applied = {
                 (u.alert_id, u.index)
                 for group in by_alert(updates).values()
@@ -261,15 +293,21 @@ class SQLiteProductStore(SQLiteFile):
 
     async def claim_unemailed(
         self, *, now: datetime, until: datetime, token: str, limit: int
-    ) -> list[Notification]:
+    ) -> Claimed:
         at = micros(now)
         select = f"SELECT id FROM notifications WHERE {CLAIMABLE} ORDER BY created_at, id LIMIT ?"
         claim = "UPDATE notifications SET claim_token = ?, claim_until = ? WHERE id = ?"
 
-        def claim_oldest(db: sqlite3.Connection) -> list[Notification]:
+        def claim_oldest(db: sqlite3.Connection) -> Claimed:
             ids = [row["id"] for row in db.execute(select, (at, limit))]
             db.executemany(claim, [(token, micros(until), i) for i in ids])
-            return _notifications(db, "claim_token = ? ORDER BY created_at, id", (token,))
+            decoded = _decoded_notifications(
+                db, "claim_token = ? ORDER BY created_at, id", (token,)
+            )
+            unreadable = [n for n in decoded if isinstance(n, Unreadable)]
+            _give_up_unreadable(db, unreadable, now)
+            sendable = [n for n in decoded if isinstance(n, Notification)]
+            return Claimed(sendable, unreadable)
 
         return await self._write(claim_oldest)
 
@@ -322,7 +360,7 @@ class SQLiteProductStore(SQLiteFile):
         )
 
         def turn_off(db: sqlite3.Connection) -> int:
-            docs = {row["id"]: json.loads(row["doc"]) for row in db.execute(select, args)}
+            docs = readable_rows(db.execute(select, args), "alert")
             mine = {i: doc for i, doc in docs.items() if str(doc.get("userId")) == user_id}
             changed = 0
             for alert_id_, doc in mine.items():
@@ -391,7 +429,7 @@ class SQLiteProductStore(SQLiteFile):
             rows = db.execute(NEVER_PRICED, (limit,)).fetchall()
             if len(rows) < limit:
                 rows += db.execute(PRICED_BEFORE, (before, limit - len(rows))).fetchall()
-            return [json.loads(row["doc"]) for row in rows]
+            return list(readable_rows(rows, "part").values())
 
         # SQLite reads a negative LIMIT as "no limit".
         return await self._read(select) if limit > 0 else []
@@ -419,13 +457,13 @@ class SQLiteProductStore(SQLiteFile):
 
     async def price_history(self, part_id: str, *, limit: int = 100) -> list[Doc]:
         sql = (
-            "SELECT doc FROM price_history WHERE part_id = ? "
+            "SELECT id, doc FROM price_history WHERE part_id = ? "
             "ORDER BY checked_at DESC, id DESC LIMIT ?"
         )
         if limit <= 0:
             return []
         rows = await self._read(lambda db: db.execute(sql, (part_id, limit)).fetchall())
-        return [json.loads(row["doc"]) for row in rows]
+        return list(readable_rows(rows, "price history entry").values())
 
     async def reserve_quota(self, key: str, day: date, *, limit: int, want: int) -> int:
         select = "SELECT used FROM quota_usage WHERE key = ? AND day = ?"
@@ -486,19 +524,27 @@ class SQLiteProductStore(SQLiteFile):
     async def get_alert(self, alert_id: str) -> Alert | None:
         sql = "SELECT doc FROM alerts WHERE id = ?"
         row = await self._read(lambda db: db.execute(sql, (alert_id,)).fetchone())
-        return None if row is None else Alert(id=alert_id, doc=json.loads(row["doc"]))
+        return None if row is None else stored_alert(alert_id, row["doc"])
 
     async def notifications(
         self, *, user_id: str | None = None, limit: int = 1000
     ) -> list[Notification]:
         where, args = ("user_id = ?", (user_id,)) if user_id is not None else ("1", ())
         sql = f"{where} ORDER BY created_at, id LIMIT ?"
-        return await self._read(lambda db: _notifications(db, sql, (*args, limit)))
+        decoded = await self._read(lambda db: _decoded_notifications(db, sql, (*args, limit)))
+        return [n for n in decoded if isinstance(n, Notification)]
+
+
+def stored_alert(alert_id: str, text: str) -> Alert:
+    doc = from_json(text)
+    if isinstance(doc, Unreadable):
+        return Alert(id=alert_id, doc={}, unreadable=doc.error)
+    return Alert(id=alert_id, doc=doc)
 
 
 def _score_again(db: sqlite3.Connection) -> None:
-    found = [(row["id"], json.loads(row["doc"])) for row in db.execute(MAY_BE_UNSCORED)]
-    scannable = [(alert_id,) for alert_id, doc in found if is_scannable(doc)]
+    found = readable_rows(db.execute(MAY_BE_UNSCORED), "alert")
+    scannable = [(alert_id,) for alert_id, doc in found.items() if is_scannable(doc)]
     db.executemany("UPDATE alerts SET scannable = 1 WHERE id = ?", scannable)
 
 
@@ -515,11 +561,11 @@ def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T
 
 
 def _docs(db: sqlite3.Connection, table: str, ids: Collection[str]) -> dict[str, Doc]:
-    """The documents of `table` with these ids that exist, by id."""
+    """The documents of `table` with these ids that exist and can be loaded, by id."""
     docs: dict[str, Doc] = {}
     for chunk in id_chunks(ids):
         sql = f"SELECT id, doc FROM {table} WHERE id IN ({placeholders(chunk)})"
-        docs |= {row["id"]: json.loads(row["doc"]) for row in db.execute(sql, chunk)}
+        docs |= readable_rows(db.execute(sql, chunk), table.removesuffix("s"))
     return docs
 
 
@@ -548,6 +594,33 @@ def _apply_reschedule(docs: dict[str, Doc], reschedule: Reschedule) -> bool:
     return True
 
 
-def _notifications(db: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[Notification]:
-    rows = db.execute(f"SELECT doc FROM notifications WHERE {where}", args).fetchall()
-    return [notification_from_doc(json.loads(row["doc"])) for row in rows]
+def _reschedule_unreadable(db: sqlite3.Connection, reschedules: Sequence[Reschedule]) -> None:
+    """Move the due time of alerts whose document cannot be loaded (their scan recorded the
+    error): the column alone, so they are read again later, not at the head of every scan."""
+    sql = "UPDATE alerts SET next_check_at = ? WHERE id = ?"
+    db.executemany(sql, [(micros(r.next_check_at), r.alert_id) for r in reschedules])
+
+
+def _decoded_notifications(
+    db: sqlite3.Connection, where: str, args: tuple[Any, ...]
+) -> list[Notification | Unreadable]:
+    rows = db.execute(f"SELECT id, doc FROM notifications WHERE {where}", args).fetchall()
+    return [decoded_notification(row["id"], row["doc"], json.loads) for row in rows]
+
+
+# The error goes into the document where SQLite can edit it (it parses some JSON Python
+# cannot); a document SQLite cannot parse either is kept whole, as text, under `storedText`.
+GIVE_UP_UNREADABLE = """
+UPDATE notifications SET email_pending = 0, claim_token = NULL, claim_until = NULL,
+    doc = CASE WHEN json_valid(doc) AND json_type(doc) = 'object'
+        THEN json_set(doc, '$.emailError', :error, '$.emailFailedAt', :at)
+        ELSE json_object('_id', id, 'emailError', :error, 'emailFailedAt', :at, 'storedText', doc)
+    END
+WHERE id = :id"""
+
+
+def _give_up_unreadable(
+    db: sqlite3.Connection, unreadable: Sequence[Unreadable], at: datetime
+) -> None:
+    rows = [{"error": n.error, "at": to_json_ready(at), "id": n.id} for n in unreadable]
+    db.executemany(GIVE_UP_UNREADABLE, rows)

@@ -272,9 +272,9 @@ async def test_claims_are_exclusive_oldest_first_and_bounded(products: ProductSt
         ]
     )
     until = T0 + timedelta(minutes=10)
-    first = await products.claim_unemailed(now=T0, until=until, token="a", limit=1)
-    rest = await products.claim_unemailed(now=T0, until=until, token="b", limit=10)
-    none = await products.claim_unemailed(now=T0, until=until, token="c", limit=10)
+    first = (await products.claim_unemailed(now=T0, until=until, token="a", limit=1)).notifications
+    rest = (await products.claim_unemailed(now=T0, until=until, token="b", limit=10)).notifications
+    none = (await products.claim_unemailed(now=T0, until=until, token="c", limit=10)).notifications
     assert ([n.id for n in first], [n.id for n in rest], none) == (["n-early"], ["n-late"], [])
 
 
@@ -284,21 +284,25 @@ async def test_an_expired_or_released_claim_can_be_taken_again(products: Product
     await products.claim_unemailed(now=T0, until=until, token="dead", limit=1)
     await products.claim_unemailed(now=T0, until=until, token="alive", limit=1)
     await products.release_email_claims("alive")
-    again = await products.claim_unemailed(now=T0, until=until, token="next", limit=10)
+    again = (
+        await products.claim_unemailed(now=T0, until=until, token="next", limit=10)
+    ).notifications
     assert [n.id for n in again] == ["n2"]
     after_expiry = until + timedelta(seconds=1)
-    taken = await products.claim_unemailed(
-        now=after_expiry, until=after_expiry, token="x", limit=10
-    )
+    taken = (
+        await products.claim_unemailed(now=after_expiry, until=after_expiry, token="x", limit=10)
+    ).notifications
     assert [n.id for n in taken] == ["n1", "n2"]
 
 
 async def test_an_emailed_notification_is_never_claimed_again(products: ProductStore) -> None:
     await products.insert_notifications([notification("n1")])
-    claimed = await products.claim_unemailed(now=T0, until=T0, token="a", limit=10)
+    claimed = (await products.claim_unemailed(now=T0, until=T0, token="a", limit=10)).notifications
     await products.mark_emailed([n.id for n in claimed], T0 + timedelta(seconds=3))
     later = T0 + timedelta(days=1)
-    assert await products.claim_unemailed(now=later, until=later, token="b", limit=10) == []
+    assert (
+        await products.claim_unemailed(now=later, until=later, token="b", limit=10)
+    ).notifications == []
     (stored,) = await products.notifications()
     assert stored.emailed_at == T0 + timedelta(seconds=3)
 
@@ -311,7 +315,7 @@ async def test_email_failures_are_counted_and_giving_up_is_final(products: Produ
     n1, n2 = await products.notifications()
     assert (n1.email_attempts, n1.email_error, n1.email_failed_at) == (1, "451 later", None)
     assert (n2.email_attempts, n2.email_error, n2.email_failed_at) == (2, "550 no such user", T0)
-    again = await products.claim_unemailed(now=T0, until=T0, token="b", limit=10)
+    again = (await products.claim_unemailed(now=T0, until=T0, token="b", limit=10)).notifications
     assert [n.id for n in again] == ["n1"]  # the failure dropped the claim; n2 is given up
 
 
@@ -344,7 +348,7 @@ async def test_turning_email_off_for_one_alert_sets_its_rules_and_pending_notifi
     assert await products.turn_off_email("user-1", "a1") == 1
     assert email_flags(await products.get_alert("a1")) == [False, False, False]
     assert email_flags(await products.get_alert("a2")) == [True]
-    claimed = await products.claim_unemailed(now=T0, until=T0, token="t", limit=10)
+    claimed = (await products.claim_unemailed(now=T0, until=T0, token="t", limit=10)).notifications
     assert [n.id for n in claimed] == ["n2"]  # what waited for a1 is not sent either
     assert await products.turn_off_email("user-1", "a1") == 0  # idempotent
     assert email_flags(await products.get_alert("a1")) == [False, False, False]
@@ -451,7 +455,7 @@ async def test_simultaneous_claims_never_share_a_notification(product_db: Produc
             first.claim_unemailed(now=T0, until=until, token=f"a{round_}", limit=10),
             second.claim_unemailed(now=T0, until=until, token=f"b{round_}", limit=10),
         )
-        claimed = [n.id for batch in claims for n in batch]
+        claimed = [n.id for batch in claims for n in batch.notifications]
         assert sorted(claimed) == ids
         await first.mark_emailed(ids, T0)
 
