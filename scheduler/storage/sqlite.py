@@ -77,12 +77,12 @@ class SQLiteFile:
     def _on_store_thread(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._db is None:
             raise sqlite3.ProgrammingError("the database is not open")
-        return fn(self._db)
+        return _left_on_its_thread(fn(self._db))
 
     def _on_loop(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn` on the loop's connection, which never checkpoints (a checkpoint syncs the disk):
         the store's thread does, every AT_ONCE_PER_CHECKPOINT such transactions."""
-        result = fn(db)
+        result = _left_on_its_thread(fn(db))
         self._at_once_since_checkpoint += 1
         if self._at_once_since_checkpoint >= AT_ONCE_PER_CHECKPOINT:
             self._at_once_since_checkpoint = 0
@@ -158,6 +158,17 @@ class SQLiteFile:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _left_on_its_thread(result: T) -> T:
+    """What a transaction returns leaves its thread; a cursor (what `execute` returns) is its
+    connection's and must not. Freed on another thread, a cursor resets its statement, which
+    its connection's own thread may be running for another call at that moment (SQLite then
+    answers "bad parameter or other API misuse"). So it is closed here, and None returned."""
+    if isinstance(result, sqlite3.Cursor):
+        result.close()
+        return None  # type: ignore[return-value]
+    return result
 
 
 def _checkpoint(db: sqlite3.Connection) -> None:

@@ -331,3 +331,12 @@ async def test_a_file_that_is_not_a_database_is_refused_at_open_as_no_retry_cure
     assert not refused.value.transient
     assert str(path) in str(refused.value)
     await store.close()  # closing what failed to open is harmless
+
+
+async def test_a_cursor_is_closed_on_the_thread_of_its_connection_not_returned(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """A cursor freed on another thread resets its statement, which the connection's thread may
+    be running for another call at that moment: what a transaction returns is never one."""
+    returned = await sqlite_store._run(lambda db: db.execute("SELECT 1"))
+    assert returned is None
