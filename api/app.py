@@ -11,22 +11,22 @@ from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
 
-from api.bounces import BOUNCE_ROUTES
-from api.dead_letters import DEAD_LETTER_ROUTES
-from api.edge import BODY_TIMEOUT, body_deadline_middleware, edge_middleware
-from api.executions import EXECUTION_ROUTES
-from api.handlers_routes import HANDLER_ROUTES
-from api.jobs_routes import HISTORY_ROUTE, JOB_ROUTES
-from api.openapi import openapi_document
-from api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
-from api.problems import problems_middleware
-from api.routing import TOKENS, Routes, add_routes
-from api.runs import RETRY_ROUTE, RUN_ROUTES
-from api.schedules import JOB_PREVIEW_ROUTE, SCHEDULE_PREVIEW_ROUTE
-from api.stats import STATS_ROUTES
-from api.ui import add_ui_routes
-from api.unsubscribe import add_unsubscribe_routes
-from api.v1 import STATE, ApiState
+from tickd.api.bounces import BOUNCE_ROUTES
+from tickd.api.dead_letters import DEAD_LETTER_ROUTES
+from tickd.api.edge import BODY_TIMEOUT, body_deadline_middleware, edge_middleware
+from tickd.api.executions import EXECUTION_ROUTES
+from tickd.api.handlers_routes import HANDLER_ROUTES
+from tickd.api.jobs_routes import HISTORY_ROUTE, JOB_ROUTES
+from tickd.api.openapi import openapi_document
+from tickd.api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
+from tickd.api.problems import problems_middleware
+from tickd.api.routing import TOKENS, Routes, add_routes
+from tickd.api.runs import RETRY_ROUTE, RUN_ROUTES
+from tickd.api.schedules import JOB_PREVIEW_ROUTE, SCHEDULE_PREVIEW_ROUTE
+from tickd.api.stats import STATS_ROUTES
+from tickd.api.ui import add_ui_routes
+from tickd.api.unsubscribe import add_unsubscribe_routes
+from tickd.api.v1 import STATE, ApiState
 
 MAX_BODY_BYTES = 1024 * 1024
 # A request's body must arrive within this many seconds of its head (api/edge.py): 1 MiB in 30 s

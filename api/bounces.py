@@ -8,11 +8,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from api.problems import ApiError
-from api.routing import B, Call, Q, Reply, Route, Routes
-from api.v1 import state
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.product_store import Bounce, ProductStore
+from tickd.api.problems import ApiError
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.v1 import state
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.product_store import Bounce, ProductStore
 
 BLOCKED_AFTER = EmailPolicy().bounces_before_blocking
 MAX_LISTED = 1000

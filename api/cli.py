@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from api.client import (
+from tickd.api.client import (
     DEFAULT_URL,
     TOKEN_ENV,
     URL_ENV,

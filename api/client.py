@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import Any
 
-from api import safejson
-from scheduler.secrets import MASK, scrub_text
+from tickd.api import safejson
+from tickd.scheduler.secrets import MASK, scrub_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT_SECONDS = 30.0

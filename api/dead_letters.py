@@ -16,9 +16,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from api.executions import load_execution, page_of
-from api.jobs import change_entry, guard_system
-from api.models import (
+from tickd.api.executions import load_execution, page_of
+from tickd.api.jobs import change_entry, guard_system
+from tickd.api.models import (
     ExecutionOut,
     ExecutionPage,
     PageQuery,
@@ -27,13 +27,13 @@ from api.models import (
     Strict,
     integral,
 )
-from api.problems import ApiError
-from api.routing import B, Call, Q, Reply, Route, Routes
-from api.runs import run_request_out
-from api.v1 import execution_out, state, time_cursor
-from scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
-from scheduler.model import DeadLetter, Execution, Job, new_id
-from scheduler.ports import ExecutionQuery, RunRequest
+from tickd.api.problems import ApiError
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.runs import run_request_out
+from tickd.api.v1 import execution_out, state, time_cursor
+from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
+from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
+from tickd.scheduler.ports import ExecutionQuery, RunRequest
 
 MAX_REDRIVE_BATCH = 100
 

@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from api.problems import ApiError
-from api.routing import TOKENS, WRITES
-from api.unsubscribe import PUBLIC_PATHS
-from scheduler.urls import is_loopback
+from tickd.api.problems import ApiError
+from tickd.api.routing import TOKENS, WRITES
+from tickd.api.unsubscribe import PUBLIC_PATHS
+from tickd.scheduler.urls import is_loopback
 
 # Read-only, no job data: local scrapers and health checks reach them by whatever name.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})

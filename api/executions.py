@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from api.models import ExecutionListQuery, ExecutionOut, ExecutionPage, JobExecutionQuery
-from api.problems import ApiError
-from api.routing import B, Call, Q, Reply, Route, Routes
-from api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
-from scheduler.model import Execution
-from scheduler.ports import ExecutionQuery
+from tickd.api.models import ExecutionListQuery, ExecutionOut, ExecutionPage, JobExecutionQuery
+from tickd.api.problems import ApiError
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
+from tickd.scheduler.model import Execution
+from tickd.scheduler.ports import ExecutionQuery
 
 
 async def list_executions(call: Call[ExecutionListQuery, None]) -> Reply:

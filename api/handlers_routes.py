@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from api.models import HandlerList, HandlerOut
-from api.routing import Call, Reply, Route, Routes
-from api.v1 import state
+from tickd.api.models import HandlerList, HandlerOut
+from tickd.api.routing import Call, Reply, Route, Routes
+from tickd.api.v1 import state
 
 
 async def list_handlers(call: Call[None, None]) -> Reply:

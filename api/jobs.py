@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from api.models import (
+from tickd.api.models import (
     CronScheduleIn,
     IntervalScheduleIn,
     JobCreate,
@@ -21,11 +21,11 @@ from api.models import (
     OnceScheduleIn,
     RedriveIn,
 )
-from api.problems import ApiError, field_error, validation_problems
-from scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
-from scheduler.config import Settings
-from scheduler.jobspec import JobRules, JobSpec
-from scheduler.model import (
+from tickd.api.problems import ApiError, field_error, validation_problems
+from tickd.scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
+from tickd.scheduler.config import Settings
+from tickd.scheduler.jobspec import JobRules, JobSpec
+from tickd.scheduler.model import (
     Job,
     Misfire,
     OnceSchedule,
@@ -35,10 +35,10 @@ from scheduler.model import (
     ValidationError,
     new_id,
 )
-from scheduler.ports import JobChange
-from scheduler.registry import HandlerRegistry
-from scheduler.schedules import first_fire, next_fire
-from scheduler.secrets import MASK, is_secret_name, mask, restore_masked
+from tickd.scheduler.ports import JobChange
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.schedules import first_fire, next_fire
+from tickd.scheduler.secrets import MASK, is_secret_name, mask, restore_masked
 
 T = TypeVar("T")
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from api.jobs import change_entry, definition_changed, guard_system
-from api.models import (
+from tickd.api.jobs import change_entry, definition_changed, guard_system
+from tickd.api.models import (
     ChangeOut,
     ChangePage,
     JobCreate,
@@ -20,9 +20,9 @@ from api.models import (
     JobPatch,
     PageQuery,
 )
-from api.problems import ApiError, field_error
-from api.routing import B, Call, Q, Reply, Route, Routes
-from api.v1 import (
+from tickd.api.problems import ApiError, field_error
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.v1 import (
     JOB,
     encode_cursor,
     entity_tags,
@@ -34,9 +34,9 @@ from api.v1 import (
     state,
     time_cursor,
 )
-from scheduler.codec import to_json_ready
-from scheduler.model import Job
-from scheduler.ports import DuplicateJobName, JobQuery, UnstorableValue
+from tickd.scheduler.codec import to_json_ready
+from tickd.scheduler.model import Job
+from tickd.scheduler.ports import DuplicateJobName, JobQuery, UnstorableValue
 
 
 async def list_jobs(call: Call[JobListQuery, None]) -> Reply:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from scheduler.logs import log_event
+from tickd.scheduler.logs import log_event
 
 log = logging.getLogger("tickd.api")
 

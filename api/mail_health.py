@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.message import EmailMessage
 
-from scheduler.clock import Clock
-from scheduler.ports import Mailer, MailError
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.ports import Mailer, MailError
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from scheduler.jobspec import (
+from tickd.scheduler.jobspec import (
     MAX_GRACE_SECONDS,
     MAX_INTERVAL_SECONDS,
     MAX_JITTER_SECONDS,
@@ -22,7 +22,7 @@ from scheduler.jobspec import (
     MIN_TIMEOUT_SECONDS,
     NAME_PATTERN,
 )
-from scheduler.model import (
+from tickd.scheduler.model import (
     MAX_REDRIVE_ATTEMPTS,
     MAX_REDRIVE_BACKOFF_SECONDS,
     MAX_SHARDS,

@@ -9,9 +9,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from api.edge import PROBE_PATHS
-from api.models import Problem
-from api.routing import WRITES, Route, Routes
+from tickd.api.edge import PROBE_PATHS
+from tickd.api.models import Problem
+from tickd.api.routing import WRITES, Route, Routes
 
 REF = "#/components/schemas/{model}"
 PATH_PARAM = re.compile(r"{(\w+)}")

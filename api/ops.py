@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.models import EventRelay, Health, MailDelivery, Readiness
-from api.routing import Call, Reply, Route, Routes
-from api.v1 import state
+from tickd.api.models import EventRelay, Health, MailDelivery, Readiness
+from tickd.api.routing import Call, Reply, Route, Routes
+from tickd.api.v1 import state
 
 # A readiness probe must answer quickly even when a backend hangs.
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -56,7 +56,7 @@ async def openapi_json(call: Call[None, None]) -> web.Response:
 
 
 async def docs(call: Call[None, None]) -> web.Response:
-    from api.openapi import docs_page
+    from tickd.api.openapi import docs_page
 
     return web.Response(text=docs_page(call.request.app[DOCUMENT]), content_type="text/html")
 

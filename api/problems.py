@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from aiohttp import web
 from pydantic import ValidationError as PydanticError
 
-from scheduler.logs import log_event
-from scheduler.model import ValidationError
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.model import ValidationError
 
 log = logging.getLogger("tickd.api")
 PROBLEM_JSON = "application/problem+json"

@@ -18,9 +18,9 @@ from typing import Any, Generic, TypeVar, cast
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from api import safejson
-from api.problems import ApiError, field_error, from_pydantic
-from scheduler.config import SCOPES, ApiToken
+from tickd.api import safejson
+from tickd.api.problems import ApiError, field_error, from_pydantic
+from tickd.scheduler.config import SCOPES, ApiToken
 
 # A route's query and body models; None where it takes no query or no body.
 Q = TypeVar("Q", bound=BaseModel | None)

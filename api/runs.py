@@ -7,17 +7,17 @@ import dataclasses
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from api.executions import load_execution
-from api.jobs import change_entry, guard_system
-from api.models import BackfillOut, BackfillRequest, RunRequestOut, TriggerRequest
-from api.problems import ApiError, field_error
-from api.routing import B, Call, Q, Reply, Route, Routes, parse_body
-from api.v1 import JOB, load_job, state
-from scheduler.codec import to_json_ready
-from scheduler.dead_letters import rerun_of
-from scheduler.model import Execution, IntervalSchedule, Job, Status, new_id
-from scheduler.ports import ExecutionQuery, RunRequest
-from scheduler.schedules import NoFireTime, next_fire, occurrences
+from tickd.api.executions import load_execution
+from tickd.api.jobs import change_entry, guard_system
+from tickd.api.models import BackfillOut, BackfillRequest, RunRequestOut, TriggerRequest
+from tickd.api.problems import ApiError, field_error
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes, parse_body
+from tickd.api.v1 import JOB, load_job, state
+from tickd.scheduler.codec import to_json_ready
+from tickd.scheduler.dead_letters import rerun_of
+from tickd.scheduler.model import Execution, IntervalSchedule, Job, Status, new_id
+from tickd.scheduler.ports import ExecutionQuery, RunRequest
+from tickd.scheduler.schedules import NoFireTime, next_fire, occurrences
 
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED)
 MAX_BACKFILL = 1000

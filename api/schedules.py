@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from api.jobs import to_schedule
-from api.models import FireTime, JobPreviewQuery, PreviewOut, PreviewRequest
-from api.routing import Call, Reply, Route
-from api.v1 import JOB, load_job, state
-from scheduler.model import CronSchedule, Schedule
-from scheduler.schedules import NoFireTime, clock_changed, next_fire, zone
+from tickd.api.jobs import to_schedule
+from tickd.api.models import FireTime, JobPreviewQuery, PreviewOut, PreviewRequest
+from tickd.api.routing import Call, Reply, Route
+from tickd.api.v1 import JOB, load_job, state
+from tickd.scheduler.model import CronSchedule, Schedule
+from tickd.scheduler.schedules import NoFireTime, clock_changed, next_fire, zone
 
 
 async def preview_job(call: Call[JobPreviewQuery, None]) -> Reply:

@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from api.models import ExecutionOut, Strict
-from api.routing import B, Call, Q, Reply, Route, Routes
-from api.v1 import execution_out, state
-from scheduler.model import Execution, Status
-from scheduler.ports import ExecutionQuery
+from tickd.api.models import ExecutionOut, Strict
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.v1 import execution_out, state
+from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports import ExecutionQuery
 
 MAX_EXECUTIONS = 5000
 # One chart point per bucket: about 60 points whatever the window.

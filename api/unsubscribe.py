@@ -28,11 +28,11 @@ from string import Template
 
 from aiohttp import web
 
-from api.problems import ApiError
-from api.v1 import STATE
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.alert_scanner.tokens import ForgedToken, MalformedToken, Unsubscribe, verify
-from scheduler.storage import StoreError
+from tickd.api.problems import ApiError
+from tickd.api.v1 import STATE
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.alert_scanner.tokens import ForgedToken, MalformedToken, Unsubscribe, verify
+from tickd.scheduler.storage import StoreError
 
 PATH = "/unsubscribe"
 PUBLIC_PATHS = frozenset({PATH})

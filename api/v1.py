@@ -20,21 +20,21 @@ from typing import Any
 
 from aiohttp import web
 
-from api import safejson
-from api.jobs import JobBuilder, masked_params
-from api.mail_health import MailHealth
-from api.models import ExecutionOut, JobOut
-from api.problems import ApiError, field_error
-from api.routing import B, Call, Q, Reply
-from handlers.product_store import ProductStore
-from scheduler.clock import Clock
-from scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
-from scheduler.config import Settings
-from scheduler.metrics import Metrics
-from scheduler.model import Execution, Job, Priority
-from scheduler.ports import Store
-from scheduler.registry import HandlerRegistry
-from scheduler.relay import RelayState
+from tickd.api import safejson
+from tickd.api.jobs import JobBuilder, masked_params
+from tickd.api.mail_health import MailHealth
+from tickd.api.models import ExecutionOut, JobOut
+from tickd.api.problems import ApiError, field_error
+from tickd.api.routing import B, Call, Q, Reply
+from tickd.handlers.product_store import ProductStore
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
+from tickd.scheduler.config import Settings
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Execution, Job, Priority
+from tickd.scheduler.ports import Store
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.relay import RelayState
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,10 +35,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pymongo import AsyncMongoClient
 
-from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan, scan_until_done
-from handlers.product_store import Doc, ProductStore, open_product_store
-from scheduler.clock import SystemClock
-from scheduler.mail.outbox import OutboxMailer
+from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan, scan_until_done
+from tickd.handlers.product_store import Doc, ProductStore, open_product_store
+from tickd.scheduler.clock import SystemClock
+from tickd.scheduler.mail.outbox import OutboxMailer
 
 RULE_KINDS = [
     ("price_change", "gt", 10),

@@ -21,7 +21,7 @@ from typing import Any
 from bench.records import RAN, lag_summary, run_twice
 from bench.stack import Stack, embedded_stack, real_stack
 from bench.trial import at, observed_fields, timed_insert, watch
-from scheduler.model import CronSchedule, Job, OnceSchedule, Priority, Schedule
+from tickd.scheduler.model import CronSchedule, Job, OnceSchedule, Priority, Schedule
 
 CRITICAL_EVERY = 100  # 1 %
 HOURLY = "0 0 * * * *"

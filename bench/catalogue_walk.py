@@ -24,12 +24,12 @@ from typing import Any
 from aiohttp import web
 
 from bench.alert_scan import opened
-from handlers.catalogue_walk.settings import WalkSettings
-from handlers.catalogue_walk.vendor import Priced, VendorClient
-from handlers.catalogue_walk.walk import Walk
-from handlers.product_store import Doc
-from scheduler.clock import SystemClock
-from scheduler.http import safe_client_session
+from tickd.handlers.catalogue_walk.settings import WalkSettings
+from tickd.handlers.catalogue_walk.vendor import Priced, VendorClient
+from tickd.handlers.catalogue_walk.walk import Walk
+from tickd.handlers.product_store import Doc
+from tickd.scheduler.clock import SystemClock
+from tickd.scheduler.http import safe_client_session
 
 API_KEY = "bench-key-0123456789"
 

@@ -21,17 +21,17 @@ import time
 from datetime import UTC, datetime
 
 from bench.floor import due_jobs, store_floor
-from handlers.noop import noop
-from scheduler.clock import SystemClock
-from scheduler.config import Settings
-from scheduler.events.log import NullPublisher
-from scheduler.lock.memory import MemoryLock
-from scheduler.mail.outbox import OutboxMailer
-from scheduler.metrics import Metrics
-from scheduler.ports import Ports, Store
-from scheduler.registry import HandlerRegistry
-from scheduler.store import open_store
 from tickd.app import build_engine
+from tickd.handlers.noop import noop
+from tickd.scheduler.clock import SystemClock
+from tickd.scheduler.config import Settings
+from tickd.scheduler.events.log import NullPublisher
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.ports import Ports, Store
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.store import open_store
 
 
 async def engine_run(store: Store, count: int, workers: int) -> tuple[float, float]:

@@ -28,10 +28,10 @@ from pymongo import monitoring
 
 from bench.stack import Stack, embedded_stack, real_stack
 from bench.trial import insert_jobs
-from scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
-from scheduler.ports import Advance, Claim, Finish, Store
-from scheduler.store import open_store
-from scheduler.store.sqlite import SQLiteStore
+from tickd.scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
+from tickd.scheduler.ports import Advance, Claim, Finish, Store
+from tickd.scheduler.store import open_store
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 
 class CommandCounter(monitoring.CommandListener):

@@ -34,10 +34,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pymongo import AsyncMongoClient, monitoring
 
-from scheduler.model import Execution, Status
-from scheduler.ports import Retention, StoreError
-from scheduler.retention import BATCH_SIZE, MAX_BATCHES_PER_PASS
-from scheduler.store.mongodb import MongoStore
+from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports import Retention, StoreError
+from tickd.scheduler.retention import BATCH_SIZE, MAX_BATCHES_PER_PASS
+from tickd.scheduler.store.mongodb import MongoStore
 
 INSERT_BATCH = 1000
 

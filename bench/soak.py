@@ -44,7 +44,7 @@ from bench.stack import (
     real_stack_reachable,
 )
 from bench.trial import at, timed_insert
-from scheduler.model import CronSchedule, Job
+from tickd.scheduler.model import CronSchedule, Job
 
 # A job's period: each run's whole cycle on the real stack (fetch, claim, record, run, the end
 # written) takes longer than a second on FerretDB, so a job due every second would fall behind

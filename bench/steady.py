@@ -19,7 +19,7 @@ from typing import Any
 from bench.records import RAN, lag_summary, run_twice
 from bench.stack import Stack, embedded_stack, real_stack
 from bench.trial import at, observed_fields, timed_insert, watch
-from scheduler.model import CronSchedule, Job
+from tickd.scheduler.model import CronSchedule, Job
 
 EVERY_SECOND = "* * * * * *"
 SETTLE_SECONDS = 5.0

@@ -19,8 +19,8 @@ from typing import Any
 from bench.daemon import Daemon, has_metric, metric_sum
 from bench.records import Record, read_records
 from bench.stack import Stack
-from scheduler.model import Job
-from scheduler.store import open_store
+from tickd.scheduler.model import Job
+from tickd.scheduler.store import open_store
 
 STORE_OPERATIONS = "tickd_store_operations_total"
 EXECUTIONS = "tickd_executions_total"

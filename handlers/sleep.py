@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from scheduler.handler_api import HandlerContext, Result, handler
+from tickd.scheduler.handler_api import HandlerContext, Result, handler
 
 PARAMS = {
     "type": "object",

@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
-from scheduler.handler_api import (
+from tickd.scheduler.handler_api import (
     DestinationPolicy,
     HandlerContext,
     InvalidParams,
@@ -38,8 +38,8 @@ from scheduler.handler_api import (
     read_prefix,
     request_refusal,
 )
-from scheduler.http import TimeLimit
-from scheduler.secrets import longest_echo, mask_echoes, secret_values
+from tickd.scheduler.http import TimeLimit
+from tickd.scheduler.secrets import longest_echo, mask_echoes, secret_values
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Below this no request gets an answer: a timeout that fails every attempt.

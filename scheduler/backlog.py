@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from scheduler.clock import Clock
-from scheduler.metrics import Metrics
-from scheduler.ports import Store, StoreError
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.ports import Store, StoreError
 
 
 class BacklogGauges:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from scheduler.model import (
+from tickd.scheduler.model import (
     CronSchedule,
     DeadLetter,
     Execution,
@@ -27,7 +27,7 @@ from scheduler.model import (
     Status,
     ValidationError,
 )
-from scheduler.ports import RunRequest
+from tickd.scheduler.ports import RunRequest
 
 Doc = dict[str, Any]
 

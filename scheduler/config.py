@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
-from scheduler.secrets import scrub_text
+from tickd.scheduler.secrets import scrub_text
 
 ENV_PREFIX = "TICKD_"
 # TICKD_HANDLER_SETTINGS__<HANDLER>__<SETTING>=value: one handler's setting.

@@ -25,7 +25,7 @@ from datetime import datetime
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError
 
-from scheduler.model import ValidationError
+from tickd.scheduler.model import ValidationError
 
 FIELD_PATH = "schedule.expr"
 # More digits than any field value needs; also keeps int() far from its digit limit.

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from scheduler.model import DeadLetter, Execution, Job, Status, new_id
-from scheduler.ports import Advance, Finish, JobChange, RunRequest
+from tickd.scheduler.model import DeadLetter, Execution, Job, Status, new_id
+from tickd.scheduler.ports import Advance, Finish, JobChange, RunRequest
 
 REDRIVE = "redrive"
 # Who the history names for what the engine does on its own.

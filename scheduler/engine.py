@@ -20,27 +20,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scheduler.backlog import BacklogGauges
-from scheduler.backoff import backoff_delay
-from scheduler.config import Settings
-from scheduler.events import event_source
-from scheduler.heartbeat import Heartbeat
-from scheduler.lock import lock_key
-from scheduler.logs import log_event
-from scheduler.metrics import Metrics
-from scheduler.model import Execution, ExecutionError, Job, Status, new_id
-from scheduler.observers import Observers, RunObserver
-from scheduler.observers.logs import LogObserver
-from scheduler.observers.metrics import MetricsObserver
-from scheduler.planning import Plan, plan_run
-from scheduler.pool import WorkerPool
-from scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
-from scheduler.registry import HandlerRegistry
-from scheduler.relay import Relay
-from scheduler.runner import Outcome, Runner, Task
-from scheduler.shards import run_lock_key, shard_entries, shard_entry_of
-from scheduler.timers import Timers
-from scheduler.watchdog import LoopWatchdog
+from tickd.scheduler.backlog import BacklogGauges
+from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.config import Settings
+from tickd.scheduler.events import event_source
+from tickd.scheduler.heartbeat import Heartbeat
+from tickd.scheduler.lock import lock_key
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Execution, ExecutionError, Job, Status, new_id
+from tickd.scheduler.observers import Observers, RunObserver
+from tickd.scheduler.observers.logs import LogObserver
+from tickd.scheduler.observers.metrics import MetricsObserver
+from tickd.scheduler.planning import Plan, plan_run
+from tickd.scheduler.pool import WorkerPool
+from tickd.scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.relay import Relay
+from tickd.scheduler.runner import Outcome, Runner, Task
+from tickd.scheduler.shards import run_lock_key, shard_entries, shard_entry_of
+from tickd.scheduler.timers import Timers
+from tickd.scheduler.watchdog import LoopWatchdog
 
 log = logging.getLogger("tickd.engine")
 

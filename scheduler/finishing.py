@@ -14,10 +14,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.backoff import backoff_delay
-from scheduler.lock import lock_key, shard_lock_key
-from scheduler.logs import log_event
-from scheduler.ports import Finish, Lock, Store, StoreError
+from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.lock import lock_key, shard_lock_key
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.ports import Finish, Lock, Store, StoreError
 
 log = logging.getLogger("tickd.runner")
 

@@ -1,10 +1,11 @@
-"""What a handler plug-in sees of tickd: the only module of `scheduler` a handler should import.
+"""What a handler plug-in sees of tickd, exported as `tickd` itself: the only module of the core a
+handler should import.
 
 A handler is a callable taking a HandlerContext and returning a small dict (the execution's
 result) or None. Async handlers run on the event loop and must await now and then so that their
 deadline can cancel them; plain functions run in a thread of their own.
 
-    from scheduler.handler_api import HandlerContext, handler
+    from tickd import HandlerContext, handler
 
     @handler(params_schema={"type": "object", "properties": {"url": {"type": "string"}}})
     async def ping(ctx: HandlerContext) -> dict[str, object]:
@@ -28,16 +29,16 @@ from typing import Any, Generic, TypeVar, cast
 
 import aiohttp
 
-from scheduler.clock import Clock
-from scheduler.codec import schedule_from_doc
-from scheduler.http import (
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.codec import schedule_from_doc
+from tickd.scheduler.http import (
     AddressNotAllowed,
     DestinationPolicy,
     failure_reason,
     read_prefix,
     request_refusal,
 )
-from scheduler.model import (
+from tickd.scheduler.model import (
     CronSchedule,
     IntervalSchedule,
     OnceSchedule,
@@ -45,9 +46,9 @@ from scheduler.model import (
     Schedule,
     ValidationError,
 )
-from scheduler.ports import Mailer, MailError
-from scheduler.secrets import MASK, is_secret_name, mask, scrub_text
-from scheduler.urls import is_loopback
+from tickd.scheduler.ports import Mailer, MailError
+from tickd.scheduler.secrets import MASK, is_secret_name, mask, scrub_text
+from tickd.scheduler.urls import is_loopback
 
 # What handlers may use besides the context: the HTTP guard's error, policy and helpers, and
 # masking.

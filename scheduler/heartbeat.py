@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from scheduler.clock import Clock
-from scheduler.lock import lock_key, shard_lock_key
-from scheduler.ports import Lock, Store, StoreError
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.lock import lock_key, shard_lock_key
+from tickd.scheduler.ports import Lock, Store, StoreError
 
 
 class Heartbeat:

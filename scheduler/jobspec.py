@@ -17,10 +17,10 @@ from typing import Any
 
 import jsonschema
 
-from scheduler.config import Settings
-from scheduler.handler_api import ParamsCheck
-from scheduler.http import DestinationPolicy
-from scheduler.model import (
+from tickd.scheduler.config import Settings
+from tickd.scheduler.handler_api import ParamsCheck
+from tickd.scheduler.http import DestinationPolicy
+from tickd.scheduler.model import (
     CronSchedule,
     IntervalSchedule,
     Job,
@@ -31,9 +31,9 @@ from scheduler.model import (
     Schedule,
     ValidationError,
 )
-from scheduler.registry import HandlerRegistry
-from scheduler.schedules import first_fire, next_fire, shortest_gap, validate
-from scheduler.secrets import is_secret_name, scrub_text, scrub_values, secret_values
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.schedules import first_fire, next_fire, shortest_gap, validate
+from tickd.scheduler.secrets import is_secret_name, scrub_text, scrub_values, secret_values
 
 # The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from scheduler.logs import log_event
+from tickd.scheduler.logs import log_event
 
 log = logging.getLogger("tickd.runner")
 T = TypeVar("T")

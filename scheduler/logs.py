@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.secrets import mask, scrub_text
+from tickd.scheduler.secrets import mask, scrub_text
 
 FIELDS = "tickd_fields"
 

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduler.storage.operations import STORE_OPERATIONS
+from tickd.scheduler.storage.operations import STORE_OPERATIONS
 
 # Fire lag is what users feel: most runs should start within milliseconds of their time.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)

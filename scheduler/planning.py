@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from scheduler.model import (
+from tickd.scheduler.model import (
     CronSchedule,
     ExecutionSummary,
     IntervalSchedule,
@@ -25,8 +25,8 @@ from scheduler.model import (
     Status,
     ValidationError,
 )
-from scheduler.ports import Advance
-from scheduler.schedules import jittered, next_fire, occurrences
+from tickd.scheduler.ports import Advance
+from tickd.scheduler.schedules import jittered, next_fire, occurrences
 
 MAX_SKIPPED_RECORDS = 1000
 

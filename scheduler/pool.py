@@ -9,8 +9,8 @@ import logging
 import time
 from collections import Counter
 
-from scheduler.metrics import Metrics
-from scheduler.runner import Runner, Task
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.runner import Runner, Task
 
 log = logging.getLogger("tickd.engine")
 

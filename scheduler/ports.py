@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any, Protocol
 
-from scheduler.clock import Clock
-from scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Lease, Status
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Lease, Status
 
 # The owner of a sharded occurrence's lease on its job: no instance, so that no instance's death
 # ends it (its shards have leases of their own, on their entries).

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
-from scheduler.handler_api import Handler, HandlerFunc
+from tickd.scheduler.handler_api import Handler, HandlerFunc
 
 ENTRY_POINT_GROUP = "tickd.handlers"
 

@@ -23,12 +23,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scheduler.backoff import backoff_delay
-from scheduler.clock import Clock
-from scheduler.logs import log_event
-from scheduler.metrics import Metrics
-from scheduler.model import new_id
-from scheduler.ports import EventPublisher, Lock, LockUnavailable, OutboxEvent, Store, StoreError
+from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import new_id
+from tickd.scheduler.ports import (
+    EventPublisher,
+    Lock,
+    LockUnavailable,
+    OutboxEvent,
+    Store,
+    StoreError,
+)
 
 log = logging.getLogger("tickd.relay")
 

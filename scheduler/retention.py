@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from scheduler.clock import Clock
-from scheduler.config import Settings
-from scheduler.logs import log_event
-from scheduler.metrics import Metrics
-from scheduler.ports import Retention, Store, StoreError
+from tickd.scheduler.clock import Clock
+from tickd.scheduler.config import Settings
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.ports import Retention, Store, StoreError
 
 log = logging.getLogger("tickd.retention")
 

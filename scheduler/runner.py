@@ -21,22 +21,22 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import aiohttp
 
-from scheduler.backoff import backoff_delay
-from scheduler.config import Settings
-from scheduler.dead_letters import finish_of
-from scheduler.events import event_source
-from scheduler.finishing import Ending, Finisher
-from scheduler.handler_api import Handler, HandlerContext, Result
-from scheduler.http import safe_client_session
-from scheduler.leftovers import TasksEndingWithTheRun, run_task
-from scheduler.logs import FIELDS, log_event
-from scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
-from scheduler.observers import RunObserver
-from scheduler.planning import Plan, advance_after, keep_schedule
-from scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
-from scheduler.registry import HandlerRegistry
-from scheduler.secrets import mask, scrub_text, scrub_values, secret_values
-from scheduler.shards import all_ended, outcome, run_lock_key, shard_entry_of
+from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.config import Settings
+from tickd.scheduler.dead_letters import finish_of
+from tickd.scheduler.events import event_source
+from tickd.scheduler.finishing import Ending, Finisher
+from tickd.scheduler.handler_api import Handler, HandlerContext, Result
+from tickd.scheduler.http import safe_client_session
+from tickd.scheduler.leftovers import TasksEndingWithTheRun, run_task
+from tickd.scheduler.logs import FIELDS, log_event
+from tickd.scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
+from tickd.scheduler.observers import RunObserver
+from tickd.scheduler.planning import Plan, advance_after, keep_schedule
+from tickd.scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.secrets import mask, scrub_text, scrub_values, secret_values
+from tickd.scheduler.shards import all_ended, outcome, run_lock_key, shard_entry_of
 
 log = logging.getLogger("tickd.runner")
 P = ParamSpec("P")

@@ -35,8 +35,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter.croniter import CroniterBadDateError
 
-from scheduler.cron import Cron, parse
-from scheduler.model import (
+from tickd.scheduler.cron import Cron, parse
+from tickd.scheduler.model import (
     CronSchedule,
     IntervalSchedule,
     OnceSchedule,

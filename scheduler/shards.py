@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from scheduler.lock import lock_key, shard_lock_key
-from scheduler.model import ExecutionSummary, Job, Status
-from scheduler.ports import RunRequest, shard_fence
+from tickd.scheduler.lock import lock_key, shard_lock_key
+from tickd.scheduler.model import ExecutionSummary, Job, Status
+from tickd.scheduler.ports import RunRequest, shard_fence
 
 # The reason of a shard entry, among the run requests.
 SHARD = "shard"

@@ -18,10 +18,10 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from scheduler.clock import FakeClock
-from scheduler.handler_api import HandlerContext, Resource
-from scheduler.http import safe_client_session
-from scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.handler_api import HandlerContext, Resource
+from tickd.scheduler.http import safe_client_session
+from tickd.scheduler.mail.outbox import OutboxMailer
 
 
 @asynccontextmanager

@@ -13,8 +13,8 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-from scheduler.logs import log_event
-from scheduler.metrics import Metrics
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.metrics import Metrics
 
 log = logging.getLogger("tickd.watchdog")
 

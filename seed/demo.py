@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from scheduler.jobspec import JobRules, JobSpec
-from scheduler.model import CronSchedule, IntervalSchedule, Job
-from seed.jobs import seed_job
+from tickd.scheduler.jobspec import JobRules, JobSpec
+from tickd.scheduler.model import CronSchedule, IntervalSchedule, Job
+from tickd.seed.jobs import seed_job
 
 DEMO_JOBS = [
     JobSpec(name="demo-heartbeat", handler="noop", schedule=IntervalSchedule(every_seconds=2)),

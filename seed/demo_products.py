@@ -19,11 +19,11 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from handlers.product_store import Doc, ProductStore
-from scheduler.jobspec import JobRules, JobSpec
-from scheduler.logs import log_event
-from scheduler.model import IntervalSchedule, Job
-from seed.jobs import seed_job
+from tickd.handlers.product_store import Doc, ProductStore
+from tickd.scheduler.jobspec import JobRules, JobSpec
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.model import IntervalSchedule, Job
+from tickd.seed.jobs import seed_job
 
 log = logging.getLogger("tickd.seed")
 

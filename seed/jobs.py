@@ -13,10 +13,10 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from scheduler.jobspec import JobRules, JobSpec
-from scheduler.logs import log_event
-from scheduler.model import Job, ValidationError
-from scheduler.ports import Store
+from tickd.scheduler.jobspec import JobRules, JobSpec
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.model import Job, ValidationError
+from tickd.scheduler.ports import Store
 
 log = logging.getLogger("tickd.seed")
 

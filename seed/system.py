@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from scheduler.handler_api import Handler, SystemJob
-from scheduler.jobspec import JobRules, JobSpec
-from scheduler.logs import log_event
-from scheduler.model import Job
-from seed.jobs import seed_job
+from tickd.scheduler.handler_api import Handler, SystemJob
+from tickd.scheduler.jobspec import JobRules, JobSpec
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.model import Job
+from tickd.seed.jobs import seed_job
 
 log = logging.getLogger("tickd.seed")
 

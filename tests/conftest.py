@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 
-from handlers.product_store import PRODUCTS, ProductStore, open_product_store
-from scheduler.clock import FakeClock
-from scheduler.config import Settings
-from scheduler.engine import Engine
-from scheduler.handler_api import Handler, HandlerFunc
-from scheduler.lock.memory import MemoryLock
-from scheduler.mail.outbox import OutboxMailer
-from scheduler.metrics import Metrics
-from scheduler.model import Execution, IntervalSchedule, Job, Schedule
-from scheduler.observers import RunObserver
-from scheduler.ports import CloudEvent, Ports, Store
-from scheduler.registry import HandlerRegistry
 from tests.fixtures.times import T0 as T0
 from tickd.app import build_engine
+from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.config import Settings
+from tickd.scheduler.engine import Engine
+from tickd.scheduler.handler_api import Handler, HandlerFunc
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Execution, IntervalSchedule, Job, Schedule
+from tickd.scheduler.observers import RunObserver
+from tickd.scheduler.ports import CloudEvent, Ports, Store
+from tickd.scheduler.registry import HandlerRegistry
 
 # One module of fixtures per port, each parametrised over that port's backends.
 pytest_plugins = [

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.engine import RECORDED_AHEAD_SECONDS
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import (
+from tests.conftest import T0, EngineFactory, Harness, make_job
+from tests.test_engine import _until
+from tickd.scheduler.engine import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.model import (
     CronSchedule,
     Execution,
     IntervalSchedule,
@@ -20,9 +22,7 @@ from scheduler.model import (
     MisfirePolicy,
     Status,
 )
-from scheduler.ports import ExecutionQuery, Store
-from tests.conftest import T0, EngineFactory, Harness, make_job
-from tests.test_engine import _until
+from tickd.scheduler.ports import ExecutionQuery, Store
 
 WAIT = 5.0
 HOUR = 3600.0

@@ -13,12 +13,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from scheduler.clock import FakeClock
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.lock.memory import MemoryLock
-from scheduler.model import Execution, IntervalSchedule, Job, Status
-from scheduler.ports import OCCURRENCE_OWNER, ExecutionQuery
 from tests.conftest import T0, EngineFactory, Harness, make_job
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.model import Execution, IntervalSchedule, Job, Status
+from tickd.scheduler.ports import OCCURRENCE_OWNER, ExecutionQuery
 
 WAIT = 5.0
 HOUR = 3600.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.config import OTHER_TOOLS_VARIABLES, ConfigError, Settings, load_settings
+from tickd.scheduler.config import OTHER_TOOLS_VARIABLES, ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

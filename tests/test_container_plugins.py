@@ -142,4 +142,4 @@ def test_an_image_built_with_a_plugin_lists_its_handler(tmp_path: Path) -> None:
         "example_greeting\ttickd-example-plugin 0.1.0 (tickd_example_plugin.handlers:greet)"
         in listed
     )
-    assert "alert_scanner\ttickd 0.1.0 (handlers.alert_scanner:alert_scanner)" in listed
+    assert "alert_scanner\ttickd 0.1.0 (tickd.handlers.alert_scanner:alert_scanner)" in listed

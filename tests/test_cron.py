@@ -15,10 +15,10 @@ from cronsim import CronSim, CronSimError
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-import scheduler.cron
-from scheduler.model import CronSchedule, ValidationError
-from scheduler.schedules import next_fire, validate
+import tickd.scheduler.cron as cron_module
 from tests.clock_changes import changes
+from tickd.scheduler.model import CronSchedule, ValidationError
+from tickd.scheduler.schedules import next_fire, validate
 
 ZONES = [
     "UTC",
@@ -480,7 +480,7 @@ def test_a_steady_schedule_reads_its_expression_once_not_at_every_fire(
         read.append(text)
         return croniter(text, *args, **kwargs)
 
-    monkeypatch.setattr(scheduler.cron, "croniter", reading)
+    monkeypatch.setattr(cron_module, "croniter", reading)
     schedule = CronSchedule(expr="* * * * * *", timezone="Europe/Berlin")
     start = datetime(2026, 3, 29, 0, 59, 30, tzinfo=UTC)  # across the spring-forward hour
     at = start
@@ -498,13 +498,13 @@ def test_jobs_on_one_expression_read_it_once_not_once_a_job(
     the job's name changes nothing, so the expression is read once for all of them (read once a
     job, past the cache's size every advance read it again). With `H`, each name is its own."""
     read: list[str] = []
-    reading = scheduler.cron._weekdays
+    reading = cron_module._weekdays
 
     def counted(text: str, hash_seed: int) -> Any:
         read.append(text)
         return reading(text, hash_seed)
 
-    monkeypatch.setattr(scheduler.cron, "_weekdays", counted)
+    monkeypatch.setattr(cron_module, "_weekdays", counted)
     plain = CronSchedule(expr="17 * * * * MON-FRI", timezone="UTC")
     after = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
     for i in range(5000):

@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from scheduler.model import Status
-from scheduler.ports import ExecutionQuery
-from scheduler.store.sqlite import SQLiteStore
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 # `make run` promises executions within ten seconds; the bound here is the same promise.

@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from scheduler.model import Status
-from scheduler.ports import ExecutionQuery
-from scheduler.store.sqlite import SQLiteStore
 from tests.test_daemon import ROOT, STOP_WITHIN, free_port
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 # Far more than starting, or a two-second run, takes: a test that waits this long has failed.
 WITHIN = 15.0

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import DeadLetter, Execution, OnceSchedule, RedrivePolicy, Status
-from scheduler.ports import ExecutionQuery, Store
-from scheduler.retention import Housekeeper
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, noop
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.model import DeadLetter, Execution, OnceSchedule, RedrivePolicy, Status
+from tickd.scheduler.ports import ExecutionQuery, Store
+from tickd.scheduler.retention import Housekeeper
 
 
 async def runs(store: Store, job_id: str) -> list[Execution]:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import Status
-from scheduler.ports import ExecutionQuery, Store
-from scheduler.store.sqlite import SQLiteStore
 from tests.conftest import T0, EngineFactory, Harness, make_job
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import ExecutionQuery, Store
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 WAIT = 5.0
 JOBS = 20

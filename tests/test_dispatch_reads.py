@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import Execution, Job
-from scheduler.ports import Store
 from tests.conftest import EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.model import Execution, Job
+from tickd.scheduler.ports import Store
 
 
 def count_reaps(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[datetime]:

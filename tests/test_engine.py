@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from scheduler.clock import FakeClock
-from scheduler.engine import CLAIM_LOCK_SECONDS, RECORDED_AHEAD_SECONDS
-from scheduler.handler_api import HandlerContext, Result, handler
-from scheduler.lock import lock_key
-from scheduler.lock.memory import MemoryLock
-from scheduler.model import (
+from tests.conftest import T0, EngineFactory, make_job
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.engine import CLAIM_LOCK_SECONDS, RECORDED_AHEAD_SECONDS
+from tickd.scheduler.handler_api import HandlerContext, Result, handler
+from tickd.scheduler.lock import lock_key
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.model import (
     CronSchedule,
     Execution,
     IntervalSchedule,
@@ -32,11 +33,10 @@ from scheduler.model import (
     Status,
     new_id,
 )
-from scheduler.observers import RunObserver
-from scheduler.ports import ExecutionQuery, JobChange, JobQuery, RunRequest, Store
-from scheduler.storage.operations import STORE_OPERATIONS
-from scheduler.store.sqlite import SQLiteStore
-from tests.conftest import T0, EngineFactory, make_job
+from tickd.scheduler.observers import RunObserver
+from tickd.scheduler.ports import ExecutionQuery, JobChange, JobQuery, RunRequest, Store
+from tickd.scheduler.storage.operations import STORE_OPERATIONS
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0

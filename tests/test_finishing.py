@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from scheduler.finishing import Finisher
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.lock.memory import MemoryLock
-from scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
-from scheduler.ports import Finish, Store
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
+from tickd.scheduler.finishing import Finisher
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
+from tickd.scheduler.ports import Finish, Store
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler.clock import FakeClock
-from scheduler.heartbeat import Heartbeat
-from scheduler.lock.memory import MemoryLock
-from scheduler.ports import Store
 from tests.conftest import T0, make_job
 from tests.contract.test_store import claim_of
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.heartbeat import Heartbeat
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.ports import Store
 
 HOUR = 3600.0
 EVERY, LAPSE = 3.0, 10.0

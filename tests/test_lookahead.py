@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from scheduler.engine import RECORDED_AHEAD_SECONDS
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
-from scheduler.ports import Finish, Store, StoreError
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
+from tickd.scheduler.engine import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
+from tickd.scheduler.ports import Finish, Store, StoreError
 
 DUE = T0 + timedelta(seconds=5)
 # A bound, not a measure, for draining hundreds of runs: FerretDB writes some 40 runs a

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from scheduler.logs import FIELDS
-from scheduler.model import Execution, ExecutionError, Status
-from scheduler.observers.logs import LogObserver
 from tests.conftest import T0, make_job
+from tickd.scheduler.logs import FIELDS
+from tickd.scheduler.model import Execution, ExecutionError, Status
+from tickd.scheduler.observers.logs import LogObserver
 
 
 def ended(status: Status) -> Execution:

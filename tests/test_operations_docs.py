@@ -11,9 +11,9 @@ import re
 import pytest
 import yaml
 
-from scheduler.config import Settings
-from scheduler.metrics import Metrics
 from tickd import docs
+from tickd.scheduler.config import Settings
+from tickd.scheduler.metrics import Metrics
 
 
 def test_the_reference_in_docs_operations_md_is_in_step_with_the_settings() -> None:

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler.backoff import backoff_delay
-from scheduler.model import (
+from tests.conftest import T0, make_job
+from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.model import (
     CronSchedule,
     ExecutionSummary,
     Job,
@@ -18,8 +19,7 @@ from scheduler.model import (
     Schedule,
     Status,
 )
-from scheduler.planning import MAX_SKIPPED_RECORDS, advance_after, plan_run
-from tests.conftest import T0, make_job
+from tickd.scheduler.planning import MAX_SKIPPED_RECORDS, advance_after, plan_run
 
 EVERY_MINUTE = CronSchedule(expr="0 * * * * *")
 RNG = random.Random(7)

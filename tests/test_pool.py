@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from scheduler.metrics import Metrics
-from scheduler.model import Execution, Status
-from scheduler.planning import Plan
-from scheduler.pool import WorkerPool
-from scheduler.runner import Runner, Task
 from tests.conftest import T0, make_job
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.planning import Plan
+from tickd.scheduler.pool import WorkerPool
+from tickd.scheduler.runner import Runner, Task
 
 WAIT = 5.0
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.handler_api import HandlerContext, Result, handler
-from scheduler.registry import ENTRY_POINT_GROUP, HandlerRegistry, RegistryError
+from tickd.scheduler.handler_api import HandlerContext, Result, handler
+from tickd.scheduler.registry import ENTRY_POINT_GROUP, HandlerRegistry, RegistryError
 
 GROUP = "tickd.handlers.test"
 
@@ -41,7 +41,7 @@ def test_tickd_registers_its_own_handlers_through_entry_points() -> None:
     assert {"noop", "sleep"} <= {r.name for r in registry}
     noop = registry.get("noop")
     assert noop is not None and noop.origin.startswith("tickd ")
-    assert "handlers.noop:noop" in noop.origin
+    assert "tickd.handlers.noop:noop" in noop.origin
 
 
 def test_a_plugin_distribution_registers_by_name(

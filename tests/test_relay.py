@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
-from scheduler.clock import FakeClock
-from scheduler.lock.memory import MemoryLock
-from scheduler.metrics import Metrics
-from scheduler.model import Execution, Status
-from scheduler.ports import CloudEvent, Finish, OutboxBacklog, Store
-from scheduler.relay import COUNT_UNSENT_EVERY, KEEP_SENT_SECONDS, RELAY_TURN_SECONDS, Relay
 from tests.conftest import T0, make_job
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports import CloudEvent, Finish, OutboxBacklog, Store
+from tickd.scheduler.relay import COUNT_UNSENT_EVERY, KEEP_SENT_SECONDS, RELAY_TURN_SECONDS, Relay
 
 
 class FlakyPublisher:

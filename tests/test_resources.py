@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.config import ConfigError, Settings, load_settings
-from scheduler.handler_api import HandlerContext, Resource, ResourceEnv, Result, handler
-from scheduler.model import Status
-from scheduler.ports import ExecutionQuery
-from scheduler.registry import HandlerRegistry
 from tests.conftest import EngineFactory, make_job
 from tickd.app import declared_resources, opened_resources
+from tickd.scheduler.config import ConfigError, Settings, load_settings
+from tickd.scheduler.handler_api import HandlerContext, Resource, ResourceEnv, Result, handler
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.registry import HandlerRegistry
 
 
 class Client:

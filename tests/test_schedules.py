@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from handlers.noop import noop
-from scheduler.config import Settings
-from scheduler.cron import parse
-from scheduler.jobspec import JobRules
-from scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
-from scheduler.registry import HandlerRegistry
-from scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
 from tests.clock_changes import Change, every_change
 from tests.conftest import make_job
+from tickd.handlers.noop import noop
+from tickd.scheduler.config import Settings
+from tickd.scheduler.cron import parse
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

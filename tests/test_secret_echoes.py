@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.model import Execution
-from scheduler.ports import ExecutionQuery, JobQuery
-from scheduler.secrets import MASK, longest_echo, mask_echoes, scrub_values
 from tests.conftest import EngineFactory, make_job
+from tickd.scheduler.model import Execution
+from tickd.scheduler.ports import ExecutionQuery, JobQuery
+from tickd.scheduler.secrets import MASK, longest_echo, mask_echoes, scrub_values
 
 
 def json_escaped(secret: str) -> str:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.logs import JsonFormatter, TextFormatter, log_event
-from scheduler.secrets import (
+from tickd.scheduler.logs import JsonFormatter, TextFormatter, log_event
+from tickd.scheduler.secrets import (
     MASK,
     is_secret_name,
     mask,

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers.alert_scanner.normalize import email_address
-from scheduler.secrets import (
+from tickd.handlers.alert_scanner.normalize import email_address
+from tickd.scheduler.secrets import (
     is_secret_name,
     mask,
     mask_echoes,

@@ -14,8 +14,9 @@ import pytest
 import tickd.app
 import tickd.cli
 import tickd.daemon
-from scheduler.config import Settings
-from scheduler.handler_api import (
+from tests.conftest import T0
+from tickd.scheduler.config import Settings
+from tickd.scheduler.handler_api import (
     CronSchedule,
     Handler,
     HandlerContext,
@@ -24,15 +25,14 @@ from scheduler.handler_api import (
     SystemJob,
     handler,
 )
-from scheduler.jobspec import JobRules
-from scheduler.logs import FIELDS
-from scheduler.model import ValidationError
-from scheduler.ports import Store
-from scheduler.registry import HandlerRegistry
-from seed.demo import demo_jobs
-from seed.jobs import SeedError, seed_jobs
-from seed.system import system_jobs
-from tests.conftest import T0
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.logs import FIELDS
+from tickd.scheduler.model import ValidationError
+from tickd.scheduler.ports import Store
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.seed.demo import demo_jobs
+from tickd.seed.jobs import SeedError, seed_jobs
+from tickd.seed.system import system_jobs
 
 P = ParamSpec("P")
 STARTUP_WITHIN = 10.0

@@ -9,11 +9,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from scheduler.engine import RECORDED_AHEAD_SECONDS
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.lock import lock_key, shard_lock_key
-from scheduler.lock.memory import MemoryLock
-from scheduler.model import (
+from tests.conftest import T0, EngineFactory, make_job
+from tests.test_engine import WAIT, _until, executions, noop
+from tickd.scheduler.engine import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.lock import lock_key, shard_lock_key
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.model import (
     CronSchedule,
     DeadLetter,
     IntervalSchedule,
@@ -21,10 +23,8 @@ from scheduler.model import (
     Status,
     new_id,
 )
-from scheduler.ports import JobChange, RunRequest
-from scheduler.testing import handler_context
-from tests.conftest import T0, EngineFactory, make_job
-from tests.test_engine import WAIT, _until, executions, noop
+from tickd.scheduler.ports import JobChange, RunRequest
+from tickd.scheduler.testing import handler_context
 
 EVERY_MINUTE = CronSchedule(expr="0 * * * * *")
 

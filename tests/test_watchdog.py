@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.metrics import Metrics
-from scheduler.watchdog import LoopWatchdog
 from tests.conftest import EngineFactory, make_job
+from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.watchdog import LoopWatchdog
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0

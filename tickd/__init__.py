@@ -1,3 +1,72 @@
-"""tickd's composition root: the command line (cli.py), the wiring of settings, backends,
-resources, engine, API and seeds (app.py) and the daemon's life (daemon.py). The only package that
-imports every layer; nothing imports it."""
+"""tickd, a job-scheduling daemon. What a handler plug-in imports is here:
+
+    from tickd import HandlerContext, Result, handler
+
+    @handler(params_schema={"type": "object", "properties": {"url": {"type": "string"}}})
+    async def ping(ctx: HandlerContext) -> Result:
+        ...
+
+Everything else under `tickd` is internal: `tickd.scheduler` (the core), `tickd.handlers` (the
+built-in handlers), `tickd.api` (the REST API and the dashboard), `tickd.seed` (system and demo
+jobs), and the composition root (`tickd.app`, `tickd.cli`, `tickd.daemon`), which wires them.
+"""
+
+from tickd.scheduler.handler_api import (
+    MASK,
+    AddressNotAllowed,
+    Clock,
+    CronSchedule,
+    DestinationPolicy,
+    Handler,
+    HandlerContext,
+    HandlerFunc,
+    IntervalSchedule,
+    InvalidParams,
+    Mailer,
+    MailError,
+    OnceSchedule,
+    ParamsCheck,
+    Priority,
+    Resource,
+    ResourceEnv,
+    Result,
+    SystemJob,
+    failure_reason,
+    handler,
+    is_loopback,
+    is_secret_name,
+    mask,
+    read_prefix,
+    request_refusal,
+    scrub_text,
+)
+
+__all__ = [
+    "MASK",
+    "AddressNotAllowed",
+    "Clock",
+    "CronSchedule",
+    "DestinationPolicy",
+    "Handler",
+    "HandlerContext",
+    "HandlerFunc",
+    "IntervalSchedule",
+    "InvalidParams",
+    "MailError",
+    "Mailer",
+    "OnceSchedule",
+    "ParamsCheck",
+    "Priority",
+    "Resource",
+    "ResourceEnv",
+    "Result",
+    "SystemJob",
+    "failure_reason",
+    "handler",
+    "is_loopback",
+    "is_secret_name",
+    "mask",
+    "read_prefix",
+    "request_refusal",
+    "scrub_text",
+]

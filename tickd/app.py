@@ -17,33 +17,33 @@ from typing import Any, TypeVar, cast
 
 from aiohttp import web
 
-from api.app import create_app
-from api.mail_health import MailHealth, WatchedMailer
-from api.v1 import ApiState
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.catalogue_walk import settings as walk_settings
-from handlers.product_store import PRODUCTS
-from scheduler.clock import Clock, SystemClock
-from scheduler.config import ConfigError, Settings, did_you_mean
-from scheduler.engine import Engine
-from scheduler.events import open_publisher
-from scheduler.handler_api import Resource, ResourceEnv
-from scheduler.jobspec import JobRules
-from scheduler.lock import open_lock
-from scheduler.logs import log_event
-from scheduler.mail import open_mailer
-from scheduler.metrics import Metrics
-from scheduler.observers import RunObserver
-from scheduler.ports import EventPublisher, Lock, Ports
-from scheduler.registry import HandlerRegistry
-from scheduler.retention import Housekeeper
-from scheduler.secrets import scrub_text
-from scheduler.storage import StartupAborted, open_patiently
-from scheduler.store import open_store
-from seed.demo import demo_jobs
-from seed.demo_products import demo_scan_job, seed_demo_products
-from seed.jobs import seed_jobs
-from seed.system import system_jobs
+from tickd.api.app import create_app
+from tickd.api.mail_health import MailHealth, WatchedMailer
+from tickd.api.v1 import ApiState
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.catalogue_walk import settings as walk_settings
+from tickd.handlers.product_store import PRODUCTS
+from tickd.scheduler.clock import Clock, SystemClock
+from tickd.scheduler.config import ConfigError, Settings, did_you_mean
+from tickd.scheduler.engine import Engine
+from tickd.scheduler.events import open_publisher
+from tickd.scheduler.handler_api import Resource, ResourceEnv
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.lock import open_lock
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.mail import open_mailer
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.observers import RunObserver
+from tickd.scheduler.ports import EventPublisher, Lock, Ports
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.retention import Housekeeper
+from tickd.scheduler.secrets import scrub_text
+from tickd.scheduler.storage import StartupAborted, open_patiently
+from tickd.scheduler.store import open_store
+from tickd.seed.demo import demo_jobs
+from tickd.seed.demo_products import demo_scan_job, seed_demo_products
+from tickd.seed.jobs import seed_jobs
+from tickd.seed.system import system_jobs
 
 Resources = Mapping[str, object]
 T = TypeVar("T")

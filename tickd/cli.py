@@ -10,9 +10,9 @@ import argparse
 import asyncio
 import sys
 
-from api.cli import add_commands, run_client
-from scheduler.config import ConfigError, Settings, load_settings
-from scheduler.logs import configure_logging
+from tickd.api.cli import add_commands, run_client
+from tickd.scheduler.config import ConfigError, Settings, load_settings
+from tickd.scheduler.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,10 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(settings: Settings, *, dispatcher: bool) -> int:
     # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
-    from scheduler.registry import RegistryError
-    from seed.jobs import SeedError
     from tickd.app import check_against_handlers, load_registry
     from tickd.daemon import run_daemon, stop_on_signals
+    from tickd.scheduler.registry import RegistryError
+    from tickd.seed.jobs import SeedError
 
     try:
         registry = load_registry()
@@ -69,8 +69,8 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
 
 
 def _list_handlers() -> int:
-    from scheduler.registry import RegistryError
     from tickd.app import load_registry
+    from tickd.scheduler.registry import RegistryError
 
     try:
         registry = load_registry()

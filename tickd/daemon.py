@@ -9,15 +9,7 @@ import signal
 
 from aiohttp import web
 
-from api.listener import GuardedSite, ServerLimits, running
-from scheduler.config import ConfigError, Settings
-from scheduler.logs import log_event
-from scheduler.metrics import Metrics
-from scheduler.ports import Ports
-from scheduler.registry import HandlerRegistry
-from scheduler.secrets import scrub_text
-from scheduler.storage import StartupAborted
-from scheduler.urls import is_loopback
+from tickd.api.listener import GuardedSite, ServerLimits, running
 from tickd.app import (
     Resources,
     api_resources,
@@ -29,6 +21,14 @@ from tickd.app import (
     opened_resources,
     seed_at_boot,
 )
+from tickd.scheduler.config import ConfigError, Settings
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.ports import Ports
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.secrets import scrub_text
+from tickd.scheduler.storage import StartupAborted
+from tickd.scheduler.urls import is_loopback
 
 log = logging.getLogger("tickd.daemon")
 

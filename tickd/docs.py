@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from scheduler.config import (
+from tickd.scheduler.config import (
     ENV_PREFIX,
     HANDLER_SETTINGS_ENV,
     RESOURCE_URLS_ENV,

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits, scan_until_done
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import PRODUCTS
-from scheduler.handler_api import HandlerContext, IntervalSchedule, Result, SystemJob, handler
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits, scan_until_done
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.product_store import PRODUCTS
+from tickd.scheduler.handler_api import HandlerContext, IntervalSchedule, Result, SystemJob, handler
 
 
 def _bounded(default: int, maximum: int) -> dict[str, Any]:

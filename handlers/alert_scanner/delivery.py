@@ -38,12 +38,12 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from email.message import EmailMessage
 
-from handlers.alert_scanner.emails import compose
-from handlers.alert_scanner.errors import unforeseen
-from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import Bounce, Notification, ProductStore, Unreadable, bounce_key
-from scheduler.handler_api import Clock, Mailer, MailError
+from tickd.handlers.alert_scanner.emails import compose
+from tickd.handlers.alert_scanner.errors import unforeseen
+from tickd.handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.product_store import Bounce, Notification, ProductStore, Unreadable, bounce_key
+from tickd.scheduler.handler_api import Clock, Mailer, MailError
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 RETRY_BASE_SECONDS = 1.0

@@ -48,11 +48,11 @@ from typing import Any
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
-from handlers.alert_scanner import normalize, tokens
-from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.rules import display, number_text, percent_text
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import Notification
+from tickd.handlers.alert_scanner import normalize, tokens
+from tickd.handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner.rules import display, number_text, percent_text
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.product_store import Notification
 
 HEADER_MAX_CHARS = 150
 VALUE_MAX_CHARS = 500

@@ -31,8 +31,8 @@ from enum import Enum, StrEnum
 from itertools import islice
 from typing import Any, Generic, TypeVar
 
-from handlers.alert_scanner import normalize
-from handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner import normalize
+from tickd.handlers.alert_scanner.normalize import NormalizationError
 
 V = TypeVar("V")
 Part = Mapping[str, Any]

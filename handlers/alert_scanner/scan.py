@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from handlers.alert_scanner import normalize
-from handlers.alert_scanner.concurrency import run_all
-from handlers.alert_scanner.delivery import EmailPolicy, deliver_pending
-from handlers.alert_scanner.emails import safe_text
-from handlers.alert_scanner.errors import unforeseen
-from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.rules import (
+from tickd.handlers.alert_scanner import normalize
+from tickd.handlers.alert_scanner.concurrency import run_all
+from tickd.handlers.alert_scanner.delivery import EmailPolicy, deliver_pending
+from tickd.handlers.alert_scanner.emails import safe_text
+from tickd.handlers.alert_scanner.errors import unforeseen
+from tickd.handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner.rules import (
     InvalidRule,
     Keep,
     Verdict,
@@ -57,7 +57,7 @@ from handlers.alert_scanner.rules import (
     parse_operator,
     parse_type,
 )
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     Alert,
     Doc,
     Notification,
@@ -67,7 +67,7 @@ from handlers.product_store import (
     RuleUpdate,
     is_true,
 )
-from scheduler.handler_api import Clock, Mailer
+from tickd.scheduler.handler_api import Clock, Mailer
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 # Error messages kept in a scan's result (all of them are on their rules).

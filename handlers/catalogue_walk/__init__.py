@@ -29,11 +29,11 @@ hour's timeout, two retries (the quota holds across them). A job of one's own lo
 
 from __future__ import annotations
 
-from handlers.catalogue_walk.settings import PARAMS, WalkSettings
-from handlers.catalogue_walk.vendor import VendorClient
-from handlers.catalogue_walk.walk import Walk
-from handlers.product_store import PRODUCTS
-from scheduler.handler_api import CronSchedule, HandlerContext, Result, SystemJob, handler
+from tickd.handlers.catalogue_walk.settings import PARAMS, WalkSettings
+from tickd.handlers.catalogue_walk.vendor import VendorClient
+from tickd.handlers.catalogue_walk.walk import Walk
+from tickd.handlers.product_store import PRODUCTS
+from tickd.scheduler.handler_api import CronSchedule, HandlerContext, Result, SystemJob, handler
 
 SYSTEM_JOB = SystemJob(
     schedule=CronSchedule(expr="0 30 0 * * *"), timeout_seconds=3600, max_retries=2

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 
-from handlers.product_store import ProductStore
+from tickd.handlers.product_store import ProductStore
 
 
 class QuotaPool:

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from handlers.catalogue_walk.quota import QuotaPool
-from handlers.catalogue_walk.settings import WalkSettings
-from handlers.catalogue_walk.throttle import Throttle
-from handlers.catalogue_walk.vendor import (
+from tickd.handlers.catalogue_walk.quota import QuotaPool
+from tickd.handlers.catalogue_walk.settings import WalkSettings
+from tickd.handlers.catalogue_walk.throttle import Throttle
+from tickd.handlers.catalogue_walk.vendor import (
     Answer,
     Failed,
     KeyRefused,
@@ -50,8 +50,8 @@ from handlers.catalogue_walk.vendor import (
     Throttled,
     VendorClient,
 )
-from handlers.product_store import Doc, PriceCheck, ProductStore
-from scheduler.handler_api import Clock
+from tickd.handlers.product_store import Doc, PriceCheck, ProductStore
+from tickd.scheduler.handler_api import Clock
 
 # Kept back from the deadline to record the last page's answers, at least; twice the longest
 # recording so far, if that is more.

@@ -31,8 +31,8 @@ from datetime import date, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from scheduler.handler_api import Resource, ResourceEnv
-from scheduler.storage import open_patiently
+from tickd.scheduler.handler_api import Resource, ResourceEnv
+from tickd.scheduler.storage import open_patiently
 
 Doc = dict[str, Any]
 # A rule by its alert's id and its position in the alert's `rules` as read.
@@ -344,11 +344,11 @@ def open_product_store(url: str) -> ProductStore:
     """The product store for a URL (not yet opened: `await store.open()`)."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
-        from handlers.product_store.sqlite import SQLiteProductStore
+        from tickd.handlers.product_store.sqlite import SQLiteProductStore
 
         return SQLiteProductStore(url)
     if scheme in ("mongodb", "mongodb+srv"):
-        from handlers.product_store.mongodb import MongoProductStore
+        from tickd.handlers.product_store.mongodb import MongoProductStore
 
         return MongoProductStore(url)
     raise ValueError(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     Bounce,
     Doc,
     Notification,
@@ -18,7 +18,7 @@ from handlers.product_store import (
     Unreadable,
     is_true,
 )
-from scheduler.storage import as_datetime, exact_micros
+from tickd.scheduler.storage import as_datetime, exact_micros
 
 
 def notification_to_doc(notification: Notification) -> Doc:

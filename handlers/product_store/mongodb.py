@@ -58,7 +58,7 @@ from pymongo import (
     UpdateOne,
 )
 
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     Alert,
     Bounce,
     Claimed,
@@ -70,17 +70,17 @@ from handlers.product_store import (
     Unreadable,
     bounce_key,
 )
-from handlers.product_store.documents import (
+from tickd.handlers.product_store.documents import (
     bounce_from_doc,
     by_alert,
     decoded_notification,
     notification_to_doc,
     rules_sending_email,
 )
-from handlers.product_store.mongodb_prices import (
+from tickd.handlers.product_store.mongodb_prices import (
     MongoPrices,
 )
-from handlers.product_store.mongodb_queries import (
+from tickd.handlers.product_store.mongodb_queries import (
     CLAIM_RETENTION,
     CLAIMED,
     DONE,
@@ -96,7 +96,7 @@ from handlers.product_store.mongodb_queries import (
     reschedule_write,
     written_by,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,

@@ -12,10 +12,10 @@ from pymongo import (
     IndexModel,
 )
 
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     Doc,
 )
-from handlers.product_store.mongodb_queries import (
+from tickd.handlers.product_store.mongodb_queries import (
     ALERT_INDEXES,
     BOUNCE_INDEXES,
     CLAIM_INDEXES,
@@ -28,7 +28,7 @@ from handlers.product_store.mongodb_queries import (
     Documents,
     product_client_options,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     MongoDatabase,
     chunks,
 )

@@ -10,16 +10,16 @@ from pymongo import (
     DESCENDING,
 )
 
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     Doc,
     PriceCheck,
 )
-from handlers.product_store.documents import (
+from tickd.handlers.product_store.documents import (
     price_entries,
     price_writes,
 )
-from handlers.product_store.mongodb_base import MongoProductBase
-from handlers.product_store.mongodb_queries import (
+from tickd.handlers.product_store.mongodb_base import MongoProductBase
+from tickd.handlers.product_store.mongodb_queries import (
     NEWEST_FIRST,
     PRICE_ORDER,
     QUOTA_RETENTION,
@@ -32,7 +32,7 @@ from handlers.product_store.mongodb_queries import (
     quota_slot,
     to_price,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,

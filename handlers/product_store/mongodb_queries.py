@@ -20,19 +20,19 @@ from pymongo import (
 )
 from pymongo.asynchronous.collection import AsyncCollection
 
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     TRUE_PATTERN,
     Doc,
     PriceCheck,
     Reschedule,
     RuleUpdate,
 )
-from handlers.product_store.documents import (
+from tickd.handlers.product_store.documents import (
     PriceWrite,
     rule_conditions,
     rule_fields,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     client_options,
 )
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from datetime import date, datetime
 from typing import Any, TypeVar
 
-from handlers.product_store import (
+from tickd.handlers.product_store import (
     Alert,
     Bounce,
     Claimed,
@@ -37,7 +37,7 @@ from handlers.product_store import (
     Unreadable,
     bounce_key,
 )
-from handlers.product_store.documents import (
+from tickd.handlers.product_store.documents import (
     PriceWrite,
     bounce_from_doc,
     by_alert,
@@ -51,8 +51,8 @@ from handlers.product_store.documents import (
     rule_is_as_read,
     rules_sending_email,
 )
-from scheduler.storage import StoreError, as_datetime, micros, to_json_ready
-from scheduler.storage.sqlite import SQLiteFile
+from tickd.scheduler.storage import StoreError, as_datetime, micros, to_json_ready
+from tickd.scheduler.storage.sqlite import SQLiteFile
 
 log = logging.getLogger("tickd.products")
 T = TypeVar("T")

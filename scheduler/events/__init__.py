@@ -7,13 +7,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from scheduler.codec import execution_to_doc, to_json_ready
-from scheduler.config import Settings
-from scheduler.model import Execution, Status
-from scheduler.ports import CloudEvent, EventPublisher, Ports
+from tickd.scheduler.codec import execution_to_doc, to_json_ready
+from tickd.scheduler.config import Settings
+from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports import CloudEvent, EventPublisher, Ports
 
 if TYPE_CHECKING:
-    from scheduler.metrics import Metrics
+    from tickd.scheduler.metrics import Metrics
 
 DEFAULT_TOPIC = "tickd.executions"
 
@@ -24,18 +24,18 @@ def open_publisher(url: str, *, metrics: Metrics | None = None) -> EventPublishe
     parts = urlsplit(url)
     scheme = parts.scheme
     if scheme == "log":
-        from scheduler.events.log import LogPublisher
+        from tickd.scheduler.events.log import LogPublisher
 
         level = dict(parse_qsl(parts.query)).get("level", "info").upper()
         if level not in ("DEBUG", "INFO", "WARNING"):
             raise ValueError(f"events_url: level must be debug, info or warning, not {level!r}")
         return LogPublisher(logging.getLevelName(level))
     if scheme == "none":
-        from scheduler.events.log import NullPublisher
+        from tickd.scheduler.events.log import NullPublisher
 
         return NullPublisher()
     if scheme == "kafka":
-        from scheduler.events.kafka import KafkaPublisher
+        from tickd.scheduler.events.kafka import KafkaPublisher
 
         return KafkaPublisher.from_url(url, metrics=metrics)
     raise ValueError(

@@ -56,10 +56,10 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from scheduler.events import DEFAULT_TOPIC
-from scheduler.logs import log_event
-from scheduler.metrics import Metrics
-from scheduler.ports import CloudEvent
+from tickd.scheduler.events import DEFAULT_TOPIC
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.ports import CloudEvent
 
 log = logging.getLogger("tickd.events.kafka")
 # librdkafka's own lines (connection failures and the like), under a name of their own.

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from scheduler.ports import Lock
+from tickd.scheduler.ports import Lock
 
 
 def open_lock(url: str) -> Lock:
     """The lock backend for a URL; `redis://` and `rediss://` (TLS) take redis-py's URL form."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
-        from scheduler.lock.memory import MemoryLock
+        from tickd.scheduler.lock.memory import MemoryLock
 
         return MemoryLock()
     if scheme in ("redis", "rediss"):
-        from scheduler.lock.redis import RedisLock
+        from tickd.scheduler.lock.redis import RedisLock
 
         return RedisLock.from_url(url)
     raise ValueError(

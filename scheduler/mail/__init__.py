@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from scheduler.ports import Mailer
-from scheduler.urls import local_path
+from tickd.scheduler.ports import Mailer
+from tickd.scheduler.urls import local_path
 
 
 def open_mailer(url: str) -> Mailer:
     parts = urlsplit(url)
     if parts.scheme == "outbox":
-        from scheduler.mail.outbox import OutboxMailer
+        from tickd.scheduler.mail.outbox import OutboxMailer
 
         return OutboxMailer(local_path(url) or "var/outbox")
     if parts.scheme in ("smtp", "smtps"):
-        from scheduler.mail.smtp import SmtpMailer
+        from tickd.scheduler.mail.smtp import SmtpMailer
 
         return SmtpMailer(url)
     raise ValueError(

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scheduler.model import Execution, Job
+from tickd.scheduler.model import Execution, Job
 
 log = logging.getLogger("tickd.observers")
 

@@ -10,9 +10,9 @@ import logging
 import time
 from collections import Counter
 
-from scheduler.logs import log_event
-from scheduler.model import Execution, Job, Status
-from scheduler.observers import RunObserver
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.model import Execution, Job, Status
+from tickd.scheduler.observers import RunObserver
 
 log = logging.getLogger("tickd.runner")
 

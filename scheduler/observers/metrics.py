@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from scheduler.metrics import Metrics
-from scheduler.model import Execution, Job, Priority, Status
-from scheduler.observers import RunObserver
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Execution, Job, Priority, Status
+from tickd.scheduler.observers import RunObserver
 
 
 class MetricsObserver(RunObserver):

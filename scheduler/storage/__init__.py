@@ -11,9 +11,9 @@ one part of the engine besides scheduler.handler_api that plug-ins may import.
 
 from __future__ import annotations
 
-from scheduler.codec import EPOCH, Doc, as_datetime, exact_micros, micros, to_json_ready
-from scheduler.ports import StoreError
-from scheduler.storage.patience import StartupAborted, open_patiently
+from tickd.scheduler.codec import EPOCH, Doc, as_datetime, exact_micros, micros, to_json_ready
+from tickd.scheduler.ports import StoreError
+from tickd.scheduler.storage.patience import StartupAborted, open_patiently
 
 __all__ = [
     "EPOCH",

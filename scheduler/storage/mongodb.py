@@ -45,16 +45,16 @@ from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     EPOCH,
     Doc,
     micros,
 )
-from scheduler.ports import (
+from tickd.scheduler.ports import (
     StoreError,
     UnstorableValue,
 )
-from scheduler.storage.operations import CommandCounter
+from tickd.scheduler.storage.operations import CommandCounter
 
 DEFAULT_DATABASE = "tickd"
 # A dead server fails an operation after about two seconds, a hung one within seconds; the URL can

@@ -9,10 +9,10 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from scheduler.backoff import backoff_delay
-from scheduler.logs import log_event
-from scheduler.ports import StoreError
-from scheduler.secrets import scrub_text
+from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.ports import StoreError
+from tickd.scheduler.secrets import scrub_text
 
 log = logging.getLogger("tickd.storage")
 

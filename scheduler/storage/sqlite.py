@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from scheduler.logs import log_event
-from scheduler.ports import StoreError
-from scheduler.storage.operations import count_sqlite_transaction
-from scheduler.urls import local_path
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.ports import StoreError
+from tickd.scheduler.storage.operations import count_sqlite_transaction
+from tickd.scheduler.urls import local_path
 
 T = TypeVar("T")
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from scheduler.ports import Store
+from tickd.scheduler.ports import Store
 
 
 def open_store(url: str) -> Store:
     """The store backend for a URL (not yet opened: call `await store.open()`)."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
-        from scheduler.store.sqlite import SQLiteStore
+        from tickd.scheduler.store.sqlite import SQLiteStore
 
         return SQLiteStore(url)
     if scheme in ("mongodb", "mongodb+srv"):
-        from scheduler.store.mongodb import MongoStore
+        from tickd.scheduler.store.mongodb import MongoStore
 
         return MongoStore(url)
     raise ValueError(

@@ -36,12 +36,12 @@ from pymongo import (
 )
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import DeadLetter, Execution, Job, Status, new_id
-from scheduler.ports import (
+from tickd.scheduler.model import DeadLetter, Execution, Job, Status, new_id
+from tickd.scheduler.ports import (
     ENDED_LEASE_UNTIL,
     OCCURRENCE_OWNER,
     Backlog,
@@ -53,14 +53,14 @@ from scheduler.ports import (
     JobQuery,
     unchanged_state,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     from_micros,
     in_one_batch,
     insert_ignoring_duplicates,
     is_duplicate_key,
     translating_errors,
 )
-from scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb_documents import (
     DEFINITION_FIELDS,
     LEASE_EXPIRED,
     LEASED,
@@ -88,8 +88,8 @@ from scheduler.store.mongodb_documents import (
     settle_dead_letters,
     shard_held_by,
 )
-from scheduler.store.mongodb_housekeeping import MongoHousekeeping
-from scheduler.store.mongodb_requests import MongoRequests
+from tickd.scheduler.store.mongodb_housekeeping import MongoHousekeeping
+from tickd.scheduler.store.mongodb_requests import MongoRequests
 
 
 class MongoStore(MongoRequests, MongoHousekeeping):

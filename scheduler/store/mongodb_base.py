@@ -17,13 +17,13 @@ from pymongo import (
 )
 from pymongo.asynchronous.collection import AsyncCollection
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import Execution, Job
-from scheduler.ports import ENDED_LEASE_UNTIL, Claim
-from scheduler.storage.mongodb import (
+from tickd.scheduler.model import Execution, Job
+from tickd.scheduler.ports import ENDED_LEASE_UNTIL, Claim
+from tickd.scheduler.storage.mongodb import (
     INDEX_BUILD_SECONDS,
     MongoDatabase,
     chunks,
@@ -31,7 +31,7 @@ from scheduler.storage.mongodb import (
     insert_ignoring_duplicates,
     translating_errors,
 )
-from scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb_documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
     FINISH_BUCKETS,

@@ -21,7 +21,7 @@ from pymongo import (
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     Doc,
     exact_micros,
     execution_from_doc,
@@ -33,9 +33,9 @@ from scheduler.codec import (
     request_to_doc,
     summary_to_doc,
 )
-from scheduler.events import event_time, execution_event
-from scheduler.model import DeadLetter, Execution, Job, Status
-from scheduler.ports import (
+from tickd.scheduler.events import event_time, execution_event
+from tickd.scheduler.model import DeadLetter, Execution, Job, Status
+from tickd.scheduler.ports import (
     Advance,
     Claim,
     DuplicateJobName,
@@ -48,7 +48,7 @@ from scheduler.ports import (
     RunRequest,
     StoreError,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     from_micros,
     with_exact_times,
     without_exact_times,

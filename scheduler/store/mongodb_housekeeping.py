@@ -12,28 +12,28 @@ from pymongo import (
     DESCENDING,
 )
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import DeadLetter
-from scheduler.ports import (
+from tickd.scheduler.model import DeadLetter
+from tickd.scheduler.ports import (
     OutboxBacklog,
     OutboxEvent,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     chunks,
     from_micros,
     in_one_batch,
     translating_errors,
 )
-from scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb_documents import (
     MINUTE_US,
     OUTBOX_ORDER,
     UNSENT,
     outbox_event_from_document,
 )
-from scheduler.store.mongodb_retention import MongoRetention
+from tickd.scheduler.store.mongodb_retention import MongoRetention
 
 # A prune looks at this many minutes' buckets at most (a relay that was stopped for a day
 # catches up over several calls).

@@ -11,25 +11,25 @@ from pymongo import (
     UpdateOne,
 )
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     Doc,
     exact_micros,
 )
-from scheduler.model import Execution, Job, Status, new_id
-from scheduler.ports import (
+from tickd.scheduler.model import Execution, Job, Status, new_id
+from tickd.scheduler.ports import (
     OCCURRENCE_OWNER,
     Advance,
     Claim,
     Finish,
     RunRequest,
 )
-from scheduler.storage.mongodb import (
+from tickd.scheduler.storage.mongodb import (
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,
 )
-from scheduler.store.mongodb_base import MongoCollections
-from scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb_base import MongoCollections
+from tickd.scheduler.store.mongodb_documents import (
     LEASE_EXPIRED,
     NOT_ENDED,
     abandon_running,

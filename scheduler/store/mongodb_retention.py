@@ -28,12 +28,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from scheduler.codec import Doc, exact_micros
-from scheduler.model import Status
-from scheduler.ports import Retention
-from scheduler.storage.mongodb import translating_errors
-from scheduler.store.mongodb_base import MongoCollections
-from scheduler.store.mongodb_documents import (
+from tickd.scheduler.codec import Doc, exact_micros
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import Retention
+from tickd.scheduler.storage.mongodb import translating_errors
+from tickd.scheduler.store.mongodb_base import MongoCollections
+from tickd.scheduler.store.mongodb_documents import (
     FINISH_BUCKETS,
     HOUR_US,
     MINUTE_US,

@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     EPOCH,
     exact_micros,
     micros,
     to_json_ready,
 )
-from scheduler.model import DeadLetter, Execution, ExecutionError, Job, Priority, Status
-from scheduler.ports import (
+from tickd.scheduler.model import DeadLetter, Execution, ExecutionError, Job, Priority, Status
+from tickd.scheduler.ports import (
     ENDED_LEASE_UNTIL,
     Backlog,
     Claim,
@@ -31,10 +31,10 @@ from scheduler.ports import (
     JobQuery,
     unchanged_state,
 )
-from scheduler.storage.sqlite import AT_ONCE_MAX_ROWS
-from scheduler.store.sqlite_housekeeping import SQLiteHousekeeping
-from scheduler.store.sqlite_requests import SQLiteRequests
-from scheduler.store.sqlite_rows import (
+from tickd.scheduler.storage.sqlite import AT_ONCE_MAX_ROWS
+from tickd.scheduler.store.sqlite_housekeeping import SQLiteHousekeeping
+from tickd.scheduler.store.sqlite_requests import SQLiteRequests
+from tickd.scheduler.store.sqlite_rows import (
     DEFINITION_COLUMNS,
     END_SQL,
     EXECUTION_COLUMNS,

@@ -7,14 +7,14 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from scheduler.model import Job
-from scheduler.ports import (
+from tickd.scheduler.model import Job
+from tickd.scheduler.ports import (
     StoreError,
 )
-from scheduler.storage.sqlite import (
+from tickd.scheduler.storage.sqlite import (
     SQLiteFile,
 )
-from scheduler.store.sqlite_rows import (
+from tickd.scheduler.store.sqlite_rows import (
     SCHEMA,
     add_missing_columns,
     job_from_row,

@@ -8,17 +8,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     micros,
 )
-from scheduler.model import DeadLetter
-from scheduler.ports import (
+from tickd.scheduler.model import DeadLetter
+from tickd.scheduler.ports import (
     OutboxBacklog,
     OutboxEvent,
     Retention,
 )
-from scheduler.store.sqlite_base import SQLiteTables
-from scheduler.store.sqlite_rows import (
+from tickd.scheduler.store.sqlite_base import SQLiteTables
+from tickd.scheduler.store.sqlite_rows import (
     UNHANDLED,
     from_micros,
     outbox_event_from_row,

@@ -9,19 +9,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     micros,
     to_json_ready,
 )
-from scheduler.model import Execution, Job, Status
-from scheduler.ports import (
+from tickd.scheduler.model import Execution, Job, Status
+from tickd.scheduler.ports import (
     OCCURRENCE_OWNER,
     Advance,
     Claim,
     RunRequest,
 )
-from scheduler.store.sqlite_base import SQLiteTables
-from scheduler.store.sqlite_rows import (
+from tickd.scheduler.store.sqlite_base import SQLiteTables
+from tickd.scheduler.store.sqlite_rows import (
     CLEAR_LEASE,
     REQUEST_COLUMNS,
     execution_from_row,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any, TypeVar
 
-from scheduler.codec import (
+from tickd.scheduler.codec import (
     EPOCH,
     Doc,
     exact_micros,
@@ -28,8 +28,8 @@ from scheduler.codec import (
     summary_from_doc,
     to_json_ready,
 )
-from scheduler.events import event_time, execution_event
-from scheduler.model import (
+from tickd.scheduler.events import event_time, execution_event
+from tickd.scheduler.model import (
     Execution,
     ExecutionSummary,
     Job,
@@ -40,7 +40,7 @@ from scheduler.model import (
     Schedule,
     Status,
 )
-from scheduler.ports import (
+from tickd.scheduler.ports import (
     ENDED_LEASE_UNTIL,
     Advance,
     ExecutionQuery,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.product_store import Doc
+from tickd.handlers.product_store import Doc
 
 
 def part(part_id: str = "part-1", **values: Any) -> Doc:

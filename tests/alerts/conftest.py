@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from scheduler.clock import FakeClock
-from scheduler.mail.outbox import OutboxMailer
 from tests.fixtures.products import ProductDatabase as ProductDatabase  # the tests' import
 from tests.fixtures.times import T0
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.mail.outbox import OutboxMailer
 
 SMTP_USER = "alerts"
 SMTP_PASSWORD = "s3cr3t-Pa55w0rd"

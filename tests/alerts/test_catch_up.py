@@ -8,18 +8,18 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from handlers.alert_scanner import alert_scanner
-from handlers.alert_scanner.scan import ScanLimits, scan_until_done
-from handlers.product_store import PRODUCTS, Alert, Doc, ProductStore
-from scheduler.clock import FakeClock
-from scheduler.config import Settings
-from scheduler.jobspec import JobRules
-from scheduler.registry import HandlerRegistry
-from scheduler.testing import handler_context
-from seed.system import system_jobs
 from tests.alerts.builders import alert, part, price_rule
 from tests.alerts.conftest import Outbox
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner import alert_scanner
+from tickd.handlers.alert_scanner.scan import ScanLimits, scan_until_done
+from tickd.handlers.product_store import PRODUCTS, Alert, Doc, ProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.config import Settings
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.testing import handler_context
+from tickd.seed.system import system_jobs
 
 
 async def run_handler(

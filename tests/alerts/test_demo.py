@@ -3,21 +3,21 @@ seeding again (a restart) changes nothing and fires nothing."""
 
 from __future__ import annotations
 
-from handlers.alert_scanner.scan import scan
-from handlers.product_store import ProductStore
-from scheduler.clock import FakeClock
-from scheduler.config import Settings
-from scheduler.jobspec import JobRules
-from scheduler.model import IntervalSchedule
-from scheduler.registry import HandlerRegistry
-from seed.demo_products import (
+from tests.alerts.conftest import Outbox
+from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.scan import scan
+from tickd.handlers.product_store import ProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.config import Settings
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.model import IntervalSchedule
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.seed.demo_products import (
     DEMO_SCAN_EVERY_SECONDS,
     demo_alerts,
     demo_scan_job,
     seed_demo_products,
 )
-from tests.alerts.conftest import Outbox
-from tests.fixtures.times import T0
 
 
 async def test_the_first_demo_scan_fires_and_emails(

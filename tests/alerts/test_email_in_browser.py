@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from handlers.alert_scanner.emails import compose
-from handlers.alert_scanner.settings import EmailSettings
 from tests.alerts.test_emails import lifecycle, many, notification, rohs_lost
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.emails import compose
+from tickd.handlers.alert_scanner.settings import EmailSettings
 
 CHROMIUM = shutil.which("chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "var" / "alert-email.png"

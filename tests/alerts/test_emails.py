@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from handlers.alert_scanner import tokens
-from handlers.alert_scanner.emails import (
+from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner import tokens
+from tickd.handlers.alert_scanner.emails import (
     compose,
     describe,
     format_money,
@@ -24,11 +25,10 @@ from handlers.alert_scanner.emails import (
     one_line,
     subject,
 )
-from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.rules import percent_text
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import Notification
-from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner.rules import percent_text
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.product_store import Notification
 
 INJECTION = "LM317T\r\nBcc: eve@example.com\r\n\r\nfree text"
 SECRET = "k" * 40

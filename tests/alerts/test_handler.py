@@ -8,22 +8,22 @@ from typing import Any
 
 import pytest
 
-from handlers.alert_scanner import PARAMS, alert_scanner, limits_from
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits
-from handlers.product_store import PRODUCTS, open_product_store
-from scheduler.config import Settings
-from scheduler.handler_api import SystemJob
-from scheduler.jobspec import JobRules
-from scheduler.model import IntervalSchedule
-from scheduler.ports import Store
-from scheduler.registry import HandlerRegistry
-from scheduler.testing import handler_context
-from seed.demo_products import seed_demo_products
-from seed.jobs import seed_jobs
-from seed.system import system_jobs
 from tests.alerts.conftest import Outbox
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner import PARAMS, alert_scanner, limits_from
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits
+from tickd.handlers.product_store import PRODUCTS, open_product_store
+from tickd.scheduler.config import Settings
+from tickd.scheduler.handler_api import SystemJob
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.model import IntervalSchedule
+from tickd.scheduler.ports import Store
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.testing import handler_context
+from tickd.seed.demo_products import seed_demo_products
+from tickd.seed.jobs import seed_jobs
+from tickd.seed.system import system_jobs
 
 
 def test_the_defaults_are_the_seeds_numbers() -> None:

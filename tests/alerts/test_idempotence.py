@@ -15,13 +15,13 @@ from typing import Any, cast
 
 import pytest
 
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
-from handlers.product_store import Doc, ProductStore
-from scheduler.clock import FakeClock
-from scheduler.ports import Mailer
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import Outbox, ProductDatabase
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from tickd.handlers.product_store import Doc, ProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.ports import Mailer
 
 USERS = ("ada", "grace", "linus")
 

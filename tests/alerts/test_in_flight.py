@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits, scan
-from handlers.product_store import Doc, ProductStore
-from scheduler.clock import FakeClock
-from scheduler.mail.smtp import SmtpMailer
 from tests.alerts.builders import alert, part, price_rule
 from tests.alerts.conftest import Outbox, SmtpServer
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits, scan
+from tickd.handlers.product_store import Doc, ProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.mail.smtp import SmtpMailer
 
 # How long one in-flight call may wait for the others: far more than they need to arrive.
 WAIT_SECONDS = 10

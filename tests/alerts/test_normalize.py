@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from bson import Decimal128, ObjectId
 
-from handlers.alert_scanner import normalize
-from handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner import normalize
+from tickd.handlers.alert_scanner.normalize import NormalizationError
 
 NUMBERS = {
     "int": (5, 5.0),

@@ -16,14 +16,14 @@ from urllib.parse import urlsplit
 import pytest
 from pymongo import AsyncMongoClient
 
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
-from handlers.product_store import Notification, ProductStore
-from scheduler.clock import FakeClock
-from scheduler.codec import Doc
 from tests.alerts.builders import alert, part, rule
 from tests.alerts.conftest import Outbox, ProductDatabase
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from tickd.handlers.product_store import Notification, ProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.codec import Doc
 
 # Past Python's default limit on the digits of an int read from text (4300).
 HUGE_INT = "1" * 5000

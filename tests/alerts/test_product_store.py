@@ -13,20 +13,20 @@ import pytest
 from bson import ObjectId
 from pymongo import AsyncMongoClient
 
-from handlers.alert_scanner.normalize import timestamp
-from handlers.product_store import (
+from tests.alerts.builders import alert, part, price_rule, rule
+from tests.alerts.conftest import ProductDatabase
+from tests.conftest import make_job
+from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.normalize import timestamp
+from tickd.handlers.product_store import (
     Notification,
     ProductStore,
     Reschedule,
     RuleUpdate,
     open_product_store,
 )
-from scheduler.codec import Doc
-from scheduler.store import open_store
-from tests.alerts.builders import alert, part, price_rule, rule
-from tests.alerts.conftest import ProductDatabase
-from tests.conftest import make_job
-from tests.fixtures.times import T0
+from tickd.scheduler.codec import Doc
+from tickd.scheduler.store import open_store
 
 NOTIFICATION = Notification(
     id="n1",

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from handlers.alert_scanner.normalize import NormalizationError
-from handlers.alert_scanner.rules import (
+from tests.alerts.builders import rule
+from tickd.handlers.alert_scanner.normalize import NormalizationError
+from tickd.handlers.alert_scanner.rules import (
     VALID_OPERATORS,
     InvalidRule,
     Keep,
@@ -20,7 +21,6 @@ from handlers.alert_scanner.rules import (
     parse_operator,
     parse_type,
 )
-from tests.alerts.builders import rule
 
 
 def check(

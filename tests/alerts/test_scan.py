@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.normalize import timestamp
-from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
-from handlers.product_store import Doc, ProductStore
-from scheduler.clock import FakeClock
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import Outbox
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.normalize import timestamp
+from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from tickd.handlers.product_store import Doc, ProductStore
+from tickd.scheduler.clock import FakeClock
 
 
 async def run(

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.alert_scanner.delivery import EmailPolicy
-from handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
-from handlers.product_store import Notification, ProductStore
-from scheduler.clock import FakeClock
-from scheduler.mail.smtp import SmtpMailer
 from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import SmtpServer, StartSmtp
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
+from tickd.handlers.product_store import Notification, ProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.mail.smtp import SmtpMailer
 
 FROM = "alerts@tickd.example"
 

@@ -9,10 +9,10 @@ from email.message import EmailMessage
 
 import pytest
 
-from scheduler.mail import open_mailer
-from scheduler.mail.smtp import SmtpMailer, SmtpSettings
-from scheduler.ports import MailError
 from tests.alerts.conftest import SMTP_PASSWORD, SMTP_USER, Certificate, StartSmtp
+from tickd.scheduler.mail import open_mailer
+from tickd.scheduler.mail.smtp import SmtpMailer, SmtpSettings
+from tickd.scheduler.ports import MailError
 
 LOGIN = f"{SMTP_USER}:{SMTP_PASSWORD}@"
 

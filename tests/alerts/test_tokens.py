@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from handlers.alert_scanner import tokens
-from handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.alert_scanner import tokens
+from tickd.handlers.alert_scanner.settings import EmailSettings
 
 SECRET = "s" * 32
 ids = st.text(min_size=1, max_size=40)

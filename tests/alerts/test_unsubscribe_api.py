@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from handlers.alert_scanner import tokens
-from handlers.product_store import ProductStore
 from tests.alerts.builders import alert, price_rule, rule
 from tests.api.conftest import ADMIN, READ, TOKENS
 from tests.conftest import EngineFactory
 from tests.fixtures.times import T0
 from tickd.app import build_api
+from tickd.handlers.alert_scanner import tokens
+from tickd.handlers.product_store import ProductStore
 
 SECRET = "u" * 40
 SETTINGS = {"alert_scanner": {"unsubscribe_secret": SECRET, "public_base_url": "https://t.example"}}

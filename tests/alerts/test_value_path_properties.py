@@ -18,13 +18,13 @@ from typing import Any
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from handlers.alert_scanner.emails import compose
-from handlers.alert_scanner.normalize import LIFECYCLE_ALIASES, RISK_LEVELS
-from handlers.alert_scanner.rules import OPERATOR_NAMES, TYPE_NAMES
-from handlers.alert_scanner.scan import check, due_rules, reschedules, rule_updates
-from handlers.alert_scanner.settings import EmailSettings
-from handlers.product_store import Alert, Notification
 from tests.fixtures.times import T0
+from tickd.handlers.alert_scanner.emails import compose
+from tickd.handlers.alert_scanner.normalize import LIFECYCLE_ALIASES, RISK_LEVELS
+from tickd.handlers.alert_scanner.rules import OPERATOR_NAMES, TYPE_NAMES
+from tickd.handlers.alert_scanner.scan import check, due_rules, reschedules, rule_updates
+from tickd.handlers.alert_scanner.settings import EmailSettings
+from tickd.handlers.product_store import Alert, Notification
 
 BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 SETTINGS = EmailSettings(

@@ -11,13 +11,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from handlers.sleep import sleep
-from scheduler.clock import FakeClock
-from scheduler.config import ApiToken
-from scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result, handler
-from scheduler.ports import Store
 from tests.conftest import EngineFactory, Harness
 from tickd.app import build_api
+from tickd.handlers.sleep import sleep
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.config import ApiToken
+from tickd.scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result, handler
+from tickd.scheduler.ports import Store
 
 # Random, as configured tokens must be (scheduler/config.py refuses placeholders).
 READ = "read-wtNTScKPlO_QXKa38qNlRhsJKMOc"

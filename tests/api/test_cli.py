@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from scheduler.clock import FakeClock
-from scheduler.ports import ExecutionQuery, JobQuery, Store
 from tests.api.conftest import ADMIN, READ, api_app
 from tests.conftest import EngineFactory, Harness
 from tickd import cli
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.ports import ExecutionQuery, JobQuery, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "not-the-token-" + "x" * 12

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.ports import JobQuery
 from tests.api.conftest import WRITE, Api
+from tickd.scheduler.ports import JobQuery
 
 JOB: dict[str, Any] = {
     "name": "nightly",

@@ -13,12 +13,12 @@ import pytest
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import make_mocked_request
 
-from api import safejson
-from api.models import JobCreate
-from api.problems import ApiError
-from api.routing import parse_body
-from scheduler.ports import JobQuery
 from tests.api.conftest import ADMIN, Api
+from tickd.api import safejson
+from tickd.api.models import JobCreate
+from tickd.api.problems import ApiError
+from tickd.api.routing import parse_body
+from tickd.scheduler.ports import JobQuery
 
 # Far more than any answer needs: a test that waits this long has failed.
 ANSWER_TIMEOUT_SECONDS = 10

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from handlers.alert_scanner import alert_scanner
-from handlers.http_check import http_check
-from handlers.noop import noop
-from handlers.webhook import webhook
-from scheduler.handler_api import HandlerContext, Result, handler
-from scheduler.model import Status
-from scheduler.ports import ExecutionQuery, JobQuery
-from scheduler.store.sqlite import SQLiteStore
 from tests.api.conftest import ADMIN, WRITE, Api, ping, serving
 from tests.conftest import T0, EngineFactory
+from tickd.handlers.alert_scanner import alert_scanner
+from tickd.handlers.http_check import http_check
+from tickd.handlers.noop import noop
+from tickd.handlers.webhook import webhook
+from tickd.scheduler.handler_api import HandlerContext, Result, handler
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import ExecutionQuery, JobQuery
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 HANDLERS = {
     "noop": noop,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from api.jobs_routes import MAX_WRITE_ATTEMPTS
-from scheduler.model import Status
-from scheduler.ports import Claim, ExecutionQuery, JobQuery, RunRequest
 from tests.api.conftest import ADMIN, READ, WRITE, Api
 from tests.conftest import T0
+from tickd.api.jobs_routes import MAX_WRITE_ATTEMPTS
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import Claim, ExecutionQuery, JobQuery, RunRequest
 
 CRON_JOB: dict[str, Any] = {
     "name": "nightly-ping",

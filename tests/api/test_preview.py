@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from api.schedules import preview
-from scheduler.model import CronSchedule
 from tests.api.conftest import READ, Api
 from tests.api.test_jobs_api import CRON_JOB
 from tests.clock_changes import Change, changes, every_change
+from tickd.api.schedules import preview
+from tickd.scheduler.model import CronSchedule
 
 LAST = datetime(2031, 1, 1, tzinfo=UTC)  # tests.clock_changes knows the changes until then
 EXPRESSIONS = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from api.models import JobCreate, JobListQuery
-from api.routing import Call, Reply, Route
+from tickd.api.models import JobCreate, JobListQuery
+from tickd.api.routing import Call, Reply, Route
 
 
 async def list_things(call: Call[JobListQuery, None]) -> Reply:

@@ -48,20 +48,21 @@ import schemathesis
 from aiohttp import web
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from api.app import ALL_ROUTES
-from api.openapi import openapi_document
-from handlers.http_check import http_check
-from handlers.noop import noop
-from handlers.product_store import PRODUCTS, ProductStore, open_product_store
-from handlers.sleep import sleep
-from handlers.webhook import webhook
-from scheduler.clock import SystemClock
-from scheduler.config import ApiToken, Settings
-from scheduler.events.log import NullPublisher
-from scheduler.lock.memory import MemoryLock
-from scheduler.mail.outbox import OutboxMailer
-from scheduler.metrics import Metrics
-from scheduler.model import (
+from tickd.api.app import ALL_ROUTES
+from tickd.api.openapi import openapi_document
+from tickd.app import build_api
+from tickd.handlers.http_check import http_check
+from tickd.handlers.noop import noop
+from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
+from tickd.handlers.sleep import sleep
+from tickd.handlers.webhook import webhook
+from tickd.scheduler.clock import SystemClock
+from tickd.scheduler.config import ApiToken, Settings
+from tickd.scheduler.events.log import NullPublisher
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import (
     CronSchedule,
     Execution,
     ExecutionError,
@@ -71,10 +72,9 @@ from scheduler.model import (
     Status,
     new_id,
 )
-from scheduler.ports import Ports, Store
-from scheduler.registry import HandlerRegistry
-from scheduler.store import open_store
-from tickd.app import build_api
+from tickd.scheduler.ports import Ports, Store
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.store import open_store
 
 T = TypeVar("T")
 ADMIN = "admin-Vb3rX9qLm2TzK7wPy4Hc8NdJf6Gs1Ra5"

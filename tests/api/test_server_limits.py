@@ -15,8 +15,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from api.edge import BODY_TIMEOUT
-from api.listener import (
+from tests.api.conftest import ADMIN, api_app
+from tests.conftest import EngineFactory
+from tickd.api.edge import BODY_TIMEOUT
+from tickd.api.listener import (
     MAX_CONNECTIONS,
     GuardedSite,
     ServerLimits,
@@ -24,9 +26,7 @@ from api.listener import (
     connection_cap,
     running,
 )
-from scheduler.logs import FIELDS
-from tests.api.conftest import ADMIN, api_app
-from tests.conftest import EngineFactory
+from tickd.scheduler.logs import FIELDS
 
 # Short, so that the tests wait little for the server to cut a client.
 SHORT = 0.2

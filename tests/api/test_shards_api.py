@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.handler_api import HandlerContext, Result
 from tests.api.conftest import READ, Api, serving
 from tests.conftest import EngineFactory
+from tickd.scheduler.handler_api import HandlerContext, Result
 
 EVERY_MINUTE = {"kind": "cron", "expr": "0 * * * * *"}
 

@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from api import stats
-from api.ui import ui_files
-from scheduler.model import Execution, ExecutionError, Status
 from tests.api.conftest import READ, WRITE, Api
 from tests.conftest import T0, make_job
+from tickd.api import stats
+from tickd.api.ui import ui_files
+from tickd.scheduler.model import Execution, ExecutionError, Status
 
 
 def run(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from scheduler.events import execution_event
-from scheduler.model import Execution, ExecutionError, Status
 from tests.fixtures.events import PublisherUnderTest
 from tests.fixtures.times import T0
+from tickd.scheduler.events import execution_event
+from tickd.scheduler.model import Execution, ExecutionError, Status
 
 
 def execution(status: Status, job_id: str = "job-1") -> Execution:

@@ -15,15 +15,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from scheduler.events import execution_event, open_publisher
-from scheduler.events.kafka import EventCounts, KafkaPublisher, KafkaSettings
-from scheduler.metrics import Metrics
-from scheduler.model import Status
-from scheduler.ports import CloudEvent
 from tests.contract.test_events import execution
 from tests.fixtures.events import KAFKA_BOOTSTRAP, PublisherUnderTest, delete_topic
 from tests.fixtures.services import KAFKA_URL
 from tests.fixtures.times import T0
+from tickd.scheduler.events import execution_event, open_publisher
+from tickd.scheduler.events.kafka import EventCounts, KafkaPublisher, KafkaSettings
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import CloudEvent
 
 # Handing one event over must never come near a dispatcher tick.
 PUBLISH_SECONDS = 0.05

@@ -18,15 +18,8 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import InvalidOperation
 
-import scheduler.storage.mongodb
-import scheduler.store.mongodb_base
-from handlers.product_store.mongodb import MongoProductStore
-from handlers.product_store.mongodb_queries import ALERT_INDEXES
-from scheduler.codec import Doc, exact_micros
-from scheduler.model import Job, Status
-from scheduler.ports import Claim, Finish, Retention, RunRequest, StoreError
-from scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
-from scheduler.store.mongodb import MongoStore
+import tickd.scheduler.storage.mongodb as mongodb_module
+import tickd.scheduler.store.mongodb_base as mongodb_base_module
 from tests.conftest import T0, make_job
 from tests.contract.test_store import (
     SOURCE,
@@ -40,6 +33,13 @@ from tests.contract.test_store import (
 )
 from tests.fixtures.services import MONGODB_URL
 from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
+from tickd.handlers.product_store.mongodb import MongoProductStore
+from tickd.handlers.product_store.mongodb_queries import ALERT_INDEXES
+from tickd.scheduler.codec import Doc, exact_micros
+from tickd.scheduler.model import Job, Status
+from tickd.scheduler.ports import Claim, Finish, Retention, RunRequest, StoreError
+from tickd.scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
+from tickd.scheduler.store.mongodb import MongoStore
 
 # A dead or silent server must fail an operation within this (about 2 s expected), never hang it.
 FAIL_FAST_SECONDS = 4.0
@@ -147,7 +147,7 @@ async def test_on_mongodb_a_batch_claim_is_one_update_command_and_one_find(
     async def as_if_mongodb(client: object) -> tuple[None, contextlib.nullcontext[None]]:
         return None, contextlib.nullcontext()
 
-    monkeypatch.setattr(scheduler.storage.mongodb, "server_limits", as_if_mongodb)
+    monkeypatch.setattr(mongodb_module, "server_limits", as_if_mongodb)
     recorder = CommandRecorder()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, event_listeners=[recorder])
     try:
@@ -547,7 +547,7 @@ async def test_executions_written_before_the_finish_buckets_are_pruned_after_ope
     them when it opens (a few thousand at most: each is an update on FerretDB), retention's first
     read the rest, and any an older instance writes later, so retention, which reads by them
     only, still prunes all of those."""
-    monkeypatch.setattr(scheduler.store.mongodb_base, "MIGRATED_AT_OPEN", 3)
+    monkeypatch.setattr(mongodb_base_module, "MIGRATED_AT_OPEN", 3)
     job = make_job()
     runs = [ended(job, T0 - timedelta(days=3, minutes=i)) for i in range(6)]
     runs.append(ended(job, T0 - timedelta(hours=1)))

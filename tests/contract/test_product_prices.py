@@ -14,11 +14,11 @@ import pytest
 from bson import ObjectId
 from pymongo import AsyncMongoClient
 
-from handlers.product_store import PriceCheck, ProductStore, open_product_store
-from handlers.product_store.mongodb import MongoProductStore
-from scheduler.codec import Doc, as_datetime
 from tests.fixtures.products import ProductDatabase
 from tests.fixtures.times import T0
+from tickd.handlers.product_store import PriceCheck, ProductStore, open_product_store
+from tickd.handlers.product_store.mongodb import MongoProductStore
+from tickd.scheduler.codec import Doc, as_datetime
 
 DAY = T0.date()
 HOUR = timedelta(hours=1)

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-import scheduler.storage.sqlite as storage_module
-import scheduler.store.sqlite as sqlite_module
-from scheduler.model import Execution, Job, Priority, Status
-from scheduler.ports import Claim, ExecutionQuery, Finish, StoreError
-from scheduler.store.sqlite import SQLiteStore
-from scheduler.store.sqlite_rows import job_from_row
+import tickd.scheduler.storage.sqlite as storage_module
+import tickd.scheduler.store.sqlite as sqlite_module
 from tests.conftest import T0, make_job
+from tickd.scheduler.model import Execution, Job, Priority, Status
+from tickd.scheduler.ports import Claim, ExecutionQuery, Finish, StoreError
+from tickd.scheduler.store.sqlite import SQLiteStore
+from tickd.scheduler.store.sqlite_rows import job_from_row
 
 # The handler is called every this many VM steps: fine enough to tell 10 rows from 1,000.
 STEPS_PER_CALL = 10

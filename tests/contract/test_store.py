@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.model import (
+from tests.conftest import T0, make_job
+from tickd.scheduler.model import (
     CronSchedule,
     DeadLetter,
     Execution,
@@ -23,7 +24,7 @@ from scheduler.model import (
     Status,
     new_id,
 )
-from scheduler.ports import (
+from tickd.scheduler.ports import (
     OCCURRENCE_OWNER,
     Advance,
     Backlog,
@@ -40,10 +41,9 @@ from scheduler.ports import (
     StoreError,
     shard_fence,
 )
-from scheduler.shards import shard_entries
-from scheduler.store.mongodb import MongoStore
-from scheduler.store.sqlite import SQLiteStore
-from tests.conftest import T0, make_job
+from tickd.scheduler.shards import shard_entries
+from tickd.scheduler.store.mongodb import MongoStore
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 OWNER = "instance-a"
 

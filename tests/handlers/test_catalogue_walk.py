@@ -20,24 +20,24 @@ from typing import Any, cast
 import pytest
 from aiohttp import web
 
-from handlers.alert_scanner.scan import scan
-from handlers.catalogue_walk import catalogue_walk
-from handlers.catalogue_walk.quota import QuotaPool
-from handlers.catalogue_walk.settings import WalkSettings
-from handlers.catalogue_walk.vendor import retry_after_seconds
-from handlers.catalogue_walk.walk import WalkFailed
-from handlers.product_store import PRODUCTS, Doc, ProductStore
-from handlers.product_store.mongodb import MongoProductStore
-from scheduler.clock import FakeClock
-from scheduler.handler_api import HandlerContext
-from scheduler.mail.outbox import OutboxMailer
-from scheduler.model import Status
-from scheduler.ports import ExecutionQuery, StoreError
-from scheduler.testing import handler_context
 from tests.alerts.builders import alert, price_rule
 from tests.conftest import EngineFactory, make_job
 from tests.fixtures.products import ProductDatabase
 from tests.handlers.conftest import Serve
+from tickd.handlers.alert_scanner.scan import scan
+from tickd.handlers.catalogue_walk import catalogue_walk
+from tickd.handlers.catalogue_walk.quota import QuotaPool
+from tickd.handlers.catalogue_walk.settings import WalkSettings
+from tickd.handlers.catalogue_walk.vendor import retry_after_seconds
+from tickd.handlers.catalogue_walk.walk import WalkFailed
+from tickd.handlers.product_store import PRODUCTS, Doc, ProductStore
+from tickd.handlers.product_store.mongodb import MongoProductStore
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.handler_api import HandlerContext
+from tickd.scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.model import Status
+from tickd.scheduler.ports import ExecutionQuery, StoreError
+from tickd.scheduler.testing import handler_context
 
 API_KEY = "vendor-key-0123456789abcdef"
 # The walk's first day, mid-morning UTC.

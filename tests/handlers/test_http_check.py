@@ -9,9 +9,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from handlers.http_check import PARAMS, CheckFailed, CheckParams, check, http_check
-from scheduler.http import UNREACHABLE, safe_client_session
 from tests.handlers.conftest import Dials, Serve, StartListener, StaticResolver
+from tickd.handlers.http_check import PARAMS, CheckFailed, CheckParams, check, http_check
+from tickd.scheduler.http import UNREACHABLE, safe_client_session
 
 SLOW_SECONDS = 2.0
 

@@ -11,7 +11,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from scheduler.http import AddressNotAllowed, DestinationPolicy, safe_client_session
 from tests.handlers.conftest import (
     PUBLIC_ADDRESS,
     Dials,
@@ -19,6 +18,7 @@ from tests.handlers.conftest import (
     StartListener,
     StaticResolver,
 )
+from tickd.scheduler.http import AddressNotAllowed, DestinationPolicy, safe_client_session
 
 SHORT = aiohttp.ClientTimeout(total=5)
 

@@ -15,7 +15,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from handlers.webhook import (
+from tests.conftest import T0, EngineFactory, Harness, make_job
+from tests.handlers.conftest import Dials, Serve
+from tests.test_secret_echoes import b64, dotnet_json, go_json, lower_hex_percent, php_json
+from tickd.handlers.webhook import (
     PARAMS,
     Occurrence,
     WebhookFailed,
@@ -23,13 +26,10 @@ from handlers.webhook import (
     call,
     webhook,
 )
-from scheduler.http import UNREACHABLE, safe_client_session
-from scheduler.model import Execution, Status
-from scheduler.ports import ExecutionQuery
-from scheduler.secrets import MASK, mask
-from tests.conftest import T0, EngineFactory, Harness, make_job
-from tests.handlers.conftest import Dials, Serve
-from tests.test_secret_echoes import b64, dotnet_json, go_json, lower_hex_percent, php_json
+from tickd.scheduler.http import UNREACHABLE, safe_client_session
+from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.secrets import MASK, mask
 
 SCHEDULED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SECRET = "whsec-7f3a9c1e5b"

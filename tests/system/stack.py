@@ -35,12 +35,12 @@ from pymongo.errors import PyMongoError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from scheduler.codec import Doc
-from scheduler.events.kafka import KafkaSettings
-from scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
-from scheduler.storage.mongodb import from_micros
-from scheduler.store.mongodb import MongoStore
 from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
+from tickd.scheduler.codec import Doc
+from tickd.scheduler.events.kafka import KafkaSettings
+from tickd.scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
+from tickd.scheduler.storage.mongodb import from_micros
+from tickd.scheduler.store.mongodb import MongoStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "services.sh"

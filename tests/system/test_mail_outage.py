@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from handlers.product_store import open_product_store
-from scheduler.model import IntervalSchedule, Job
 from tests.alerts.builders import alert, part, price_rule
 from tests.alerts.conftest import SmtpServer
 from tests.system.stack import Report, Sandbox, daemons, eventually, free_port, runs_in
+from tickd.handlers.product_store import open_product_store
+from tickd.scheduler.model import IntervalSchedule, Job
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 

@@ -16,13 +16,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 from playwright.async_api import Browser, ConsoleMessage, Page, ViewportSize, async_playwright
 
-from handlers.sleep import sleep
-from scheduler.ports import Store
 from tests.api.conftest import api_app, boom, ping
 from tests.conftest import EngineFactory, Harness
 from tests.fixtures.services import service_missing
 from tests.fixtures.stores import opened
 from tickd.app import build_api
+from tickd.handlers.sleep import sleep
+from tickd.scheduler.ports import Store
 
 # A laptop screen.
 VIEWPORT: ViewportSize = {"width": 1440, "height": 900}

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from playwright.async_api import Page, expect
 
-from scheduler.model import (
+from tests.api.conftest import READ, WRITE
+from tests.conftest import T0, Harness, make_job
+from tickd.scheduler.model import (
     CronSchedule,
     Execution,
     ExecutionError,
@@ -24,8 +26,6 @@ from scheduler.model import (
     MisfirePolicy,
     Status,
 )
-from tests.api.conftest import READ, WRITE
-from tests.conftest import T0, Harness, make_job
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var"
 # Auto-refresh is every 5 s; one refresh and a margin.

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 from tickd_example_plugin.handlers import PARAMS, compose, greet
 
-from scheduler.handler_api import HandlerContext, Result
-from scheduler.registry import HandlerRegistry
-from scheduler.testing import handler_context
+from tickd import HandlerContext, Result
+from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.testing import handler_context
 
 SCHEDULED = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 

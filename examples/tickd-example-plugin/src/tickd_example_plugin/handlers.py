@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.handler_api import HandlerContext, Result, handler
+from tickd import HandlerContext, Result, handler
 
 PARAMS: dict[str, Any] = {
     "type": "object",
