@@ -39,7 +39,7 @@ UI_FILES = web.AppKey("ui_files", dict)
 
 def ui_files() -> dict[str, tuple[bytes, str]]:
     """name -> (content, content type), for every file of api/ui with a known type."""
-    folder = files("api").joinpath(UI_PACKAGE_DIR)
+    folder = files("tickd.api").joinpath(UI_PACKAGE_DIR)
     found: dict[str, tuple[bytes, str]] = {}
     for entry in folder.iterdir():
         suffix = "." + entry.name.rpartition(".")[2]
