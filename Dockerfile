@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY scheduler scheduler
 COPY handlers handlers
 COPY api api
@@ -13,7 +13,7 @@ COPY tickd tickd
 # They are resolved together with tickd, so a plug-in's `tickd` dependency is this tickd.
 ARG PLUGINS=""
 COPY plugins plugins
-RUN pip wheel --no-cache-dir --wheel-dir /wheels --find-links plugins . $PLUGINS
+RUN pip wheel --no-cache-dir --wheel-dir /wheels --find-links plugins '.[all]' $PLUGINS
 
 FROM python:3.11-slim
 RUN useradd --system --create-home --uid 10001 tickd

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	# The example plug-in, installed as a product team's would be: tickd must find it by name.
 	$(BIN)/python -m pip install --quiet -e examples/tickd-example-plugin
 	touch $(STAMP)
@@ -62,7 +62,7 @@ BENCH_STAMP := $(VENV)/.bench-stamp
 BENCH_ARGS ?=
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[all,dev,bench]'
 	touch $(BENCH_STAMP)
 
 ## The fault suite on the real stack: daemons SIGKILLed mid-burst and taken over, outages of

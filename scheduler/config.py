@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import ipaddress
 import math
 import os
@@ -170,6 +171,14 @@ MAX_RETENTION_DAYS = 36_500
 MAX_TIMEOUT = 30 * DAY
 MAX_NAME_CHARS = 200
 STORE_SCHEMES = ("sqlite", "mongodb", "mongodb+srv")
+# The backends a plain install lacks: the package each needs, and the extra that installs it.
+EXTRA_OF_SCHEME = {
+    "mongodb": ("pymongo", "mongodb"),
+    "mongodb+srv": ("pymongo", "mongodb"),
+    "redis": ("redis", "redis"),
+    "rediss": ("redis", "redis"),
+    "kafka": ("confluent_kafka", "kafka"),
+}
 INSTANCE_ID = Limits(accepts=_is_instance_name, means=f"1 to {MAX_NAME_CHARS} printable characters")
 HOST = Limits(
     accepts=re.compile(r"[A-Za-z0-9._:%-]{1,253}").fullmatch,
@@ -554,6 +563,22 @@ def _check_value(where: str, value: Any, hint: Any, limits: Limits, secret: bool
         raise ConfigError(
             where, f"must be {limits.describe(_type_name(hint))}{_got(value, secret)}"
         )
+    if isinstance(value, str):
+        _check_installed(where, value)
+
+
+def _check_installed(where: str, url: str) -> None:
+    """A URL whose backend needs a package of an extra that is not installed."""
+    scheme = _scheme(url) or ""
+    if scheme not in EXTRA_OF_SCHEME:
+        return
+    module, extra = EXTRA_OF_SCHEME[scheme]
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            where, f"{scheme}:// needs the {extra} extra: pip install 'tickd[{extra}]'"
+        ) from None
 
 
 def _check_is(where: str, value: Any, hint: Any, secret: bool) -> None:

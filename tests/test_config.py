@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -307,6 +308,30 @@ def test_a_url_of_a_scheme_no_backend_opens_is_refused_with_the_schemes_it_takes
     assert refused.value.setting == setting
     assert schemes in str(refused.value)
     assert "hunter2-pw" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "url", "module", "extra"),
+    [
+        ("store_url", "mongodb://db/tickd", "pymongo", "mongodb"),
+        ("lock_url", "redis://cache:6379/0", "redis", "redis"),
+        ("events_url", "kafka://broker:9092/tickd.executions", "confluent_kafka", "kafka"),
+        ("resource_urls", "mongodb+srv://products.example/app", "pymongo", "mongodb"),
+    ],
+)
+def test_a_url_whose_backend_is_not_installed_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, setting: str, url: str, module: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as a plain install has it: no such package
+    variable = (
+        "TICKD_RESOURCE_URLS__PRODUCTS"
+        if setting == "resource_urls"
+        else f"TICKD_{setting.upper()}"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={variable: url})
+    assert refused.value.setting.startswith(setting)
+    assert f"pip install 'tickd[{extra}]'" in str(refused.value)
 
 
 def test_an_unknown_tickd_variable_is_refused_with_the_name_it_resembles() -> None:

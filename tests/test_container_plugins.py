@@ -72,7 +72,7 @@ def test_the_plugins_build_argument_is_installed_with_tickd() -> None:
     assert build.name == "build"
     assert build.args("ARG") == ['PLUGINS=""']
     wheel = pip_runs(build, "wheel")
-    assert shlex.split(wheel)[-2:] == [".", "$PLUGINS"], "resolved in one go with tickd itself"
+    assert shlex.split(wheel)[-2:] == [".[all]", "$PLUGINS"], "resolved in one go with tickd"
     assert "--find-links plugins" in wheel
     # The argument and the plug-in wheels are there before the step that uses them.
     assert build.index("ARG", "PLUGINS") < build.index("RUN", "pip wheel")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from importlib.metadata import version
 
 from tickd.api.cli import add_commands, run_client
 from tickd.scheduler.config import ConfigError, Settings, load_settings
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickd", description="A job-scheduling daemon.")
     parser.add_argument("--config", help="a TOML settings file (TICKD_* variables override it)")
+    parser.add_argument("--version", action="version", version=f"tickd {version('tickd')}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the daemon and its API until SIGTERM or Ctrl-C")
     commands.add_parser("api", help="serve the API alone (no dispatcher) on the same store")

@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pymongo
 from bson.codec_options import CodecOptions
 from bson.errors import BSONError, InvalidDocument
-from pymongo import AsyncMongoClient, IndexModel, UpdateMany, UpdateOne
+from pymongo import AsyncMongoClient, IndexModel, UpdateMany, UpdateOne, monitoring
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
@@ -54,7 +54,7 @@ from tickd.scheduler.ports import (
     StoreError,
     UnstorableValue,
 )
-from tickd.scheduler.storage.operations import CommandCounter
+from tickd.scheduler.storage.operations import STORE_OPERATIONS
 
 DEFAULT_DATABASE = "tickd"
 # A dead server fails an operation after about two seconds, a hung one within seconds; the URL can
@@ -354,3 +354,16 @@ class MongoDatabase:
         if self._url is not None and self._client is not None:
             client, self._client = self._client, None
             await CLIENTS.release(client)
+
+
+class CommandCounter(monitoring.CommandListener):
+    """Counts each command a client sends, by name (find, update, insert, getMore...)."""
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        STORE_OPERATIONS.count("mongodb", event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        return None
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        return None

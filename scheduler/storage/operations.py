@@ -1,5 +1,5 @@
 """Round trips to the stores, counted where they happen: every command a MongoDB client of ours
-sends (pymongo's command monitoring) and every call handed to a SQLite store's thread (one
+sends (pymongo's command monitoring, in storage/mongodb.py) and every SQLite transaction (one
 transaction: a batch of the engine is one). Exported as
 `tickd_store_operations_total{backend, operation}`, so anyone can see round trips per execution."""
 
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-
-from pymongo import monitoring
 
 
 class OperationCounts:
@@ -28,19 +26,6 @@ class OperationCounts:
 
 
 STORE_OPERATIONS = OperationCounts()
-
-
-class CommandCounter(monitoring.CommandListener):
-    """Counts each command a client sends, by name (find, update, insert, getMore...)."""
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        STORE_OPERATIONS.count("mongodb", event.command_name)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        return None
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        return None
 
 
 def count_sqlite_transaction() -> None:
