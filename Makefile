@@ -53,7 +53,7 @@ unit: install
 	$(BIN)/pytest
 	cd examples/tickd-example-plugin && ../../$(BIN)/pytest
 
-## Every figure of issue 10 in one run, side by side (about 20 minutes): bursts and steady load
+## Every performance figure and target in one run, side by side (about 20 minutes): bursts and steady load
 ## through the real daemon on the embedded and the real stack, APScheduler on the same bursts,
 ## the bare floor of each store, a py-spy profile. Tables on stdout, var/bench/results.json and
 ## .md. Not part of `make test`. BENCH_ARGS passes options (python -m bench.run --help), e.g.

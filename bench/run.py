@@ -1,4 +1,4 @@
-"""`make bench`: every figure of issue 10 in one run, side by side, on this machine.
+"""`make bench`: every performance figure and target in one run, side by side, on this machine.
 
 1. the bare floor of each store (SQLite, FerretDB): the batched store calls without the engine;
 2. bursts: N no-op one-shot jobs due in the same second, the real daemon (`python -m tickd run`)
@@ -40,7 +40,7 @@ from bench.stack import Stack, embedded_stack, real_stack, real_stack_reachable
 from bench.steady import run_steady
 
 ROOT = Path(__file__).resolve().parent.parent
-# The floor's job count for the real stack's steady rate: as many jobs as the issue's 200/s.
+# The floor's job count for the real stack's steady rate: as many jobs as the target's 200/s.
 STEADY_FLOOR_JOBS = 200
 
 
@@ -216,7 +216,7 @@ class Bench:
 
     def real_steady_rate(self) -> int:
         """Half the FerretDB floor measured with STEADY_FLOOR_JOBS jobs (design.md), at most
-        the issue's 200/s, at least 1."""
+        the target's 200/s, at least 1."""
         if self.args.real_steady_rate:
             return int(self.args.real_steady_rate)
         floors = [

@@ -12,7 +12,7 @@ work); its slope per 10 minutes is printed beside it.
     python -m bench.soak --minutes 30 --rate 50        # `make soak` (SOAK_ARGS passes options)
     python -m bench.soak --store sqlite --rate 200     # the store embedded, Redis and Kafka real
 
-The default rate is 50 a second, not the issue's 200: on this 2-core machine FerretDB 1.24 keeps
+The default rate is 50 a second, not the target's 200: on this 2-core machine FerretDB 1.24 keeps
 a few hundred store commands a second, and a 3,000-job burst drains at about 50 a second
 (docs/performance.md), so 200 is out of reach of any engine on it. The soak asks for what the
 daemon keeps with a margin, so that a creep shows as a trend rather than as a store at its limit.

@@ -63,7 +63,7 @@ SEARCH_HORIZON = timedelta(days=366 * SEARCH_YEARS)
 # time-zone database (Antarctica/Troll's two hours each year), but for a few one-off shifts:
 # the date line moved over Kwajalein (1993), Kiribati (1994) and Apia and Fakaofo (2011, a day
 # skipped), and around those a fire time can be missed. Historic dates only (previews,
-# backfills); session 11's review found them, and a search looking back a day was not tried.
+# backfills); a search looking back a day would find them, and is not made.
 MAX_SHIFT = timedelta(hours=3)
 # Shorter than the time between two clock changes of any zone since 1970 (the closest: six days
 # and 22 hours, America/Cambridge_Bay in 2000; Asia/Gaza's in 2040): one look a step finds them.

@@ -54,7 +54,7 @@ RUN_SECONDS = 20
 IN_FLIGHT_SECONDS = 5
 # Jobs of the outage tests: enough to see, few enough to catch up on quickly.
 OUTAGE_JOBS = 10
-# Issue 12's outages: the store (FerretDB and PostgreSQL under it) and Redis for 30 s, Kafka for
+# The outages: the store (FerretDB and PostgreSQL under it) and Redis for 30 s, Kafka for
 # five minutes.
 OUTAGE_SECONDS = 30
 KAFKA_OUTAGE_SECONDS = 300
