@@ -30,13 +30,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_daemon(tmp_path: Path, port: int, *extra: str) -> asyncio.subprocess.Process:
+async def start_daemon(
+    tmp_path: Path, port: int, *extra: str, **variables: str
+) -> asyncio.subprocess.Process:
+    """`tickd run` on the shipped config, its files in `tmp_path`; `variables` add to or
+    override its environment (TICKD_SEED_DEMO="false", say)."""
     env = {
         **os.environ,
         "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
         "TICKD_MAIL_URL": f"outbox:///{tmp_path}/outbox",
         "TICKD_API_PORT": str(port),
         "TICKD_SHUTDOWN_GRACE_SECONDS": "5",
+        **variables,
     }
     return await asyncio.create_subprocess_exec(
         sys.executable,

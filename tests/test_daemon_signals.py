@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.test_daemon import ROOT, STOP_WITHIN, free_port
+from tests.test_daemon import STOP_WITHIN, free_port, start_daemon
 from tickd.scheduler.model import Status
 from tickd.scheduler.ports import ExecutionQuery
 from tickd.scheduler.store.sqlite import SQLiteStore
@@ -59,19 +57,13 @@ class Log:
 @pytest.fixture
 async def daemon(tmp_path: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, Log, int]]:
     port = free_port()
-    env = {
-        **os.environ,
-        "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
-        "TICKD_MAIL_URL": f"outbox:///{tmp_path}/outbox",
-        "TICKD_API_PORT": str(port),
-        "TICKD_SHUTDOWN_GRACE_SECONDS": "10",
-        "TICKD_SEED_DEMO": "false",
-        "TICKD_EVENTS_URL": "log://",  # the execution events as INFO lines: one says it started
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tickd", "--config", str(ROOT / "config" / "tickd.toml"), "run",
-        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    process = await start_daemon(
+        tmp_path,
+        port,
+        TICKD_SHUTDOWN_GRACE_SECONDS="10",
+        TICKD_SEED_DEMO="false",
+        TICKD_EVENTS_URL="log://",  # the execution events as INFO lines: one says it started
+    )
     assert process.stderr is not None
     try:
         yield process, Log(process.stderr), port

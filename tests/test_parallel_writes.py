@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import signal
 import sqlite3
-import sys
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -21,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.test_daemon import ROOT, STOP_WITHIN, free_port
+from tests.test_daemon import STOP_WITHIN, free_port, start_daemon
 
 BURST_JOBS = 300  # every one due every other second
 TRIGGERED_JOBS = 10
@@ -37,21 +35,11 @@ QUIET_WITHIN = 30.0
 async def http(tmp_path: Path) -> AsyncIterator[tuple[aiohttp.ClientSession, Path, Any]]:
     """The daemon on the shipped config without its demo jobs, and a client of its API."""
     port = free_port()
-    env = {
-        **os.environ,
-        "TICKD_STORE_URL": f"sqlite:///{tmp_path}/tickd.db",
-        "TICKD_MAIL_URL": f"outbox:///{tmp_path}/outbox",
-        "TICKD_API_PORT": str(port),
-        "TICKD_SEED_DEMO": "false",
-        "TICKD_LOG_LEVEL": "WARNING",  # stderr is read once the daemon has stopped
-        "TICKD_SHUTDOWN_GRACE_SECONDS": "5",
-    }
-    config = str(ROOT / "config" / "tickd.toml")
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "tickd", "--config", config, "run"),
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+    process = await start_daemon(
+        tmp_path,
+        port,
+        TICKD_SEED_DEMO="false",
+        TICKD_LOG_LEVEL="WARNING",  # stderr is read once the daemon has stopped
     )
     connector = aiohttp.TCPConnector(limit=CLIENTS)
     try:
