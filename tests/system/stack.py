@@ -353,6 +353,15 @@ class Daemon:
             await self.process.wait()
             raise AssertionError(f"{self.name} ignored SIGTERM for {within} s") from None
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process holds still, its writes stop, until thaw() or kill()."""
+        if self.alive:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.alive:
+            self.process.send_signal(signal.SIGCONT)
+
     async def kill(self) -> None:
         if self.alive:
             self.process.kill()

@@ -33,10 +33,8 @@ from tests.system.stack import (
 pytestmark = [pytest.mark.system]
 
 BURST = 2_000
-# Each run sleeps this long: long beside the time a read of the runs' statuses takes FerretDB
-# (0.1-0.3 s), so runs seen running are still running at the kill (with 0.2 s, a CI run's kill
-# found none: they had ended while the read returned). The burst's pace is the dispatcher's
-# (about 30 a second on FerretDB) either way, no slower than 30 workers of 1 s runs.
+# Each run sleeps this long. The burst's pace is the dispatcher's (about 30 a second on
+# FerretDB), no slower than 30 workers of 1 s runs.
 HANDLER_SECONDS = 1.0
 # The burst is killed once this many runs have ended: well into it, with the pool full.
 KILL_AFTER_ENDED = 300
@@ -55,13 +53,21 @@ async def held_leases(sandbox: Sandbox) -> int:
 
 
 async def mid_burst(sandbox: Sandbox, ended: int, daemon: Daemon) -> bool:
-    """At least `ended` runs of the burst ended, and some are running now. On FerretDB the
-    workers can all be idle for a moment while the dispatcher waits on a slow store call; a
-    kill then would find nothing in flight, and test nothing of what it strands."""
+    """At least `ended` runs of the burst ended, and some are running now, with the daemon
+    frozen (SIGSTOP) so that the runs seen running are still running at the kill. A read of
+    the statuses takes FerretDB a second or more on a busy machine: long enough for every run
+    seen running to end before a kill that does not freeze first, which then tests nothing of
+    what it strands. Not mid-burst: thawed, to be asked again."""
     if not daemon.alive:
         raise AssertionError(f"{daemon.name} exited:\n{daemon.log_tail()}")
     counts = await statuses(sandbox, "sleep")
-    return counts.total() - counts["running"] >= ended and counts["running"] > 0
+    if counts.total() - counts["running"] < ended or counts["running"] == 0:
+        return False
+    daemon.freeze()
+    if (await statuses(sandbox, "sleep"))["running"] > 0:
+        return True
+    daemon.thaw()
+    return False
 
 
 def by_job(runs: list[Run]) -> dict[str, list[Run]]:
@@ -83,7 +89,7 @@ async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_gives_the
     )
     async with daemons(sandbox, tmp_path, ["a"]) as (first,):
         await eventually(
-            f"{KILL_AFTER_ENDED} runs of the burst ended, and some running",
+            f"{KILL_AFTER_ENDED} runs of the burst ended, and some running at a freeze",
             lambda: mid_burst(sandbox, KILL_AFTER_ENDED, first),
             within=300,
         )
