@@ -49,8 +49,17 @@ class Metrics:
         )
         self.fire_lag = Histogram(
             "tickd_fire_lag_seconds",
-            "Handler start minus the time the job was due",
+            "Handler start minus the time the occurrence was due, for the first start of a "
+            "scheduled occurrence only",
             ["handler", "priority"],
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.request_wait = Histogram(
+            "tickd_request_wait_seconds",
+            "Handler start minus the time a run was asked for: triggered runs, re-runs, "
+            "re-drives of dead letters",
+            ["handler", "kind"],
             buckets=LAG_BUCKETS,
             registry=r,
         )
