@@ -1,5 +1,8 @@
 // Create or edit a job. The API validates (a 422 names each field at fault, shown beside it);
 // the schedule's next fire times are previewed through the API as it is typed, DST changes marked.
+// An edit sends only the fields the user changed, as a PATCH at the revision read (If-Match):
+// what the form does not show (jitter, the re-drive policy) and what it shows masked (secret
+// params) stay as stored, and a change made meanwhile by someone else is a 412, not overwritten.
 
 import { ApiError, api, get, post } from "./api.js";
 import { cronInWords, intervalInWords } from "./cron.js";
@@ -140,6 +143,17 @@ export async function formView(main, id) {
     }, PREVIEW_DELAY_MS);
   }
 
+  /** The job as the form holds it; `params` is the raw text, parsed only on save. */
+  function formBody(params) {
+    return {
+      name: inputs.name.value.trim(), handler: inputs.handler.value, schedule: scheduleBody(), params,
+      enabled: inputs.enabled.checked, timeout_seconds: Number(inputs.timeout.value),
+      max_retries: Number(inputs.retries.value), shards: Number(inputs.shards.value),
+      priority: inputs.priority.value,
+      misfire: { policy: inputs.misfire.value, grace_seconds: Number(inputs.grace.value) },
+    };
+  }
+
   async function save(event) {
     event.preventDefault();
     clearErrors();
@@ -150,18 +164,11 @@ export async function formView(main, id) {
       showErrors({ errors: [{ field: "params", reason: `not valid JSON: ${err.message}` }] });
       return;
     }
-    const body = {
-      name: inputs.name.value.trim(), handler: inputs.handler.value, schedule: scheduleBody(), params,
-      enabled: inputs.enabled.checked, timeout_seconds: Number(inputs.timeout.value),
-      max_retries: Number(inputs.retries.value), shards: Number(inputs.shards.value),
-      priority: inputs.priority.value,
-      misfire: { policy: inputs.misfire.value, grace_seconds: Number(inputs.grace.value) },
-      jitter_seconds: job ? job.jitter_seconds : 0,
-    };
+    const body = formBody(params);
     submit.disabled = true;
     try {
       const saved = job
-        ? await api("PUT", `/v1/jobs/${encodeURIComponent(job.id)}`, body, { "If-Match": `"${job.revision}"` })
+        ? await api("PATCH", `/v1/jobs/${encodeURIComponent(job.id)}`, changedFields(asRead, body), { "If-Match": `"${job.revision}"` })
         : await post("/v1/jobs", body);
       location.hash = jobHash(saved.id);
     } catch (err) {
@@ -181,6 +188,8 @@ export async function formView(main, id) {
   });
   showKind();
   showParamsHint();
+  // What the form showed before any edit, in the shape it sends: the baseline of a PATCH.
+  const asRead = formBody(job ? job.params : {});
   schedulePreview();
   return null; // a form is not refreshed under the user's hands
 }
@@ -189,4 +198,14 @@ function localInput(iso) {
   const date = new Date(iso);
   const local = new Date(date.getTime() - date.getTimezoneOffset() * 60000);
   return local.toISOString().slice(0, 19);
+}
+
+/** The top-level fields of `body` that differ from `before`; `schedule` and `misfire` go whole
+ * (the API replaces them whole), and so does `params`. */
+export function changedFields(before, body) {
+  const changed = {};
+  for (const [key, value] of Object.entries(body)) {
+    if (JSON.stringify(value) !== JSON.stringify(before[key])) changed[key] = value;
+  }
+  return changed;
 }
