@@ -7,6 +7,7 @@ where the caller has a batch: one round trip per batch, never one per job.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,7 +15,15 @@ from email.message import EmailMessage
 from typing import Any, Protocol
 
 from tickd.scheduler.clock import Clock
-from tickd.scheduler.model import DeadLetter, Execution, ExecutionSummary, Job, Lease, Status
+from tickd.scheduler.model import (
+    DeadLetter,
+    Execution,
+    ExecutionError,
+    ExecutionSummary,
+    Job,
+    Lease,
+    Status,
+)
 
 # The owner of a sharded occurrence's lease on its job: no instance, so that no instance's death
 # ends it (its shards have leases of their own, on their entries).
@@ -173,6 +182,83 @@ class JobQuery:
     next_run_to: datetime | None = None  # next_run_at < this
     after_name: str | None = None
     limit: int = 100
+
+
+class JobOrder(enum.StrEnum):
+    NAME = "name"
+    NEXT_RUN = "next_run"  # the soonest first; jobs with no next run last, by name
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSearch:
+    """A page of the jobs list, filtered, in `order`, after the previous page's last job: its
+    name, and in NEXT_RUN order its next run (`after_next_run_at` None with `after_name` set:
+    the previous page ended among the jobs with no next run)."""
+
+    text: str | None = None  # in the name or the id, ignoring ASCII case
+    handler: str | None = None
+    enabled: bool | None = None
+    name_prefix: str | None = None
+    next_run_from: datetime | None = None  # next_run_at >= this
+    next_run_to: datetime | None = None  # next_run_at < this
+    last_status: frozenset[Status] = frozenset()  # the status of its last run is one of these
+    order: JobOrder = JobOrder.NAME
+    after_name: str | None = None
+    after_next_run_at: datetime | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LagPercentiles:
+    """Fire lag of the occurrences that started: each one's first start minus its due time, in
+    seconds, nearest rank (a value that was measured, never one between two)."""
+
+    measured: int
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionStats:
+    """Executions due in [since, until), counted whole by the store, never a sample:
+    `counts` by (status, handler); per bucket of `bucket_seconds` from `since`, by status, and
+    its fire lag. Skipped occurrences never started: they have no lag."""
+
+    counts: dict[tuple[str, str], int]
+    lag: LagPercentiles
+    bucket_counts: list[dict[str, int]]
+    bucket_lags: list[LagPercentiles]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobTrouble:
+    """One job's executions of a kind (open dead letters, or failures of a window): how many,
+    and the newest few distinct (status, error) of them, newest first."""
+
+    job_id: str
+    job_name: str
+    handler: str
+    count: int
+    newest_at: datetime
+    errors: tuple[tuple[Status, ExecutionError | None, datetime], ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attention:
+    """What needs ops, grouped by job, the most recent first, each list cut at the limit asked
+    for, each total whole: open dead letters; failed, timed-out, abandoned and skipped
+    executions of the window; jobs whose last runs failed (consecutive_failures > 0), most
+    failures first; and jobs free to run but due before `late_before` (most late first)."""
+
+    dead_letters: list[JobTrouble]
+    dead_letters_total: int
+    dead_letter_jobs: int
+    failures: list[JobTrouble]
+    failure_jobs: int
+    failing: list[Job]
+    failing_total: int
+    late: list[Job]
+    late_total: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -565,6 +651,26 @@ class Store(Protocol):
     async def prune_changes(self, before: datetime, *, limit: int) -> int:
         """Delete at most `limit` history entries made before `before`, never a job's newest
         entry; returns how many."""
+
+    # -- views: the API's jobs list and the dashboard's overview (off the hot path) -------------
+
+    async def search_jobs(self, search: JobSearch) -> list[Job]:
+        """A page of jobs: those the search's filters keep, in its order, after its cursor, at
+        most `limit`; read through an index in that order, never every job."""
+
+    async def count_jobs(self, search: JobSearch) -> int:
+        """How many jobs the search's filters keep, whatever its cursor and limit."""
+
+    async def execution_stats(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> ExecutionStats:
+        """Every execution due in [since, until), aggregated (see ExecutionStats)."""
+
+    async def attention(
+        self, since: datetime, until: datetime, late_before: datetime, *, limit: int
+    ) -> Attention:
+        """What needs ops now, grouped by job (see Attention); failures are those due in
+        [since, until)."""
 
 
 class Lock(Protocol):

@@ -90,9 +90,10 @@ from tickd.scheduler.store.mongodb_documents import (
 )
 from tickd.scheduler.store.mongodb_housekeeping import MongoHousekeeping
 from tickd.scheduler.store.mongodb_requests import MongoRequests
+from tickd.scheduler.store.mongodb_views import MongoViews
 
 
-class MongoStore(MongoRequests, MongoHousekeeping):
+class MongoStore(MongoRequests, MongoHousekeeping, MongoViews):
     """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands."""
 
     # -- jobs -----------------------------------------------------------------------------------

@@ -65,13 +65,14 @@ from tickd.scheduler.store.sqlite_rows import (
     with_claim,
     write_events,
 )
+from tickd.scheduler.store.sqlite_views import SQLiteViews
 
 T = TypeVar("T")
 
 PRIORITIES = f"({', '.join(str(int(p)) for p in Priority)})"
 
 
-class SQLiteStore(SQLiteRequests, SQLiteHousekeeping):
+class SQLiteStore(SQLiteRequests, SQLiteHousekeeping, SQLiteViews):
     """Jobs and executions in one SQLite file: a batch of the engine is one transaction."""
 
     def __init__(self, url: str) -> None:

@@ -1,0 +1,284 @@
+"""The job store's views on SQLite: the API's jobs list (search, filters, sort, keyset pages, true
+totals) and the dashboard's overview (a window's executions aggregated by SQL, what needs
+attention grouped by job), each read through an index, never by loading every row."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickd.scheduler.codec import micros
+from tickd.scheduler.model import DeadLetter, ExecutionError, Job, Status
+from tickd.scheduler.ports import (
+    Attention,
+    ExecutionStats,
+    JobOrder,
+    JobSearch,
+    JobTrouble,
+    LagPercentiles,
+)
+from tickd.scheduler.store.sqlite_base import SQLiteTables
+from tickd.scheduler.store.sqlite_rows import FREE, from_micros, job_from_row
+from tickd.scheduler.store.views import (
+    MICROS,
+    PROBLEM_STATUSES,
+    TroubleRow,
+    bucket_count,
+    group_by_job,
+)
+
+LAST_STATUS = "json_extract(last_execution, '$.status')"
+VIEW_INDEXES = f"""
+CREATE INDEX IF NOT EXISTS jobs_by_handler ON jobs (handler, name);
+CREATE INDEX IF NOT EXISTS jobs_by_enabled ON jobs (enabled, name);
+CREATE INDEX IF NOT EXISTS jobs_by_next_run ON jobs (next_run_at, name);
+CREATE INDEX IF NOT EXISTS jobs_by_last_status ON jobs ({LAST_STATUS}, name);
+CREATE INDEX IF NOT EXISTS jobs_failing ON jobs (consecutive_failures DESC, name)
+    WHERE consecutive_failures > 0;
+"""
+LIKE_ESCAPE = "\\"
+PROBLEMS = f"({', '.join(repr(str(s)) for s in PROBLEM_STATUSES)})"
+
+
+def like_pattern(text: str) -> str:
+    """`text` anywhere, its own % and _ taken literally."""
+    escaped = text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2).replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def search_filters(search: JobSearch) -> tuple[list[str], list[Any]]:
+    """The search's filters (not its cursor) as SQL conditions and their arguments."""
+    conditions: list[tuple[str, Any]] = [
+        ("handler = ?", search.handler),
+        ("enabled = ?", None if search.enabled is None else int(search.enabled)),
+        ("name >= ? AND name < ? || char(1114111)", search.name_prefix),
+        ("next_run_at >= ?", micros(search.next_run_from)),
+        ("next_run_at < ?", micros(search.next_run_to)),
+    ]
+    where = [condition for condition, value in conditions if value is not None]
+    args: list[Any] = []
+    for condition, value in conditions:
+        if value is not None:
+            args += [value] * condition.count("?")
+    if search.text:
+        where.append("(name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')")
+        args += [like_pattern(search.text)] * 2
+    if search.last_status:
+        statuses = sorted(str(status) for status in search.last_status)
+        where.append(f"{LAST_STATUS} IN ({', '.join('?' * len(statuses))})")
+        args += statuses
+    return where, args
+
+
+def _where(conditions: Sequence[str]) -> str:
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
+
+
+def page_reads(search: JobSearch) -> list[tuple[str, list[Any]]]:
+    """The reads of a page, in turn, each ending in `LIMIT ?`: by name, one; by next run, the
+    scheduled jobs after the cursor, then those with no next run, by name."""
+    where, args = search_filters(search)
+    after = search.after_name
+    if search.order is JobOrder.NAME:
+        cursor = ["name > ?"] if after is not None else []
+        sql = f"SELECT * FROM jobs{_where([*where, *cursor])} ORDER BY name LIMIT ?"
+        return [(sql, [*args, *([after] if after is not None else [])])]
+    if after is not None and search.after_next_run_at is None:
+        # The previous page ended among the unscheduled.
+        unscheduled = f"SELECT * FROM jobs{_where([*where, 'next_run_at IS NULL', 'name > ?'])}"
+        return [(unscheduled + " ORDER BY name LIMIT ?", [*args, after])]
+    last = f"SELECT * FROM jobs{_where([*where, 'next_run_at IS NULL'])} ORDER BY name LIMIT ?"
+    scheduled = ["next_run_at IS NOT NULL"]
+    scheduled_args: list[Any] = []
+    if after is not None:
+        scheduled.append("(next_run_at, name) > (?, ?)")
+        scheduled_args = [micros(search.after_next_run_at), after]
+    first = f"SELECT * FROM jobs{_where([*where, *scheduled])} ORDER BY next_run_at, name LIMIT ?"
+    return [(first, [*args, *scheduled_args]), (last, args)]
+
+
+def _read_pages(
+    db: sqlite3.Connection, reads: Sequence[tuple[str, list[Any]]], limit: int
+) -> list[sqlite3.Row]:
+    rows: list[sqlite3.Row] = []
+    for sql, args in reads:
+        if len(rows) >= limit:
+            break
+        rows += db.execute(sql, (*args, limit - len(rows))).fetchall()
+    return rows
+
+
+def lag_sql(bucket: str) -> str:
+    """Nearest-rank p50 and p99 of the fire lag of the window's occurrences, per `bucket` (an
+    expression of the due time): each occurrence's first start (a retry of it starts late by
+    design, and is not fire lag), skipped ones left out (they never started)."""
+    return f"""
+    WITH occurrences AS (
+        SELECT {bucket} AS bucket, max(min(started_at) - scheduled_at, 0) AS lag
+        FROM executions
+        WHERE scheduled_at >= ? AND scheduled_at < ? AND started_at IS NOT NULL
+            AND status != 'skipped'
+        GROUP BY job_id, scheduled_at, shard
+    ), ranked AS (
+        SELECT bucket, lag, row_number() OVER (PARTITION BY bucket ORDER BY lag) AS rank,
+            count(*) OVER (PARTITION BY bucket) AS measured
+        FROM occurrences
+    )
+    SELECT bucket, measured,
+        max(CASE WHEN rank = max(1, (50 * measured + 99) / 100) THEN lag END),
+        max(CASE WHEN rank = max(1, (99 * measured + 99) / 100) THEN lag END)
+    FROM ranked GROUP BY bucket
+    """
+
+
+def _lag(row: sqlite3.Row | None) -> LagPercentiles:
+    if row is None:
+        return LagPercentiles(measured=0, p50=None, p99=None)
+    return LagPercentiles(measured=int(row[1]), p50=row[2] / MICROS, p99=row[3] / MICROS)
+
+
+def _error(text: str | None) -> ExecutionError | None:
+    if text is None:
+        return None
+    doc = json.loads(text)
+    return ExecutionError(type=str(doc.get("type", "")), message=str(doc.get("message", "")))
+
+
+def _troubles(db: sqlite3.Connection, where: str, args: Sequence[Any], limit: int) -> Any:
+    """The jobs with executions matching `where`, newest first, at most `limit`, each with its
+    newest distinct errors; and how many executions and jobs match in all."""
+    newest = db.execute(
+        f"SELECT job_id, max(scheduled_at) AS newest FROM executions WHERE {where} "
+        "GROUP BY job_id ORDER BY newest DESC LIMIT ?",
+        (*args, limit),
+    ).fetchall()
+    ids = [row[0] for row in newest]
+    rows = []
+    if ids:
+        # Bare columns beside max(): SQLite takes them from the row holding the max.
+        rows = db.execute(
+            "SELECT job_id, job_name, handler, status, error, max(scheduled_at), count(*) "
+            f"FROM executions WHERE {where} AND job_id IN ({', '.join('?' * len(ids))}) "
+            "GROUP BY job_id, status, error",
+            (*args, *ids),
+        ).fetchall()
+    total = db.execute(
+        f"SELECT count(*), count(DISTINCT job_id) FROM executions WHERE {where}", args
+    ).fetchone()
+    return rows, int(total[0]), int(total[1])
+
+
+def _grouped(rows: Sequence[sqlite3.Row], limit: int) -> list[JobTrouble]:
+    return group_by_job(
+        (
+            TroubleRow(
+                job_id=row[0],
+                job_name=row[1],
+                handler=row[2],
+                status=Status(row[3]),
+                error=_error(row[4]),
+                at=_at(row[5]),
+                count=int(row[6]),
+            )
+            for row in rows
+        ),
+        limit,
+    )
+
+
+def _at(value: int) -> datetime:
+    at = from_micros(value)
+    assert at is not None
+    return at
+
+
+class SQLiteViews(SQLiteTables):
+    """The jobs list and the overview of SQLiteStore."""
+
+    def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        db = super()._connected(db)
+        db.executescript(VIEW_INDEXES)
+        return db
+
+    async def search_jobs(self, search: JobSearch) -> list[Job]:
+        reads = page_reads(search)
+        rows = await self._run(lambda db: _read_pages(db, reads, search.limit))
+        return [job_from_row(row) for row in rows]
+
+    async def count_jobs(self, search: JobSearch) -> int:
+        where, args = search_filters(search)
+        sql = f"SELECT count(*) FROM jobs{_where(where)}"
+        return int((await self._run(lambda db: db.execute(sql, args).fetchone()))[0])
+
+    async def execution_stats(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> ExecutionStats:
+        window = (micros(since), micros(until))
+        width = bucket_seconds * MICROS
+        buckets = bucket_count(since, until, bucket_seconds)
+        index = f"min(max((scheduled_at - {window[0]}) / {width}, 0), {buckets - 1})"
+
+        def read(db: sqlite3.Connection) -> ExecutionStats:
+            in_window = "FROM executions WHERE scheduled_at >= ? AND scheduled_at < ?"
+            counts = db.execute(
+                f"SELECT status, handler, count(*) {in_window} GROUP BY status, handler", window
+            ).fetchall()
+            by_bucket = db.execute(
+                f"SELECT {index} AS bucket, status, count(*) {in_window} GROUP BY bucket, status",
+                window,
+            ).fetchall()
+            overall = db.execute(lag_sql("0"), window).fetchone()
+            lags = {row[0]: _lag(row) for row in db.execute(lag_sql(index), window).fetchall()}
+            bucket_counts: list[dict[str, int]] = [{} for _ in range(buckets)]
+            for bucket, status, count in by_bucket:
+                bucket_counts[bucket][status] = count
+            return ExecutionStats(
+                counts={(row[0], row[1]): int(row[2]) for row in counts},
+                lag=_lag(overall),
+                bucket_counts=bucket_counts,
+                bucket_lags=[lags.get(i, _lag(None)) for i in range(buckets)],
+            )
+
+        return await self._run(read)
+
+    async def attention(
+        self, since: datetime, until: datetime, late_before: datetime, *, limit: int
+    ) -> Attention:
+        dead = f"dead_letter = '{DeadLetter.OPEN}'"
+        failed = f"status IN {PROBLEMS} AND scheduled_at >= ? AND scheduled_at < ?"
+        failing = "FROM jobs WHERE consecutive_failures > 0"
+        late = f"FROM jobs WHERE {FREE} AND next_run_at < ?"
+        before = (micros(late_before),)
+
+        def read(db: sqlite3.Connection) -> Attention:
+            dead_rows, dead_total, dead_jobs = _troubles(db, dead, (), limit)
+            failed_rows, _, failed_jobs = _troubles(
+                db, failed, (micros(since), micros(until)), limit
+            )
+            return Attention(
+                dead_letters=_grouped(dead_rows, limit),
+                dead_letters_total=dead_total,
+                dead_letter_jobs=dead_jobs,
+                failures=_grouped(failed_rows, limit),
+                failure_jobs=failed_jobs,
+                failing=[
+                    job_from_row(row)
+                    for row in db.execute(
+                        f"SELECT * {failing} ORDER BY consecutive_failures DESC, name LIMIT ?",
+                        (limit,),
+                    )
+                ],
+                failing_total=int(db.execute(f"SELECT count(*) {failing}").fetchone()[0]),
+                late=[
+                    job_from_row(row)
+                    for row in db.execute(
+                        f"SELECT * {late} ORDER BY next_run_at LIMIT ?", (*before, limit)
+                    )
+                ],
+                late_total=int(db.execute(f"SELECT count(*) {late}", before).fetchone()[0]),
+            )
+
+        return await self._run(read)
