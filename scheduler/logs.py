@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,10 +18,27 @@ FIELDS = "tickd_fields"
 
 
 def log_event(
-    logger: logging.Logger, name: str, *, level: int = logging.INFO, **fields: Any
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    name: str,
+    *,
+    level: int = logging.INFO,
+    exc_info: bool = False,
+    **fields: Any,
 ) -> None:
+    """One line named `name`, its `fields` apart from the message (a JSON line's own keys), and
+    with `exc_info` the traceback of the exception being handled. A LoggerAdapter's fields (a
+    handler's `ctx.logger`: job, execution, attempt) come first: the adapter itself would
+    replace the event's fields with its own."""
+    if isinstance(logger, logging.LoggerAdapter):
+        fields = {**_adapter_fields(logger), **fields}
+        logger = logger.logger
     if logger.isEnabledFor(level):
-        logger.log(level, name, extra={FIELDS: fields})
+        logger.log(level, name, exc_info=exc_info, extra={FIELDS: fields})
+
+
+def _adapter_fields(adapter: logging.LoggerAdapter[logging.Logger]) -> dict[str, Any]:
+    carried = (adapter.extra or {}).get(FIELDS)
+    return dict(carried) if isinstance(carried, Mapping) else {}
 
 
 class _Formatter(logging.Formatter):

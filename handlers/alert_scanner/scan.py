@@ -68,6 +68,7 @@ from tickd.handlers.product_store import (
     is_true,
 )
 from tickd.scheduler.handler_api import Clock, Mailer
+from tickd.scheduler.logs import log_event
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 # Error messages kept in a scan's result (all of them are on their rules).
@@ -105,7 +106,10 @@ class ScanResult:
     evaluated: int = 0
     deferred: int = 0
     triggered: int = 0
+    # Checks that failed (each error is on its rule as `lastError`), and of those the ones that
+    # failed for a reason their rule did not already carry: only these are reported (logged).
     errors: int = 0
+    new_errors: int = 0
     # Checked rules whose write lost to another writer (a concurrent scan, the product).
     conflicts: int = 0
     notifications: int = 0
@@ -122,6 +126,11 @@ class ScanResult:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def changed_anything(self) -> bool:
+        """Whether the scan did more than check rules that stayed as they were: a scan that
+        did not is logged at DEBUG only, so an idle scanner keeps INFO quiet."""
+        return any(getattr(self, name) for name in NEWS) or self.more_due
+
     def stopped_at_bound(self, limits: ScanLimits) -> bool:
         """Whether this scan left due work behind: it read as many alerts as it may, or
         deferred rules beyond `max_rules`."""
@@ -135,6 +144,16 @@ class ScanResult:
 
 
 COUNTS = [f.name for f in fields(ScanResult) if f.type in ("int", int)]
+# The counts of what a scan changed or found anew.
+NEWS = (
+    "triggered",
+    "new_errors",
+    "conflicts",
+    "notifications",
+    "emails_sent",
+    "emails_failed",
+    "emails_given_up",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,6 +185,11 @@ class Check:
     changes: Doc
     notification: Notification | None = None
     error: str | None = None
+
+    @property
+    def new_error(self) -> bool:
+        """Whether the check failed for a reason other than the one already on its rule."""
+        return self.error is not None and self.error != self.due.rule.get("lastError")
 
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
@@ -238,7 +262,8 @@ async def _delivered(
     delivered = await deliver_pending(products, mailer, clock, limits.email, token=token)
     result.emails_sent, result.emails_failed = delivered.sent, delivered.failed
     result.emails_given_up = delivered.given_up
-    logger.info("alert scan finished: %s", result.as_dict())
+    level = logging.INFO if result.changed_anything() else logging.DEBUG
+    log_event(logger, "alert_scan.finished", level=level, **result.as_dict())
     return result
 
 
@@ -276,6 +301,7 @@ def tally(
     unreadable: Mapping[str, str] | None = None,
 ) -> ScanResult:
     errors = [*(unreadable or {}).values(), *(c.error for c in checks if c.error)]
+    new_errors = [c for c in checks if c.new_error]
     return ScanResult(
         alerts_read=len(alerts),
         rules_due=len(due),
@@ -283,6 +309,7 @@ def tally(
         deferred=len(due) - len(checks),
         triggered=sum(1 for c in checks if c.notification and c.due.key in written.applied),
         errors=len(errors),
+        new_errors=len(unreadable or {}) + len(new_errors),
         conflicts=written.updates - len(written.applied),
         notifications=written.notifications,
         error_samples=errors[:ERROR_SAMPLES],
@@ -396,8 +423,7 @@ async def check_rules(
         except NormalizationError as exc:
             checks.append(failed(rule, now, str(exc)))
         except Exception as exc:
-            log.warning("alert %s: partId cannot be read", rule.alert.id, exc_info=True)
-            checks.append(failed(rule, now, unforeseen(exc)))
+            checks.append(failed(rule, now, unforeseen(exc), traceback=True))
     permits = asyncio.Semaphore(limits.lookup_concurrency)
     batches = _batches(list(by_part), limits.parts_per_lookup)
     checked = await run_all(_check_batch(products, ids, by_part, now, permits) for ids in batches)
@@ -425,7 +451,7 @@ def _batches(items: list[str], size: int) -> list[list[str]]:
 def check(due: DueRule, part: Mapping[str, Any] | None, now: datetime) -> Check:
     """Check one rule against its part. Any error is the rule's, never the scan's: a bad value
     or rule is recorded as is; anything else (a document nobody foresaw) with its type, and
-    logged with its traceback."""
+    reported with its traceback."""
     try:
         if part is None:
             raise NormalizationError(f"part {due.part_id()!r} not found")
@@ -435,13 +461,26 @@ def check(due: DueRule, part: Mapping[str, Any] | None, now: datetime) -> Check:
     except (NormalizationError, InvalidRule) as exc:
         return failed(due, now, str(exc))
     except Exception as exc:
-        log.warning("alert %s rule %s: check failed", due.alert.id, due.rule_id, exc_info=True)
-        return failed(due, now, unforeseen(exc))
+        return failed(due, now, unforeseen(exc), traceback=True)
     return Check(due=due, changes=_state_after(verdict, now), notification=notification)
 
 
-def failed(due: DueRule, now: datetime, error: str) -> Check:
-    return Check(due=due, changes={"lastCheckedAt": now, "lastError": error}, error=error)
+def failed(due: DueRule, now: datetime, error: str, *, traceback: bool = False) -> Check:
+    """A check that failed: the error goes on the rule (`lastError`, until a check succeeds),
+    and is logged only when the rule did not already carry it, so a rule that stays broken is
+    reported once, not at every scan."""
+    result = Check(due=due, changes={"lastCheckedAt": now, "lastError": error}, error=error)
+    if result.new_error:
+        log_event(
+            log,
+            "alert_scan.rule_error",
+            level=logging.WARNING,
+            exc_info=traceback,
+            alert=due.alert.id,
+            rule=due.rule_id,
+            error=error,
+        )
+    return result
 
 
 def _state_after(verdict: Verdict, now: datetime) -> Doc:
