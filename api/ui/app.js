@@ -1,8 +1,9 @@
-// The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new), the
-// token (asked for when the API says 401, kept in sessionStorage only) and a refresh every few
-// seconds of whatever view is open.
+// The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new,
+// #/dead-letters?<filters>), the token (asked for when the API says 401,
+// kept in sessionStorage only) and a refresh every few seconds of whatever view is open.
 
 import { ApiError, setToken, token } from "./api.js";
+import { deadLetterFilters, deadLettersView } from "./dead_letters.js";
 import { h, replace } from "./dom.js";
 import { formView } from "./form.js";
 import { jobView } from "./job.js";
@@ -16,13 +17,24 @@ let refresh = null;
 let generation = 0;
 
 function route() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decoded);
+  const [path, query] = splitHash(location.hash);
+  const parts = path.split("/").map(decoded);
   if (parts.includes(null)) return ["", () => notFound()];
+  if (parts[0] === "dead-letters" && parts.length === 1) {
+    return ["dead-letters", () => deadLettersView(main, deadLetterFilters(new URLSearchParams(query)))];
+  }
   if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1]) return ["jobs", () => jobView(main, parts[1])];
   if (parts[0] === "jobs") return ["jobs", () => jobsView(main)];
   if (parts[0] === "new") return ["jobs", () => formView(main, null)];
   return ["now", () => nowView(main)];
+}
+
+/** The page's path and its query: `#/dead-letters?handler=ping` is ["dead-letters", "handler=ping"]. */
+function splitHash(hash) {
+  const bare = hash.replace(/^#\/?/, "");
+  const mark = bare.indexOf("?");
+  return mark < 0 ? [bare, ""] : [bare.slice(0, mark), bare.slice(mark + 1)];
 }
 
 // A hash typed or pasted by hand may hold a broken %-escape (`%E0%A4%A`): that part names no

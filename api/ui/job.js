@@ -4,6 +4,7 @@
 import { get, post } from "./api.js";
 import { STATUS_COLOURS, lines } from "./charts.js";
 import { scheduleAsWritten, scheduleInWords } from "./cron.js";
+import { deadLettersHash } from "./dead_letters.js";
 import { badge, h, jobHash, replace } from "./dom.js";
 import { clock, dateTime, lagSeconds, millis, relative, seconds } from "./format.js";
 import { jobActions } from "./jobs.js";
@@ -97,7 +98,8 @@ function executions(job, runs, reload) {
     h("td", { class: "num nowrap" }, run.shards > 1 ? `${run.shard + 1} of ${run.shards}` : ""),
     h("td", { class: "error-text" }, run.error ? `${run.error.type}: ${run.error.message}` : ""),
     h("td", {}, RETRYABLE.includes(run.status) && canChange(job) ? retryButton(run, reload) : null)));
-  return h("section", { class: "panel" }, h("h2", {}, "Executions"),
+  return h("section", { class: "panel" }, h("h2", {}, "Executions",
+    h("a", { class: "small heading-link", href: deadLettersHash({ job_id: job.id }) }, "dead letters")),
     h("div", { class: "table-wrap" }, h("table", { class: "table", "data-testid": "executions" },
       h("thead", {}, h("tr", {}, ["status", "scheduled", "started", "lag", "duration", "attempts", "shard", "error", ""].map((t) => h("th", {}, t)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No runs yet."))))));
