@@ -1,15 +1,22 @@
 """Structured log lines of a run's life (scheduler/logs.py formats and masks).
 
-A run that ends well is one line at DEBUG; at INFO, a summary says once a second at most how
-many ended how (`runs.summary`), so a burst of thousands of runs a second is not limited by its
-own log. Runs that fail, time out or are given up, and everything unusual, keep a line each."""
+A run that ends well is one line at DEBUG. At INFO, `runs.summary` says how many runs ended how:
+a busy second (more than `busy_runs` ended in it) has a summary of its own, written by a timer
+when the second ends, not when the next run ends; quieter seconds add up to one summary a
+minute; and while nothing ends, nothing is written. So a burst of thousands of runs a second is
+not limited by its own log, its last second is told as soon as it is over, and a daemon whose
+jobs tick along writes a line a minute. Runs that fail, time out or are given up, and everything
+unusual, keep a line each."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from tickd.scheduler.clock import Clock, SystemClock
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.model import Execution, Job, Status
 from tickd.scheduler.observers import RunObserver
@@ -18,13 +25,56 @@ log = logging.getLogger("tickd.runner")
 
 
 SUMMARY_EVERY_SECONDS = 1.0
+QUIET_SUMMARY_EVERY_SECONDS = 60.0
+# More runs than this ending in one second make it busy: summarised on its own.
+BUSY_RUNS = 10
+
+# Calls the callback after a delay in seconds, as `loop.call_later` does.
+CallLater = Callable[[float, Callable[[], None]], object]
+
+
+def call_later_on_loop(delay: float, callback: Callable[[], None]) -> object:
+    """`call_later` on the running loop. Outside one (hooks called directly, as some tests do)
+    nothing is armed: a window then closes at the first run's end past it."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return loop.call_later(delay, callback)
+
+
+@dataclass
+class Window:
+    """Runs that ended from `started` on (monotonic seconds), by status, for `length` seconds."""
+
+    started: float
+    length: float
+    ended: Counter[str] = field(default_factory=Counter)
+
+    def over(self, now: float) -> bool:
+        return now - self.started >= self.length
+
+    def runs(self) -> int:
+        return sum(self.ended.values())
 
 
 class LogObserver(RunObserver):
-    def __init__(self, *, summary_every_seconds: float = SUMMARY_EVERY_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        call_later: CallLater = call_later_on_loop,
+        summary_every_seconds: float = SUMMARY_EVERY_SECONDS,
+        quiet_summary_every_seconds: float = QUIET_SUMMARY_EVERY_SECONDS,
+        busy_runs: int = BUSY_RUNS,
+    ) -> None:
+        self._clock = clock or SystemClock()
+        self._call_later = call_later
         self._every = summary_every_seconds
-        self._ended: Counter[str] = Counter()
-        self._since = time.monotonic()
+        self._quiet_every = quiet_summary_every_seconds
+        self._busy_runs = busy_runs
+        self._second: Window | None = None  # open from the first run's end after a close
+        self._quiet: Window | None = None  # open from the first quiet second's start
 
     def retrying(
         self, job: Job, execution: Execution, attempt: int, delay_seconds: float, error: str | None
@@ -54,8 +104,7 @@ class LogObserver(RunObserver):
         log_event(log, name, level=logging.WARNING, job=job.name, execution=execution.id)
 
     def finished(self, job: Job, execution: Execution) -> None:
-        self._ended[str(execution.status)] += 1
-        self._summarise_if_due()
+        self._count(str(execution.status))
         level = (
             logging.DEBUG if execution.status in (Status.SUCCESS, Status.SKIPPED) else logging.INFO
         )
@@ -73,13 +122,45 @@ class LogObserver(RunObserver):
             error=execution.error.message if execution.error else None,
         )
 
-    def _summarise_if_due(self) -> None:
-        now = time.monotonic()
-        if now - self._since < self._every:
+    def _count(self, status: str) -> None:
+        now = self._clock.monotonic()
+        self._close_windows_over(now)
+        if self._second is None:
+            self._second = self._open(now, self._every, self._close_second)
+        self._second.ended[status] += 1
+
+    def _close_windows_over(self, now: float) -> None:
+        """Close what a late timer (a loop busy past it) or none (no loop) left open."""
+        if self._second is not None and self._second.over(now):
+            self._close_second(self._second)
+        if self._quiet is not None and self._quiet.over(now):
+            self._close_quiet(self._quiet)
+
+    def _open(self, started: float, length: float, close: Callable[[Window], None]) -> Window:
+        window = Window(started=started, length=length)
+        delay = max(0.0, started + length - self._clock.monotonic())
+        self._call_later(delay, lambda: close(window))
+        return window
+
+    def _close_second(self, second: Window) -> None:
+        if second is not self._second:
+            return  # closed already, by a run's end after its time
+        self._second = None
+        if second.runs() > self._busy_runs:
+            self._summarise(second)
             return
-        log_event(log, "runs.summary", seconds=round(now - self._since, 3), ended=dict(self._ended))
-        self._ended.clear()
-        self._since = now
+        if self._quiet is None:
+            self._quiet = self._open(second.started, self._quiet_every, self._close_quiet)
+        self._quiet.ended.update(second.ended)
+
+    def _close_quiet(self, quiet: Window) -> None:
+        if quiet is self._quiet:
+            self._quiet = None
+            self._summarise(quiet)
+
+    def _summarise(self, window: Window) -> None:
+        seconds = round(self._clock.monotonic() - window.started, 3)
+        log_event(log, "runs.summary", seconds=seconds, ended=dict(window.ended))
 
     def not_recorded(self, job: Job, execution: Execution, error: str) -> None:
         log_event(
