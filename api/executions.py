@@ -1,15 +1,53 @@
-"""Executions: a job's, across jobs (status=failed: the dead letters), one by id."""
+"""Executions: a job's, across jobs (status=failed: the dead letters), one by id (with its
+attempts and its error's traceback, as its run page shows it)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
-from tickd.api.models import ExecutionListQuery, ExecutionOut, ExecutionPage, JobExecutionQuery
+from pydantic import BaseModel, Field
+
+from tickd.api.models import (
+    ErrorOut,
+    ExecutionListQuery,
+    ExecutionOut,
+    ExecutionPage,
+    JobExecutionQuery,
+)
 from tickd.api.problems import ApiError
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
+from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
 from tickd.scheduler.ports import ExecutionQuery
+
+
+class RunErrorOut(ErrorOut):
+    traceback: str | None = Field(
+        default=None, description="Where the handler raised, secrets masked; null if it did not"
+    )
+
+
+class AttemptOut(BaseModel):
+    number: int = Field(description="1 for the first")
+    started_at: datetime
+    finished_at: datetime
+    error: RunErrorOut | None = None
+    backoff_seconds: float | None = Field(
+        default=None, description="The wait before the next attempt; null after the last"
+    )
+
+
+class RunOut(ExecutionOut):
+    """One execution in full: its attempts, and its error's traceback."""
+
+    error: RunErrorOut | None
+    attempt_log: list[AttemptOut] | None = Field(
+        default=None,
+        description="Every attempt, when the run took more than one; null when the record "
+        "keeps none (one attempt: the run's own start, end and error tell it)",
+    )
 
 
 async def list_executions(call: Call[ExecutionListQuery, None]) -> Reply:
@@ -76,7 +114,16 @@ async def load_execution(call: Call[Q, B]) -> Execution:
 
 
 async def get_execution(call: Call[None, None]) -> Reply:
-    return Reply(execution_out(await load_execution(call)))
+    return Reply(run_out(await load_execution(call)))
+
+
+def run_out(execution: Execution) -> RunOut:
+    """The execution as stored, the fields of a listing and those only one run shows."""
+    doc = to_json_ready(execution_to_doc(execution))
+    listed = execution_out(execution).model_dump(mode="json")
+    return RunOut.model_validate(
+        {**listed, "error": doc.get("error"), "attempt_log": doc.get("attempt_log")}
+    )
 
 
 EXECUTION_ROUTES: Routes = [
@@ -104,9 +151,9 @@ EXECUTION_ROUTES: Routes = [
         "GET",
         "/v1/executions/{execution_id}",
         get_execution,
-        "Read an execution",
+        "Read an execution, with its attempts and its error's traceback",
         "read",
-        ExecutionOut,
+        RunOut,
         tag="executions",
     ),
 ]

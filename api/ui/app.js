@@ -1,5 +1,5 @@
 // The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new,
-// #/dead-letters?<filters>), the token (asked for when the API says 401,
+// #/dead-letters?<filters>, #/runs/<execution id>), the token (asked for when the API says 401,
 // kept in sessionStorage only) and a refresh every few seconds of whatever view is open.
 
 import { ApiError, setToken, token } from "./api.js";
@@ -9,6 +9,7 @@ import { formView } from "./form.js";
 import { jobView } from "./job.js";
 import { jobsView } from "./jobs.js";
 import { nowView } from "./now.js";
+import { runView } from "./run.js";
 import { loadSession, session } from "./session.js";
 
 const REFRESH_MS = 5000;
@@ -23,6 +24,7 @@ function route() {
   if (parts[0] === "dead-letters" && parts.length === 1) {
     return ["dead-letters", () => deadLettersView(main, deadLetterFilters(new URLSearchParams(query)))];
   }
+  if (parts[0] === "runs" && parts[1] && parts.length === 2) return ["", () => runView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1]) return ["jobs", () => jobView(main, parts[1])];
   if (parts[0] === "jobs") return ["jobs", () => jobsView(main)];

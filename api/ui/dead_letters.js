@@ -6,6 +6,7 @@ import { all, get, post } from "./api.js";
 import { badge, h, jobHash, replace } from "./dom.js";
 import { dateTime } from "./format.js";
 import { notify } from "./notify.js";
+import { runHash } from "./run.js";
 import { canWrite } from "./session.js";
 
 const STATES = ["open", "redriving", "redriven", "discarded"];
@@ -119,7 +120,7 @@ function table(letters, filters, ask, reload) {
   const rows = letters.map((run) => h("tr", { "data-dead-letter": run.id, "data-state": run.dead_letter },
     h("td", {}, h("a", { href: jobHash(run.job_id) }, run.job_name)),
     h("td", {}, run.handler),
-    h("td", { class: "nowrap" }, dateTime(run.scheduled_at)),
+    h("td", { class: "nowrap" }, h("a", { href: runHash(run.id) }, dateTime(run.scheduled_at))),
     h("td", { class: "nowrap" }, dateTime(run.finished_at)),
     h("td", {}, badge(run.status)),
     h("td", { class: "num" }, String(run.attempts)),

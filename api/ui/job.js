@@ -9,6 +9,7 @@ import { badge, h, jobHash, replace } from "./dom.js";
 import { clock, dateTime, lagSeconds, millis, relative, seconds } from "./format.js";
 import { jobActions } from "./jobs.js";
 import { notify } from "./notify.js";
+import { runHash } from "./run.js";
 import { canChange } from "./session.js";
 
 const RETRYABLE = ["failed", "timeout", "abandoned"];
@@ -90,7 +91,7 @@ function chart(runs) {
 function executions(job, runs, reload) {
   const rows = runs.map((run) => h("tr", { "data-status": run.status },
     h("td", {}, badge(run.status)),
-    h("td", { class: "nowrap" }, dateTime(run.scheduled_at)),
+    h("td", { class: "nowrap" }, h("a", { href: runHash(run.id), title: "this run's attempts, result and shards" }, dateTime(run.scheduled_at))),
     h("td", { class: "nowrap" }, dateTime(run.started_at)),
     h("td", { class: "num" }, seconds(lagSeconds(run))),
     h("td", { class: "num" }, millis(run.duration_ms)),
