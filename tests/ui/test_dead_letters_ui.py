@@ -37,10 +37,8 @@ async def seed(harness: Harness) -> tuple[Job, Job, Job]:
     warm = make_job("cache.warm", "sleep")
     for job in (feed, mail, warm):
         await harness.store.insert_job(job)
-    await harness.store.insert_executions(
-        [failed_for_good(feed, 30), failed_for_good(feed, 20), failed_for_good(mail, 10)]
-        + [failed_for_good(warm, 5)]
-    )
+    runs = [(feed, 30), (feed, 20), (mail, 10), (warm, 5)]
+    await harness.store.insert_executions([failed_for_good(job, ago) for job, ago in runs])
     return feed, mail, warm
 
 
