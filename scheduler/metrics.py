@@ -1,13 +1,24 @@
-"""Prometheus metrics: per handler (executions, duration, fire lag, retries) and for the engine.
+"""Prometheus metrics: per handler (executions, duration, fire lag, retries), for the engine, and
+the process's own (build, CPU, memory, file descriptors).
 
 Each engine gets its own registry, so tests and two engines in one process never share counts.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -32,11 +43,22 @@ class StoreOperationsCollector(Collector):
         yield family
 
 
+def tickd_version() -> str:
+    try:
+        return version("tickd")
+    except PackageNotFoundError:
+        return "0"
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         r.register(StoreOperationsCollector())
+        ProcessCollector(registry=r)  # process_*: CPU, resident memory, open files, start time
+        PlatformCollector(registry=r)  # python_info
+        self.build = Info("tickd_build", "The running tickd: its version and Python's", registry=r)
+        self.build.info({"version": tickd_version(), "python_version": platform.python_version()})
         self.executions = Counter(
             "tickd_executions", "Finished executions", ["handler", "status"], registry=r
         )

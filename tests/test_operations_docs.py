@@ -41,7 +41,12 @@ def test_a_changed_setting_is_caught() -> None:
 DEPLOY = docs.OPERATIONS_MD.parents[1] / "deploy"
 
 
-SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "gauge": ("",),
+    "info": ("_info",),
+}
 
 
 def exported_metrics() -> set[str]:
