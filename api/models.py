@@ -239,6 +239,11 @@ class ExecutionOut(BaseModel):
     )
     shard: int = Field(default=0, description="Which shard of its occurrence, from 0")
     shards: int = Field(default=1, description="How many shards its occurrence has")
+    requested: str | None = Field(
+        default=None,
+        description="How the run was asked for (trigger, retry, backfill, redrive); null for "
+        "an occurrence of the job's schedule",
+    )
 
 
 class ExecutionPage(BaseModel):

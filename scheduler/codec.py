@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tickd.scheduler.model import (
+    Attempt,
     CronSchedule,
     DeadLetter,
     Execution,
@@ -202,8 +203,43 @@ def summary_from_doc(doc: Doc | None) -> ExecutionSummary | None:
     )
 
 
+def error_to_doc(error: ExecutionError | None) -> Doc | None:
+    if error is None:
+        return None
+    doc: Doc = {"type": error.type, "message": error.message}
+    if error.traceback is not None:
+        doc["traceback"] = error.traceback
+    return doc
+
+
+def error_from_doc(doc: Doc | None) -> ExecutionError | None:
+    if not doc:
+        return None
+    return ExecutionError(type=doc["type"], message=doc["message"], traceback=doc.get("traceback"))
+
+
+def attempt_to_doc(attempt: Attempt) -> Doc:
+    """Times as ISO text: kept to the microsecond by every store, inside a list as at the top."""
+    return {
+        "number": attempt.number,
+        "started_at": attempt.started_at.isoformat(),
+        "finished_at": attempt.finished_at.isoformat(),
+        "error": error_to_doc(attempt.error),
+        "backoff_seconds": attempt.backoff_seconds,
+    }
+
+
+def attempt_from_doc(doc: Doc) -> Attempt:
+    return Attempt(
+        number=int(doc["number"]),
+        started_at=as_datetime(doc["started_at"], "attempt_log.started_at"),
+        finished_at=as_datetime(doc["finished_at"], "attempt_log.finished_at"),
+        error=error_from_doc(doc.get("error")),
+        backoff_seconds=doc.get("backoff_seconds"),
+    )
+
+
 def execution_to_doc(execution: Execution) -> Doc:
-    error = execution.error
     return {
         "_id": execution.id,
         "job_id": execution.job_id,
@@ -215,18 +251,19 @@ def execution_to_doc(execution: Execution) -> Doc:
         "duration_ms": execution.duration_ms,
         "status": str(execution.status),
         "attempts": execution.attempts,
-        "error": None if error is None else {"type": error.type, "message": error.message},
+        "error": error_to_doc(execution.error),
         "result": execution.result,
         "owner": execution.owner,
         "token": execution.token,
         "dead_letter": None if execution.dead_letter is None else str(execution.dead_letter),
         "shard": execution.shard,
         "shards": execution.shards,
+        "requested": execution.requested,
+        "attempt_log": [attempt_to_doc(attempt) for attempt in execution.attempt_log] or None,
     }
 
 
 def execution_from_doc(doc: Doc) -> Execution:
-    error = doc.get("error")
     return Execution(
         id=str(doc["_id"]),
         job_id=doc["job_id"],
@@ -238,13 +275,15 @@ def execution_from_doc(doc: Doc) -> Execution:
         duration_ms=doc.get("duration_ms"),
         status=Status(doc["status"]),
         attempts=int(doc.get("attempts", 0)),
-        error=None if not error else ExecutionError(type=error["type"], message=error["message"]),
+        error=error_from_doc(doc.get("error")),
         result=doc.get("result"),
         owner=doc.get("owner"),
         token=doc.get("token"),
         dead_letter=DeadLetter(doc["dead_letter"]) if doc.get("dead_letter") else None,
         shard=int(doc.get("shard") or 0),
         shards=int(doc.get("shards") or 1),
+        requested=doc.get("requested"),
+        attempt_log=tuple(attempt_from_doc(each) for each in doc.get("attempt_log") or ()),
     )
 
 

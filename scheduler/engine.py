@@ -38,7 +38,7 @@ from tickd.scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, Sto
 from tickd.scheduler.registry import HandlerRegistry
 from tickd.scheduler.relay import Relay
 from tickd.scheduler.runner import Outcome, Runner, Task
-from tickd.scheduler.shards import run_lock_key, shard_entries, shard_entry_of
+from tickd.scheduler.shards import requested_as, run_lock_key, shard_entries, shard_entry_of
 from tickd.scheduler.timers import Timers
 from tickd.scheduler.watchdog import LoopWatchdog
 
@@ -629,7 +629,13 @@ class Engine:
         if request is not None and request.shard is not None:
             shard = (request.shard, request.shards or run.job.shards)
         execution = self._execution(
-            run.job, plan.run_at, Status.RUNNING, started, shard=shard, token=run.token
+            run.job,
+            plan.run_at,
+            Status.RUNNING,
+            started,
+            shard=shard,
+            token=run.token,
+            requested=requested_as(request),
         )
         return Task(
             job=run.job,
@@ -685,6 +691,7 @@ class Engine:
         finished: datetime | None = None,
         shard: tuple[int, int] = (0, 1),
         token: int | None = None,
+        requested: str | None = None,
     ) -> Execution:
         assert job.lease is not None
         return Execution(
@@ -701,6 +708,7 @@ class Engine:
             token=job.lease.token if token is None else token,
             shard=shard[0],
             shards=shard[1],
+            requested=requested,
         )
 
     # -- per-handler concurrency ----------------------------------------------------------------

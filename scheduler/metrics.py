@@ -79,8 +79,8 @@ class Metrics:
         )
         self.request_wait = Histogram(
             "tickd_request_wait_seconds",
-            "Handler start minus the time a run was asked for: triggered runs, re-runs, "
-            "re-drives of dead letters",
+            "Handler start minus the time a requested run could start (its request's "
+            "not_before): triggers, retries, backfills, re-drives of dead letters",
             ["handler", "kind"],
             buckets=LAG_BUCKETS,
             registry=r,

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import enum
 import functools
-import operator
 import random
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -248,6 +247,21 @@ class Job:
 class ExecutionError:
     type: str
     message: str
+    # Where the handler raised, its secrets masked; None when it did not raise (a timeout, a
+    # bad result). Kept in the execution record, never in its events.
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attempt:
+    """One call of a run's handler, as its run page shows it."""
+
+    number: int  # 1 for the first
+    started_at: datetime
+    finished_at: datetime
+    error: ExecutionError | None = None
+    # How long the run waited before the next attempt; None after the last.
+    backoff_seconds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -271,6 +285,12 @@ class Execution:
     # Which shard of its occurrence this run is, of how many (0 of 1: a plain run).
     shard: int = 0
     shards: int = 1
+    # How the run was asked for (trigger, retry, backfill, redrive); None: an occurrence of its
+    # schedule. Only a scheduled occurrence's first start counts as fire lag.
+    requested: str | None = None
+    # Every attempt, when there was more than one; a run of one attempt is its own record
+    # (started_at, finished_at, error).
+    attempt_log: tuple[Attempt, ...] = ()
 
     @property
     def occurrence(self) -> str:
@@ -289,28 +309,27 @@ class Execution:
         self,
         *,
         status: Status,
+        started_at: datetime,
         finished_at: datetime,
         duration_ms: float,
         attempts: int,
         error: ExecutionError | None,
         result: dict[str, Any] | None,
+        attempt_log: tuple[Attempt, ...] = (),
     ) -> Execution:
-        """This run as it ended: dataclasses.replace, made through the slots. An Execution
-        validates nothing at construction, so the copy needs no __init__; replace's walk over
-        the fields and keyword call cost half as much again, on every run's end."""
-        ended = object.__new__(Execution)
-        for set_field, value in zip(_EXECUTION_SLOT_SETTERS, _read_execution(self), strict=True):
-            set_field(ended, value)
-        for name, value in (
-            ("status", status),
-            ("finished_at", finished_at),
-            ("duration_ms", duration_ms),
-            ("attempts", attempts),
-            ("error", error),
-            ("result", result),
-        ):
-            object.__setattr__(ended, name, value)
-        return ended
+        """This run as it ended: `started_at` is when its handler started, no longer when the
+        run was recorded."""
+        return replace(
+            self,
+            status=status,
+            started_at=started_at,
+            finished_at=finished_at,
+            duration_ms=duration_ms,
+            attempts=attempts,
+            error=error,
+            result=result,
+            attempt_log=attempt_log,
+        )
 
     def summary(self) -> ExecutionSummary:
         """What a job (or a shard's entry) keeps of its last run, once the run has ended."""
@@ -321,11 +340,6 @@ class Execution:
             finished_at=self.finished_at,
             error=self.error.message if self.error else None,
         )
-
-
-_EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
-_read_execution = operator.attrgetter(*_EXECUTION_FIELDS)
-_EXECUTION_SLOT_SETTERS = tuple(getattr(Execution, name).__set__ for name in _EXECUTION_FIELDS)
 
 
 def _iso(at: datetime) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from traceback import format_exception
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -30,7 +31,14 @@ from tickd.scheduler.handler_api import Handler, HandlerContext, Result
 from tickd.scheduler.http import safe_client_session
 from tickd.scheduler.leftovers import TasksEndingWithTheRun, run_task
 from tickd.scheduler.logs import FIELDS, log_event
-from tickd.scheduler.model import Execution, ExecutionError, ExecutionSummary, Job, Status
+from tickd.scheduler.model import (
+    Attempt,
+    Execution,
+    ExecutionError,
+    ExecutionSummary,
+    Job,
+    Status,
+)
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.planning import Plan, advance_after, keep_schedule
 from tickd.scheduler.ports import Advance, Finish, LockUnavailable, Ports, RunRequest, StoreError
@@ -50,6 +58,8 @@ MAX_RESULT_BYTES = 16 * 1024
 # handler returning 100 MB costs the daemon no more than the handler's own memory.
 MAX_RESULT_CHARS = 1_000_000
 MAX_ERROR_CHARS = 2000
+# A traceback is kept up to this many characters, its innermost frames.
+MAX_TRACEBACK_CHARS = 16_000
 # A task that waited in the queue longer than this renews its lease and lock before it starts.
 FRESH_FOR = timedelta(seconds=1)
 CONTEXT_FIELDS = len(dataclasses.fields(HandlerContext))
@@ -84,6 +94,7 @@ class Outcome:
     attempts: int = 0
     result: dict[str, Any] | None = None
     error: ExecutionError | None = None
+    attempt_log: tuple[Attempt, ...] = ()  # when there was more than one attempt
 
 
 # A handler that returned nothing, and the outcome of a run whose first attempt did: shared,
@@ -206,8 +217,7 @@ class Runner:
             self.observer.unknown_handler(task.job)
             message = f"no handler named {task.job.handler!r} is registered"
             return Outcome(status=Status.SKIPPED, error=_error("UnknownHandler", message))
-        lag = (started - task.execution.scheduled_at).total_seconds()
-        self.observer.started(task.job, task.execution, lag)
+        self.observer.started(task.job, task.execution, _waited(task, started))
         deadline = started + timedelta(seconds=task.job.timeout_seconds)
         return await self._attempts(task, registered.handler, deadline)
 
@@ -217,28 +227,47 @@ class Runner:
         # secrets are masked in it, should the far end echo them back.
         # Most jobs have no params: nothing to look through, nor a coroutine to make for it.
         secrets = await self._secrets_of(task.job, handler) if task.job.params else []
-        attempt = 0
+        log: list[Attempt] = []
         while True:
-            attempt += 1
-            context = self._context(task, handler, attempt, deadline)
+            number = len(log) + 1
+            began = self.ports.clock.now()
+            context = self._context(task, handler, number, deadline)
             outcome = await self._attempt(task.job, handler, context, secrets)
-            if outcome is _SUCCEEDED and attempt == 1:
-                outcome = _SUCCEEDED_AT_ONCE  # most runs: no outcome made for them
-            else:
-                outcome = Outcome(
+            if outcome is _SUCCEEDED and number == 1:
+                return _SUCCEEDED_AT_ONCE  # most runs: nothing more to record
+            ended = self.ports.clock.now()
+            delay = self._backoff_before_next(task.job, outcome, number, ended, deadline)
+            log.append(
+                Attempt(
+                    number=number,
+                    started_at=began,
+                    finished_at=ended,
+                    error=outcome.error,
+                    backoff_seconds=delay,
+                )
+            )
+            if delay is None:
+                return Outcome(
                     status=outcome.status,
-                    attempts=attempt,
+                    attempts=number,
                     result=outcome.result,
                     error=outcome.error,
-                )  # not dataclasses.replace: it costs twice as much
-            if outcome.status is not Status.FAILED or attempt > task.job.max_retries:
-                return outcome
-            delay = backoff_delay(attempt)
-            if self.ports.clock.now() + timedelta(seconds=delay) >= deadline:
-                return outcome  # no time left for another attempt inside the deadline
+                    attempt_log=tuple(log) if number > 1 else (),
+                )
             error = outcome.error.message if outcome.error else None
-            self.observer.retrying(task.job, task.execution, attempt, delay, error)
+            self.observer.retrying(task.job, task.execution, number, delay, error)
             await self.ports.clock.sleep(delay)
+
+    @staticmethod
+    def _backoff_before_next(
+        job: Job, outcome: Outcome, number: int, now: datetime, deadline: datetime
+    ) -> float | None:
+        """How long to wait before attempt `number` + 1; None: this attempt is the last (it did
+        not fail, the retries are spent, or no time is left for another inside the deadline)."""
+        if outcome.status is not Status.FAILED or number > job.max_retries:
+            return None
+        delay = backoff_delay(number)
+        return None if now + timedelta(seconds=delay) >= deadline else delay
 
     @staticmethod
     async def _secrets_of(job: Job, handler: Handler) -> list[str]:
@@ -407,7 +436,8 @@ class Runner:
         # Ended now: waiting for the store below is not the run's time. The rest of its end
         # (the record, the next fire time) is worked out with its batch, after the runs
         # waiting to start (Finisher.defer_to).
-        end = _LateEnd(self, task, outcome, self.ports.clock.now(), self._seconds(started_real))
+        finished = self.ports.clock.now()
+        end = _LateEnd(self, task, outcome, started, finished, self._seconds(started_real))
         self._ending[id(task)] = task
         try:
             if not self.finisher.has_room():
@@ -430,19 +460,21 @@ class Runner:
             seconds = (finished - started).total_seconds()
         else:
             seconds = self._seconds(started_real)
-        return self.end_at(task, outcome, finished, seconds)
+        return self.end_at(task, outcome, started, finished, seconds)
 
     def end_at(
-        self, task: Task, outcome: Outcome, finished: datetime, seconds: float
+        self, task: Task, outcome: Outcome, started: datetime, finished: datetime, seconds: float
     ) -> tuple[Execution, Advance | None, Finish]:
         """The run's record once over, its job's advance and the end to write."""
         execution = task.execution.ended(
             status=outcome.status,
+            started_at=started,
             finished_at=finished,
             duration_ms=round(seconds * 1000, 3),
             attempts=outcome.attempts,
             error=outcome.error,
             result=outcome.result,
+            attempt_log=outcome.attempt_log,
         )
         entry = task.shard_entry
         # A shard's end leaves the job to its occurrence's last shard (scheduler/shards.py).
@@ -536,20 +568,24 @@ class Runner:
 class _LateEnd:
     """A run's end, timed when its handler returned, worked out when its batch is written."""
 
-    __slots__ = ("_advance", "_execution", "_finished", "_outcome", "_runner", "_seconds", "_task")
-
     def __init__(
-        self, runner: Runner, task: Task, outcome: Outcome, finished: datetime, seconds: float
+        self,
+        runner: Runner,
+        task: Task,
+        outcome: Outcome,
+        started: datetime,
+        finished: datetime,
+        seconds: float,
     ) -> None:
         self._runner, self._task, self._outcome = runner, task, outcome
-        self._finished, self._seconds = finished, seconds
+        self._started, self._finished, self._seconds = started, finished, seconds
         self._execution: Execution | None = None
         self._advance: Advance | None = None
 
     def work_out(self) -> Finish:
         try:
             self._execution, self._advance, end = self._runner.end_at(
-                self._task, self._outcome, self._finished, self._seconds
+                self._task, self._outcome, self._started, self._finished, self._seconds
             )
         except BaseException:  # never written (see Finisher.hand_over_then)
             self._runner._ended(self._task)
@@ -668,9 +704,9 @@ def _outcome_of(returned: object, raised: BaseException | None, secrets: list[st
         )
         return Outcome(status=Status.FAILED, error=_error(type(raised).__name__, message, secrets))
     if raised is not None:
-        return Outcome(
-            status=Status.FAILED, error=_error(type(raised).__name__, str(raised), secrets)
-        )
+        where = _traceback_of(raised, secrets)
+        error = _error(type(raised).__name__, str(raised), secrets, traceback=where)
+        return Outcome(status=Status.FAILED, error=error)
     return _checked_result(returned, secrets)
 
 
@@ -724,7 +760,26 @@ def _too_large_or_cyclic(value: object, budget: int) -> ExecutionError | None:
     return _error("ResultTooLarge", _TOO_LARGE) if budget < 0 else None
 
 
-def _error(kind: str, message: str, secrets: Collection[str] = ()) -> ExecutionError:
+def _error(
+    kind: str, message: str, secrets: Collection[str] = (), *, traceback: str | None = None
+) -> ExecutionError:
     # Masked whole before it is cut, so that no secret is left half shown at the cut.
     masked: str = scrub_values(scrub_text(message), secrets)
-    return ExecutionError(type=kind, message=masked[:MAX_ERROR_CHARS])
+    return ExecutionError(type=kind, message=masked[:MAX_ERROR_CHARS], traceback=traceback)
+
+
+def _traceback_of(raised: BaseException, secrets: Collection[str]) -> str:
+    """Where the handler raised, masked like its message, then cut to its last
+    MAX_TRACEBACK_CHARS: the innermost frames, where it raised, come last."""
+    text = "".join(format_exception(raised))
+    masked: str = scrub_values(scrub_text(text), secrets)
+    return masked[-MAX_TRACEBACK_CHARS:]
+
+
+def _waited(task: Task, started: datetime) -> float:
+    """How long after it could start the run's handler started: after its occurrence was due,
+    or for a requested run (a trigger, retry, backfill, re-drive), after its request allowed."""
+    could_start = task.execution.scheduled_at
+    if task.execution.requested is not None and task.request is not None:
+        could_start = task.request.not_before
+    return (started - could_start).total_seconds()

@@ -37,6 +37,16 @@ def shard_entry_of(request: RunRequest | None) -> RunRequest | None:
     return None
 
 
+def requested_as(request: RunRequest | None) -> str | None:
+    """How a run was asked for (the request's reason); None for an occurrence of its job's
+    schedule, a shard of one included."""
+    if request is None:
+        return None
+    if request.occurrence is not None and request.advance_from is not None:
+        return None
+    return request.reason
+
+
 def run_lock_key(job_id: str, request: RunRequest | None) -> str:
     """What a run locks: its shard, for a shard of an occurrence in progress; else its job."""
     entry = shard_entry_of(request)

@@ -64,11 +64,14 @@ def event_time(execution: Execution) -> datetime:
 def execution_event(
     execution: Execution, *, source: str, time: datetime | None = None
 ) -> CloudEvent:
-    """CloudEvents 1.0, structured mode; the data is the execution minus its result. The id and,
-    unless `time` is given, the time come from the execution, so the event is the same however
-    often it is built."""
+    """CloudEvents 1.0, structured mode; the data is the execution minus its result, its
+    attempts and its traceback (the record keeps those). The id and, unless `time` is given,
+    the time come from the execution, so the event is the same however often it is built."""
     data: dict[str, Any] = execution_to_doc(execution)
     data.pop("result")
+    data.pop("attempt_log")
+    if data["error"] is not None:
+        data["error"].pop("traceback", None)
     data["id"] = data.pop("_id")
     return {
         "specversion": "1.0",

@@ -31,7 +31,8 @@ class RunObserver:
         """`count` occurrences of the job were missed by more than its grace period."""
 
     def started(self, job: Job, execution: Execution, lag_seconds: float) -> None:
-        """The handler is about to run, `lag_seconds` after the occurrence was due."""
+        """The handler is about to run, `lag_seconds` after it could: after its occurrence was
+        due or, for a requested run (`execution.requested`), after its request allowed."""
 
     def retrying(
         self, job: Job, execution: Execution, attempt: int, delay_seconds: float, error: str | None

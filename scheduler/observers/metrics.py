@@ -15,19 +15,36 @@ class MetricsObserver(RunObserver):
         # The series every run touches, by their labels: prometheus_client's `labels()` takes a
         # lock and checks its arguments on each call, a cost per run in a burst.
         self._lags: dict[tuple[str, Priority], Histogram] = {}
+        self._waits: dict[tuple[str, str], Histogram] = {}
         self._ends: dict[tuple[str, Status], tuple[Counter, Histogram]] = {}
 
     def misfired(self, job: Job, count: int) -> None:
         self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(count)
 
     def started(self, job: Job, execution: Execution, lag_seconds: float) -> None:
+        """A scheduled occurrence's start is its fire lag; a requested run (a re-drive, a retry
+        of a dead letter, a trigger) keeps its occurrence's due time, so its start is measured
+        apart, from when its request allowed it, and never reads as lateness."""
+        if execution.requested is None:
+            self._fire_lag(job).observe(max(0.0, lag_seconds))
+        else:
+            self._request_wait(job, execution.requested).observe(max(0.0, lag_seconds))
+
+    def _fire_lag(self, job: Job) -> Histogram:
         key = (job.handler, job.priority)
         lag = self._lags.get(key)
         if lag is None:
             lag = self._lags[key] = self.metrics.fire_lag.labels(
                 job.handler, job.priority.name.lower()
             )
-        lag.observe(max(0.0, lag_seconds))
+        return lag
+
+    def _request_wait(self, job: Job, kind: str) -> Histogram:
+        key = (job.handler, kind)
+        wait = self._waits.get(key)
+        if wait is None:
+            wait = self._waits[key] = self.metrics.request_wait.labels(job.handler, kind)
+        return wait
 
     def retrying(
         self, job: Job, execution: Execution, attempt: int, delay_seconds: float, error: str | None

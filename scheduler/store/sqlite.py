@@ -310,10 +310,10 @@ class SQLiteStore(SQLiteRequests, SQLiteHousekeeping, SQLiteViews):
 
     @staticmethod
     def _write_ends(db: sqlite3.Connection, rows: list[tuple[Any, ...]], replace: str) -> None:
-        """Each execution as it ended. An update of the columns an end changes rewrites three of
-        the six indexes of executions, where replacing the row rewrites all six (12 against
-        16 us a run); should any record be missing or differ in another column, the batch
-        replaces its rows whole, as it always did (the same rows, so the updated ones stay)."""
+        """Each execution as it ended: an update of the columns an end changes, which leaves the
+        indexes on the others alone. Should any record be missing (a run recorded only at its
+        end) or differ in another column, the batch replaces its rows whole (the same rows, so
+        the updated ones stay)."""
         if db.executemany(END_SQL, [end_row(row) for row in rows]).rowcount != len(rows):
             db.executemany(replace, rows)
 

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from tickd.scheduler.codec import (
     EPOCH,
     Doc,
+    attempt_to_doc,
+    error_to_doc,
     exact_micros,
     execution_from_doc,
     job_to_doc,
@@ -156,6 +158,8 @@ ADDED_COLUMNS = {
         ("dead_letter", "TEXT"),
         ("shard", "INTEGER NOT NULL DEFAULT 0"),
         ("shards", "INTEGER NOT NULL DEFAULT 1"),
+        ("requested", "TEXT"),
+        ("attempt_log", "TEXT"),
     ],
     "run_requests": [
         ("redrives", "INTEGER NOT NULL DEFAULT 0"),
@@ -233,6 +237,8 @@ EXECUTION_COLUMNS = [
     "dead_letter",
     "shard",
     "shards",
+    "requested",
+    "attempt_log",
 ]
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
 REQUEST_COLUMNS = [
@@ -262,7 +268,7 @@ DEFINITION_COLUMNS = [
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
-    "ended",
+    "ended", "attempt_log",
 }  # fmt: skip
 TIME_COLUMNS = {
     "next_run_at",
@@ -633,13 +639,17 @@ def execution_row(execution: Execution) -> tuple[Any, ...]:
         e.duration_ms,
         str(e.status),
         e.attempts,
-        None if error is None else json.dumps({"type": error.type, "message": error.message}),
+        None if error is None else json.dumps(error_to_doc(error)),
         None if result is None else json.dumps(to_json_ready(result)),
         e.owner,
         e.token,
         None if e.dead_letter is None else str(e.dead_letter),
         e.shard,
         e.shards,
+        e.requested,
+        json.dumps([attempt_to_doc(attempt) for attempt in e.attempt_log])
+        if e.attempt_log
+        else None,
     )
 
 
@@ -648,12 +658,14 @@ def execution_row(execution: Execution) -> tuple[Any, ...]:
 # the end leaves otherwise as it was.
 ENDED_COLUMNS = (
     "status",
+    "started_at",
     "finished_at",
     "duration_ms",
     "attempts",
     "error",
     "result",
     "dead_letter",
+    "attempt_log",
 )
 _KEPT_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in ENDED_COLUMNS and c != "id")
 END_SQL = (

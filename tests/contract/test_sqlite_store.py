@@ -170,7 +170,13 @@ def running(job: Job) -> Execution:
 
 def succeeded(record: Execution) -> Execution:
     return record.ended(
-        status=Status.SUCCESS, finished_at=T0, duration_ms=1.0, attempts=1, error=None, result=None
+        status=Status.SUCCESS,
+        started_at=T0,
+        finished_at=T0,
+        duration_ms=1.0,
+        attempts=1,
+        error=None,
+        result=None,
     )
 
 
