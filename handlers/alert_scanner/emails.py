@@ -1,7 +1,8 @@
 """The alert email: one per user per scan, listing the rules of theirs that triggered.
 
 Multipart: a plain-text part and an HTML part that say the same: the same items, values, links
-and footer. What it shows:
+and footer; their layouts, and how the HTML reflows on a phone, are in email_templates.py. What
+it shows:
 
 - The subject and the first item are what changed most (a part that lost a compliance flag
   before one that reached EOL, before a risk, before a price move, before new alternates):
@@ -9,9 +10,16 @@ and footer. What it shows:
 - At most `max_items` items, most important first, then "and N more" (a link to the app's
   notifications when `app_base_url` is set): hundreds of triggered rules stay one readable
   email.
-- Prices with their currency (the part's `priceCurrency`) and two decimals, changes as
-  rounded percentages, the time in the alert's `timeZone` when it has a valid one, else UTC,
-  the zone named either way.
+- Prices with their currency (the notification's: currency_of reads it from the part's
+  `priceCurrency`, else from the symbol of a price string such as `"$2.95"`) and two decimals,
+  changes as rounded percentages, the time in the alert's `timeZone` when it has a valid one,
+  else UTC, the zone named either way.
+- Names as docs/alert-rules.md writes them: compliance flags compare in canonical form (ROHS)
+  but read as people write them (RoHS, FLAG_SPELLINGS); lifecycle stages and risk levels are
+  shown in their canonical form, which is already theirs (EOL, NRND, High).
+- From a named sender: the configured `from_address` with its own display name
+  (`Acme alerts <alerts@acme.example>`), or a bare address under SENDER_NAME
+  (`tickd alerts <alerts@tickd.example>`).
 - Links only from configured base URLs (settings.py): each part to the app, the footer to the
   alerts page, and, when unsubscribing is configured, one link per alert shown and one for all
   of them, the latter also in RFC 8058's `List-Unsubscribe` header for the mail provider's
@@ -43,12 +51,20 @@ from email.message import EmailMessage
 from email.policy import Policy
 from email.policy import default as default_policy
 from email.utils import format_datetime
-from string import Template
 from typing import Any
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from tickd.handlers.alert_scanner import normalize, tokens
+from tickd.handlers.alert_scanner.email_templates import (
+    HTML,
+    HTML_FOOTER_LINE,
+    HTML_LINK,
+    HTML_MORE,
+    HTML_ROW,
+    TEXT,
+    TEXT_ITEM,
+)
 from tickd.handlers.alert_scanner.normalize import NormalizationError
 from tickd.handlers.alert_scanner.rules import display, number_text, percent_text
 from tickd.handlers.alert_scanner.settings import EmailSettings
@@ -67,48 +83,20 @@ MONEY_PLAIN_MAX = 1e15
 BIDI_CONTROLS = frozenset(
     "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 )
-
-TEXT = Template("""\
-Hello,
-
-$headline
-
-$items$more
---
-$footer""")
-
-TEXT_ITEM = Template("""\
-* $summary
-    before: $before
-    after:  $after
-    why:    $reason
-$link""")
-
-HTML = Template("""\
-<!DOCTYPE html>
-<html>
-<body style="font-family: sans-serif">
-<p>Hello,</p>
-<p>$headline</p>
-<table cellpadding="6" style="border-collapse: collapse">
-<tr><th align="left">Part</th><th align="left">Change</th><th align="left">Before</th>\
-<th align="left">After</th><th align="left">Why</th></tr>
-$rows
-</table>
-$more<hr>
-<div style="color: #666; font-size: 90%">
-$footer</div>
-</body>
-</html>
-""")
-
-HTML_ROW = Template(
-    "<tr><td><b>$part</b></td><td>$change</td><td>$before</td><td>$after</td><td>$reason</td></tr>"
-)
+# The From's display name when the configured address has none of its own.
+SENDER_NAME = "tickd alerts"
+SENDER_NAME_MAX_CHARS = 64
+# Compliance flags as docs/alert-rules.md writes them: the canonical form (ROHS) is for
+# comparing, not for reading. Any other flag is shown in its canonical form (REACH, WEEE).
+FLAG_SPELLINGS = {"ROHS": "RoHS"}
 
 _WHITESPACE = re.compile(r"\s+")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DROP_BIDI = dict.fromkeys(map(ord, BIDI_CONTROLS))
+_CURRENCY_BY_SYMBOL = {symbol: code for code, symbol in CURRENCY_SYMBOLS.items()}
+_CANONICAL_FLAG = re.compile(r"\b(?:" + "|".join(map(re.escape, FLAG_SPELLINGS)) + r")\b")
+# `Name <address>`: a From with a display name of its own.
+_NAMED_ADDRESS = re.compile(r'\s*"?(?P<name>[^"<>]*?)"?\s*<(?P<address>[^<>]*)>\s*')
 
 
 # -- the message --------------------------------------------------------------------------------
@@ -139,7 +127,7 @@ def compose(
     """The email for one recipient (one user); NormalizationError if the address is not one
     plain address."""
     digest = Digest(list(notifications), settings or EmailSettings())
-    sender = address(from_address, "from") if from_address else None
+    sender = named_sender(from_address) if from_address else None
     message = EmailMessage(policy=POLICY)
     if sender is not None:
         message["From"] = sender
@@ -166,6 +154,22 @@ def address(value: str, what: str) -> Address:
         return Address(addr_spec=normalize.email_address(value, what))
     except (ValueError, HeaderParseError) as exc:
         raise NormalizationError(f"{what}: {value!r} is not an email address") from exc
+
+
+def named_sender(value: str) -> Address:
+    """The From: `Name <address>` as configured, or a bare address under SENDER_NAME, so that
+    inboxes show who writes; NormalizationError if the address is not one plain address or the
+    name is not one short line of text."""
+    named = _NAMED_ADDRESS.fullmatch(value)
+    name, plain = (named["name"], named["address"]) if named else ("", value)
+    name = name.strip()
+    if name != header_text(name) or len(name) > SENDER_NAME_MAX_CHARS:
+        raise NormalizationError(
+            f"from: the display name must be one line of at most {SENDER_NAME_MAX_CHARS}"
+            " characters, without control characters"
+        )
+    spec = address(plain, "from").addr_spec
+    return Address(display_name=name or SENDER_NAME, addr_spec=spec)
 
 
 def subject(notifications: Sequence[Notification]) -> str:
@@ -209,12 +213,13 @@ def describe(n: Notification, *, part_chars: int = VALUE_MAX_CHARS) -> Item:
     describer = DESCRIBERS.get(n.type, _describe_other)
     change, importance, shown = describer(n)
     before, after = (one_line(shown(v)) for v in (n.previous_value, n.current_value))
+    reason = spelled_flags(n.reason) if n.type == "compliance" else n.reason
     return Item(
         part=one_line(n.part_name, part_chars),
         change=one_line(change),
         before=before,
         after=after,
-        reason=one_line(n.reason),
+        reason=one_line(reason),
         importance=importance,
     )
 
@@ -249,11 +254,12 @@ def _describe_compliance(n: Notification) -> Description:
     lost = [f for f, v in after.items() if before.get(f) == "YES" and v != "YES"]
     gained = [f for f, v in after.items() if before.get(f) not in (None, "YES") and v == "YES"]
     if lost:
-        return f"is no longer {_joined(lost)} compliant", 100.0, display
+        return f"is no longer {_joined(lost)} compliant", 100.0, _flag_values
     if gained:
-        return f"is {_joined(gained)} compliant again", 50.0, display
+        return f"is {_joined(gained)} compliant again", 50.0, _flag_values
     changed = [f"{f} {v}" for f, v in after.items() if before.get(f) != v]
-    return f"compliance changed: {_joined(changed) or display(n.current_value)}", 55.0, display
+    everything = _flag_values(n.current_value)
+    return f"compliance changed: {_joined(changed) or everything}", 55.0, _flag_values
 
 
 def _describe_lifecycle(n: Notification) -> Description:
@@ -311,11 +317,19 @@ def _items(value: Any) -> list[str]:
 
 
 def _flags(value: Any, n: Notification) -> dict[str, str]:
-    """Compliance flags as a map: all of them (a map), or the one flag the rule watches."""
+    """Compliance flags as a map, names as people write them: all of them (a map), or the one
+    flag the rule watches."""
     if isinstance(value, Mapping):
-        return {display(flag): display(v) for flag, v in value.items()}
+        return {flag_spelling(flag): display(v) for flag, v in value.items()}
     flag = _watched_flag(n.threshold)
     return {flag: display(value)} if flag and value is not None else {}
+
+
+def _flag_values(value: Any) -> str:
+    """A compliance value in words: `REACH: YES, RoHS: NO` for a map of flags."""
+    if isinstance(value, Mapping):
+        return display({flag_spelling(flag): v for flag, v in value.items()})
+    return display(value)
 
 
 def _watched_flag(threshold: Any) -> str | None:
@@ -323,10 +337,23 @@ def _watched_flag(threshold: Any) -> str | None:
     name = threshold.get("flag") if isinstance(threshold, Mapping) else threshold
     if not isinstance(name, str):
         return None
+    return flag_spelling(name.partition("=")[0])
+
+
+def flag_spelling(name: Any) -> str:
+    """A flag's name as docs/alert-rules.md writes it, whatever the stored spelling: `ROHS`,
+    `rohs` and `RoHS` are all `RoHS`; a name that is not one is shown as it is."""
     try:
-        return normalize.flag_name(name.partition("=")[0])
+        canonical = normalize.flag_name(name)
     except NormalizationError:
-        return None
+        return display(name)
+    return FLAG_SPELLINGS.get(canonical, canonical)
+
+
+def spelled_flags(text: str) -> str:
+    """The text with each canonical flag name that has a spelling of its own written so: the
+    rules' reasons name flags canonically (`ROHS YES -> NO`)."""
+    return _CANONICAL_FLAG.sub(lambda found: FLAG_SPELLINGS[found[0]], text)
 
 
 def _joined(names: list[str]) -> str:
@@ -349,6 +376,18 @@ def format_money(value: Any, currency: str | None) -> str:
     if len(code) == 3 and code.isascii() and code.isalpha():
         return f"{shown} {code}"
     return shown
+
+
+def currency_of(price_currency: Any, price: Any) -> str | None:
+    """The ISO 4217 code a part's price is in: its `priceCurrency` when that is a code, else
+    the symbol its price string starts with (`"$2.95"` is USD, shown `$2.95` again); None when
+    the data says neither. `¥` names two currencies (JPY, CNY), so it names none here."""
+    if isinstance(price_currency, str):
+        code = price_currency.strip().upper()
+        if len(code) == 3 and code.isascii() and code.isalpha():
+            return code
+    symbol = price.strip()[:1] if isinstance(price, str) else ""
+    return _CURRENCY_BY_SYMBOL.get(symbol)
 
 
 def recipient_zone(notifications: Sequence[Notification]) -> tzinfo | None:
@@ -478,10 +517,17 @@ class Digest:
     def html(self) -> str:
         rows = "\n".join(self._html_row(n) for n in self.shown)
         more = self.more()
-        more_html = "" if more is None else f"<p>{_html_link(more[0], more[1])}</p>\n"
-        footer = "".join(f"<p>{_html_link(text, link)}</p>\n" for text, link in self.footer_lines())
+        more_html = "" if more is None else HTML_MORE.substitute(link=_html_link(*more))
+        footer = "".join(
+            HTML_FOOTER_LINE.substitute(line=_html_link(text, link))
+            for text, link in self.footer_lines()
+        )
         return HTML.substitute(
-            headline=html.escape(self.headline()), rows=rows, more=more_html, footer=footer
+            title=html.escape(subject(self.notifications)),
+            headline=html.escape(self.headline()),
+            rows=rows,
+            more=more_html,
+            footer=footer,
         )
 
     def _html_row(self, n: Notification) -> str:
@@ -502,7 +548,7 @@ def _text_line(text: str, link: str | None) -> str:
 
 def _html_link(text: str, link: str | None) -> str:
     shown = html.escape(text)
-    return shown if link is None else f'<a href="{html.escape(link)}">{shown}</a>'
+    return shown if link is None else HTML_LINK.substitute(href=html.escape(link), text=shown)
 
 
 # -- text hygiene -------------------------------------------------------------------------------

@@ -49,9 +49,9 @@ async def test_a_digest_reads_right_in_a_browser() -> None:
             await page.route("**/*", lambda route: route.abort())
             await page.set_content(html_part.get_content())
             title = await page.title()
-            rows = await page.locator("tr").count()
+            rows = await page.locator("tr.item").count()
             images = await page.locator("img").count()
-            first = await page.locator("tr").nth(1).inner_text()
+            first = await page.locator("tr.item").nth(0).inner_text()
             more = page.get_by_role("link", name="and 35 more")
             more_href = await more.get_attribute("href")
             stop_all = await page.get_by_role("link", name="Stop all alert emails").count()
@@ -60,7 +60,7 @@ async def test_a_digest_reads_right_in_a_browser() -> None:
         finally:
             await browser.close()
     assert title != "pwned" and images == 0  # the part name stayed text
-    assert rows == 1 + 8
+    assert rows == 8
     assert first.split("\t")[:2] == ["MAX232CPE", "is no longer RoHS compliant"]
     assert more_href == "https://app.example/notifications"
     assert stop_all == 1

@@ -19,6 +19,7 @@ from tests.fixtures.times import T0
 from tickd.handlers.alert_scanner import tokens
 from tickd.handlers.alert_scanner.emails import (
     compose,
+    currency_of,
     describe,
     format_money,
     message_id,
@@ -105,7 +106,7 @@ def parts(message: EmailMessage) -> tuple[str, str]:
 
 
 class Page(HTMLParser):
-    """The HTML part as a reader sees it: its text, its links, its table rows."""
+    """The HTML part as a reader sees it: its text, its links, the rows of its items."""
 
     def __init__(self, html: str) -> None:
         super().__init__()
@@ -117,7 +118,7 @@ class Page(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.add(tag)
-        self.rows += tag == "tr"
+        self.rows += tag == "tr" and ("class", "item") in attrs
         self.links += [value or "" for name, value in attrs if name == "href"]
 
     def handle_data(self, data: str) -> None:
@@ -136,7 +137,8 @@ def test_an_email_has_a_text_and_an_html_part_listing_every_rule() -> None:
     rules = [notification(currency="USD"), lifecycle()]
     message = sent(compose("ada@example.com", rules, now=T0, from_address="alerts@tickd.example"))
     assert message.get_content_type() == "multipart/alternative"
-    assert (message["To"], message["From"]) == ("ada@example.com", "alerts@tickd.example")
+    assert message["To"] == "ada@example.com"
+    assert message["From"] == "tickd alerts <alerts@tickd.example>"
     assert message["Subject"] == "NE555P is now NRND, and 1 more"
     assert message["Date"] == "Mon, 02 Mar 2026 09:00:00 +0000"
     assert message["Auto-Submitted"] == "auto-generated"
@@ -153,7 +155,7 @@ def test_an_email_has_a_text_and_an_html_part_listing_every_rule() -> None:
         ):
             assert expected in body
     assert "before: $0.62" in text and "after:  $0.71" in text
-    assert "<td>$0.62</td><td>$0.71</td>" in html
+    assert "LM317T price rose 15% to $0.71 Before: $0.62 After: $0.71 Why: +15%" in Page(html).words
 
 
 def test_the_subject_says_what_changed_most_and_counts_the_rest() -> None:
@@ -184,6 +186,27 @@ def test_prices_have_their_currency_and_two_decimals(
     value: float, currency: str | None, shown: str
 ) -> None:
     assert format_money(value, currency) == shown
+
+
+@pytest.mark.parametrize(
+    ("price_currency", "price", "code"),
+    [
+        ("USD", 0.71, "USD"),
+        (" eur ", "3.20", "EUR"),
+        (None, "$2.95", "USD"),
+        (None, " €3.20", "EUR"),
+        ("dollars!", "£1", "GBP"),
+        ("CHF", "$2.95", "CHF"),
+        (None, "¥300", None),
+        (None, 2.95, None),
+        (None, None, None),
+    ],
+)
+def test_a_parts_currency_is_its_price_currency_else_the_symbol_of_its_price(
+    price_currency: Any, price: Any, code: str | None
+) -> None:
+    assert currency_of(price_currency, price) == code
+    assert format_money(2.95, currency_of(None, "$2.95")) == "$2.95"
 
 
 @pytest.mark.parametrize(
@@ -228,7 +251,7 @@ def test_values_are_escaped_in_html() -> None:
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
     assert "a &quot;quoted&quot; &amp; &lt;b&gt;bold&lt;/b&gt; reason" in html
     page = Page(html)
-    assert "script" not in page.tags and "b" in page.tags  # only the template's own <b>
+    assert "script" not in page.tags and "b" not in page.tags
 
 
 def test_a_part_id_cannot_break_out_of_its_link() -> None:
@@ -262,9 +285,67 @@ def test_the_recipient_must_be_one_plain_address(recipient: str) -> None:
         compose(recipient, [notification()], now=T0)
 
 
-def test_a_bad_from_address_is_refused() -> None:
+@pytest.mark.parametrize(
+    "from_address", ["alerts", "Acme <alerts>", "A\r\nBcc: eve@example.com <a@tickd.example>"]
+)
+def test_a_bad_from_address_is_refused(from_address: str) -> None:
     with pytest.raises(NormalizationError, match="from"):
-        compose("ada@example.com", [notification()], now=T0, from_address="alerts")
+        compose("ada@example.com", [notification()], now=T0, from_address=from_address)
+
+
+@pytest.mark.parametrize(
+    ("from_address", "shown"),
+    [
+        ("alerts@tickd.example", "tickd alerts <alerts@tickd.example>"),
+        ("Acme part alerts <alerts@acme.example>", "Acme part alerts <alerts@acme.example>"),
+        ('"Acme, Inc." <alerts@acme.example>', '"Acme, Inc." <alerts@acme.example>'),
+    ],
+)
+def test_the_sender_has_a_display_name(from_address: str, shown: str) -> None:
+    message = sent(compose("ada@example.com", [notification()], now=T0, from_address=from_address))
+    assert message["From"] == shown
+    assert message["Message-ID"].endswith(shown.rpartition("@")[2])
+
+
+def rohs_lost_as_stored(flags: str = "changed") -> Notification:
+    """RoHS lost, as the scanner stores it: flag names canonical (ROHS), in the values and the
+    reason alike."""
+    return notification(
+        "MAX232CPE",
+        "n5",
+        type="compliance",
+        operator=flags,
+        threshold=None,
+        previous_value={"REACH": "YES", "ROHS": "YES"},
+        current_value={"REACH": "YES", "ROHS": "NO"},
+        reason="compliance flags flipped: ROHS YES -> NO",
+    )
+
+
+def test_flags_are_named_as_people_write_them() -> None:
+    message = sent(compose("ada@example.com", [rohs_lost_as_stored()], now=T0))
+    assert message["Subject"] == "MAX232CPE is no longer RoHS compliant"
+    text, html = parts(message)
+    for body in (text, Page(html).words):
+        assert "REACH: YES, RoHS: NO" in body
+        assert "compliance flags flipped: RoHS YES -> NO" in body
+        assert "ROHS" not in body
+    one_flag = notification(
+        "NE555P",
+        type="compliance",
+        threshold="ROHS=no",
+        previous_value="YES",
+        current_value="NO",
+        reason="the ROHS flag is now equal to NO",
+    )
+    item = describe(one_flag)
+    assert (item.change, item.reason) == (
+        "is no longer RoHS compliant",
+        "the RoHS flag is now equal to NO",
+    )
+    # Only flags are respelled, and only in what a compliance rule says.
+    named = describe(notification("ROHS-LM317T", reason="ROHS stays"))
+    assert (named.part, named.reason) == ("ROHS-LM317T", "ROHS stays")
 
 
 def test_the_message_id_is_the_same_for_the_same_notifications() -> None:
@@ -295,10 +376,11 @@ def test_hundreds_of_rules_show_the_first_ones_then_and_n_more_with_a_link() -> 
     settings = replace(LINKED, max_items=25)
     message = sent(compose("ada@example.com", many(300), now=T0, settings=settings))
     text, html = parts(message)
-    assert text.count("\n* ") == 25 and Page(html).rows == 1 + 25  # the header row, 25 items
+    assert text.count("\n* ") == 25 and Page(html).rows == 25
     assert "PART-024" in text and "PART-025" not in text and "PART-025" not in html
     assert "and 275 more: https://app.example/notifications" in text
-    assert '<a href="https://app.example/notifications">and 275 more</a>' in html
+    assert "https://app.example/notifications" in Page(html).links
+    assert re.search(r'<a href="https://app.example/notifications"[^>]*>and 275 more</a>', html)
     assert "300 of your part alerts triggered" in text
     assert len(flattened(message)) < 100_000
     assert message["Subject"] == "PART-000 price rose 15% to 0.71, and 299 more"
