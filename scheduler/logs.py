@@ -22,18 +22,16 @@ def log_event(
     name: str,
     *,
     level: int = logging.INFO,
-    exc_info: bool = False,
     **fields: Any,
 ) -> None:
-    """One line named `name`, its `fields` apart from the message (a JSON line's own keys), and
-    with `exc_info` the traceback of the exception being handled. A LoggerAdapter's fields (a
-    handler's `ctx.logger`: job, execution, attempt) come first: the adapter itself would
-    replace the event's fields with its own."""
+    """One line named `name`, its `fields` apart from the message (a JSON line's own keys). A
+    LoggerAdapter's fields (a handler's `ctx.logger`: job, execution, attempt) come first: the
+    adapter itself would replace the event's fields with its own."""
     if isinstance(logger, logging.LoggerAdapter):
         fields = {**_adapter_fields(logger), **fields}
         logger = logger.logger
     if logger.isEnabledFor(level):
-        logger.log(level, name, exc_info=exc_info, extra={FIELDS: fields})
+        logger.log(level, name, extra={FIELDS: fields})
 
 
 def _adapter_fields(adapter: logging.LoggerAdapter[logging.Logger]) -> dict[str, Any]:

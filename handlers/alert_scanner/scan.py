@@ -68,7 +68,7 @@ from tickd.handlers.product_store import (
     is_true,
 )
 from tickd.scheduler.handler_api import Clock, Mailer
-from tickd.scheduler.logs import log_event
+from tickd.scheduler.logs import FIELDS, log_event
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 # Error messages kept in a scan's result (all of them are on their rules).
@@ -471,15 +471,8 @@ def failed(due: DueRule, now: datetime, error: str, *, traceback: bool = False) 
     reported once, not at every scan."""
     result = Check(due=due, changes={"lastCheckedAt": now, "lastError": error}, error=error)
     if result.new_error:
-        log_event(
-            log,
-            "alert_scan.rule_error",
-            level=logging.WARNING,
-            exc_info=traceback,
-            alert=due.alert.id,
-            rule=due.rule_id,
-            error=error,
-        )
+        fields = {"alert": due.alert.id, "rule": due.rule_id, "error": error}
+        log.warning("alert_scan.rule_error", exc_info=traceback, extra={FIELDS: fields})
     return result
 
 
