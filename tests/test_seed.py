@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import ParamSpec
 
@@ -15,6 +17,7 @@ import tickd.app
 import tickd.cli
 import tickd.daemon
 from tests.conftest import T0
+from tickd.handlers.sleep import attempt_fails
 from tickd.scheduler.config import Settings
 from tickd.scheduler.handler_api import (
     CronSchedule,
@@ -27,9 +30,10 @@ from tickd.scheduler.handler_api import (
 )
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.logs import FIELDS
-from tickd.scheduler.model import ValidationError
+from tickd.scheduler.model import Execution, Job, Status, ValidationError
 from tickd.scheduler.ports import Store
 from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.schedules import next_fire
 from tickd.seed.demo import demo_jobs
 from tickd.seed.jobs import SeedError, seed_jobs
 from tickd.seed.system import system_jobs
@@ -80,6 +84,41 @@ async def test_demo_jobs_are_valid_and_due_within_seconds(store: Store) -> None:
     assert len(added) >= 3
     soonest = min(j.next_run_at for j in added if j.next_run_at is not None)
     assert (soonest - T0).total_seconds() <= 10
+
+
+def test_the_demo_flaky_job_fails_now_and_then_and_a_retry_nearly_always_recovers() -> None:
+    [flaky] = [j for j in demo_jobs(rules(builtin()), T0) if j.name == "demo-flaky"]
+    flaky = replace(flaky, id="demo-flaky-id")  # its runs' keys, and so their fates, fixed
+    succeeded_at = Counter(attempt_that_succeeds(flaky, run) for run in runs_in_a_day(flaky))
+    runs = sum(succeeded_at.values())
+    retried = runs - succeeded_at[1] - succeeded_at[None]
+    assert runs > 5000
+    assert 0.1 * runs < retried < 0.3 * runs, succeeded_at
+    assert 0 < succeeded_at[None] < 30, "dead letters: a few a day"
+
+
+def runs_in_a_day(job: Job) -> list[Execution]:
+    times = [job.next_run_at]
+    while (last := times[-1]) is not None and last < T0 + timedelta(days=1):
+        times.append(next_fire(job.schedule, last, job_name=job.name))
+    return [
+        Execution(
+            job_id=job.id,
+            job_name=job.name,
+            handler=job.handler,
+            scheduled_at=at,
+            status=Status.RUNNING,
+        )
+        for at in times
+        if at is not None
+    ]
+
+
+def attempt_that_succeeds(job: Job, run: Execution) -> int | None:
+    """The first attempt of the run that succeeds, None if every attempt fails."""
+    percent = job.params["fail_percent"]
+    attempts = range(1, job.max_retries + 2)
+    return next((a for a in attempts if not attempt_fails(run.idempotency_key, a, percent)), None)
 
 
 # The dict form, as plug-ins wrote it before SystemJob: still taken.
