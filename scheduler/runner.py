@@ -7,7 +7,6 @@ Lock, claim and record happen before, in batches, in the dispatcher (scheduler/e
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 import logging
@@ -62,7 +61,6 @@ MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 16_000
 # A task that waited in the queue longer than this renews its lease and lock before it starts.
 FRESH_FOR = timedelta(seconds=1)
-CONTEXT_FIELDS = len(dataclasses.fields(HandlerContext))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +99,15 @@ class Outcome:
 # being frozen.
 _SUCCEEDED = Outcome(status=Status.SUCCESS)
 _SUCCEEDED_AT_ONCE = Outcome(status=Status.SUCCESS, attempts=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SharedContext:
+    """What every run's context of one handler shares, and the handler it was made for."""
+
+    handler: Handler
+    config: Mapping[str, Any]
+    resources: Mapping[str, object]
 
 
 class Runner:
@@ -142,8 +149,8 @@ class Runner:
         self._handler_logs: dict[str, logging.Logger] = {}
         self._handler_configs: dict[str, Mapping[str, Any]] = {}
         self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
-        # By handler name, with the handler they were made for (Runner._shared_context).
-        self._shared_contexts: dict[str, tuple[Handler, dict[str, object]]] = {}
+        # By handler name (Runner._shared_context).
+        self._shared_contexts: dict[str, _SharedContext] = {}
 
     async def run(self, task: Task) -> None:
         started = self.ports.clock.now()
@@ -309,8 +316,8 @@ class Runner:
         return loop.run_in_executor(self._threads, handler.func, ctx)  # type: ignore[arg-type]
 
     def _is_async(self, handler: Handler) -> bool:
-        """inspect's checks cost about a microsecond: made once per handler. Kept with the
-        handler itself, so its id is not reused while the answer is."""
+        """Found out once per handler, and kept with the handler itself, so that its id is not
+        reused while the answer is."""
         known = self._async_handlers.get(id(handler))
         if known is None:
             func = handler.func
@@ -341,46 +348,41 @@ class Runner:
         fields = {"job": job.name, "execution": execution.id, "attempt": attempt}
         if execution.shards > 1:
             fields["shard"] = execution.shard
-        values = {
-            **self._shared_context(job.handler, handler),
-            "job_id": job.id,
-            "job_name": job.name,
-            "params": job.params,
-            "scheduled_at": execution.scheduled_at,
-            "attempt": attempt,
-            "deadline": deadline,
-            "idempotency_key": execution.idempotency_key,
-            "shard": execution.shard,
-            "shards": execution.shards,
-            "logger": logging.LoggerAdapter(self._handler_log(job.handler), {FIELDS: fields}),
-        }
-        # Filled in as HandlerContext() fills it in, without its frozen __init__'s fifteen
-        # object.__setattr__ calls (about 3 us of each run's start). Every field, or none.
-        assert len(values) == CONTEXT_FIELDS, "HandlerContext gained a field: set it here"
-        context = object.__new__(HandlerContext)
-        object.__setattr__(context, "__dict__", values)
-        return context
+        shared = self._shared_context(job.handler, handler)
+        return HandlerContext(
+            job_id=job.id,
+            job_name=job.name,
+            params=job.params,
+            scheduled_at=execution.scheduled_at,
+            attempt=attempt,
+            deadline=deadline,
+            idempotency_key=execution.idempotency_key,
+            logger=logging.LoggerAdapter(self._handler_log(job.handler), {FIELDS: fields}),
+            clock=self.ports.clock,
+            mailer=self.ports.mailer,
+            http=self._http_session(),
+            config=shared.config,
+            resources=shared.resources,
+            shard=execution.shard,
+            shards=execution.shards,
+        )
 
-    def _shared_context(self, name: str, handler: Handler) -> dict[str, object]:
+    def _shared_context(self, name: str, handler: Handler) -> _SharedContext:
         """What every run of a handler sees alike, made on its first run: read-only mappings,
         so that no run changes what the next one sees."""
         known = self._shared_contexts.get(name)
-        if known is None or known[0] is not handler:  # first run, or registered anew
-            shared: dict[str, object] = {
-                "clock": self.ports.clock,
-                "mailer": self.ports.mailer,
-                "http": self._http_session(),
-                "config": self._handler_config(name),
-                "resources": MappingProxyType(
-                    {
-                        r.name: self.resources[r.name]
-                        for r in handler.resources
-                        if r.name in self.resources
-                    }
-                ),
+        if known is None or known.handler is not handler:  # first run, or registered anew
+            resources = {
+                r.name: self.resources[r.name]
+                for r in handler.resources
+                if r.name in self.resources
             }
-            known = self._shared_contexts[name] = (handler, shared)
-        return known[1]
+            known = self._shared_contexts[name] = _SharedContext(
+                handler=handler,
+                config=self._handler_config(name),
+                resources=MappingProxyType(resources),
+            )
+        return known
 
     def _handler_log(self, handler: str) -> logging.Logger:
         # logging.getLogger takes the logging module's lock: once per handler, not per run.
@@ -599,9 +601,8 @@ class _LateEnd:
 
 
 async def _done_within(future: asyncio.Future[Any], seconds: float) -> bool:
-    """Whether `future` is done within `seconds`: asyncio.wait({future}, timeout=seconds) for
-    the one future of a run, without the sets, counter and extra callbacks it makes each time
-    (about 3 us of a run's start)."""
+    """Whether `future` is done within `seconds`, as asyncio.wait({future}, timeout=seconds)
+    says, for the one future of a run."""
     if future.done():
         return True
     loop = asyncio.get_running_loop()
@@ -674,8 +675,8 @@ class HandlerExit(Exception):
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
     with TasksEndingWithTheRun(ctx.job_name):
-        # Known to be async (Runner._is_async): no isinstance against the Awaitable ABC, a
-        # microsecond a run; a callable that lied fails the run with a TypeError.
+        # Known to be async (Runner._is_async); a callable that lied fails the run with a
+        # TypeError.
         value = cast(Awaitable[Result], handler(ctx))
         try:
             return await value

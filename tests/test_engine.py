@@ -133,7 +133,7 @@ async def test_the_handler_gets_its_context(make_engine: EngineFactory) -> None:
     assert ctx.scheduled_at == T0
     assert ctx.deadline == T0 + timedelta(seconds=30)
     assert ctx.idempotency_key == f"{job.id}:{T0.isoformat()}"
-    # Every field of the context is set (the runner fills it in without its __init__).
+    # Every field of the context is set.
     assert set(vars(ctx)) == {field.name for field in dataclasses.fields(HandlerContext)}
 
 

@@ -12,8 +12,7 @@ from tickd.scheduler.observers import RunObserver
 class MetricsObserver(RunObserver):
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        # The series every run touches, by their labels: prometheus_client's `labels()` takes a
-        # lock and checks its arguments on each call, a cost per run in a burst.
+        # The series every run touches, by their labels, looked up once each.
         self._lags: dict[tuple[str, Priority], Histogram] = {}
         self._waits: dict[tuple[str, str], Histogram] = {}
         self._ends: dict[tuple[str, Status], tuple[Counter, Histogram]] = {}

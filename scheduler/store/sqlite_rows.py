@@ -9,8 +9,7 @@ import json
 import operator
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from json.encoder import encode_basestring_ascii as _json_string
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from tickd.scheduler.codec import (
@@ -28,6 +27,7 @@ from tickd.scheduler.codec import (
     request_to_doc,
     schedule_from_doc,
     summary_from_doc,
+    summary_to_doc,
     to_json_ready,
 )
 from tickd.scheduler.events import event_time, execution_event
@@ -337,17 +337,8 @@ def shard_end_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
 
 
 def summary_text(summary: ExecutionSummary | None) -> str:
-    """summary_to_doc as JSON, the text json.dumps makes of it, written out directly: one per
-    run's end, and json.dumps building and walking a dict cost twice the formatting."""
-    if summary is None:
-        return "null"
-    error = "null" if summary.error is None else _json_string(summary.error)
-    return '{"execution_id": %s, "status": %s, "finished_at": %s, "error": %s}' % (  # noqa: UP031
-        _json_string(summary.execution_id),
-        _json_string(str(summary.status)),
-        _json_string(summary.finished_at.astimezone(UTC).isoformat()),
-        error,
-    )
+    """summary_to_doc as JSON."""
+    return json.dumps(to_json_ready(summary_to_doc(summary)))
 
 
 # The schedule moves only if ops did not change when the job runs during the run (see Advance):
@@ -367,8 +358,7 @@ def _release_and_advance_sql(unchanged: str) -> str:
     )
 
 
-# Made once: sqlite3 finds a statement in its cache by the text, hashed again for each new
-# string, and formatting one took a microsecond and a half of every run's end.
+# Made once: sqlite3 finds a statement in its cache by its text.
 RELEASE_SQL = f"UPDATE jobs SET {CLEAR_LEASE} WHERE id = ? AND lease_token = ?"
 RELEASE_AND_ADVANCE_SQL = _release_and_advance_sql(_UNMOVED)
 RELEASE_AND_ADVANCE_AT_REVISION_SQL = _release_and_advance_sql(_UNCHANGED)
@@ -503,7 +493,6 @@ JOB_DECODED = (
     "lease_until", "fence", "revision", "consecutive_failures", "paused_reason",
     "last_execution", "system", "redrive", "shards", "created_at", "updated_at",
 )  # fmt: skip
-# By value: Priority(n) costs a microsecond, a dict look-up a tenth of that.
 PRIORITY_OF = {int(priority): priority for priority in Priority}
 
 
@@ -515,59 +504,45 @@ def _job_columns(columns: tuple[str, ...]) -> operator.itemgetter[tuple[Any, ...
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
-    """The dispatcher decodes every job it fetches and claims: straight from the columns, read
-    by position (sqlite3.Row's lookup by name costs a quarter of a microsecond each), with the
-    few distinct schedules, misfire policies and re-drive policies decoded once each."""
+    """The dispatcher decodes every job it fetches and claims: read by position, with the few
+    distinct schedules, misfire policies and re-drive policies decoded once each."""
     (
         id_, name, handler, params, schedule, enabled, next_run_at, timeout_seconds,
         max_retries, priority, misfire, jitter_seconds, lease_owner, lease_token, lease_until,
         fence, revision, consecutive_failures, paused_reason, last_execution, system, redrive,
         shards, created_at, updated_at,
     ) = _job_columns(tuple(row.keys()))(tuple(row))  # fmt: skip
-    # Job() by its slots, then validated as Job() validates (__post_init__): the keyword call
-    # of 23 fields cost a third of a decode. In JOB_FIELDS' order; zip(strict) fails loudly
-    # the day Job gains a field this does not set.
-    job = object.__new__(Job)
-    fields = (
-        id_,
-        name,
-        handler,
-        _schedule(schedule),
-        {} if params == "{}" else dict(json.loads(params) or {}),
-        bool(enabled),
-        None if next_run_at is None else _time(next_run_at),
-        float(timeout_seconds),
-        int(max_retries),
-        PRIORITY_OF[priority] if priority in PRIORITY_OF else Priority(priority),
-        _misfire(misfire),
-        float(jitter_seconds),
-        None
+    return Job(
+        id=id_,
+        name=name,
+        handler=handler,
+        schedule=_schedule(schedule),
+        params={} if params == "{}" else dict(json.loads(params) or {}),
+        enabled=bool(enabled),
+        next_run_at=None if next_run_at is None else _time(next_run_at),
+        timeout_seconds=float(timeout_seconds),
+        max_retries=int(max_retries),
+        priority=PRIORITY_OF[priority] if priority in PRIORITY_OF else Priority(priority),
+        misfire=_misfire(misfire),
+        jitter_seconds=float(jitter_seconds),
+        lease=None
         if lease_token is None
         else Lease(owner=lease_owner, token=int(lease_token), until=_time(lease_until)),
-        int(fence),
-        int(revision),
-        int(consecutive_failures),
-        paused_reason,
-        _summary(last_execution),
-        bool(system),
-        _redrive(redrive),
-        int(shards),
-        _time(created_at),
-        _time(updated_at),
+        fence=int(fence),
+        revision=int(revision),
+        consecutive_failures=int(consecutive_failures),
+        paused_reason=paused_reason,
+        last_execution=_summary(last_execution),
+        system=bool(system),
+        redrive=_redrive(redrive),
+        shards=int(shards),
+        created_at=_time(created_at),
+        updated_at=_time(updated_at),
     )
-    for set_field, value in zip(_JOB_SLOT_SETTERS, fields, strict=True):
-        set_field(job, value)
-    job.__post_init__()
-    return job
 
 
 # What a claim writes: a claimed job's row differs from the one the due query read only here.
 CLAIM_COLUMNS = frozenset({"lease_owner", "lease_token", "lease_until", "fence"})
-JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
-# A job's fields read at once, and each written through its slot: a third cheaper than
-# getattr and object.__setattr__ by name, field by field.
-_read_job_fields = operator.attrgetter(*JOB_FIELDS)
-_JOB_SLOT_SETTERS = tuple(getattr(Job, name).__set__ for name in JOB_FIELDS)
 
 
 def unclaimed_part(columns: Sequence[str]) -> operator.itemgetter[tuple[Any, ...]]:
@@ -585,17 +560,11 @@ def claim_part(columns: Sequence[str]) -> operator.itemgetter[tuple[Any, ...]]:
 
 
 def with_claim(job: Job, claim: tuple[Any, ...]) -> Job:
-    """`job` with the lease and fence of its claimed row (`claim`, its CLAIM_PART); the rest was
-    validated when `job` was decoded and is unchanged (unclaimed_part), so it is copied, not
-    built again."""
+    """`job` with the lease and fence of its claimed row (`claim`, its CLAIM_PART); the rest
+    is unchanged (unclaimed_part), so it is copied, not read again."""
     _, owner, token, until, fence = claim
-    claimed = object.__new__(Job)
-    for set_field, value in zip(_JOB_SLOT_SETTERS, _read_job_fields(job), strict=True):
-        set_field(claimed, value)
     lease = None if token is None else Lease(owner=owner, token=int(token), until=_time(until))
-    object.__setattr__(claimed, "lease", lease)
-    object.__setattr__(claimed, "fence", int(fence))
-    return claimed
+    return dataclasses.replace(job, lease=lease, fence=int(fence))
 
 
 # Distinct values are few (the same schedule text for every job of a kind), the objects frozen.
