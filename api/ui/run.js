@@ -51,6 +51,7 @@ function facts(run) {
   const pairs = [
     ["job", h("a", { href: jobHash(run.job_id) }, run.job_name)],
     ["scheduled", dateTime(run.scheduled_at)],
+    ["asked for by", run.requested || "its schedule"],
     ["started", dateTime(run.started_at)],
     ["ended", dateTime(run.finished_at)],
     ["duration", millis(run.duration_ms)],
