@@ -1,5 +1,6 @@
 """/v1/dead-letters: list with filters and pages, re-drive one or by filter, discard; each
-action in the job's history; a job's re-drive policy through the job endpoints."""
+action in the job's history; a job's re-drive policy through the job endpoints; a dead letter
+read alone, with its attempts and its traceback."""
 
 from __future__ import annotations
 
@@ -154,3 +155,16 @@ async def test_a_jobs_redrive_policy_is_set_shown_and_removed(api: Api) -> None:
         json={"redrive": {"max_attempts": 0, "backoff_seconds": 1}},
     )
     assert status == 422 and body["errors"][0]["field"] == "redrive.max_attempts"
+
+
+async def test_a_dead_letter_read_alone_tells_each_attempt_and_where_it_raised(api: Api) -> None:
+    await failing_job(api, "retried", max_retries=1)
+    [dead] = await dead_letters(api)
+    assert "attempt_log" not in dead, "a listing stays small"
+    status, run, _ = await api.call("GET", f"/v1/executions/{dead['id']}", token=READ)
+    assert status == 200, run
+    first, last = run["attempt_log"]
+    assert [first["number"], last["number"]] == [1, 2]
+    assert first["error"]["message"] == "always fails" and first["backoff_seconds"] > 0
+    assert last["backoff_seconds"] is None
+    assert "raise RuntimeError" in run["error"]["traceback"]
