@@ -32,7 +32,7 @@ async def sleep(ctx: HandlerContext) -> Result:
         raise RuntimeError(f"failed on purpose after {seconds:g} s")
     percent = float(ctx.params.get("fail_percent", 0))
     if attempt_fails(ctx.idempotency_key, ctx.attempt, percent):
-        raise RuntimeError(f"attempt {ctx.attempt} failed on purpose ({percent:g} % do)")
+        raise RuntimeError(f"attempt {ctx.attempt} failed on purpose, as {percent:g} % do")
     return {"slept_seconds": seconds}
 
 
