@@ -262,5 +262,5 @@ async def test_the_from_address_is_the_scans(
     email = EmailPolicy(from_address="alerts@tickd.example")
     await run(products, outbox, clock, email=email)
     (message,) = outbox.messages()
-    assert message["From"] == "alerts@tickd.example"
+    assert message["From"] == "tickd alerts <alerts@tickd.example>"
     assert str(message["Message-ID"]).endswith("@tickd.example>")
