@@ -1,6 +1,7 @@
 """From a validated request to a Job: the request models turned into a JobSpec or a changed Job,
 checked by scheduler/jobspec.py's JobRules (as the seeds are), secrets a client sent back masked
-kept, the history entry of a change, and who may touch system jobs.
+kept, the history entry of a change, and who may touch system jobs. And the jobs list's query:
+what GET /v1/jobs asks the store for (ports.JobSearch).
 
 Every check runs before anything is written; each failure names its field.
 """
@@ -12,10 +13,14 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from pydantic import Field, field_validator
+
 from tickd.api.models import (
     CronScheduleIn,
     IntervalScheduleIn,
     JobCreate,
+    JobListQuery,
+    JobPage,
     JobPatch,
     MisfireIn,
     OnceScheduleIn,
@@ -32,10 +37,11 @@ from tickd.scheduler.model import (
     Priority,
     RedrivePolicy,
     Schedule,
+    Status,
     ValidationError,
     new_id,
 )
-from tickd.scheduler.ports import JobChange
+from tickd.scheduler.ports import JobChange, JobOrder, JobSearch
 from tickd.scheduler.registry import HandlerRegistry
 from tickd.scheduler.schedules import first_fire, next_fire
 from tickd.scheduler.secrets import MASK, is_secret_name, mask, restore_masked
@@ -281,3 +287,69 @@ def guard_system(job: Job, scope: str, registry: HandlerRegistry) -> None:
             "Forbidden",
             f"{job.handler!r} is a system handler: its jobs need a token with the admin scope",
         )
+
+
+# -- the jobs list --------------------------------------------------------------------------------
+
+
+class JobSearchQuery(JobListQuery):
+    q: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Part of the job's name or id, anywhere in it (ASCII case ignored)",
+    )
+    last_status: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The status of the job's last run, one of a comma-separated list: "
+        + ", ".join(str(s) for s in Status if s is not Status.RUNNING),
+    )
+    sort: JobOrder = Field(
+        default=JobOrder.NAME,
+        description="`name`, or `next_run`: the soonest first, jobs with no next run last",
+    )
+    total: bool = Field(default=False, description="Count the jobs the filters keep, every page")
+
+    @field_validator("last_status")
+    @classmethod
+    def _known_statuses(cls, value: str | None) -> str | None:
+        if value is not None:
+            last_statuses(value)
+        return value
+
+
+def last_statuses(value: str | None) -> frozenset[Status]:
+    if value is None:
+        return frozenset()
+    names = [name.strip() for name in value.split(",")]
+    known = {str(s) for s in Status if s is not Status.RUNNING}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not one of {', '.join(sorted(known))}")
+    return frozenset(Status(name) for name in names)
+
+
+class JobListPage(JobPage):
+    total: int | None = Field(
+        default=None, description="How many jobs the filters keep in all (with `total=true`)"
+    )
+
+
+def job_search(
+    q: JobSearchQuery, after_name: str | None, after_next_run_at: datetime | None
+) -> JobSearch:
+    """The store's search for a page of the list, one more than asked: whether there is more."""
+    return JobSearch(
+        text=q.q,
+        handler=q.handler,
+        enabled=q.enabled,
+        name_prefix=q.name_prefix,
+        next_run_from=q.next_run_from,
+        next_run_to=q.next_run_to,
+        last_status=last_statuses(q.last_status),
+        order=q.sort,
+        after_name=after_name,
+        after_next_run_at=after_next_run_at,
+        limit=q.limit + 1,
+    )

@@ -9,14 +9,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from tickd.api.jobs import change_entry, definition_changed, guard_system
+from tickd.api.jobs import (
+    JobListPage,
+    JobSearchQuery,
+    change_entry,
+    definition_changed,
+    guard_system,
+    job_search,
+)
 from tickd.api.models import (
     ChangeOut,
     ChangePage,
     JobCreate,
-    JobListQuery,
     JobOut,
-    JobPage,
     JobPatch,
     PageQuery,
 )
@@ -24,6 +29,7 @@ from tickd.api.problems import ApiError, field_error
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import (
     JOB,
+    decode_cursor,
     encode_cursor,
     entity_tags,
     if_match,
@@ -36,27 +42,48 @@ from tickd.api.v1 import (
 )
 from tickd.scheduler.codec import to_json_ready
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import DuplicateJobName, JobQuery, UnstorableValue
+from tickd.scheduler.ports import DuplicateJobName, JobOrder, UnstorableValue
 
 
-async def list_jobs(call: Call[JobListQuery, None]) -> Reply:
+async def list_jobs(call: Call[JobSearchQuery, None]) -> Reply:
     q = call.query
-    after = name_cursor(q.cursor)
-    query = JobQuery(
-        handler=q.handler,
-        enabled=q.enabled,
-        name_prefix=q.name_prefix,
-        next_run_from=q.next_run_from,
-        next_run_to=q.next_run_to,
-        after_name=after,
-        limit=q.limit + 1,
-    )
-    jobs = await state(call).store.list_jobs(query)
+    s = state(call)
+    search = job_search(q, *_after(q.cursor, q.sort))
+    jobs = await s.store.search_jobs(search)
     page, more = jobs[: q.limit], len(jobs) > q.limit
-    cursor = encode_cursor(after_name=page[-1].name) if more else None
+    total = await s.store.count_jobs(search) if q.total else None
     return Reply(
-        JobPage(items=[job_out(j, state(call).registry) for j in page], next_cursor=cursor)
+        JobListPage(
+            items=[job_out(j, s.registry) for j in page],
+            next_cursor=_cursor_after(page[-1], q.sort) if more else None,
+            total=total,
+        )
     )
+
+
+def _after(cursor: str | None, order: JobOrder) -> tuple[str | None, datetime | None]:
+    """The last job of the previous page, as the cursor the list gave out in this order."""
+    if cursor is None or order is JobOrder.NAME:
+        return name_cursor(cursor), None
+    fields = decode_cursor(cursor, "after_name", "after_next_run_at")
+    name, at = fields["after_name"], fields["after_next_run_at"]
+    if not isinstance(name, str) or not (at is None or _aware_time(at)):
+        raise field_error("query.cursor", "not a cursor this API gave out", 400)
+    return name, None if at is None else datetime.fromisoformat(at)
+
+
+def _aware_time(value: object) -> bool:
+    try:
+        return isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _cursor_after(job: Job, order: JobOrder) -> str:
+    if order is JobOrder.NAME:
+        return encode_cursor(after_name=job.name)
+    at = None if job.next_run_at is None else job.next_run_at.isoformat()
+    return encode_cursor(after_name=job.name, after_next_run_at=at)
 
 
 async def create_job(call: Call[None, JobCreate]) -> Reply:
@@ -215,7 +242,15 @@ async def job_history(call: Call[PageQuery, None]) -> Reply:
 
 
 JOB_ROUTES: Routes = [
-    Route("GET", "/v1/jobs", list_jobs, "List jobs", "read", JobPage, query=JobListQuery),
+    Route(
+        "GET",
+        "/v1/jobs",
+        list_jobs,
+        "List jobs: searched, filtered, sorted and paged by the store",
+        "read",
+        JobListPage,
+        query=JobSearchQuery,
+    ),
     Route("POST", "/v1/jobs", create_job, "Create a job", "write", JobOut, 201, body=JobCreate),
     Route("GET", JOB, get_job, "Read a job", "read", JobOut),
     Route("PUT", JOB, put_job, "Replace a job's definition", "write", JobOut, body=JobCreate),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 from datetime import timedelta
 from email.message import EmailMessage
@@ -12,9 +13,9 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import ADMIN, READ, WRITE, Api
-from tests.conftest import T0
+from tests.conftest import T0, make_job
 from tickd.api.jobs_routes import MAX_WRITE_ATTEMPTS
-from tickd.scheduler.model import Status
+from tickd.scheduler.model import ExecutionSummary, Status
 from tickd.scheduler.ports import Claim, ExecutionQuery, JobQuery, RunRequest
 
 CRON_JOB: dict[str, Any] = {
@@ -25,6 +26,10 @@ CRON_JOB: dict[str, Any] = {
     "timeout_seconds": 30,
     "max_retries": 2,
 }
+
+
+def failed_run() -> ExecutionSummary:
+    return ExecutionSummary(execution_id="run-1", status=Status.FAILED, finished_at=T0)
 
 
 async def create(api: Api, **overrides: Any) -> dict[str, Any]:
@@ -63,6 +68,39 @@ async def test_list_filters_and_pages_in_a_stable_order(api: Api) -> None:
     assert rest["next_cursor"] is None
     _, enabled, _ = await api.call("GET", "/v1/jobs?enabled=false")
     assert [j["name"] for j in enabled["items"]] == ["a-paused"]
+
+
+async def test_the_list_searches_filters_and_counts_in_the_store(api: Api) -> None:
+    jobs = [make_job(f"team-{i:03}.sync", "ping") for i in range(30)]
+    jobs.append(make_job("zz.partner-feed", "sleep", last_execution=failed_run()))
+    for job in jobs:
+        await api.store.insert_job(job)
+
+    _, found, _ = await api.call("GET", "/v1/jobs?q=PARTNER&total=true", token=READ)
+    assert [j["name"] for j in found["items"]] == ["zz.partner-feed"] and found["total"] == 1
+    _, by_id, _ = await api.call("GET", f"/v1/jobs?q={jobs[4].id[:12]}", token=READ)
+    assert jobs[4].name in [j["name"] for j in by_id["items"]]
+    _, page, _ = await api.call("GET", "/v1/jobs?handler=ping&limit=10&total=true")
+    assert (len(page["items"]), page["total"]) == (10, 30) and page["next_cursor"]
+    _, failing, _ = await api.call("GET", "/v1/jobs?last_status=failed,timeout")
+    assert [j["name"] for j in failing["items"]] == ["zz.partner-feed"]
+    _, plain, _ = await api.call("GET", "/v1/jobs?limit=1")
+    assert plain["total"] is None  # counted only when asked
+
+
+async def test_the_list_sorts_by_next_run_page_after_page(api: Api) -> None:
+    later = [make_job(f"a-{i}", next_run_at=T0 + timedelta(minutes=10 - i)) for i in range(5)]
+    never = make_job("0-spent", next_run_at=None, enabled=False)
+    for job in [never, *later]:
+        await api.store.insert_job(job)
+
+    names: list[str] = []
+    cursor = ""
+    while cursor is not None:
+        _, page, _ = await api.call("GET", f"/v1/jobs?sort=next_run&limit=2{cursor}")
+        names += [j["name"] for j in page["items"]]
+        cursor = page["next_cursor"] and f"&cursor={page['next_cursor']}"
+    assert names == ["a-4", "a-3", "a-2", "a-1", "a-0", "0-spent"]
 
 
 BAD_CREATES = [
@@ -162,6 +200,21 @@ async def test_unreadable_bodies_change_nothing(api: Api, data: bytes, status: i
         ("/v1/executions?status=exploded", "query.status"),
         ("/v1/executions?since=yesterday", "query.since"),
         ("/v1/jobs?handler=noop&handler=webhook", "query.handler"),  # neither is ignored
+        ("/v1/jobs?sort=colour", "query.sort"),
+        ("/v1/jobs?last_status=exploded", "query.last_status"),
+        ("/v1/jobs?last_status=failed,running", "query.last_status"),
+        ("/v1/jobs?total=maybe", "query.total"),
+        ("/v1/jobs?q=", "query.q"),
+        (f"/v1/jobs?q={'x' * 201}", "query.q"),
+        # A cursor of the name order is not one of the next-run order.
+        ("/v1/jobs?sort=next_run&cursor=eyJhZnRlcl9uYW1lIjogImEifQ==", "query.cursor"),
+        (
+            "/v1/jobs?sort=next_run&cursor="
+            + base64.urlsafe_b64encode(
+                b'{"after_name": "a", "after_next_run_at": "soon"}'
+            ).decode(),
+            "query.cursor",
+        ),
     ],
 )
 async def test_bad_queries_name_the_parameter(api: Api, path: str, field: str) -> None:
