@@ -1,32 +1,32 @@
 """GET /v1/stats: what the dashboard's "Now" view draws, from the daemon's own data; GET
 /v1/session: whose token the dashboard holds, so it offers only what that token may do.
 
-Executions of the window are read from the store newest first, at most MAX_EXECUTIONS of them,
-so a busy daemon costs one bounded query however long the window: when the cap is reached the
-reply says so (`truncated`) and from when on it is complete (`complete_since`).
+The store aggregates the window's executions (Store.execution_stats: every one of them, however
+many) and gathers what needs attention grouped by job (Store.attention): a few bounded queries
+whatever the number of jobs and runs, and no figure drawn from a sample.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from tickd.api.models import ExecutionOut, Strict
+from tickd.api.models import ErrorOut, Strict
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
-from tickd.api.v1 import execution_out, state
-from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.api.v1 import state
+from tickd.scheduler.model import Job
+from tickd.scheduler.ports import Attention, ExecutionStats, JobTrouble, LagPercentiles
 
-MAX_EXECUTIONS = 5000
 # One chart point per bucket: about 60 points whatever the window.
 BUCKETS = 60
 MIN_BUCKET_SECONDS = 60
-PROBLEMS_SHOWN = 20
-PROBLEM_STATUSES = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED, Status.SKIPPED)
+# Jobs of each kind of trouble listed; their totals are whole.
+ATTENTION_SHOWN = 20
+# A job free to run and due longer ago than this is late (the dispatcher takes due jobs within
+# a tick or two).
+LATE_AFTER_SECONDS = 60
 
 
 class StatsQuery(Strict):
@@ -40,6 +40,55 @@ class Bucket(BaseModel):
     lag_p99_seconds: float | None
 
 
+class RecentError(BaseModel):
+    status: str
+    error: ErrorOut | None
+    scheduled_at: datetime
+
+
+class JobTroubleOut(BaseModel):
+    job_id: str
+    job_name: str
+    handler: str
+    count: int
+    newest_at: datetime = Field(description="Scheduled time of the newest of them")
+    errors: list[RecentError] = Field(description="The newest distinct statuses and errors")
+
+
+class FailingJobOut(BaseModel):
+    job_id: str
+    job_name: str
+    handler: str
+    consecutive_failures: int
+    last_status: str | None
+    last_error: str | None
+    last_finished_at: datetime | None
+
+
+class LateJobOut(BaseModel):
+    job_id: str
+    job_name: str
+    handler: str
+    due_at: datetime
+    late_seconds: float
+
+
+class AttentionOut(BaseModel):
+    dead_letters: list[JobTroubleOut] = Field(description="Open dead letters, by job")
+    dead_letters_total: int
+    dead_letter_jobs: int
+    failures: list[JobTroubleOut] = Field(
+        description="Failed, timed-out, abandoned and skipped executions of the window, by job"
+    )
+    failure_jobs: int
+    failing: list[FailingJobOut] = Field(description="Jobs whose last runs failed, most first")
+    failing_total: int
+    late: list[LateJobOut] = Field(
+        description=f"Jobs free to run and due over {LATE_AFTER_SECONDS} s ago, most late first"
+    )
+    late_total: int
+
+
 class StatsOut(BaseModel):
     now: datetime
     window_seconds: int
@@ -47,47 +96,41 @@ class StatsOut(BaseModel):
     due_backlog: int = Field(description="Enabled jobs due now and not running")
     busy_workers: int | None = Field(description="Null when no dispatcher runs in this process")
     workers: int
-    totals: dict[str, int]
-    lag_p50_seconds: float | None
+    totals: dict[str, int] = Field(description="Every execution of the window, by status")
+    by_handler: dict[str, dict[str, int]] = Field(description="Handler -> status -> executions")
+    lag_p50_seconds: float | None = Field(description="Fire lag of first starts, nearest rank")
     lag_p99_seconds: float | None
+    lag_measured: int = Field(description="Occurrences the lag percentiles are of")
     buckets: list[Bucket]
-    problems: list[ExecutionOut] = Field(
-        description="The newest failed, timed-out, abandoned and skipped executions"
-    )
-    executions_read: int
-    truncated: bool = Field(description=f"More than {MAX_EXECUTIONS} executions in the window")
-    complete_since: datetime = Field(description="Counts are complete from here on")
+    open_dead_letters: int
+    attention: AttentionOut
 
 
 async def stats(call: Call[StatsQuery, None]) -> Reply:
     s = state(call)
-    q = call.query
     now = s.clock.now()
-    since = now - timedelta(seconds=q.window)
-    runs = await s.store.list_executions(
-        ExecutionQuery(since=since, until=now + timedelta(microseconds=1), limit=MAX_EXECUTIONS)
-    )
-    truncated = len(runs) >= MAX_EXECUTIONS
-    bucket_seconds = max(MIN_BUCKET_SECONDS, math.ceil(q.window / BUCKETS))
-    lags = [lag for run in runs if (lag := lag_seconds(run)) is not None]
+    since = now - timedelta(seconds=call.query.window)
+    until = now + timedelta(microseconds=1)
+    bucket_seconds = max(MIN_BUCKET_SECONDS, math.ceil(call.query.window / BUCKETS))
+    figures = await s.store.execution_stats(since, until, bucket_seconds)
+    late_before = now - timedelta(seconds=LATE_AFTER_SECONDS)
+    attention = await s.store.attention(since, until, late_before, limit=ATTENTION_SHOWN)
     return Reply(
         StatsOut(
             now=now,
-            window_seconds=q.window,
+            window_seconds=call.query.window,
             bucket_seconds=bucket_seconds,
             due_backlog=(await s.store.due_backlog(now)).due,
             busy_workers=busy_workers(call),
             workers=s.settings.workers,
-            totals=dict(Counter(str(run.status) for run in runs)),
-            lag_p50_seconds=percentile(lags, 0.50),
-            lag_p99_seconds=percentile(lags, 0.99),
-            buckets=buckets(runs, since, now, bucket_seconds),
-            problems=[execution_out(r) for r in runs if r.status in PROBLEM_STATUSES][
-                :PROBLEMS_SHOWN
-            ],
-            executions_read=len(runs),
-            truncated=truncated,
-            complete_since=runs[-1].scheduled_at if truncated else since,
+            totals=totals(figures),
+            by_handler=by_handler(figures),
+            lag_p50_seconds=figures.lag.p50,
+            lag_p99_seconds=figures.lag.p99,
+            lag_measured=figures.lag.measured,
+            buckets=buckets(figures, since, bucket_seconds),
+            open_dead_letters=attention.dead_letters_total,
+            attention=attention_out(attention, now),
         )
     )
 
@@ -100,40 +143,86 @@ def busy_workers(call: Call[Q, B]) -> int | None:
     return int(value or 0)
 
 
-def lag_seconds(run: Execution) -> float | None:
-    # A skipped occurrence never started (the engine stamps it when it gave up on it): counting
-    # it would report the outage that caused the skip as fire lag.
-    if run.started_at is None or run.status is Status.SKIPPED:
-        return None
-    return max(0.0, (run.started_at - run.scheduled_at).total_seconds())
+def totals(figures: ExecutionStats) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for (status, _), count in figures.counts.items():
+        counted[status] = counted.get(status, 0) + count
+    return counted
 
 
-def percentile(values: Sequence[float], fraction: float) -> float | None:
-    """Nearest rank: a value that was measured, never one between two."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+def by_handler(figures: ExecutionStats) -> dict[str, dict[str, int]]:
+    counted: dict[str, dict[str, int]] = {}
+    for (status, handler), count in figures.counts.items():
+        counted.setdefault(handler, {})[status] = count
+    return counted
 
 
-def buckets(
-    runs: Sequence[Execution], since: datetime, now: datetime, bucket_seconds: int
-) -> list[Bucket]:
-    count = math.ceil((now - since).total_seconds() / bucket_seconds)
-    grouped: list[list[Execution]] = [[] for _ in range(count)]
-    for run in runs:
-        index = int((run.scheduled_at - since).total_seconds() // bucket_seconds)
-        grouped[min(max(index, 0), count - 1)].append(run)
-    return [bucket(since + timedelta(seconds=i * bucket_seconds), g) for i, g in enumerate(grouped)]
+def buckets(figures: ExecutionStats, since: datetime, bucket_seconds: int) -> list[Bucket]:
+    return [
+        bucket(since + timedelta(seconds=i * bucket_seconds), counts, lag)
+        for i, (counts, lag) in enumerate(
+            zip(figures.bucket_counts, figures.bucket_lags, strict=True)
+        )
+    ]
 
 
-def bucket(start: datetime, runs: Sequence[Execution]) -> Bucket:
-    lags = [lag for run in runs if (lag := lag_seconds(run)) is not None]
-    return Bucket(
-        start=start,
-        counts=dict(Counter(str(run.status) for run in runs)),
-        lag_p50_seconds=percentile(lags, 0.50),
-        lag_p99_seconds=percentile(lags, 0.99),
+def bucket(start: datetime, counts: dict[str, int], lag: LagPercentiles) -> Bucket:
+    return Bucket(start=start, counts=counts, lag_p50_seconds=lag.p50, lag_p99_seconds=lag.p99)
+
+
+def attention_out(attention: Attention, now: datetime) -> AttentionOut:
+    return AttentionOut(
+        dead_letters=[trouble_out(t) for t in attention.dead_letters],
+        dead_letters_total=attention.dead_letters_total,
+        dead_letter_jobs=attention.dead_letter_jobs,
+        failures=[trouble_out(t) for t in attention.failures],
+        failure_jobs=attention.failure_jobs,
+        failing=[failing_out(job) for job in attention.failing],
+        failing_total=attention.failing_total,
+        late=[late_out(job, now) for job in attention.late],
+        late_total=attention.late_total,
+    )
+
+
+def trouble_out(trouble: JobTrouble) -> JobTroubleOut:
+    return JobTroubleOut(
+        job_id=trouble.job_id,
+        job_name=trouble.job_name,
+        handler=trouble.handler,
+        count=trouble.count,
+        newest_at=trouble.newest_at,
+        errors=[
+            RecentError(
+                status=str(status),
+                error=None if error is None else ErrorOut(type=error.type, message=error.message),
+                scheduled_at=at,
+            )
+            for status, error, at in trouble.errors
+        ],
+    )
+
+
+def failing_out(job: Job) -> FailingJobOut:
+    last = job.last_execution
+    return FailingJobOut(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        consecutive_failures=job.consecutive_failures,
+        last_status=None if last is None else str(last.status),
+        last_error=None if last is None else last.error,
+        last_finished_at=None if last is None else last.finished_at,
+    )
+
+
+def late_out(job: Job, now: datetime) -> LateJobOut:
+    assert job.next_run_at is not None  # a late job is due
+    return LateJobOut(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        due_at=job.next_run_at,
+        late_seconds=(now - job.next_run_at).total_seconds(),
     )
 
 
@@ -161,8 +250,9 @@ STATS_ROUTES: Routes = [
         "GET",
         "/v1/stats",
         stats,
-        "Executions of the last `window` seconds by status and minute, fire lag percentiles, "
-        "the due backlog and the newest failures and skips (what the dashboard draws)",
+        "Executions of the last `window` seconds by status, handler and minute, fire lag "
+        "percentiles, the due backlog and what needs attention by job (what the dashboard "
+        "draws)",
         "read",
         StatsOut,
         query=StatsQuery,

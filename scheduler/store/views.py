@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickd.scheduler.model import ExecutionError, Status
 from tickd.scheduler.ports import ExecutionStats, JobTrouble, LagPercentiles
@@ -141,4 +141,7 @@ class ExecutionTally:
 
 
 def bucket_count(since: datetime, until: datetime, bucket_seconds: int) -> int:
-    return max(1, math.ceil((until - since).total_seconds() / bucket_seconds))
+    """Buckets of the window's whole seconds: a window that ends a microsecond past a time (to
+    take in what is due right then) has no bucket for that microsecond alone."""
+    seconds = (until - since) // timedelta(seconds=1)
+    return max(1, math.ceil(seconds / bucket_seconds))
