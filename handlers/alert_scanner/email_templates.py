@@ -6,7 +6,8 @@ what inline styles cannot say, the phone layout. Under 600 px (`@media`, which A
 Gmail's apps and Outlook's mobile apps honour) each row of the table becomes a block of its own,
 its cells stacked with a label each ("Before", "After", "Why"), so nothing is wider than the
 screen. Long unbroken values (a part number of 60 characters) wrap anywhere rather than widen
-the table. Nothing loads from the network: no images, fonts or stylesheets.
+the table. Outlook on Windows, which ignores `max-width`, gets a fixed-width table of its own in
+a conditional comment. Nothing loads from the network: no images, fonts or stylesheets.
 
 Every `$value` is substituted already escaped (emails.py): the templates add markup, never data.
 """
@@ -100,6 +101,8 @@ HTML = Template(
 <table role="presentation" width="100%" cellpadding="0" cellspacing="0" border="0" \
 style="background-color: $page;">
 <tr><td class="outer" align="center" style="padding: 24px 8px;">
+<!--[if mso]><table role="presentation" width="${card}" align="center" cellpadding="0" \
+cellspacing="0" border="0"><tr><td><![endif]-->
 <table role="presentation" class="card" width="100%" cellpadding="0" cellspacing="0" border="0" \
 style="max-width: ${card}px; background-color: #ffffff; border: 1px solid $rule; \
 border-radius: 8px; font-family: $fonts; font-size: 15px; line-height: 1.5; color: $text;">
@@ -123,6 +126,7 @@ $$more</td></tr>
 font-size: 13px; color: $muted;">
 $$footer</td></tr>
 </table>
+<!--[if mso]></td></tr></table><![endif]-->
 </td></tr>
 </table>
 </body>
