@@ -63,7 +63,8 @@ class EmailPolicy:
     # How long a claim holds if its scan dies (then another scan may send them); longer than
     # the system job's ten-minute timeout, so a scan still sending never loses its claims.
     claim_seconds: float = 900.0
-    # The From address; None leaves it to the mailer (smtp://...?from=...).
+    # The From: `Name <address>`, or a bare address, shown as `tickd alerts <address>`
+    # (emails.named_sender); None leaves it to the mailer (smtp://...?from=...).
     from_address: str | None = None
     # Hard bounces of an address after which it gets no more mail.
     bounces_before_blocking: int = 3
