@@ -1,6 +1,6 @@
 """deploy/ charts and alerts on what /metrics exports: every expression of the Grafana dashboard
-and the Prometheus rules names only series a running tickd shows, every tickd metric family has
-a panel, and docs/operations.md names only metrics that exist."""
+and the Prometheus rules names only series a running tickd shows, and every tickd metric family
+has a panel. docs/operations.md names only metrics that exist, and every rule."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_metrics_says_which_version_runs_and_what_the_process_uses(exposition: s
 
 
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)
-async def test_every_expression_in_deploy_names_series_that_metrics_exports(
+def test_every_expression_in_deploy_names_series_that_metrics_exports(
     exported: dict[str, set[str]],
 ) -> None:
     series = set().union(*exported.values()) | SCRAPE_SERIES
@@ -151,7 +151,7 @@ async def test_every_expression_in_deploy_names_series_that_metrics_exports(
 
 
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)
-async def test_every_tickd_metric_family_has_a_panel_in_the_dashboard(
+def test_every_tickd_metric_family_has_a_panel_in_the_dashboard(
     exported: dict[str, set[str]],
 ) -> None:
     charted = {
@@ -169,7 +169,7 @@ async def test_every_tickd_metric_family_has_a_panel_in_the_dashboard(
 
 
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)
-async def test_docs_operations_md_names_only_metrics_that_exist(
+def test_docs_operations_md_names_only_metrics_that_exist(
     exported: dict[str, set[str]],
 ) -> None:
     known = set(exported).union(*exported.values())
