@@ -42,7 +42,7 @@ async def test_started_at_is_when_the_handler_started_not_when_the_run_was_plann
     assert len(runs) == 4 and {run.status for run in runs} == {Status.SUCCESS}
     for run in runs:
         assert run.started_at == seen[run.job_name], run.job_name
-    lags = sorted((run.started_at - run.scheduled_at).total_seconds() for run in runs)
+    lags = sorted((seen[run.job_name] - run.scheduled_at).total_seconds() for run in runs)
     assert lags == [0, 5, 10, 15], "each waited for the runs before it"
 
 

@@ -45,7 +45,7 @@ from typing import Any
 from tickd.handlers.alert_scanner import normalize
 from tickd.handlers.alert_scanner.concurrency import run_all
 from tickd.handlers.alert_scanner.delivery import EmailPolicy, deliver_pending
-from tickd.handlers.alert_scanner.emails import safe_text
+from tickd.handlers.alert_scanner.emails import currency_of, safe_text
 from tickd.handlers.alert_scanner.errors import unforeseen
 from tickd.handlers.alert_scanner.normalize import NormalizationError
 from tickd.handlers.alert_scanner.rules import (
@@ -515,10 +515,8 @@ def notify(due: DueRule, part: Mapping[str, Any], verdict: Verdict, now: datetim
 
 
 def _currency(part: Mapping[str, Any]) -> str | None:
-    """The part's `priceCurrency` when it is an ISO 4217 code (anything else is not shown)."""
-    code = _text_or_none(part.get("priceCurrency"))
-    code = code.strip().upper() if code else None
-    return code if code and len(code) == 3 and code.isascii() and code.isalpha() else None
+    """The part's `priceCurrency`, or the currency a symbol before its price string names."""
+    return currency_of(part.get("priceCurrency"), part.get("price"))
 
 
 def _text_or_none(value: Any) -> str | None:
