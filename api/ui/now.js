@@ -3,7 +3,7 @@
 import { get } from "./api.js";
 import { STATUS_COLOURS, lines, stackedBars } from "./charts.js";
 import { badge, h, jobHash, link, replace } from "./dom.js";
-import { clock, dateTime, relative, seconds, setServerNow } from "./format.js";
+import { clock, dateTime, relative, seconds, setServerNow, span } from "./format.js";
 
 const WINDOW_SECONDS = 3600;
 const STATUSES = ["success", "failed", "timeout", "abandoned", "skipped", "running"];
@@ -21,21 +21,66 @@ export async function nowView(main) {
 }
 
 function problems(stats) {
+  const a = stats.attention;
   const section = h("section", { class: "panel attention", "data-testid": "problems" },
     h("h2", {}, "Needs attention"));
-  if (!stats.problems.length) {
-    section.append(h("p", { class: "ok" }, "No failed, timed-out, abandoned or skipped runs in the last hour."));
+  const parts = [deadLetters(a), failing(a), late(a), failures(a)].filter(Boolean);
+  if (!parts.length) {
+    section.append(h("p", { class: "ok" }, "Nothing needs attention: no open dead letters, no failing or late jobs, and no failed, timed-out, abandoned or skipped runs in the last hour."));
     return section;
   }
-  const rows = stats.problems.map((run) => h("tr", {},
-    h("td", {}, badge(run.status)),
-    h("td", {}, link(jobHash(run.job_id), run.job_name)),
-    h("td", { class: "nowrap", title: dateTime(run.scheduled_at) }, relative(run.scheduled_at)),
-    h("td", { class: "error-text" }, run.error ? `${run.error.type}: ${run.error.message}` : "—")));
-  section.append(h("table", { class: "table compact" },
-    h("thead", {}, h("tr", {}, h("th", {}, "status"), h("th", {}, "job"), h("th", {}, "scheduled"), h("th", {}, "reason"))),
-    h("tbody", {}, rows)));
+  section.append(...parts);
   return section;
+}
+
+/** "3 of 18": the rows shown of a whole that may be longer. */
+function shownOf(shown, total, noun) {
+  return shown < total ? `the ${shown} most recent of ${total} ${noun}` : `${total} ${noun}`;
+}
+
+function group(title, testid, head, rows) {
+  return h("div", { class: "attention-group", "data-testid": testid }, h("h3", {}, title),
+    h("table", { class: "table compact" },
+      h("thead", {}, h("tr", {}, head.map((t) => h("th", {}, t)))), h("tbody", {}, rows)));
+}
+
+function errorLines(trouble) {
+  return trouble.errors.map((e) => h("div", { class: "error-text" }, badge(e.status), " ",
+    e.error ? `${e.error.type}: ${e.error.message}` : "—"));
+}
+
+function deadLetters(a) {
+  if (!a.dead_letters_total) return null;
+  const jobs = shownOf(a.dead_letters.length, a.dead_letter_jobs, a.dead_letter_jobs === 1 ? "job" : "jobs");
+  return group([link("#/dead-letters", `${a.dead_letters_total} open dead ${a.dead_letters_total === 1 ? "letter" : "letters"}`), ` in ${jobs}`], "attention-dead-letters",
+    ["job", "open", "newest", "errors"],
+    a.dead_letters.map((t) => h("tr", {}, h("td", {}, link(jobHash(t.job_id), t.job_name)), h("td", {}, String(t.count)),
+      h("td", { class: "nowrap", title: dateTime(t.newest_at) }, relative(t.newest_at)), h("td", {}, errorLines(t)))));
+}
+
+function failing(a) {
+  if (!a.failing_total) return null;
+  return group(`Failing now: ${shownOf(a.failing.length, a.failing_total, a.failing_total === 1 ? "job" : "jobs")}`, "attention-failing",
+    ["job", "failed in a row", "last run", "error"],
+    a.failing.map((j) => h("tr", {}, h("td", {}, link(jobHash(j.job_id), j.job_name)), h("td", {}, String(j.consecutive_failures)),
+      h("td", { class: "nowrap" }, j.last_status ? [badge(j.last_status), " ", relative(j.last_finished_at)] : "—"),
+      h("td", { class: "error-text" }, j.last_error || "—"))));
+}
+
+function late(a) {
+  if (!a.late_total) return null;
+  return group(`Late: ${shownOf(a.late.length, a.late_total, a.late_total === 1 ? "job" : "jobs")}`, "attention-late",
+    ["job", "handler", "was due", "late by"],
+    a.late.map((j) => h("tr", {}, h("td", {}, link(jobHash(j.job_id), j.job_name)), h("td", {}, j.handler),
+      h("td", { class: "nowrap", title: dateTime(j.due_at) }, dateTime(j.due_at)), h("td", { class: "nowrap late" }, span(j.late_seconds)))));
+}
+
+function failures(a) {
+  if (!a.failures.length) return null;
+  return group(`Failed, timed out, abandoned or skipped in the last hour: ${shownOf(a.failures.length, a.failure_jobs, a.failure_jobs === 1 ? "job" : "jobs")}`, "attention-failures",
+    ["job", "runs", "newest", "errors"],
+    a.failures.map((t) => h("tr", {}, h("td", {}, link(jobHash(t.job_id), t.job_name)), h("td", {}, String(t.count)),
+      h("td", { class: "nowrap", title: dateTime(t.newest_at) }, relative(t.newest_at)), h("td", {}, errorLines(t)))));
 }
 
 function card(label, value, note, tone) {
@@ -51,7 +96,8 @@ function gauges(stats) {
     card("Due backlog", String(stats.due_backlog), "jobs due and not yet running", stats.due_backlog > 0 ? "warn" : ""),
     card("Busy workers", busy, stats.busy_workers === null ? "no dispatcher in this process" : "running a task"),
     card("Failed, last hour", String(failed), `of ${total} runs · ${stats.totals.skipped || 0} skipped`, failed ? "bad" : ""),
-    card("Fire lag p50", seconds(stats.lag_p50_seconds), "start minus due time"),
+    card("Open dead letters", String(stats.open_dead_letters), "failed for good, not yet handled", stats.open_dead_letters ? "bad" : ""),
+    card("Fire lag p50", seconds(stats.lag_p50_seconds), "first start minus due time"),
     card("Fire lag p99", seconds(stats.lag_p99_seconds), "the slowest 1 %", stats.lag_p99_seconds > 5 ? "warn" : ""));
 }
 
@@ -70,8 +116,7 @@ function charts(stats) {
 }
 
 function coverage(stats) {
-  const note = stats.truncated
-    ? `Only the newest ${stats.executions_read} runs were read: counts are complete from ${dateTime(stats.complete_since)}.`
-    : `${stats.executions_read} runs since ${dateTime(stats.complete_since)}; refreshed ${clock(stats.now)}.`;
-  return h("p", { class: "muted small" }, note);
+  const total = Object.values(stats.totals).reduce((a, b) => a + b, 0);
+  const since = new Date(Date.parse(stats.now) - stats.window_seconds * 1000).toISOString();
+  return h("p", { class: "muted small" }, `Every one of the ${total} runs due since ${dateTime(since)}; refreshed ${clock(stats.now)}.`);
 }
