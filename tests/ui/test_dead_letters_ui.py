@@ -52,7 +52,7 @@ async def test_a_dead_letter_is_found_by_its_job_and_redriven_from_its_view(
     harness, url = open_daemon
     feed, mail, _ = await seed(harness)
     await page.goto(f"{url}/ui")
-    await page.get_by_role("link", name="Dead letters").click()
+    await page.get_by_role("link", name="Dead letters", exact=True).click()
     await expect(rows(page)).to_have_count(4)
 
     await page.get_by_label("Handler").select_option("boom")
