@@ -79,7 +79,8 @@ function attempts(run) {
   const head = ["attempt", "started", "ended", "took", "error", "backoff before the next"];
   const rows = log ? log.map(attemptRow) : [summaryRow(run)];
   return h("section", { class: "panel" }, h("h2", {}, "Attempts"),
-    log ? null : h("p", { class: "muted small" }, "This run's record keeps no log of its attempts: the run as a whole is shown."),
+    // One attempt is its run: a record keeps a log only of runs that took more than one.
+    log || run.attempts <= 1 ? null : h("p", { class: "muted small" }, "This run's record keeps no log of its attempts: the run as a whole is shown."),
     h("div", { class: "table-wrap" }, h("table", { class: "table", "data-testid": "attempts" },
       h("thead", {}, h("tr", {}, head.map((t) => h("th", {}, t)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: head.length, class: "muted" }, "It has not started yet."))))));

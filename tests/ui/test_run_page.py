@@ -120,6 +120,8 @@ async def test_a_run_page_shows_each_attempt_its_result_and_its_shards(
     await shards.nth(1).get_by_role("link", name="open").click()
     await expect(page).to_have_url(f"{url}/ui#/runs/{failed.id}")
     await expect(page.get_by_test_id("traceback")).to_have_text(TRACEBACK)
+    await expect(page.get_by_test_id("attempts").locator("tbody tr")).to_have_count(1)
+    await expect(page.locator("main")).not_to_contain_text("keeps no log")
 
     # A record that keeps no attempt log: the run as a whole, said so.
     await (
