@@ -1,7 +1,12 @@
-"""Shared fixtures: a fake clock, stores over every backend, and an engine wired for drain mode."""
+"""Shared fixtures: a fake clock, stores over every backend, and an engine wired for drain mode.
+
+Every test that needs a real service is marked for it here, from the fixtures and backends it
+uses (see `service_markers`), so `make quick` can leave them out with `-m "not services"`.
+"""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -9,13 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+from redis import Redis
+from redis.exceptions import RedisError
 
+from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
 from tests.fixtures.times import T0 as T0
 from tickd.app import build_engine
 from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
 from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.config import Settings
 from tickd.scheduler.engine import Engine
+from tickd.scheduler.events.kafka import KafkaSettings
 from tickd.scheduler.handler_api import Handler, HandlerFunc
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
@@ -32,6 +45,121 @@ pytest_plugins = [
     "tests.fixtures.events",
     "tests.fixtures.products",
 ]
+
+# A fixture in a test's closure that talks to a real service, and the marker that says which.
+SERVICE_FIXTURES = {
+    "redis_admin": "redis",
+    "redis_lock": "redis",
+    "kafka_admin": "kafka",
+    "kafka_topic": "kafka",
+    "kafka_publisher": "kafka",
+    "browser": "browser",
+    "page": "browser",
+}
+# A parametrised fixture whose backend is chosen per test: (fixture, backend) -> marker. Its
+# backends are fetched by name at run time, so they are not in the closure.
+SERVICE_BACKENDS = {
+    ("store", "mongodb"): "mongodb",
+    ("product_db", "mongodb"): "mongodb",
+    ("lock", "redis"): "redis",
+    ("publisher", "kafka"): "kafka",
+}
+SERVICE_MARKERS = ("mongodb", "redis", "kafka", "browser")
+# Every test in these folders drives a real service.
+SERVICE_FOLDERS = {"ui": "browser"}
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in service_markers(item):
+            item.add_marker(marker)
+        if any(item.get_closest_marker(name) for name in (*SERVICE_MARKERS, "system")):
+            item.add_marker("services")
+
+
+def service_markers(item: pytest.Item) -> set[str]:
+    fixtures: list[str] = getattr(item, "fixturenames", [])
+    callspec = getattr(item, "callspec", None)
+    params: dict[str, object] = callspec.params if callspec is not None else {}
+    found = {SERVICE_FIXTURES[name] for name in fixtures if name in SERVICE_FIXTURES}
+    found |= {
+        marker
+        for (fixture, backend), marker in SERVICE_BACKENDS.items()
+        if params.get(fixture) == backend
+    }
+    found |= {
+        marker
+        for folder, marker in SERVICE_FOLDERS.items()
+        if item.path.is_relative_to(TESTS / folder)
+    }
+    return found
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skips (or fails, in CI) a test whose service is down, asking each service only once per
+    session: a missing server otherwise costs every test its whole connect timeout."""
+    for name in SERVICE_MARKERS:
+        if item.get_closest_marker(name) is not None:
+            reason = service_probe(item.config, name)
+            if reason is not None:
+                service_missing(reason)
+
+
+_PROBED = pytest.StashKey[dict[str, str | None]]()
+
+
+def service_probe(config: pytest.Config, service: str) -> str | None:
+    """Why `service` cannot be used, or None when it answers; probed once per session."""
+    probed = config.stash.setdefault(_PROBED, {})
+    if service not in probed:
+        probed[service] = PROBES[service]()
+    return probed[service]
+
+
+def mongodb_missing() -> str | None:
+    client: MongoClient[dict[str, Any]] = MongoClient(MONGODB_URL, serverSelectionTimeoutMS=2_000)
+    try:
+        client.admin.command("ping")
+    except PyMongoError as exc:
+        return f"no MongoDB-compatible server at {MONGODB_URL} ({type(exc).__name__})"
+    finally:
+        client.close()
+    return None
+
+
+def redis_missing() -> str | None:
+    client = Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
+    try:
+        client.ping()
+    except (RedisError, OSError) as exc:
+        return f"Redis is not reachable at {REDIS_URL}: {exc}"
+    finally:
+        client.close()
+    return None
+
+
+def kafka_missing() -> str | None:
+    bootstrap = KafkaSettings.from_url(KAFKA_URL).bootstrap_servers
+    try:
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=3)
+    except KafkaException as exc:
+        return f"Kafka is not reachable at {bootstrap}: {exc}"
+    return None
+
+
+def browser_missing() -> str | None:
+    if shutil.which("chromium") is None:
+        return "no chromium on PATH (apt-get install chromium; `make test` does)"
+    return None
+
+
+PROBES: dict[str, Callable[[], str | None]] = {
+    "mongodb": mongodb_missing,
+    "redis": redis_missing,
+    "kafka": kafka_missing,
+    "browser": browser_missing,
+}
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ CHROMIUM = shutil.which("chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "var" / "alert-email.png"
 HOSTILE = "<img src=x onerror=\"document.title='pwned'\">LM317T"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs Debian's chromium (make test installs it)"
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)"),
+]
 
 
 async def test_a_digest_reads_right_in_a_browser() -> None:

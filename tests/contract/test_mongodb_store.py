@@ -41,6 +41,9 @@ from tickd.scheduler.ports import Claim, Finish, Retention, RunRequest, StoreErr
 from tickd.scheduler.storage.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from tickd.scheduler.store.mongodb import MongoStore
 
+# The module's `server` fixture is a fresh database on the real server.
+pytestmark = pytest.mark.mongodb
+
 # A dead or silent server must fail an operation within this (about 2 s expected), never hang it.
 FAIL_FAST_SECONDS = 4.0
 
