@@ -18,7 +18,6 @@ from tickd.scheduler.ports import (
     JobOrder,
     JobSearch,
     JobTrouble,
-    LagPercentiles,
 )
 from tickd.scheduler.store.sqlite_base import SQLiteTables
 from tickd.scheduler.store.sqlite_rows import FREE, from_micros, job_from_row
@@ -28,6 +27,7 @@ from tickd.scheduler.store.views import (
     TroubleRow,
     bucket_count,
     group_by_job,
+    lag_percentiles,
 )
 
 LAST_STATUS = "json_extract(last_execution, '$.status')"
@@ -111,33 +111,38 @@ def _read_pages(
     return rows
 
 
-def lag_sql(bucket: str) -> str:
-    """Nearest-rank p50 and p99 of the fire lag of the window's occurrences, per `bucket` (an
-    expression of the due time): each occurrence's first start (a retry of it starts late by
-    design, and is not fire lag), skipped ones left out (they never started)."""
-    return f"""
-    WITH occurrences AS (
-        SELECT {bucket} AS bucket, max(min(started_at) - scheduled_at, 0) AS lag
-        FROM executions
-        WHERE scheduled_at >= ? AND scheduled_at < ? AND started_at IS NOT NULL
-            AND status != 'skipped'
-        GROUP BY job_id, scheduled_at, shard
-    ), ranked AS (
-        SELECT bucket, lag, row_number() OVER (PARTITION BY bucket ORDER BY lag) AS rank,
-            count(*) OVER (PARTITION BY bucket) AS measured
-        FROM occurrences
+# Each occurrence's first start (a retry of it starts late by design, and is not fire lag),
+# skipped ones left out (they never started); `{bucket}` is an expression of its due time.
+FIRST_STARTS = """
+SELECT {bucket}, max(min(started_at) - scheduled_at, 0) FROM executions
+WHERE scheduled_at >= ? AND scheduled_at < ? AND started_at IS NOT NULL AND status != 'skipped'
+GROUP BY job_id, scheduled_at, shard
+"""
+COUNTS = """
+SELECT {bucket} AS bucket, status, handler, count(*) FROM executions
+WHERE scheduled_at >= ? AND scheduled_at < ? GROUP BY bucket, status, handler
+"""
+
+
+def window_stats(
+    db: sqlite3.Connection, window: tuple[int, int], bucket: str, buckets: int
+) -> ExecutionStats:
+    """The window's counts, by SQL; its fire lag percentiles from each occurrence's lag, which
+    SQL finds (SQLite's window functions take longer to rank them than a sort here does)."""
+    counts: dict[tuple[str, str], int] = {}
+    bucket_counts: list[dict[str, int]] = [{} for _ in range(buckets)]
+    for index, status, handler, count in db.execute(COUNTS.format(bucket=bucket), window):
+        counts[(status, handler)] = counts.get((status, handler), 0) + count
+        bucket_counts[index][status] = bucket_counts[index].get(status, 0) + count
+    lags: list[list[float]] = [[] for _ in range(buckets)]
+    for index, lag in db.execute(FIRST_STARTS.format(bucket=bucket), window):
+        lags[index].append(lag / MICROS)
+    return ExecutionStats(
+        counts=counts,
+        lag=lag_percentiles([lag for bucket_lags in lags for lag in bucket_lags]),
+        bucket_counts=bucket_counts,
+        bucket_lags=[lag_percentiles(bucket_lags) for bucket_lags in lags],
     )
-    SELECT bucket, measured,
-        max(CASE WHEN rank = max(1, (50 * measured + 99) / 100) THEN lag END),
-        max(CASE WHEN rank = max(1, (99 * measured + 99) / 100) THEN lag END)
-    FROM ranked GROUP BY bucket
-    """
-
-
-def _lag(row: sqlite3.Row | None) -> LagPercentiles:
-    if row is None:
-        return LagPercentiles(measured=0, p50=None, p99=None)
-    return LagPercentiles(measured=int(row[1]), p50=row[2] / MICROS, p99=row[3] / MICROS)
 
 
 def _error(text: str | None) -> ExecutionError | None:
@@ -217,32 +222,10 @@ class SQLiteViews(SQLiteTables):
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> ExecutionStats:
         window = (micros(since), micros(until))
-        width = bucket_seconds * MICROS
         buckets = bucket_count(since, until, bucket_seconds)
-        index = f"min(max((scheduled_at - {window[0]}) / {width}, 0), {buckets - 1})"
-
-        def read(db: sqlite3.Connection) -> ExecutionStats:
-            in_window = "FROM executions WHERE scheduled_at >= ? AND scheduled_at < ?"
-            counts = db.execute(
-                f"SELECT status, handler, count(*) {in_window} GROUP BY status, handler", window
-            ).fetchall()
-            by_bucket = db.execute(
-                f"SELECT {index} AS bucket, status, count(*) {in_window} GROUP BY bucket, status",
-                window,
-            ).fetchall()
-            overall = db.execute(lag_sql("0"), window).fetchone()
-            lags = {row[0]: _lag(row) for row in db.execute(lag_sql(index), window).fetchall()}
-            bucket_counts: list[dict[str, int]] = [{} for _ in range(buckets)]
-            for bucket, status, count in by_bucket:
-                bucket_counts[bucket][status] = count
-            return ExecutionStats(
-                counts={(row[0], row[1]): int(row[2]) for row in counts},
-                lag=_lag(overall),
-                bucket_counts=bucket_counts,
-                bucket_lags=[lags.get(i, _lag(None)) for i in range(buckets)],
-            )
-
-        return await self._run(read)
+        width = bucket_seconds * MICROS
+        bucket = f"min(max((scheduled_at - {window[0]}) / {width}, 0), {buckets - 1})"
+        return await self._run(lambda db: window_stats(db, window, bucket, buckets))
 
     async def attention(
         self, since: datetime, until: datetime, late_before: datetime, *, limit: int
