@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tickd.scheduler.codec import micros
+from tickd.scheduler.codec import exact_micros, micros
 from tickd.scheduler.model import DeadLetter, ExecutionError, Job, Status
 from tickd.scheduler.ports import (
     Attention,
@@ -152,7 +152,10 @@ def _error(text: str | None) -> ExecutionError | None:
     return ExecutionError(type=str(doc.get("type", "")), message=str(doc.get("message", "")))
 
 
-def _troubles(db: sqlite3.Connection, where: str, args: Sequence[Any], limit: int) -> Any:
+Troubles = tuple[list[JobTrouble], int, int]
+
+
+def _troubles(db: sqlite3.Connection, where: str, args: Sequence[Any], limit: int) -> Troubles:
     """The jobs with executions matching `where`, newest first, at most `limit`, each with its
     newest distinct errors; and how many executions and jobs match in all."""
     newest = db.execute(
@@ -173,7 +176,7 @@ def _troubles(db: sqlite3.Connection, where: str, args: Sequence[Any], limit: in
     total = db.execute(
         f"SELECT count(*), count(DISTINCT job_id) FROM executions WHERE {where}", args
     ).fetchone()
-    return rows, int(total[0]), int(total[1])
+    return _grouped(rows, limit), int(total[0]), int(total[1])
 
 
 def _grouped(rows: Sequence[sqlite3.Row], limit: int) -> list[JobTrouble]:
@@ -200,6 +203,39 @@ def _at(value: int) -> datetime:
     return at
 
 
+DEAD = f"dead_letter = '{DeadLetter.OPEN}'"
+FAILED = f"status IN {PROBLEMS} AND scheduled_at >= ? AND scheduled_at < ?"
+FAILING = "FROM jobs WHERE consecutive_failures > 0"
+LATE = f"FROM jobs WHERE {FREE} AND next_run_at < ?"
+
+
+def read_attention(
+    db: sqlite3.Connection, window: tuple[int, int], late_before: datetime, limit: int
+) -> Attention:
+    dead_letters, dead_total, dead_jobs = _troubles(db, DEAD, (), limit)
+    failures, _, failure_jobs = _troubles(db, FAILED, window, limit)
+    failing = f"SELECT * {FAILING} ORDER BY consecutive_failures DESC, name LIMIT ?"
+    before = (exact_micros(late_before),)
+    return Attention(
+        dead_letters=dead_letters,
+        dead_letters_total=dead_total,
+        dead_letter_jobs=dead_jobs,
+        failures=failures,
+        failure_jobs=failure_jobs,
+        failing=[job_from_row(row) for row in db.execute(failing, (limit,))],
+        failing_total=_count(db, FAILING, ()),
+        late=[
+            job_from_row(row)
+            for row in db.execute(f"SELECT * {LATE} ORDER BY next_run_at LIMIT ?", (*before, limit))
+        ],
+        late_total=_count(db, LATE, before),
+    )
+
+
+def _count(db: sqlite3.Connection, rows: str, args: Sequence[Any]) -> int:
+    return int(db.execute(f"SELECT count(*) {rows}", args).fetchone()[0])
+
+
 class SQLiteViews(SQLiteTables):
     """The jobs list and the overview of SQLiteStore."""
 
@@ -221,7 +257,7 @@ class SQLiteViews(SQLiteTables):
     async def execution_stats(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> ExecutionStats:
-        window = (micros(since), micros(until))
+        window = (exact_micros(since), exact_micros(until))
         buckets = bucket_count(since, until, bucket_seconds)
         width = bucket_seconds * MICROS
         bucket = f"min(max((scheduled_at - {window[0]}) / {width}, 0), {buckets - 1})"
@@ -230,38 +266,5 @@ class SQLiteViews(SQLiteTables):
     async def attention(
         self, since: datetime, until: datetime, late_before: datetime, *, limit: int
     ) -> Attention:
-        dead = f"dead_letter = '{DeadLetter.OPEN}'"
-        failed = f"status IN {PROBLEMS} AND scheduled_at >= ? AND scheduled_at < ?"
-        failing = "FROM jobs WHERE consecutive_failures > 0"
-        late = f"FROM jobs WHERE {FREE} AND next_run_at < ?"
-        before = (micros(late_before),)
-
-        def read(db: sqlite3.Connection) -> Attention:
-            dead_rows, dead_total, dead_jobs = _troubles(db, dead, (), limit)
-            failed_rows, _, failed_jobs = _troubles(
-                db, failed, (micros(since), micros(until)), limit
-            )
-            return Attention(
-                dead_letters=_grouped(dead_rows, limit),
-                dead_letters_total=dead_total,
-                dead_letter_jobs=dead_jobs,
-                failures=_grouped(failed_rows, limit),
-                failure_jobs=failed_jobs,
-                failing=[
-                    job_from_row(row)
-                    for row in db.execute(
-                        f"SELECT * {failing} ORDER BY consecutive_failures DESC, name LIMIT ?",
-                        (limit,),
-                    )
-                ],
-                failing_total=int(db.execute(f"SELECT count(*) {failing}").fetchone()[0]),
-                late=[
-                    job_from_row(row)
-                    for row in db.execute(
-                        f"SELECT * {late} ORDER BY next_run_at LIMIT ?", (*before, limit)
-                    )
-                ],
-                late_total=int(db.execute(f"SELECT count(*) {late}", before).fetchone()[0]),
-            )
-
-        return await self._run(read)
+        window = (exact_micros(since), exact_micros(until))
+        return await self._run(lambda db: read_attention(db, window, late_before, limit))
