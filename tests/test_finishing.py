@@ -163,14 +163,14 @@ async def test_an_end_that_cannot_be_worked_out_is_left_to_the_reaper_and_the_ot
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     h = make_engine({"noop": noop})
-    end_at = h.engine.runner.end_at
+    end_at = h.engine.runner.completer.end_at
 
     def broken_for_one(task: Any, *args: Any) -> Any:
         if task.job.name == "broken":
             raise RuntimeError("a bug")
         return end_at(task, *args)
 
-    monkeypatch.setattr(h.engine.runner, "end_at", broken_for_one)
+    monkeypatch.setattr(h.engine.runner.completer, "end_at", broken_for_one)
     broken = await h.add(make_job("broken"))
     await h.add(make_job("fine"))
     await asyncio.wait_for(h.engine.drain(), WAIT)
