@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tickd.scheduler.config import OTHER_TOOLS_VARIABLES, ConfigError, Settings, load_settings
+from tickd.scheduler.config import ConfigError, Settings, load_settings
+from tickd.scheduler.config_sources import OTHER_TOOLS_VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 

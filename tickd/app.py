@@ -24,7 +24,8 @@ from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.catalogue_walk import settings as walk_settings
 from tickd.handlers.product_store import PRODUCTS
 from tickd.scheduler.clock import Clock, SystemClock
-from tickd.scheduler.config import ConfigError, Settings, did_you_mean
+from tickd.scheduler.config import ConfigError, Settings
+from tickd.scheduler.config_sources import did_you_mean
 from tickd.scheduler.engine import Engine
 from tickd.scheduler.events import open_publisher
 from tickd.scheduler.handler_api import Resource, ResourceEnv

@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.conftest import EngineFactory, Harness
 from tickd.app import build_api
 from tickd.handlers.sleep import sleep
+from tickd.scheduler.api_tokens import ApiToken
 from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.config import ApiToken
 from tickd.scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result, handler
 from tickd.scheduler.ports import Store
 

@@ -56,8 +56,9 @@ from tickd.handlers.noop import noop
 from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
 from tickd.handlers.sleep import sleep
 from tickd.handlers.webhook import webhook
+from tickd.scheduler.api_tokens import ApiToken
 from tickd.scheduler.clock import SystemClock
-from tickd.scheduler.config import ApiToken, Settings
+from tickd.scheduler.config import Settings
 from tickd.scheduler.events.log import NullPublisher
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
