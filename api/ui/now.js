@@ -14,7 +14,7 @@ export async function nowView(main) {
   async function load() {
     const stats = await get(`/v1/stats?window=${WINDOW_SECONDS}`);
     setServerNow(stats.now);
-    replace(box, problems(stats), gauges(stats), charts(stats), coverage(stats));
+    replace(box, problems(stats), gauges(stats), charts(stats), handlers(stats), coverage(stats));
   }
   await load();
   return load;
@@ -113,6 +113,24 @@ function charts(stats) {
         { label: "p99", colour: STATUS_COLOURS.timeout, values: stats.buckets.map((b) => b.lag_p99_seconds) },
       ],
     }));
+}
+
+const HANDLERS_SHOWN = 12;
+
+/** Runs of the window by handler, those with the most failures first. */
+function handlers(stats) {
+  const failedOf = (counts) => (counts.failed || 0) + (counts.timeout || 0) + (counts.abandoned || 0);
+  const rows = Object.entries(stats.by_handler)
+    .map(([name, counts]) => ({ name, counts, runs: Object.values(counts).reduce((a, b) => a + b, 0), failed: failedOf(counts) }))
+    .sort((a, b) => b.failed - a.failed || b.runs - a.runs || a.name.localeCompare(b.name));
+  if (!rows.length) return null;
+  const shown = rows.slice(0, HANDLERS_SHOWN);
+  return h("section", { class: "panel", "data-testid": "by-handler" },
+    h("h2", {}, rows.length > shown.length ? `Runs by handler (the ${shown.length} of ${rows.length} with the most failures)` : "Runs by handler"),
+    h("table", { class: "table compact" },
+      h("thead", {}, h("tr", {}, ["handler", "runs", ...STATUSES].map((t) => h("th", {}, t)))),
+      h("tbody", {}, shown.map((r) => h("tr", {}, h("td", {}, r.name), h("td", {}, String(r.runs)),
+        STATUSES.map((status) => h("td", { class: r.counts[status] ? "" : "muted" }, String(r.counts[status] || 0))))))));
 }
 
 function coverage(stats) {
