@@ -39,7 +39,7 @@ from tickd.scheduler.handler_api import (
     request_refusal,
 )
 from tickd.scheduler.http import TimeLimit
-from tickd.scheduler.secrets import longest_echo, mask_echoes, secret_values
+from tickd.scheduler.secret_echoes import longest_echo, mask_echoes, secret_values
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Below this no request gets an answer: a timeout that fails every attempt.

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tickd.handlers.alert_scanner.normalize import email_address
+from tickd.scheduler.secret_echoes import mask_echoes
 from tickd.scheduler.secrets import (
     is_secret_name,
     mask,
-    mask_echoes,
     restore_masked,
     scrub_text,
     scrub_values,
