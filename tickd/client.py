@@ -1,0 +1,942 @@
+"""The typed Python client of the tickd API: `Client` for plain code, `AsyncClient` for asyncio.
+
+    from tickd.client import Client
+    from tickd.api.models import JobCreate, IntervalScheduleIn
+
+    with Client("http://127.0.0.1:8080", token="...") as tickd:
+        job = tickd.create_job(JobCreate(name="ping", handler="noop",
+                                         schedule=IntervalScheduleIn(kind="interval",
+                                                                     every_seconds=60)))
+
+One method per operation of /openapi.json (the table OPERATIONS maps each operationId to it),
+taking and returning the API's own pydantic models (tickd.api.models and the route modules that
+declare the rest), so the client and the server cannot disagree on a field. A list method returns
+one page; its `iter_` twin follows the cursors.
+
+Built on httpx: one API for blocking and asyncio code, with timeouts, connection pooling and
+pluggable transports (a test or a proxy setup passes its own). aiohttp, which the server uses,
+has no blocking client: a synchronous wrapper would run a private event loop in a thread per
+client, and could not be called from inside a running loop at all.
+
+Errors raise ApiError subclasses carrying the problem details (status, title, detail, the fields
+at fault); a write with a stale If-Match raises PreconditionFailed. Calls that are safe to repeat
+(GET, DELETE, and PUT with If-Match) are retried with backoff on 503 and on connection failures;
+others never are, since a repeated POST could run a job twice. The token goes in the
+Authorization header only: never in a repr or an error message. Redirects are not followed, so
+the token is never sent to where one points.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from tickd.api.bounces import BounceList
+from tickd.api.dead_letters import DeadLetterQuery, RedriveFilter, RedriveOut
+from tickd.api.executions import RunOut
+from tickd.api.jobs import JobListPage, JobSearchQuery
+from tickd.api.models import (
+    BackfillOut,
+    BackfillRequest,
+    ChangeOut,
+    ChangePage,
+    ExecutionListQuery,
+    ExecutionOut,
+    ExecutionPage,
+    HandlerList,
+    Health,
+    JobCreate,
+    JobExecutionQuery,
+    JobOut,
+    JobPatch,
+    JobPreviewQuery,
+    PageQuery,
+    PreviewOut,
+    PreviewRequest,
+    Problem,
+    Readiness,
+    RunRequestOut,
+)
+from tickd.api.stats import SessionOut, StatsOut, StatsQuery
+
+__all__ = [
+    "OPERATIONS",
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "Conflict",
+    "FieldError",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "PreconditionFailed",
+    "Retry",
+    "ServiceUnavailable",
+    "Timeout",
+    "TransportFailed",
+    "Unauthorized",
+]
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+
+# Every operation of /openapi.json (its operationId) and the method of Client and AsyncClient
+# that calls it; tests/client checks the document against this table.
+OPERATIONS: dict[str, str] = {
+    "get_v1_jobs": "list_jobs",
+    "post_v1_jobs": "create_job",
+    "get_v1_jobs_job_id": "get_job",
+    "put_v1_jobs_job_id": "update_job",
+    "patch_v1_jobs_job_id": "patch_job",
+    "delete_v1_jobs_job_id": "delete_job",
+    "post_v1_jobs_job_id_pause": "pause_job",
+    "post_v1_jobs_job_id_resume": "resume_job",
+    "post_v1_jobs_job_id_trigger": "trigger_job",
+    "post_v1_jobs_job_id_backfill": "backfill_job",
+    "get_v1_jobs_job_id_preview": "preview_job",
+    "get_v1_jobs_job_id_history": "job_history",
+    "get_v1_jobs_job_id_executions": "job_executions",
+    "get_v1_executions": "list_executions",
+    "get_v1_executions_execution_id": "get_execution",
+    "post_v1_executions_execution_id_retry": "retry_execution",
+    "post_v1_schedules_preview": "preview_schedule",
+    "get_v1_handlers": "list_handlers",
+    "get_v1_bounces": "list_bounces",
+    "delete_v1_bounces_address": "clear_bounces",
+    "get_healthz": "health",
+    "get_readyz": "readiness",
+    "get_metrics": "metrics",
+    "get_openapi.json": "openapi",
+    "get_docs": "docs_page",
+    "get_v1_session": "session",
+    "get_v1_stats": "get_stats",
+    "get_v1_dead_letters": "list_dead_letters",
+    "post_v1_dead_letters_redrive": "redrive_dead_letters",
+    "post_v1_dead_letters_execution_id_redrive": "redrive_dead_letter",
+    "post_v1_dead_letters_execution_id_discard": "discard_dead_letter",
+}
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+class ClientError(Exception):
+    """Anything that keeps a call from its answer; the message never holds the token."""
+
+
+class TransportFailed(ClientError):
+    """No HTTP answer: the connection was refused, reset or not HTTP."""
+
+
+class Timeout(TransportFailed):
+    """No answer within the client's timeout."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str  # e.g. `schedule.expr`, `query.limit`, `If-Match`
+    reason: str
+
+
+class ApiError(ClientError):
+    """The API answered with an error status: its RFC 9457 problem details."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.status = problem.status
+        self.title = problem.title
+        self.detail = problem.detail
+        self.errors = [FieldError(e.get("field", ""), e.get("reason", "")) for e in problem.errors]
+        super().__init__(f"{problem.status} {problem.title}: {problem.detail or problem.title}")
+
+    @property
+    def fields(self) -> list[str]:
+        """The fields at fault, in the order the API named them."""
+        return [error.field for error in self.errors]
+
+
+class InvalidRequest(ApiError):
+    """400 or 422: a query, a body or a field the API refused; `errors` names each field."""
+
+
+class Unauthorized(ApiError):
+    """401: no token, or not one the API knows."""
+
+
+class Forbidden(ApiError):
+    """403: the token's scope is too low for the operation."""
+
+
+class NotFound(ApiError):
+    """404: no such job, execution or address."""
+
+
+class Conflict(ApiError):
+    """409: a job of that name exists already, or the job kept changing under the write."""
+
+
+class PreconditionFailed(ApiError):
+    """412: the job is no longer at the revision sent as If-Match; read it again."""
+
+    @property
+    def current_revision(self) -> int | None:
+        """The job's revision now, when the API said it (None otherwise)."""
+        found = _CURRENT_REVISION.search(self.detail or "")
+        return int(found[1]) if found else None
+
+
+class ServiceUnavailable(ApiError):
+    """503, still so after the retries (or for a call that is not retried)."""
+
+
+_CURRENT_REVISION = re.compile(r"revision (\d+)")
+_ERRORS: dict[int, type[ApiError]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    412: PreconditionFailed,
+    422: InvalidRequest,
+    503: ServiceUnavailable,
+}
+
+
+def api_error(response: httpx.Response) -> ApiError:
+    problem = _problem(response)
+    return _ERRORS.get(problem.status, ApiError)(problem)
+
+
+def _problem(response: httpx.Response) -> Problem:
+    """The problem details the API sent; made from the status when the answer is not one (a
+    proxy's error page, say)."""
+    try:
+        return Problem.model_validate_json(response.content)
+    except ValidationError:
+        title = response.reason_phrase or "Error"
+        return Problem(title=title, status=response.status_code, detail=_excerpt(response))
+
+
+def _excerpt(response: httpx.Response) -> str | None:
+    text = response.text.strip()
+    return text[:200] if text else None
+
+
+def _transport_failed(exc: httpx.TransportError) -> TransportFailed:
+    kind = Timeout if isinstance(exc, httpx.TimeoutException) else TransportFailed
+    return kind(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+# -- retries --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retry:
+    """How often, and after how long, a call safe to repeat is sent again after a 503 or a
+    connection failure: `attempts` in all, waiting `backoff_seconds`, then twice that, and so on
+    (or the server's Retry-After), never more than `max_backoff_seconds`."""
+
+    attempts: int = 3
+    backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 10.0
+
+    def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        """The wait after the `attempt`th try failed (1 for the first)."""
+        wanted = self.backoff_seconds * 2.0 ** (attempt - 1)
+        if retry_after is not None and retry_after.strip().isdigit():
+            wanted = float(retry_after)
+        return min(wanted, self.max_backoff_seconds)
+
+
+NO_RETRY = Retry(attempts=1)
+
+
+# -- requests as data, shared by both clients -----------------------------------------------------
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+I = TypeVar("I")  # noqa: E741
+M = TypeVar("M", bound=BaseModel)
+Q = TypeVar("Q", bound=BaseModel)
+I_co = TypeVar("I_co", covariant=True)
+
+
+class Page(Protocol[I_co]):
+    """What every list answers: some items, and the cursor of the next page (None at the end)."""
+
+    @property
+    def items(self) -> Sequence[I_co]: ...
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Request(Generic[T_co]):
+    """One call of an operation, and how its answer reads."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T_co]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    body: Any = None  # JSON; None: no body
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # Statuses whose answer is the result; a readiness probe answers 503 with its reasons.
+    answers_on: frozenset[int] = frozenset()
+
+    @property
+    def repeatable(self) -> bool:
+        """Safe to send again: it changes nothing, or only the revision it names."""
+        if self.method == "PUT":
+            return "If-Match" in self.headers
+        return self.method in ("GET", "HEAD", "DELETE")
+
+    def result(self, response: httpx.Response) -> T_co:
+        if response.is_success or response.status_code in self.answers_on:
+            return self.read(response)
+        raise api_error(response)
+
+    def retry_after(self, response: httpx.Response) -> bool:
+        return response.status_code == 503 and 503 not in self.answers_on
+
+
+def _model(model: type[M]) -> Callable[[httpx.Response], M]:
+    def read(response: httpx.Response) -> M:
+        return model.model_validate_json(response.content)
+
+    return read
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _document(response: httpx.Response) -> dict[str, Any]:
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def _path(template: str, *values: str) -> str:
+    # An id or an address is one path segment, whatever it holds.
+    return template.format(*(quote(value, safe="") for value in values))
+
+
+def _body(model: BaseModel) -> Any:
+    # Only what the caller set: a patch changes only the fields it names (null included).
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+def _params(query: BaseModel | None) -> dict[str, Any]:
+    if query is None:
+        return {}
+    return query.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+
+
+def _query(model: type[Q], given: Q | None, fields: Mapping[str, Any]) -> Q:
+    """The query model given, with `fields` on top, validated: a bad or unknown field raises
+    pydantic's ValidationError naming it before anything is sent."""
+    base = {} if given is None else given.model_dump(exclude_unset=True)
+    return model.model_validate({**base, **fields})
+
+
+def _at(query: Q, cursor: str | None) -> Q:
+    return query if cursor is None else query.model_copy(update={"cursor": cursor})
+
+
+def _if_match(revision: int | None) -> dict[str, str]:
+    return {} if revision is None else {"If-Match": f'"{revision}"'}
+
+
+JOB = "/v1/jobs/{}"
+EXECUTION = "/v1/executions/{}"
+DEAD_LETTER = "/v1/dead-letters/{}"
+
+
+class _Operations:
+    """Each operation as a Request: what both clients send, built in one place."""
+
+    @staticmethod
+    def list_jobs(query: JobSearchQuery) -> Request[JobListPage]:
+        return Request("GET", "/v1/jobs", _model(JobListPage), _params(query))
+
+    @staticmethod
+    def create_job(job: JobCreate) -> Request[JobOut]:
+        return Request("POST", "/v1/jobs", _model(JobOut), body=_body(job))
+
+    @staticmethod
+    def get_job(job_id: str) -> Request[JobOut]:
+        return Request("GET", _path(JOB, job_id), _model(JobOut))
+
+    @staticmethod
+    def update_job(job_id: str, job: JobCreate, if_match: int | None) -> Request[JobOut]:
+        path, headers = _path(JOB, job_id), _if_match(if_match)
+        return Request("PUT", path, _model(JobOut), body=_body(job), headers=headers)
+
+    @staticmethod
+    def patch_job(job_id: str, patch: JobPatch, if_match: int | None) -> Request[JobOut]:
+        path, headers = _path(JOB, job_id), _if_match(if_match)
+        return Request("PATCH", path, _model(JobOut), body=_body(patch), headers=headers)
+
+    @staticmethod
+    def delete_job(job_id: str, if_match: int | None) -> Request[None]:
+        return Request("DELETE", _path(JOB, job_id), _nothing, headers=_if_match(if_match))
+
+    @staticmethod
+    def job_action(job_id: str, action: str, model: type[M]) -> Request[M]:
+        return Request("POST", _path(JOB + "/" + action, job_id), _model(model))
+
+    @staticmethod
+    def backfill_job(job_id: str, backfill: BackfillRequest) -> Request[BackfillOut]:
+        path = _path(JOB + "/backfill", job_id)
+        return Request("POST", path, _model(BackfillOut), body=_body(backfill))
+
+    @staticmethod
+    def job_read(job_id: str, what: str, model: type[M], query: BaseModel) -> Request[M]:
+        return Request("GET", _path(JOB + "/" + what, job_id), _model(model), _params(query))
+
+    @staticmethod
+    def list_executions(query: ExecutionListQuery) -> Request[ExecutionPage]:
+        return Request("GET", "/v1/executions", _model(ExecutionPage), _params(query))
+
+    @staticmethod
+    def get_execution(execution_id: str) -> Request[RunOut]:
+        return Request("GET", _path(EXECUTION, execution_id), _model(RunOut))
+
+    @staticmethod
+    def retry_execution(execution_id: str) -> Request[RunRequestOut]:
+        return Request("POST", _path(EXECUTION + "/retry", execution_id), _model(RunRequestOut))
+
+    @staticmethod
+    def preview_schedule(preview: PreviewRequest) -> Request[PreviewOut]:
+        body = _body(preview)
+        return Request("POST", "/v1/schedules/preview", _model(PreviewOut), body=body)
+
+    @staticmethod
+    def read(path: str, read: Callable[[httpx.Response], T], query: BaseModel | None) -> Request[T]:
+        return Request("GET", path, read, _params(query))
+
+    @staticmethod
+    def readiness() -> Request[Readiness]:
+        return Request("GET", "/readyz", _model(Readiness), answers_on=frozenset({503}))
+
+    @staticmethod
+    def clear_bounces(address: str) -> Request[None]:
+        return Request("DELETE", _path("/v1/bounces/{}", address), _nothing)
+
+    @staticmethod
+    def list_dead_letters(query: DeadLetterQuery) -> Request[ExecutionPage]:
+        return Request("GET", "/v1/dead-letters", _model(ExecutionPage), _params(query))
+
+    @staticmethod
+    def redrive_dead_letters(which: RedriveFilter) -> Request[RedriveOut]:
+        body = _body(which)
+        return Request("POST", "/v1/dead-letters/redrive", _model(RedriveOut), body=body)
+
+    @staticmethod
+    def dead_letter_action(execution_id: str, action: str, model: type[M]) -> Request[M]:
+        return Request("POST", _path(DEAD_LETTER + "/" + action, execution_id), _model(model))
+
+
+_ops = _Operations
+
+
+# -- the clients ----------------------------------------------------------------------------------
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    headers = {"Accept": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
+    return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+
+
+class _Base:
+    retry: Retry
+
+    def _retry_delay(self, request: Request[Any], attempt: int, retry_after: str | None) -> float:
+        """How long to wait before sending `request` again; -1 when it is not sent again."""
+        if not request.repeatable or attempt >= self.retry.attempts:
+            return -1.0
+        return self.retry.delay(attempt, retry_after)
+
+
+class Client(_Base):
+    """The API from blocking code. Use it as a context manager, or call close()."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_SECONDS,
+        retry: Retry = Retry(),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.retry = retry
+        self._http = httpx.Client(
+            base_url=base_url,
+            headers=_headers(token),
+            timeout=_timeout(timeout),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"Client({str(self._http.base_url)!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, request: Request[T]) -> T:
+        """Send `request`, again after a 503 or a connection failure while it is repeatable."""
+        attempt = 1
+        while True:
+            try:
+                response = self._http.request(
+                    request.method,
+                    request.path,
+                    params=request.params,
+                    json=request.body,
+                    headers=request.headers,
+                )
+            except httpx.TransportError as exc:
+                wait = self._retry_delay(request, attempt, None)
+                if wait < 0:
+                    raise _transport_failed(exc) from None
+            else:
+                retry_after = response.headers.get("Retry-After")
+                wait = self._retry_delay(request, attempt, retry_after)
+                if wait < 0 or not request.retry_after(response):
+                    return request.result(response)
+            time.sleep(wait)
+            attempt += 1
+
+    def _items(self, request_at: Callable[[str | None], Request[Page[I]]]) -> Iterator[I]:
+        cursor: str | None = None
+        while True:
+            page = self.send(request_at(cursor))
+            yield from page.items
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    # -- jobs
+
+    def list_jobs(self, query: JobSearchQuery | None = None, **fields: Any) -> JobListPage:
+        """One page of jobs; `fields` are JobSearchQuery's (handler, enabled, q, limit...)."""
+        return self.send(_ops.list_jobs(_query(JobSearchQuery, query, fields)))
+
+    def iter_jobs(self, query: JobSearchQuery | None = None, **fields: Any) -> Iterator[JobOut]:
+        """Every job the query keeps, page after page."""
+        q = _query(JobSearchQuery, query, fields)
+        return self._items(lambda cursor: _ops.list_jobs(_at(q, cursor)))
+
+    def create_job(self, job: JobCreate) -> JobOut:
+        return self.send(_ops.create_job(job))
+
+    def get_job(self, job_id: str) -> JobOut:
+        return self.send(_ops.get_job(job_id))
+
+    def update_job(self, job_id: str, job: JobCreate, *, if_match: int | None = None) -> JobOut:
+        """Replace the job's definition; with `if_match` (a revision) only if it is current."""
+        return self.send(_ops.update_job(job_id, job, if_match))
+
+    def patch_job(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> JobOut:
+        """Change the fields `patch` sets; with `if_match` only if the revision is current."""
+        return self.send(_ops.patch_job(job_id, patch, if_match))
+
+    def delete_job(self, job_id: str, *, if_match: int | None = None) -> None:
+        self.send(_ops.delete_job(job_id, if_match))
+
+    def pause_job(self, job_id: str) -> JobOut:
+        return self.send(_ops.job_action(job_id, "pause", JobOut))
+
+    def resume_job(self, job_id: str) -> JobOut:
+        return self.send(_ops.job_action(job_id, "resume", JobOut))
+
+    def trigger_job(self, job_id: str) -> RunRequestOut:
+        return self.send(_ops.job_action(job_id, "trigger", RunRequestOut))
+
+    def backfill_job(self, job_id: str, backfill: BackfillRequest) -> BackfillOut:
+        return self.send(_ops.backfill_job(job_id, backfill))
+
+    def preview_job(
+        self, job_id: str, query: JobPreviewQuery | None = None, **fields: Any
+    ) -> PreviewOut:
+        q = _query(JobPreviewQuery, query, fields)
+        return self.send(_ops.job_read(job_id, "preview", PreviewOut, q))
+
+    def job_history(self, job_id: str, query: PageQuery | None = None, **fields: Any) -> ChangePage:
+        q = _query(PageQuery, query, fields)
+        return self.send(_ops.job_read(job_id, "history", ChangePage, q))
+
+    def iter_job_history(
+        self, job_id: str, query: PageQuery | None = None, **fields: Any
+    ) -> Iterator[ChangeOut]:
+        q = _query(PageQuery, query, fields)
+        return self._items(
+            lambda cursor: _ops.job_read(job_id, "history", ChangePage, _at(q, cursor))
+        )
+
+    def job_executions(
+        self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
+    ) -> ExecutionPage:
+        q = _query(JobExecutionQuery, query, fields)
+        return self.send(_ops.job_read(job_id, "executions", ExecutionPage, q))
+
+    def iter_job_executions(
+        self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
+    ) -> Iterator[ExecutionOut]:
+        q = _query(JobExecutionQuery, query, fields)
+        return self._items(
+            lambda cursor: _ops.job_read(job_id, "executions", ExecutionPage, _at(q, cursor))
+        )
+
+    # -- executions
+
+    def list_executions(
+        self, query: ExecutionListQuery | None = None, **fields: Any
+    ) -> ExecutionPage:
+        return self.send(_ops.list_executions(_query(ExecutionListQuery, query, fields)))
+
+    def iter_executions(
+        self, query: ExecutionListQuery | None = None, **fields: Any
+    ) -> Iterator[ExecutionOut]:
+        q = _query(ExecutionListQuery, query, fields)
+        return self._items(lambda cursor: _ops.list_executions(_at(q, cursor)))
+
+    def get_execution(self, execution_id: str) -> RunOut:
+        """The execution in full: its attempts and its error's traceback."""
+        return self.send(_ops.get_execution(execution_id))
+
+    def retry_execution(self, execution_id: str) -> RunRequestOut:
+        return self.send(_ops.retry_execution(execution_id))
+
+    # -- dead letters
+
+    def list_dead_letters(
+        self, query: DeadLetterQuery | None = None, **fields: Any
+    ) -> ExecutionPage:
+        return self.send(_ops.list_dead_letters(_query(DeadLetterQuery, query, fields)))
+
+    def iter_dead_letters(
+        self, query: DeadLetterQuery | None = None, **fields: Any
+    ) -> Iterator[ExecutionOut]:
+        q = _query(DeadLetterQuery, query, fields)
+        return self._items(lambda cursor: _ops.list_dead_letters(_at(q, cursor)))
+
+    def redrive_dead_letters(self, which: RedriveFilter | None = None, **fields: Any) -> RedriveOut:
+        """Re-drive the open dead letters the filter matches (all of them: no filter)."""
+        return self.send(_ops.redrive_dead_letters(_query(RedriveFilter, which, fields)))
+
+    def redrive_dead_letter(self, execution_id: str) -> RunRequestOut:
+        return self.send(_ops.dead_letter_action(execution_id, "redrive", RunRequestOut))
+
+    def discard_dead_letter(self, execution_id: str) -> ExecutionOut:
+        return self.send(_ops.dead_letter_action(execution_id, "discard", ExecutionOut))
+
+    # -- schedules, handlers, mail
+
+    def preview_schedule(self, preview: PreviewRequest) -> PreviewOut:
+        return self.send(_ops.preview_schedule(preview))
+
+    def list_handlers(self) -> HandlerList:
+        return self.send(_ops.read("/v1/handlers", _model(HandlerList), None))
+
+    def list_bounces(self) -> BounceList:
+        return self.send(_ops.read("/v1/bounces", _model(BounceList), None))
+
+    def clear_bounces(self, address: str) -> None:
+        self.send(_ops.clear_bounces(address))
+
+    # -- operations
+
+    def get_stats(self, query: StatsQuery | None = None, **fields: Any) -> StatsOut:
+        q = _query(StatsQuery, query, fields)
+        return self.send(_ops.read("/v1/stats", _model(StatsOut), q))
+
+    def session(self) -> SessionOut:
+        return self.send(_ops.read("/v1/session", _model(SessionOut), None))
+
+    def health(self) -> Health:
+        return self.send(_ops.read("/healthz", _model(Health), None))
+
+    def readiness(self) -> Readiness:
+        """Ready or not (the API answers 503 with the reasons: they are returned, not raised)."""
+        return self.send(_ops.readiness())
+
+    def metrics(self) -> str:
+        return self.send(_ops.read("/metrics", _text, None))
+
+    def openapi(self) -> dict[str, Any]:
+        return self.send(_ops.read("/openapi.json", _document, None))
+
+    def docs_page(self) -> str:
+        return self.send(_ops.read("/docs", _text, None))
+
+
+class AsyncClient(_Base):
+    """The API from asyncio code. Use it as an async context manager, or await aclose()."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_SECONDS,
+        retry: Retry = Retry(),
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.retry = retry
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            headers=_headers(token),
+            timeout=_timeout(timeout),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({str(self._http.base_url)!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, request: Request[T]) -> T:
+        """Send `request`, again after a 503 or a connection failure while it is repeatable."""
+        attempt = 1
+        while True:
+            try:
+                response = await self._http.request(
+                    request.method,
+                    request.path,
+                    params=request.params,
+                    json=request.body,
+                    headers=request.headers,
+                )
+            except httpx.TransportError as exc:
+                wait = self._retry_delay(request, attempt, None)
+                if wait < 0:
+                    raise _transport_failed(exc) from None
+            else:
+                retry_after = response.headers.get("Retry-After")
+                wait = self._retry_delay(request, attempt, retry_after)
+                if wait < 0 or not request.retry_after(response):
+                    return request.result(response)
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def _items(
+        self, request_at: Callable[[str | None], Request[Page[I]]]
+    ) -> AsyncIterator[I]:
+        cursor: str | None = None
+        while True:
+            page = await self.send(request_at(cursor))
+            for item in page.items:
+                yield item
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    # -- jobs
+
+    async def list_jobs(self, query: JobSearchQuery | None = None, **fields: Any) -> JobListPage:
+        """One page of jobs; `fields` are JobSearchQuery's (handler, enabled, q, limit...)."""
+        return await self.send(_ops.list_jobs(_query(JobSearchQuery, query, fields)))
+
+    def iter_jobs(
+        self, query: JobSearchQuery | None = None, **fields: Any
+    ) -> AsyncIterator[JobOut]:
+        """Every job the query keeps, page after page."""
+        q = _query(JobSearchQuery, query, fields)
+        return self._items(lambda cursor: _ops.list_jobs(_at(q, cursor)))
+
+    async def create_job(self, job: JobCreate) -> JobOut:
+        return await self.send(_ops.create_job(job))
+
+    async def get_job(self, job_id: str) -> JobOut:
+        return await self.send(_ops.get_job(job_id))
+
+    async def update_job(
+        self, job_id: str, job: JobCreate, *, if_match: int | None = None
+    ) -> JobOut:
+        """Replace the job's definition; with `if_match` (a revision) only if it is current."""
+        return await self.send(_ops.update_job(job_id, job, if_match))
+
+    async def patch_job(
+        self, job_id: str, patch: JobPatch, *, if_match: int | None = None
+    ) -> JobOut:
+        """Change the fields `patch` sets; with `if_match` only if the revision is current."""
+        return await self.send(_ops.patch_job(job_id, patch, if_match))
+
+    async def delete_job(self, job_id: str, *, if_match: int | None = None) -> None:
+        await self.send(_ops.delete_job(job_id, if_match))
+
+    async def pause_job(self, job_id: str) -> JobOut:
+        return await self.send(_ops.job_action(job_id, "pause", JobOut))
+
+    async def resume_job(self, job_id: str) -> JobOut:
+        return await self.send(_ops.job_action(job_id, "resume", JobOut))
+
+    async def trigger_job(self, job_id: str) -> RunRequestOut:
+        return await self.send(_ops.job_action(job_id, "trigger", RunRequestOut))
+
+    async def backfill_job(self, job_id: str, backfill: BackfillRequest) -> BackfillOut:
+        return await self.send(_ops.backfill_job(job_id, backfill))
+
+    async def preview_job(
+        self, job_id: str, query: JobPreviewQuery | None = None, **fields: Any
+    ) -> PreviewOut:
+        q = _query(JobPreviewQuery, query, fields)
+        return await self.send(_ops.job_read(job_id, "preview", PreviewOut, q))
+
+    async def job_history(
+        self, job_id: str, query: PageQuery | None = None, **fields: Any
+    ) -> ChangePage:
+        q = _query(PageQuery, query, fields)
+        return await self.send(_ops.job_read(job_id, "history", ChangePage, q))
+
+    def iter_job_history(
+        self, job_id: str, query: PageQuery | None = None, **fields: Any
+    ) -> AsyncIterator[ChangeOut]:
+        q = _query(PageQuery, query, fields)
+        return self._items(
+            lambda cursor: _ops.job_read(job_id, "history", ChangePage, _at(q, cursor))
+        )
+
+    async def job_executions(
+        self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
+    ) -> ExecutionPage:
+        q = _query(JobExecutionQuery, query, fields)
+        return await self.send(_ops.job_read(job_id, "executions", ExecutionPage, q))
+
+    def iter_job_executions(
+        self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
+    ) -> AsyncIterator[ExecutionOut]:
+        q = _query(JobExecutionQuery, query, fields)
+        return self._items(
+            lambda cursor: _ops.job_read(job_id, "executions", ExecutionPage, _at(q, cursor))
+        )
+
+    # -- executions
+
+    async def list_executions(
+        self, query: ExecutionListQuery | None = None, **fields: Any
+    ) -> ExecutionPage:
+        return await self.send(_ops.list_executions(_query(ExecutionListQuery, query, fields)))
+
+    def iter_executions(
+        self, query: ExecutionListQuery | None = None, **fields: Any
+    ) -> AsyncIterator[ExecutionOut]:
+        q = _query(ExecutionListQuery, query, fields)
+        return self._items(lambda cursor: _ops.list_executions(_at(q, cursor)))
+
+    async def get_execution(self, execution_id: str) -> RunOut:
+        """The execution in full: its attempts and its error's traceback."""
+        return await self.send(_ops.get_execution(execution_id))
+
+    async def retry_execution(self, execution_id: str) -> RunRequestOut:
+        return await self.send(_ops.retry_execution(execution_id))
+
+    # -- dead letters
+
+    async def list_dead_letters(
+        self, query: DeadLetterQuery | None = None, **fields: Any
+    ) -> ExecutionPage:
+        return await self.send(_ops.list_dead_letters(_query(DeadLetterQuery, query, fields)))
+
+    def iter_dead_letters(
+        self, query: DeadLetterQuery | None = None, **fields: Any
+    ) -> AsyncIterator[ExecutionOut]:
+        q = _query(DeadLetterQuery, query, fields)
+        return self._items(lambda cursor: _ops.list_dead_letters(_at(q, cursor)))
+
+    async def redrive_dead_letters(
+        self, which: RedriveFilter | None = None, **fields: Any
+    ) -> RedriveOut:
+        """Re-drive the open dead letters the filter matches (all of them: no filter)."""
+        return await self.send(_ops.redrive_dead_letters(_query(RedriveFilter, which, fields)))
+
+    async def redrive_dead_letter(self, execution_id: str) -> RunRequestOut:
+        return await self.send(_ops.dead_letter_action(execution_id, "redrive", RunRequestOut))
+
+    async def discard_dead_letter(self, execution_id: str) -> ExecutionOut:
+        return await self.send(_ops.dead_letter_action(execution_id, "discard", ExecutionOut))
+
+    # -- schedules, handlers, mail
+
+    async def preview_schedule(self, preview: PreviewRequest) -> PreviewOut:
+        return await self.send(_ops.preview_schedule(preview))
+
+    async def list_handlers(self) -> HandlerList:
+        return await self.send(_ops.read("/v1/handlers", _model(HandlerList), None))
+
+    async def list_bounces(self) -> BounceList:
+        return await self.send(_ops.read("/v1/bounces", _model(BounceList), None))
+
+    async def clear_bounces(self, address: str) -> None:
+        await self.send(_ops.clear_bounces(address))
+
+    # -- operations
+
+    async def get_stats(self, query: StatsQuery | None = None, **fields: Any) -> StatsOut:
+        q = _query(StatsQuery, query, fields)
+        return await self.send(_ops.read("/v1/stats", _model(StatsOut), q))
+
+    async def session(self) -> SessionOut:
+        return await self.send(_ops.read("/v1/session", _model(SessionOut), None))
+
+    async def health(self) -> Health:
+        return await self.send(_ops.read("/healthz", _model(Health), None))
+
+    async def readiness(self) -> Readiness:
+        """Ready or not (the API answers 503 with the reasons: they are returned, not raised)."""
+        return await self.send(_ops.readiness())
+
+    async def metrics(self) -> str:
+        return await self.send(_ops.read("/metrics", _text, None))
+
+    async def openapi(self) -> dict[str, Any]:
+        return await self.send(_ops.read("/openapi.json", _document, None))
+
+    async def docs_page(self) -> str:
+        return await self.send(_ops.read("/docs", _text, None))
