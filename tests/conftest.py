@@ -21,14 +21,13 @@ from pymongo.errors import PyMongoError
 from redis import Redis
 from redis.exceptions import RedisError
 
-from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
+from tests.fixtures.services import MONGODB_URL, REDIS_URL, service_missing
 from tests.fixtures.times import T0 as T0
 from tickd.app import build_engine
 from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
 from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.config import Settings
 from tickd.scheduler.engine import Engine
-from tickd.scheduler.events.kafka import KafkaSettings
 from tickd.scheduler.handler_api import Handler, HandlerFunc
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
@@ -68,6 +67,12 @@ SERVICE_MARKERS = ("mongodb", "redis", "kafka", "browser")
 # Every test in these folders drives a real service.
 SERVICE_FOLDERS = {"ui": "browser"}
 TESTS = Path(__file__).parent
+# Service-free but end to end, and slow: left out of `make quick`, run by `make test`.
+SLOW_MODULES = {
+    TESTS / "api" / "test_cli.py",  # the `tickd` command in a subprocess, against a real port
+    TESTS / "api" / "test_schemathesis.py",  # the whole API fuzzed over HTTP
+    TESTS / "test_container_plugins.py",  # the image's install steps, wheels built from PyPI
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -76,6 +81,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(marker)
         if any(item.get_closest_marker(name) for name in (*SERVICE_MARKERS, "system")):
             item.add_marker("services")
+        if starts_the_daemon(item) or item.path in SLOW_MODULES:
+            item.add_marker("slow")
+
+
+def starts_the_daemon(item: pytest.Item) -> bool:
+    """Whether the test's module holds the launcher of a real `tickd run` process (from
+    tests/test_daemon.py): such tests take seconds each, starting and stopping it."""
+    launcher = getattr(getattr(item, "module", None), "start_daemon", None)
+    return getattr(launcher, "__module__", None) == "tests.test_daemon"
 
 
 def service_markers(item: pytest.Item) -> set[str]:
@@ -140,11 +154,14 @@ def redis_missing() -> str | None:
 
 
 def kafka_missing() -> str | None:
-    bootstrap = KafkaSettings.from_url(KAFKA_URL).bootstrap_servers
+    # Imported here: a module of pytest_plugins imported by this file before pytest registers
+    # it would miss assertion rewriting.
+    from tests.fixtures.events import KAFKA_BOOTSTRAP
+
     try:
-        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=3)
+        AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP}).list_topics(timeout=3)
     except KafkaException as exc:
-        return f"Kafka is not reachable at {bootstrap}: {exc}"
+        return f"Kafka is not reachable at {KAFKA_BOOTSTRAP}: {exc}"
     return None
 
 

@@ -20,7 +20,9 @@ from tests.fixtures.events import KAFKA_BOOTSTRAP, PublisherUnderTest, delete_to
 from tests.fixtures.services import KAFKA_URL
 from tests.fixtures.times import T0
 from tickd.scheduler.events import execution_event, open_publisher
-from tickd.scheduler.events.kafka import EventCounts, KafkaPublisher, KafkaSettings
+from tickd.scheduler.events.kafka import KafkaPublisher
+from tickd.scheduler.events.kafka_counts import EventCounts
+from tickd.scheduler.events.kafka_settings import KafkaSettings
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Status
 from tickd.scheduler.ports import CloudEvent

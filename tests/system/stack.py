@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 
 from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
 from tickd.scheduler.codec import Doc
-from tickd.scheduler.events.kafka import KafkaSettings
+from tickd.scheduler.events.kafka_settings import KafkaSettings
 from tickd.scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
 from tickd.scheduler.storage.mongodb import from_micros
 from tickd.scheduler.store.mongodb import MongoStore
