@@ -78,7 +78,17 @@ def search_filter(search: JobSearch) -> list[Doc]:
 
 
 def _all(conditions: Sequence[Doc]) -> Doc:
-    return {"$and": list(conditions)} if conditions else {}
+    """The conditions as one filter: each field at the top level where it is alone (FerretDB
+    pushes a top-level equality down), under `$and` where two conditions name it."""
+    merged: Doc = {}
+    both: list[Doc] = []
+    for condition in conditions:
+        for field, value in condition.items():
+            if field in merged:
+                both.append({field: value})
+            else:
+                merged[field] = value
+    return {**merged, "$and": both} if both else merged
 
 
 def page_reads(search: JobSearch) -> list[tuple[Doc, list[tuple[str, int]]]]:
@@ -173,8 +183,11 @@ class MongoViews(MongoCollections):
     ) -> Attention:
         dead_letters, dead_total = await self._troubles({"dead_letter": str(DeadLetter.OPEN)})
         window = {"$gte": exact_micros(since), "$lt": exact_micros(until)}
-        problems = {"status": {"$in": [str(s) for s in PROBLEM_STATUSES]}}
-        failures, _ = await self._troubles({**problems, "scheduled_at_us": window})
+        # One read a status: an equality FerretDB pushes down, where `$in` would make it decode
+        # every execution.
+        failures, _ = await self._troubles(
+            *({"status": str(status), "scheduled_at_us": window} for status in PROBLEM_STATUSES)
+        )
         failing: Doc = {"consecutive_failures": {"$gt": 0}}
         late: Doc = {**FREE, "next_run_at_us": {"$lt": exact_micros(late_before)}}
         return Attention(
@@ -189,8 +202,10 @@ class MongoViews(MongoCollections):
             late_total=await self.jobs.count_documents(late),
         )
 
-    async def _troubles(self, query: Doc) -> tuple[list[JobTrouble], int]:
-        """Every job with executions matching `query`, grouped (the caller cuts the list after
-        counting the jobs), and how many executions matched."""
-        rows = [trouble_row(doc) async for doc in self.executions.find(query, TROUBLE)]
+    async def _troubles(self, *queries: Doc) -> tuple[list[JobTrouble], int]:
+        """Every job with executions matching one of `queries`, grouped (the caller cuts the
+        list after counting the jobs), and how many executions matched."""
+        rows = []
+        for query in queries:
+            rows += [trouble_row(doc) async for doc in self.executions.find(query, TROUBLE)]
         return group_by_job(rows, len(rows)), len(rows)
