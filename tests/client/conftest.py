@@ -1,22 +1,29 @@
 """The client over the real API application, served on loopback: an engine in drain mode on
-SQLite (the client does not care which store the daemon runs on), a fake clock, tokens."""
+SQLite (the client does not care which store the daemon runs on), a fake clock, tokens, and the
+product store (for the bounces).
+
+`tickd` is either client, Client or AsyncClient, behind one awaitable face, so each test runs
+against both: `await tickd.get_job(id)`, `await tickd.all("iter_jobs", limit=2)`."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
-from tests.api.conftest import ADMIN, Api, serving
+from tests.api.conftest import ADMIN, TOKENS, Api, boom, ping
 from tests.conftest import EngineFactory
 from tests.fixtures.stores import opened
+from tickd.app import build_api
 from tickd.client import AsyncClient, Client, Retry
+from tickd.handlers.sleep import sleep
 from tickd.scheduler.ports import Store
 
-T = TypeVar("T")
 # Tests fail at once rather than wait out a backoff.
 NO_WAIT = Retry(attempts=3, backoff_seconds=0.0)
 
@@ -29,34 +36,68 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
-    async with serving(make_engine) as served:
-        yield served
+    harness = make_engine(
+        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
+    )
+    engine = harness.engine
+    app = build_api(
+        harness.settings,
+        harness.registry,
+        engine.ports,
+        engine.metrics,
+        engine,
+        dispatch=False,
+        resources={"products": harness.products},
+    )
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        yield Api(client, harness, harness.clock, harness.store)
+    finally:
+        await client.close()
 
 
 def base_url(api: Api) -> str:
     return str(api.client.make_url("")).rstrip("/")
 
 
-@pytest.fixture
-async def aclient(api: Api) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(base_url(api), token=ADMIN, retry=NO_WAIT) as client:
-        yield client
+class Calls:
+    """Either client's methods, each awaitable: the blocking Client's run in a thread, since
+    the API they talk to serves on this test's event loop."""
 
-
-class Blocking:
-    """The blocking Client, called from a thread: the API it talks to serves on this loop."""
-
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client | AsyncClient) -> None:
         self.client = client
 
-    async def __call__(self, call: Callable[[Client], T]) -> T:
-        return await asyncio.to_thread(call, self.client)
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self.client, name)
+        if isinstance(self.client, AsyncClient):
+            return method  # type: ignore[no-any-return]
+        return lambda *args, **kwargs: asyncio.to_thread(method, *args, **kwargs)
+
+    async def all(self, iterator: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Every item of an `iter_` method, across its pages."""
+        items = getattr(self.client, iterator)(*args, **kwargs)
+        if isinstance(self.client, AsyncClient):
+            return [item async for item in items]
+        return await asyncio.to_thread(list, items)
 
 
-@pytest.fixture
-async def sync(api: Api) -> AsyncIterator[Blocking]:
-    client = Client(base_url(api), token=ADMIN, retry=NO_WAIT)
+@pytest.fixture(params=["sync", "async"])
+async def tickd(request: pytest.FixtureRequest, api: Api) -> AsyncIterator[Calls]:
+    async with connected(api, ADMIN, blocking=request.param == "sync") as calls:
+        yield calls
+
+
+@asynccontextmanager
+async def connected(api: Api, token: str | None, *, blocking: bool) -> AsyncIterator[Calls]:
+    """A client of `api` with `token`, closed on the way out."""
+    url = base_url(api)
+    if not blocking:
+        async with AsyncClient(url, token=token, retry=NO_WAIT) as client:
+            yield Calls(client)
+        return
+    blocking_client = Client(url, token=token, retry=NO_WAIT)
     try:
-        yield Blocking(client)
+        yield Calls(blocking_client)
     finally:
-        await asyncio.to_thread(client.close)
+        await asyncio.to_thread(blocking_client.close)
