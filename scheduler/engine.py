@@ -22,23 +22,23 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.backlog import BacklogGauges
 from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.claiming import Claimer
 from tickd.scheduler.config import Settings
+from tickd.scheduler.due import RECORDED_AHEAD_SECONDS, DueRun, one_per_job
 from tickd.scheduler.events import event_source
 from tickd.scheduler.heartbeat import Heartbeat
-from tickd.scheduler.lock import lock_key
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.model import Execution, ExecutionError, Job, Status, new_id
+from tickd.scheduler.model import ExecutionError, Status, new_id
 from tickd.scheduler.observers import Observers, RunObserver
 from tickd.scheduler.observers.logs import LogObserver
 from tickd.scheduler.observers.metrics import MetricsObserver
-from tickd.scheduler.planning import Plan, plan_run
 from tickd.scheduler.pool import WorkerPool
-from tickd.scheduler.ports import Claim, LockUnavailable, Ports, RunRequest, StoreError
+from tickd.scheduler.ports import LockUnavailable, Ports, StoreError
+from tickd.scheduler.recording import Recorder
 from tickd.scheduler.registry import HandlerRegistry
 from tickd.scheduler.relay import Relay
 from tickd.scheduler.runner import Outcome, Runner, Task
-from tickd.scheduler.shards import requested_as, run_lock_key, shard_entries, shard_entry_of
 from tickd.scheduler.timers import Timers
 from tickd.scheduler.watchdog import LoopWatchdog
 
@@ -48,82 +48,9 @@ log = logging.getLogger("tickd.engine")
 CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
 
 
-# A lock taken for a claim lives this long at most until the claim is written; then it is
-# extended through the run (its wait, its timeout and the lock margin).
-CLAIM_LOCK_SECONDS = 30.0
-
-# A run armed ahead is recorded this long before its time, and released to the workers at it: a
-# thousand runs due at one instant then cost that instant their starts only, not their insert.
-# It is also about the longest a run recorded `running` waits for a worker (Engine._fire_room).
-RECORDED_AHEAD_SECONDS = 0.1
-
 # Runs fired at one instant are recorded this many batches to an insert (the first batch
 # alone, so that it starts at once): few hand-overs to the store's thread, none too long.
 FIRED_BATCHES_AN_INSERT = 10
-
-
-@dataclass(frozen=True, slots=True)
-class DueRun:
-    """A job to run: its schedule's occurrence, or one someone asked for (`request`)."""
-
-    job: Job
-    request: RunRequest | None = None
-
-    def starts_at(self, now: datetime) -> datetime:
-        """When it should start: a request at once, a scheduled run at its time."""
-        if self.request is not None or self.job.next_run_at is None:
-            return now
-        return max(now, self.job.next_run_at)
-
-    def records_at(self, now: datetime) -> datetime:
-        """When its run is recorded, armed ahead: RECORDED_AHEAD_SECONDS before its time, to be
-        released to the workers at it. A sharded occurrence is handed to its shards when it is
-        recorded, and they are due from then: at its time."""
-        starts = self.starts_at(now)
-        return starts if self.width == 0 else starts - timedelta(seconds=RECORDED_AHEAD_SECONDS)
-
-    def wait_seconds(self, now: datetime) -> float:
-        return (self.starts_at(now) - now).total_seconds()
-
-    @property
-    def width(self) -> int:
-        """How many runs it starts: one, or none for a sharded occurrence, which is handed to
-        its shards (scheduler/shards.py), each taken later against its handler's limit."""
-        if self.request is not None and self.request.shard is not None:
-            return 1
-        return 1 if self.job.shards == 1 else 0
-
-    @property
-    def shard_entry(self) -> RunRequest | None:
-        return shard_entry_of(self.request)
-
-    @property
-    def lock_key(self) -> str:
-        return run_lock_key(self.job.id, self.request)
-
-    @property
-    def token(self) -> int:
-        """The fencing token of its claim: its shard entry's, or its job's."""
-        lease = self.shard_entry.lease if self.shard_entry is not None else self.job.lease
-        assert lease is not None
-        return lease.token
-
-
-def _key(run: DueRun) -> str:
-    """What runs once at a time: a job, or one shard of an occurrence in progress."""
-    return run.request.id if run.shard_entry is not None and run.request else run.job.id
-
-
-def one_per_job(runs: list[DueRun]) -> list[DueRun]:
-    """A job runs once at a time: of its runs due in one batch, the first (a request before
-    the schedule's own, the oldest request first) goes now, the others in a later tick."""
-    seen: set[str] = set()
-    first = []
-    for run in runs:
-        if _key(run) not in seen:
-            seen.add(_key(run))
-            first.append(run)
-    return first
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +97,10 @@ class Engine:
         )
         self.relay = Relay(
             ports.store, ports.events, clock=ports.clock, metrics=self.metrics, lock=ports.lock
+        )
+        self.claimer = Claimer(settings=settings, ports=ports, metrics=self.metrics)
+        self.recorder = Recorder(
+            settings=settings, ports=ports, observer=self.observer, runner=self.runner
         )
         # The end of a run handed over is written later: its job can be claimed from then on.
         self._ends_written = self.runner.finisher.written
@@ -383,27 +314,19 @@ class Engine:
         lock and claim as a scheduled one, so the two never overlap; it leaves the schedule as
         it is."""
         token = new_id()
-        allowed = self._within_handler_limits(runs)
-        locked = await self._lock(allowed, token)
-        try:
-            won = await self._claim(locked, now)
-        except StoreError:  # the locks go back at once, not when their time-to-live runs out
-            await self._give_back([(run, token) for run in locked], "claim_failed")
-            raise
-        await self._release_lost(locked, won, token)
-        await self._hold_through_the_runs(won, token)
+        won = await self.claimer.claim(self._within_handler_limits(runs), now, token)
         later = [run for run in won if run.starts_at(now) > now]
         for run in later:
             self.timers.arm(run.records_at(now), run.job.handler, (run, token))
         due_now = [run for run in won if run.starts_at(now) <= now]
         try:
-            tasks = await self._record([(run, token) for run in due_now], now)
+            recorded = await self._record([(run, token) for run in due_now], now)
         except StoreError:
             # Not recorded (a full disk, say), so not started: given back at once, they run as
             # soon as the store takes writes again, not when their leases would have expired.
-            await self._give_back([(run, token) for run in due_now], "record_failed")
+            await self.claimer.give_back([(run, token) for run in due_now], "record_failed")
             raise
-        await self._submit(tasks)
+        await self._submit(recorded)
         return len(won)
 
     async def _fire(self, now: datetime) -> int:
@@ -477,30 +400,12 @@ class Engine:
                 self.timers.arm(run.records_at(now), run.job.handler, (run, token))
             raise
 
-    async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
-        """A scheduled run claims its job as the due query read it; a requested one claims the
-        job whenever it is due, and takes its request off the queue with it."""
-        store = self.ports.store
-        requested = [run for run in runs if run.request is not None]
-        scheduled = [run.job for run in runs if run.request is None]
-        won: list[DueRun] = []
-        if requested:
-            requests = [run.request for run in requested if run.request is not None]
-            claims = [self._claim_of(run.job, now, None) for run in requested]
-            source = event_source(self.settings, self.ports)
-            pairs = await store.claim_run_requests(requests, claims, now, event_source=source)
-            won += [DueRun(job, r) for r, job in pairs]
-        if scheduled:
-            claims = [self._claim_of(job, now, job.next_run_at) for job in scheduled]
-            won += [DueRun(job) for job in await store.claim_jobs(claims, now)]
-        return won
-
-    async def _release_lost(self, locked: list[DueRun], won: list[DueRun], token: str) -> None:
-        won_keys = {run.lock_key for run in won}
-        lost = {run.lock_key for run in locked if run.lock_key not in won_keys}
-        self.metrics.claims_lost.inc(len(lost))
-        if lost:
-            await self.ports.lock.release_many(list(lost), token)
+    async def _record(
+        self, held: list[tuple[DueRun, str]], now: datetime, *, fired: bool = False
+    ) -> list[Task]:
+        recorded = await self.recorder.record(held, now, fired=fired)
+        self._handed_to_shards += recorded.sharded
+        return recorded.tasks
 
     async def _submit(self, tasks: list[Task]) -> None:
         self.metrics.batch_size.observe(len(tasks))
@@ -518,198 +423,6 @@ class Engine:
         """Runs fired at their time that no worker has started: not yet queued, or queued.
         (Not the runs of a backlog: their ends are written at the store's pace, in batches.)"""
         return self._unsubmitted + self.pool.fired_waiting()
-
-    def _lock_ttls(self, runs: list[DueRun]) -> dict[str, float]:
-        """Each lock lives through the wait for the run's time, its timeout and a margin."""
-        margin = self.settings.lock_margin_seconds
-        now = self.ports.clock.now()
-        return {
-            run.lock_key: run.wait_seconds(now) + run.job.timeout_seconds + margin for run in runs
-        }
-
-    async def _lock(self, runs: list[DueRun], token: str) -> list[DueRun]:
-        """Locks are taken for the claim only (CLAIM_LOCK_SECONDS at most), and extended through
-        the runs once they are claimed (_hold_through_the_runs): an instance killed between its
-        locks and its claim, which leaves no lease for a takeover to end, would otherwise keep
-        those jobs from everyone for their whole timeout."""
-        keys = [run.lock_key for run in runs]  # each made once: a property, made anew each time
-        ttls = {
-            key: min(CLAIM_LOCK_SECONDS, ttl)
-            for key, ttl in zip(keys, self._lock_ttls(runs).values(), strict=True)
-        }
-        held = await self.ports.lock.acquire_many(ttls, token)
-        self.metrics.lock_contention.inc(len(runs) - len(held))
-        return [run for key, run in zip(keys, runs, strict=True) if key in held]
-
-    async def _hold_through_the_runs(self, won: list[DueRun], token: str) -> None:
-        """One round trip for the batch. Should it fail, the claims stand: the leases fence the
-        runs, and the locks expire within CLAIM_LOCK_SECONDS."""
-        if not won:
-            return
-        try:
-            await self.ports.lock.extend_many(self._lock_ttls(won), token)
-        except LockUnavailable as exc:
-            log_event(log, "lock.extend_failed", level=logging.WARNING, error=str(exc))
-
-    def _claim_of(self, job: Job, now: datetime, next_run_at: datetime | None) -> Claim:
-        """The lease covers the wait for the run's time (lookahead), its timeout and a margin."""
-        margin = self.settings.lease_margin_seconds
-        starts = max(now, next_run_at) if next_run_at is not None else now
-        return Claim(
-            job_id=job.id,
-            revision=job.revision,
-            next_run_at=next_run_at,
-            owner=self.settings.instance_id,
-            until=starts + timedelta(seconds=job.timeout_seconds + margin),
-        )
-
-    async def _record(
-        self, held: list[tuple[DueRun, str]], now: datetime, *, fired: bool = False
-    ) -> list[Task]:
-        """Write the batch's executions (running ones and misfire skips) in one insert; each
-        run with the token of the locks taken for it, started at its time (a run recorded
-        ahead of its time starts at it)."""
-        tasks: list[Task] = []
-        skipped: list[tuple[Job, Execution]] = []
-        only_skips: list[tuple[Job, Plan, Execution, str]] = []
-        sharded: list[tuple[DueRun, Plan, str]] = []
-        for run, token in held:
-            job = run.job
-            at = run.starts_at(now)
-            plan = self._plan(run, at)
-            missed = self._skipped_executions(job, plan, now)
-            if plan.run_at is None:  # every due occurrence skipped: the last one advances the job
-                *missed, last = missed
-                only_skips.append((job, plan, last, token))
-            skipped += [(job, execution) for execution in missed]
-            if plan.run_at is not None and run.width == 0:
-                sharded.append((run, plan, token))
-            elif plan.run_at is not None:
-                tasks.append(self._task(run, plan, at, now, token, fired=fired))
-        recorded = [(task.job, task.execution) for task in tasks] + skipped
-        await self.ports.store.insert_executions(
-            [execution for _, execution in recorded],
-            event_source=event_source(self.settings, self.ports),
-        )
-        for job, execution in recorded:
-            self.observer.recorded(job, execution)
-        for job, plan, last_skip, token in only_skips:
-            await self._finish_skipped(job, plan, last_skip, token)
-        for run, plan, token in sharded:
-            await self._hand_to_shards(run, plan, now, token)
-        return tasks
-
-    async def _hand_to_shards(self, run: DueRun, plan: Plan, now: datetime, token: str) -> None:
-        """A claimed sharded occurrence becomes its shards' (scheduler/shards.py), which any
-        instance takes, each under its own lock: the job's lock goes back now. A requested
-        occurrence leaves the schedule alone."""
-        job = run.job
-        assert job.lease is not None
-        assert plan.run_at is not None
-        advance_from = None if run.request is not None else plan.advance_from
-        entries = shard_entries(job, plan.run_at, advance_from, now)
-        await self.ports.store.start_occurrence(job.id, job.lease.token, job.lease.until, entries)
-        await self.ports.lock.release_many([lock_key(job.id)], token)
-        self._handed_to_shards += 1
-
-    def _task(
-        self,
-        run: DueRun,
-        plan: Plan,
-        started: datetime,
-        now: datetime,
-        token: str,
-        *,
-        fired: bool = False,
-    ) -> Task:
-        """A run; a shard's (of an occurrence in progress, or one re-run alone) is that shard."""
-        assert plan.run_at is not None
-        request = run.request
-        shard = (0, 1)
-        if request is not None and request.shard is not None:
-            shard = (request.shard, request.shards or run.job.shards)
-        execution = self._execution(
-            run.job,
-            plan.run_at,
-            Status.RUNNING,
-            started,
-            shard=shard,
-            token=run.token,
-            requested=requested_as(request),
-        )
-        return Task(
-            job=run.job,
-            execution=execution,
-            plan=plan,
-            lock_token=token,
-            claimed_at=now,
-            request=run.request,
-            fired=fired,
-        )
-
-    @staticmethod
-    def _plan(run: DueRun, now: datetime) -> Plan:
-        """A requested run is its occurrence, never a misfire; a scheduled one follows the
-        job's misfire policy."""
-        if run.request is not None:
-            return Plan(run_at=run.request.scheduled_at, advance_from=now)
-        return plan_run(run.job, now)
-
-    def _skipped_executions(self, job: Job, plan: Plan, now: datetime) -> list[Execution]:
-        if not plan.skipped:
-            return []
-        self.observer.misfired(job, len(plan.skipped))
-        message = f"missed by more than the grace period ({job.misfire.grace_seconds:g} s)"
-        if plan.skipped_truncated:
-            message += "; more occurrences were missed than are recorded"
-        error = ExecutionError(type="Misfire", message=message)
-        return [
-            self._execution(job, at, Status.SKIPPED, now, error=error, finished=now)
-            for at in plan.skipped
-        ]
-
-    async def _finish_skipped(self, job: Job, plan: Plan, execution: Execution, token: str) -> None:
-        """A job all of whose due occurrences were skipped: no run, just advance it."""
-        task = Task(
-            job=job,
-            execution=execution,
-            plan=plan,
-            lock_token=token,
-            claimed_at=execution.started_at or self.ports.clock.now(),
-        )
-        outcome = Outcome(status=Status.SKIPPED, error=execution.error)
-        await self.runner.finish(task, outcome, self.ports.clock.now())
-
-    def _execution(
-        self,
-        job: Job,
-        scheduled_at: datetime,
-        status: Status,
-        now: datetime,
-        *,
-        error: ExecutionError | None = None,
-        finished: datetime | None = None,
-        shard: tuple[int, int] = (0, 1),
-        token: int | None = None,
-        requested: str | None = None,
-    ) -> Execution:
-        assert job.lease is not None
-        return Execution(
-            job_id=job.id,
-            job_name=job.name,
-            handler=job.handler,
-            scheduled_at=scheduled_at,
-            status=status,
-            started_at=now,
-            finished_at=finished,
-            duration_ms=0.0 if finished else None,
-            error=error,
-            owner=self.settings.instance_id,
-            token=job.lease.token if token is None else token,
-            shard=shard[0],
-            shards=shard[1],
-            requested=requested,
-        )
 
     # -- per-handler concurrency ----------------------------------------------------------------
 
@@ -897,27 +610,7 @@ class Engine:
     async def _give_back_armed(self) -> None:
         """Runs claimed ahead that never started: their leases and locks go back, and nothing
         is recorded, since nothing happened (a store that is down lets the leases expire)."""
-        await self._give_back(self.timers.take_all(), "shutdown")
-
-    async def _give_back(self, held: list[tuple[DueRun, str]], why: str) -> None:
-        """The leases and locks of runs claimed but never started, each with its lock token."""
-        shards = [(run.shard_entry, run.token) for run, _ in held if run.shard_entry is not None]
-        jobs = [run for run, _ in held if run.shard_entry is None]
-        leases = [(run.job.id, run.job.lease.token) for run in jobs if run.job.lease]
-        # A request was taken off the queue with its claim: asked for again (the same id, so
-        # never queued twice), or it would be lost. A shard entry stays queued: its lease goes.
-        requests = [run.request for run in jobs if run.request is not None]
-        try:
-            if requests:
-                await self.ports.store.insert_run_requests(requests)
-            await self.ports.store.give_back(leases)
-            if shards:
-                await self.ports.store.give_back_shards(shards)
-            for token in {token for _, token in held}:
-                keys = [run.lock_key for run, lock in held if lock == token]
-                await self.ports.lock.release_many(keys, token)
-        except (StoreError, LockUnavailable) as exc:
-            log_event(log, f"{why}.leases_left_to_expire", level=logging.WARNING, error=str(exc))
+        await self.claimer.give_back(self.timers.take_all(), "shutdown")
 
     async def shutdown(self) -> None:
         """Stop taking work; let running executions finish within the grace period; cancel and

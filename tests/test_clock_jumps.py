@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import _until
-from tickd.scheduler.engine import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
 from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import (
     CronSchedule,

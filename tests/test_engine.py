@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
+from tickd.scheduler.claiming import CLAIM_LOCK_SECONDS
 from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.engine import CLAIM_LOCK_SECONDS, RECORDED_AHEAD_SECONDS
+from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
 from tickd.scheduler.handler_api import HandlerContext, Result, handler
 from tickd.scheduler.lock import lock_key
 from tickd.scheduler.lock.memory import MemoryLock

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
-from tickd.scheduler.engine import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
 from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
 from tickd.scheduler.ports import Finish, Store, StoreError

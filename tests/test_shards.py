@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
-from tickd.scheduler.engine import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
 from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.lock.memory import MemoryLock
