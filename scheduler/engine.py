@@ -26,6 +26,7 @@ from tickd.scheduler.claiming import Claimer
 from tickd.scheduler.config import Settings
 from tickd.scheduler.due import RECORDED_AHEAD_SECONDS, DueRun, one_per_job
 from tickd.scheduler.events import event_source
+from tickd.scheduler.handler_limits import HandlerLimits
 from tickd.scheduler.heartbeat import Heartbeat
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
@@ -98,6 +99,8 @@ class Engine:
         self.relay = Relay(
             ports.store, ports.events, clock=ports.clock, metrics=self.metrics, lock=ports.lock
         )
+        # Each handler's concurrency limit, as the handler declares it or the settings override.
+        self.limits = HandlerLimits(settings, registry)
         self.claimer = Claimer(settings=settings, ports=ports, metrics=self.metrics)
         self.recorder = Recorder(
             settings=settings, ports=ports, observer=self.observer, runner=self.runner
@@ -237,7 +240,7 @@ class Engine:
         Then the jobs falling due before the lookahead horizon (or due now, when behind), most
         urgent first."""
         store = self.ports.store
-        saturated = self._saturated()
+        saturated = self.limits.saturated(self._busy())
         requested = await store.due_run_requests(
             now, limit, exclude_handlers=saturated, instance=self.settings.instance_id
         )
@@ -314,7 +317,8 @@ class Engine:
         lock and claim as a scheduled one, so the two never overlap; it leaves the schedule as
         it is."""
         token = new_id()
-        won = await self.claimer.claim(self._within_handler_limits(runs), now, token)
+        allowed = self.limits.within(runs, self._busy())
+        won = await self.claimer.claim(allowed, now, token)
         later = [run for run in won if run.starts_at(now) > now]
         for run in later:
             self.timers.arm(run.records_at(now), run.job.handler, (run, token))
@@ -424,43 +428,9 @@ class Engine:
         (Not the runs of a backlog: their ends are written at the store's pace, in batches.)"""
         return self._unsubmitted + self.pool.fired_waiting()
 
-    # -- per-handler concurrency ----------------------------------------------------------------
-
-    def _limit(self, handler: str) -> int | None:
-        if handler in self.settings.handler_concurrency:
-            return self.settings.handler_concurrency[handler]
-        registered = self.registry.get(handler)
-        return registered.handler.max_concurrency if registered else None
-
-    def _busy(self, handler: str) -> int:
-        """Runs of a handler queued, running, staged or armed."""
-        return (
-            self.pool.inflight[handler]
-            + self.staged.by_handler[handler]
-            + self.timers.by_handler[handler]
-        )
-
-    def _saturated(self) -> list[str]:
-        return [
-            handler
-            for handler in {*self.pool.inflight, *self.staged.by_handler, *self.timers.by_handler}
-            if (limit := self._limit(handler)) is not None and self._busy(handler) >= limit
-        ]
-
-    def _within_handler_limits(self, runs: Sequence[DueRun]) -> list[DueRun]:
-        """A sharded run counts as many runs as it has shards; one wider than the limit itself
-        (the limit lowered since the job was checked) goes when the handler is idle."""
-        taken: Counter[str] = Counter()
-        kept = []
-        for run in runs:
-            handler = run.job.handler
-            limit = self._limit(handler)
-            busy = self._busy(handler) + taken[handler]
-            wider = limit is not None and run.width > limit
-            if limit is None or busy + run.width <= limit or (wider and busy == 0):
-                taken[handler] += run.width
-                kept.append(run)
-        return kept
+    def _busy(self) -> Counter[str]:
+        """Runs of each handler queued, running, staged or armed."""
+        return self.pool.inflight + self.staged.by_handler + self.timers.by_handler
 
     # -- running ----------------------------------------------------------------------------------
 
