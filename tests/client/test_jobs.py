@@ -107,10 +107,11 @@ async def test_a_backfill_is_dry_run_then_queued(tickd: Calls, api: Api) -> None
     hourly = CronScheduleIn(kind="cron", expr="0 0 * * * *")
     job = await tickd.create_job(ping_job("filled").model_copy(update={"schedule": hourly}))
     now = api.clock.now()
-    window = {"start": now - timedelta(hours=3), "end": now - timedelta(minutes=1)}
-    dry = await tickd.backfill_job(job.id, BackfillRequest(**window))
+    start, end = now - timedelta(hours=3), now - timedelta(minutes=1)
+    dry = await tickd.backfill_job(job.id, BackfillRequest(start=start, end=end))
     assert dry.dry_run and len(dry.occurrences) == 3
-    queued = await tickd.backfill_job(job.id, BackfillRequest(**window, dry_run=False))
+    real = BackfillRequest(start=start, end=end, dry_run=False)
+    queued = await tickd.backfill_job(job.id, real)
     assert not queued.dry_run and queued.occurrences == dry.occurrences
 
 
