@@ -11,7 +11,7 @@ whose values are secret go in `secret_headers` (masked as a whole wherever param
 values of secret-named `headers` (Authorization, X-Api-Key...) are masked by name. Neither
 value, nor the URL's password, appears in a result or an error, even when the endpoint echoes
 it back in its body, as it is or encoded (JSON escapes, percent-encoding, base64, Basic
-credentials: see scheduler/secrets.py).
+credentials: see scheduler/secret_echoes.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result, handler
 from tickd.scheduler.ports import Store
 
-# Random, as configured tokens must be (scheduler/config.py refuses placeholders).
+# Random, as configured tokens must be (scheduler/api_tokens.py refuses placeholders).
 READ = "read-wtNTScKPlO_QXKa38qNlRhsJKMOc"
 WRITE = "write-q92mXuWVxt2ZvXJbq8kMk5GuszSY"
 ADMIN = "admin-1qkJCPC7Om2NHQwdJ9s454rHnghM"
