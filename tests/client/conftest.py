@@ -21,6 +21,7 @@ from tests.conftest import EngineFactory
 from tests.fixtures.stores import opened
 from tickd.app import build_api
 from tickd.client import AsyncClient, Client, Retry
+from tickd.handlers.noop import noop
 from tickd.handlers.sleep import sleep
 from tickd.scheduler.ports import Store
 
@@ -37,7 +38,9 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 @pytest.fixture
 async def api(make_engine: EngineFactory) -> AsyncIterator[Api]:
     harness = make_engine(
-        {"ping": ping, "sleep": sleep, "boom": boom}, api_tokens=TOKENS, max_timeout_seconds=600
+        {"ping": ping, "sleep": sleep, "boom": boom, "noop": noop},
+        api_tokens=TOKENS,
+        max_timeout_seconds=600,
     )
     engine = harness.engine
     app = build_api(
