@@ -305,7 +305,8 @@ class Request(Generic[T_co]):
             return self.read(response)
         raise api_error(response)
 
-    def retry_after(self, response: httpx.Response) -> bool:
+    def unavailable(self, response: httpx.Response) -> bool:
+        """A 503 that is not this operation's answer: the server may take it later."""
         return response.status_code == 503 and 503 not in self.answers_on
 
 
@@ -470,11 +471,26 @@ def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
 class _Base:
     retry: Retry
 
-    def _retry_delay(self, request: Request[Any], attempt: int, retry_after: str | None) -> float:
-        """How long to wait before sending `request` again; -1 when it is not sent again."""
-        if not request.repeatable or attempt >= self.retry.attempts:
-            return -1.0
-        return self.retry.delay(attempt, retry_after)
+    def _wait_after_failure(
+        self, request: Request[Any], attempt: int, exc: httpx.TransportError
+    ) -> float:
+        """How long to wait before sending `request` again after no answer came; raises
+        TransportFailed when it is not sent again."""
+        if not self._again(request, attempt):
+            raise _transport_failed(exc) from None
+        return self.retry.delay(attempt)
+
+    def _wait_after_answer(
+        self, request: Request[Any], attempt: int, response: httpx.Response
+    ) -> float | None:
+        """How long to wait before sending `request` again after this answer; None: the
+        answer is final."""
+        if not request.unavailable(response) or not self._again(request, attempt):
+            return None
+        return self.retry.delay(attempt, response.headers.get("Retry-After"))
+
+    def _again(self, request: Request[Any], attempt: int) -> bool:
+        return request.repeatable and attempt < self.retry.attempts
 
 
 class Client(_Base):
@@ -528,14 +544,12 @@ class Client(_Base):
                     headers=request.headers,
                 )
             except httpx.TransportError as exc:
-                wait = self._retry_delay(request, attempt, None)
-                if wait < 0:
-                    raise _transport_failed(exc) from None
+                wait = self._wait_after_failure(request, attempt, exc)
             else:
-                retry_after = response.headers.get("Retry-After")
-                wait = self._retry_delay(request, attempt, retry_after)
-                if wait < 0 or not request.retry_after(response):
+                after = self._wait_after_answer(request, attempt, response)
+                if after is None:
                     return request.result(response)
+                wait = after
             time.sleep(wait)
             attempt += 1
 
@@ -754,14 +768,12 @@ class AsyncClient(_Base):
                     headers=request.headers,
                 )
             except httpx.TransportError as exc:
-                wait = self._retry_delay(request, attempt, None)
-                if wait < 0:
-                    raise _transport_failed(exc) from None
+                wait = self._wait_after_failure(request, attempt, exc)
             else:
-                retry_after = response.headers.get("Retry-After")
-                wait = self._retry_delay(request, attempt, retry_after)
-                if wait < 0 or not request.retry_after(response):
+                after = self._wait_after_answer(request, attempt, response)
+                if after is None:
                     return request.result(response)
+                wait = after
             await asyncio.sleep(wait)
             attempt += 1
 
