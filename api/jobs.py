@@ -51,7 +51,7 @@ T = TypeVar("T")
 # Fields whose change is recorded in the history (the engine's own fields are not).
 TRACKED = [
     "name", "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries",
-    "priority", "misfire", "jitter_seconds", "paused_reason", "redrive", "shards",
+    "priority", "misfire", "jitter_seconds", "paused_reason", "redrive", "shards", "managed_by",
 ]  # fmt: skip
 
 
@@ -131,6 +131,7 @@ class JobBuilder:
             jitter_seconds=body.jitter_seconds,
             redrive=_redrive(body.redrive),
             shards=body.shards,
+            managed_by=body.managed_by,
         )
         with validation_problems():
             return self.rules.build(spec, now)
@@ -161,6 +162,7 @@ class JobBuilder:
             jitter_seconds=_given(body.jitter_seconds, job.jitter_seconds),
             redrive=_redrive(body.redrive) if "redrive" in fields else job.redrive,
             shards=_given(body.shards, job.shards),
+            managed_by=_given(body.managed_by, job.managed_by),
             updated_at=now,
         )
         with validation_problems():

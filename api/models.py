@@ -92,6 +92,15 @@ Shards = Annotated[
     ),
     BeforeValidator(integral),
 ]
+ManagedBy = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=100,
+        description="Who keeps the definition: `tickd apply` marks the jobs it makes `apply`, "
+        "and prunes only those; null: made by hand",
+    ),
+]
 
 
 class Strict(BaseModel):
@@ -147,6 +156,7 @@ class JobCreate(Strict):
     jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
     redrive: RedriveIn | None = Field(default=None, description="None: re-driven by hand only")
     shards: Shards = 1
+    managed_by: ManagedBy | None = None
 
 
 class JobPatch(Strict):
@@ -164,6 +174,7 @@ class JobPatch(Strict):
     jitter_seconds: float | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
     redrive: RedriveIn | None = Field(default=None, description="null removes the policy")
     shards: Shards | None = None
+    managed_by: ManagedBy | None = None
 
 
 class LeaseOut(BaseModel):
@@ -200,6 +211,7 @@ class JobOut(BaseModel):
     system: bool
     redrive: RedriveIn | None = None
     shards: int = 1
+    managed_by: str | None = None
     created_at: datetime
     updated_at: datetime
 

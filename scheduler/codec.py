@@ -112,6 +112,7 @@ def job_to_doc(job: Job) -> Doc:
         "system": job.system,
         "redrive": redrive_to_doc(job.redrive),
         "shards": job.shards,
+        "managed_by": job.managed_by,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
@@ -140,6 +141,7 @@ def job_from_doc(doc: Doc) -> Job:
         system=bool(doc.get("system", False)),
         redrive=redrive_from_doc(doc.get("redrive")),
         shards=int(doc.get("shards") or 1),
+        managed_by=doc.get("managed_by"),
         created_at=as_datetime(doc["created_at"], "created_at"),
         updated_at=as_datetime(doc["updated_at"], "updated_at"),
     )

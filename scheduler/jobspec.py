@@ -70,6 +70,7 @@ class JobSpec:
     # Each occurrence runs as this many executions (scheduler/shards.py).
     shards: int = 1
     system: bool = False
+    managed_by: str | None = None
 
 
 class JobRules:
@@ -96,6 +97,7 @@ class JobRules:
             redrive=spec.redrive,
             shards=spec.shards,
             system=spec.system,
+            managed_by=spec.managed_by,
             created_at=now,
             updated_at=now,
         )

@@ -224,6 +224,8 @@ class Job:
     # Each occurrence runs as this many executions (shards 0..shards-1), all of which must
     # succeed for the occurrence to; 1 is a plain job.
     shards: int = 1
+    # Who keeps the definition (`tickd apply` marks the jobs it makes); None: made by hand.
+    managed_by: str | None = None
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
 

@@ -153,7 +153,7 @@ CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT 
 # Columns added since the first schema, with their type: a database made before gets them at
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
 ADDED_COLUMNS = {
-    "jobs": [("redrive", "TEXT"), ("shards", "INTEGER NOT NULL DEFAULT 1")],
+    "jobs": [("redrive", "TEXT"), ("shards", "INTEGER NOT NULL DEFAULT 1"), ("managed_by", "TEXT")],
     "executions": [
         ("dead_letter", "TEXT"),
         ("shard", "INTEGER NOT NULL DEFAULT 0"),
@@ -218,6 +218,7 @@ JOB_COLUMNS = [
     "updated_at",
     "redrive",
     "shards",
+    "managed_by",
 ]
 EXECUTION_COLUMNS = [
     "id",
@@ -265,6 +266,7 @@ DEFINITION_COLUMNS = [
     "updated_at",
     "redrive",
     "shards",
+    "managed_by",
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
@@ -491,7 +493,7 @@ JOB_DECODED = (
     "id", "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
     "max_retries", "priority", "misfire", "jitter_seconds", "lease_owner", "lease_token",
     "lease_until", "fence", "revision", "consecutive_failures", "paused_reason",
-    "last_execution", "system", "redrive", "shards", "created_at", "updated_at",
+    "last_execution", "system", "redrive", "shards", "managed_by", "created_at", "updated_at",
 )  # fmt: skip
 PRIORITY_OF = {int(priority): priority for priority in Priority}
 
@@ -510,7 +512,7 @@ def job_from_row(row: sqlite3.Row) -> Job:
         id_, name, handler, params, schedule, enabled, next_run_at, timeout_seconds,
         max_retries, priority, misfire, jitter_seconds, lease_owner, lease_token, lease_until,
         fence, revision, consecutive_failures, paused_reason, last_execution, system, redrive,
-        shards, created_at, updated_at,
+        shards, managed_by, created_at, updated_at,
     ) = _job_columns(tuple(row.keys()))(tuple(row))  # fmt: skip
     return Job(
         id=id_,
@@ -536,6 +538,7 @@ def job_from_row(row: sqlite3.Row) -> Job:
         system=bool(system),
         redrive=_redrive(redrive),
         shards=int(shards),
+        managed_by=managed_by,
         created_at=_time(created_at),
         updated_at=_time(updated_at),
     )
