@@ -48,7 +48,6 @@ BY_NEXT_RUN = [("next_run_at_us", ASCENDING), ("name", ASCENDING)]
 MOST_FAILURES = [("consecutive_failures", DESCENDING), ("name", ASCENDING)]
 VIEW_JOB_INDEXES = [
     IndexModel([("handler", ASCENDING), *BY_NAME], name="jobs_by_handler"),
-    IndexModel([("enabled", ASCENDING), *BY_NAME], name="jobs_by_enabled"),
     IndexModel(BY_NEXT_RUN, name="jobs_by_next_run"),
     IndexModel([("last_execution.status", ASCENDING), *BY_NAME], name="jobs_by_last_status"),
     IndexModel(MOST_FAILURES, name="jobs_failing"),
