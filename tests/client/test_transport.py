@@ -157,3 +157,12 @@ async def test_the_async_client_retries_reads_and_not_posts() -> None:
         with pytest.raises(TransportFailed):
             await tickd.pause_job("j1")
     assert len(script.seen) == 3
+
+
+def test_a_base_url_with_a_path_prefixes_it_and_an_id_stays_one_segment() -> None:
+    script = Script(status(200, JOB))
+    transport = httpx.MockTransport(script)
+    with Client(f"{URL}/tickd", retry=NO_WAIT, transport=transport) as tickd:
+        tickd.get_job("a/b?c")
+    assert script.seen[0].url.raw_path == b"/tickd/v1/jobs/a%2Fb%3Fc"
+    assert "Authorization" not in script.seen[0].headers, "no token, no header"
