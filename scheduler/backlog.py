@@ -8,11 +8,14 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.clock import Clock
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.ports import Store, StoreError
+from tickd.scheduler.ports import StoreError
+from tickd.scheduler.store_roles_engine import HousekeepingStore
 
 
 class BacklogGauges:
-    def __init__(self, store: Store, clock: Clock, metrics: Metrics, *, every_seconds: float):
+    def __init__(
+        self, store: HousekeepingStore, clock: Clock, metrics: Metrics, *, every_seconds: float
+    ):
         self._store = store
         self._clock = clock
         self._metrics = metrics

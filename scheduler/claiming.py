@@ -13,6 +13,8 @@ from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports import Claim, LockUnavailable, Ports, StoreError
+from tickd.scheduler.store_roles_api import RunRequestStore
+from tickd.scheduler.store_roles_engine import DispatchStore
 
 log = logging.getLogger("tickd.engine")
 
@@ -27,6 +29,9 @@ class Claimer:
         self.settings = settings
         self.ports = ports
         self.metrics = metrics
+        # The store's roles the claimer uses: claims and leases, and the requests it puts back.
+        self.store: DispatchStore = ports.store
+        self.requests: RunRequestStore = ports.store
 
     async def claim(self, runs: list[DueRun], now: datetime, token: str) -> list[DueRun]:
         """The runs this instance won: locked, then claimed (fenced); the locks of the runs lost
@@ -44,7 +49,6 @@ class Claimer:
     async def _claim(self, runs: list[DueRun], now: datetime) -> list[DueRun]:
         """A scheduled run claims its job as the due query read it; a requested one claims the
         job whenever it is due, and takes its request off the queue with it."""
-        store = self.ports.store
         requested = [run for run in runs if run.request is not None]
         scheduled = [run.job for run in runs if run.request is None]
         won: list[DueRun] = []
@@ -52,11 +56,11 @@ class Claimer:
             requests = [run.request for run in requested if run.request is not None]
             claims = [self._claim_of(run.job, now, None) for run in requested]
             source = event_source(self.settings, self.ports)
-            pairs = await store.claim_run_requests(requests, claims, now, event_source=source)
+            pairs = await self.store.claim_run_requests(requests, claims, now, event_source=source)
             won += [DueRun(job, r) for r, job in pairs]
         if scheduled:
             claims = [self._claim_of(job, now, job.next_run_at) for job in scheduled]
-            won += [DueRun(job) for job in await store.claim_jobs(claims, now)]
+            won += [DueRun(job) for job in await self.store.claim_jobs(claims, now)]
         return won
 
     async def _release_lost(self, locked: list[DueRun], won: list[DueRun], token: str) -> None:
@@ -120,10 +124,10 @@ class Claimer:
         requests = [run.request for run in jobs if run.request is not None]
         try:
             if requests:
-                await self.ports.store.insert_run_requests(requests)
-            await self.ports.store.give_back(leases)
+                await self.requests.insert_run_requests(requests)
+            await self.store.give_back(leases)
             if shards:
-                await self.ports.store.give_back_shards(shards)
+                await self.store.give_back_shards(shards)
             for token in {token for _, token in held}:
                 keys = [run.lock_key for run, lock in held if lock == token]
                 await self.ports.lock.release_many(keys, token)

@@ -14,13 +14,14 @@ from datetime import datetime
 
 from tickd.scheduler.clock import Clock
 from tickd.scheduler.lock import lock_key, shard_lock_key
-from tickd.scheduler.ports import Lock, Store, StoreError
+from tickd.scheduler.ports import Lock, StoreError
+from tickd.scheduler.store_roles_engine import InstanceStore
 
 
 class Heartbeat:
     def __init__(
         self,
-        store: Store,
+        store: InstanceStore,
         clock: Clock,
         instance: str,
         *,

@@ -17,6 +17,7 @@ from tickd.scheduler.planning import Plan, plan_run
 from tickd.scheduler.ports import Ports
 from tickd.scheduler.runner import Runner
 from tickd.scheduler.shards import requested_as, shard_entries
+from tickd.scheduler.store_roles_engine import DispatchStore
 from tickd.scheduler.task import Outcome, Task
 
 
@@ -32,6 +33,7 @@ class Recorder:
     ) -> None:
         self.settings = settings
         self.ports = ports
+        self.store: DispatchStore = ports.store
         self.observer = observer
         # Ends what is recorded and never runs: an occurrence all of whose times were skipped.
         self.runner = runner
@@ -60,7 +62,7 @@ class Recorder:
             elif plan.run_at is not None:
                 tasks.append(self._task(run, plan, at, now, token, fired=fired))
         recorded = [(task.job, task.execution) for task in tasks] + skipped
-        await self.ports.store.insert_executions(
+        await self.store.insert_executions(
             [execution for _, execution in recorded],
             event_source=event_source(self.settings, self.ports),
         )
@@ -81,7 +83,7 @@ class Recorder:
         assert plan.run_at is not None
         advance_from = None if run.request is not None else plan.advance_from
         entries = shard_entries(job, plan.run_at, advance_from, now)
-        await self.ports.store.start_occurrence(job.id, job.lease.token, job.lease.until, entries)
+        await self.store.start_occurrence(job.id, job.lease.token, job.lease.until, entries)
         await self.ports.lock.release_many([lock_key(job.id)], token)
 
     def _task(

@@ -1,6 +1,6 @@
 """The outbox relay: execution events go from the store's outbox to the event publisher.
 
-The store writes each execution's event with the execution's change (scheduler/ports.py, Store);
+The store writes each execution's event with the execution's change (scheduler/store_ports.py);
 the relay reads the unsent ones oldest first, publishes a batch with delivery confirmed, and marks
 what was confirmed sent, in one write. A job's events keep their order: an event is marked sent
 only if every earlier event of its job in the batch was confirmed too, so after a failure a job's
@@ -33,9 +33,9 @@ from tickd.scheduler.ports import (
     Lock,
     LockUnavailable,
     OutboxEvent,
-    Store,
     StoreError,
 )
+from tickd.scheduler.store_roles_engine import OutboxStore
 
 log = logging.getLogger("tickd.relay")
 
@@ -90,7 +90,7 @@ def sendable(events: Sequence[OutboxEvent], confirmed: Sequence[bool]) -> list[s
 class Relay:
     def __init__(
         self,
-        store: Store,
+        store: OutboxStore,
         publisher: EventPublisher,
         *,
         clock: Clock,

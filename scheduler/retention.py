@@ -19,7 +19,8 @@ from tickd.scheduler.clock import Clock
 from tickd.scheduler.config import Settings
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.ports import Retention, Store, StoreError
+from tickd.scheduler.ports import Retention, StoreError
+from tickd.scheduler.store_roles_engine import HousekeepingStore
 
 log = logging.getLogger("tickd.retention")
 
@@ -55,7 +56,9 @@ def retentions(settings: Settings) -> Iterator[Retention]:
 
 
 class Housekeeper:
-    def __init__(self, settings: Settings, store: Store, clock: Clock, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, store: HousekeepingStore, clock: Clock, metrics: Metrics
+    ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
