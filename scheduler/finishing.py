@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from tickd.scheduler.backoff import backoff_delay
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.logs import log_event
-from tickd.scheduler.ports import Finish, Lock, Store, StoreError
+from tickd.scheduler.ports import Finish, Lock, StoreError
+from tickd.scheduler.store_roles_engine import CompletionStore
 
 log = logging.getLogger("tickd.runner")
 
@@ -60,7 +61,7 @@ class _Resolved:
 class Finisher:
     def __init__(
         self,
-        store: Store,
+        store: CompletionStore,
         lock: Lock,
         *,
         batch_size: int,
