@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,12 +32,28 @@ from tickd.api.client import (
     Json,
 )
 
+PRIORITIES = ("critical", "high", "normal", "low")
+MISFIRE_POLICIES = ("coalesce", "skip", "run_all")
+# Flags that set a job's field as they are.
+FLAG_FIELDS = (
+    ("name", "name"),
+    ("handler", "handler"),
+    ("enabled", "enabled"),
+    ("timeout", "timeout_seconds"),
+    ("retries", "max_retries"),
+    ("priority", "priority"),
+    ("jitter", "jitter_seconds"),
+    ("shards", "shards"),
+)
 STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
 DEAD_LETTER_STATES = ("open", "redriving", "redriven", "discarded")
 JOB_COLUMNS = ("NAME", "HANDLER", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST STATUS")
 EXECUTION_COLUMNS = ("ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
+# `executions follow` polls at this interval, bounded, for the newest this many.
+MIN_FOLLOW_SECONDS, MAX_FOLLOW_SECONDS = 0.5, 60.0
+FOLLOW_PAGE = 100
 
-Action = Callable[[Client, argparse.Namespace], None]
+Action = Callable[[Client, argparse.Namespace], int | None]
 
 
 class UsageError(Exception):
@@ -46,19 +63,40 @@ class UsageError(Exception):
 # -- the commands --------------------------------------------------------------------------------
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `jobs` and `executions` to the `tickd` sub-commands (an argparse subparsers action)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help=f"the API's base URL (default: ${URL_ENV}, or {DEFAULT_URL})")
-    common.add_argument(
+def client_options(*, anywhere: bool) -> argparse.ArgumentParser:
+    """--url, --token, --json and --config: on `tickd` itself, and (`anywhere`) again on every
+    command below it, with no default there, so that one given before the command is not reset
+    by the command's parser."""
+    options = argparse.ArgumentParser(add_help=False)
+    unset: dict[str, Any] = {"default": argparse.SUPPRESS} if anywhere else {}
+    options.add_argument(
+        "--url", help=f"the API's base URL (default: ${URL_ENV}, or {DEFAULT_URL})", **unset
+    )
+    options.add_argument(
         "--token",
         help=f"a bearer token of the API (default: ${TOKEN_ENV}, better: a flag shows in ps)",
+        **unset,
     )
-    common.add_argument(
-        "--json", action="store_true", help="print the API's JSON instead of a table"
+    options.add_argument(
+        "--json", action="store_true", help="print the API's JSON instead of a table", **unset
     )
+    options.add_argument(
+        "--config",
+        help="a TOML settings file (TICKD_* variables override it); read by run, api, handlers",
+        **unset,
+    )
+    return options
 
-    jobs = commands.add_parser("jobs", help="jobs, through the API: list, show, create...")
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+) -> None:
+    """Add the client commands to the `tickd` sub-commands (an argparse subparsers action);
+    `common` holds the options every command takes."""
+    jobs = commands.add_parser(
+        "jobs", parents=[common], help="jobs, through the API: list, show, create..."
+    )
     actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     listing = actions.add_parser("list", parents=[common], help="list jobs, by name")
@@ -89,27 +127,63 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     create.add_argument(
         "-f", "--file", help="the job as JSON, as POST /v1/jobs takes it; - reads stdin"
     )
-    create.add_argument("--name")
-    create.add_argument("--handler")
-    schedule = create.add_mutually_exclusive_group()
-    schedule.add_argument("--cron", metavar="EXPR", help="six fields, seconds first (or five)")
-    schedule.add_argument("--every", metavar="SECONDS", type=float, help="an interval")
-    schedule.add_argument("--at", metavar="ISO", help="once, at this time (with an offset)")
-    create.add_argument("--timezone", help="of the cron expression (default UTC)")
-    create.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a handler param, repeatable; VALUE is read as JSON when it is JSON (0.5, true, "
-        '[1,2], "007"), else taken as a string',
-    )
-    create.add_argument("--timeout", type=float, metavar="SECONDS", help="timeout_seconds")
-    create.add_argument("--retries", type=int, metavar="N", help="max_retries")
-    create.add_argument(
-        "--shards", type=int, metavar="N", help="run each occurrence as N shards (default 1)"
-    )
+    add_job_flags(create)
     create.set_defaults(act=jobs_create)
+
+    replace = actions.add_parser(
+        "replace",
+        parents=[common],
+        help="replace a job's whole definition (from -f and flags, as create takes them)",
+    )
+    replace.add_argument("job", metavar="JOB", help="the job's id or name")
+    replace.add_argument("-f", "--file", help="the job as JSON; - reads stdin")
+    add_job_flags(replace)
+    replace.set_defaults(act=jobs_replace)
+
+    patch = actions.add_parser(
+        "patch",
+        parents=[common],
+        help="change some fields of a job: only those given (params replaced whole)",
+    )
+    patch.add_argument("job", metavar="JOB", help="the job's id or name")
+    add_job_flags(patch)
+    patch.add_argument("--no-redrive", action="store_true", help="remove the re-drive policy")
+    patch.set_defaults(act=jobs_patch)
+
+    preview = actions.add_parser("preview", parents=[common], help="a job's next fire times")
+    preview.add_argument("job", metavar="JOB", help="the job's id or name")
+    preview.add_argument("--count", type=int, help="how many (default 10, at most 100)")
+    preview.add_argument("--after", metavar="ISO", help="from this time on (default: now)")
+    preview.set_defaults(act=jobs_preview)
+
+    backfill = actions.add_parser(
+        "backfill",
+        parents=[common],
+        help="run a job's past occurrences between two times; a dry run unless --run",
+    )
+    backfill.add_argument("job", metavar="JOB", help="the job's id or name")
+    backfill.add_argument("--start", metavar="ISO", required=True)
+    backfill.add_argument("--end", metavar="ISO", required=True)
+    backfill.add_argument(
+        "--run", action="store_true", help="queue the runs (without it: what would run)"
+    )
+    backfill.add_argument("--per-second", type=float, help="runs a second (default 1)")
+    backfill.set_defaults(act=jobs_backfill)
+
+    history = actions.add_parser(
+        "history", parents=[common], help="who changed a job, when, and what"
+    )
+    history.add_argument("job", metavar="JOB", help="the job's id or name")
+    history.add_argument("--limit", type=int, help="how many changes (default 50)")
+    history.set_defaults(act=jobs_history)
+
+    job_runs = actions.add_parser(
+        "executions", parents=[common], help="a job's executions, newest first"
+    )
+    job_runs.add_argument("job", metavar="JOB", help="the job's id or name")
+    job_runs.add_argument("--status", choices=STATUSES)
+    job_runs.add_argument("--limit", type=int, help="how many (API default 50, at most 500)")
+    job_runs.set_defaults(act=jobs_executions)
 
     for name, act, what in [
         ("pause", jobs_pause, "pause a job: it stops firing"),
@@ -136,6 +210,20 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     show = actions.add_parser("show", parents=[common], help="one execution in full")
     show.add_argument("execution", metavar="ID")
     show.set_defaults(act=executions_show)
+
+    follow = actions.add_parser(
+        "follow",
+        parents=[common],
+        help="print executions as they end, until Ctrl-C",
+        description="Polls the API every --interval seconds (0.5 to 60) and prints each "
+        "execution that ended since, once.",
+    )
+    follow.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
+    follow.add_argument("--status", choices=STATUSES)
+    follow.add_argument("--handler", help="only the executions of this handler")
+    follow.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    follow.add_argument("--recent", action="store_true", help="print those that ended lately first")
+    follow.set_defaults(act=executions_follow)
 
     retry = actions.add_parser(
         "retry", parents=[common], help="run a failed, timed-out or abandoned execution again"
@@ -179,7 +267,7 @@ def add_dead_letter_commands(
 
 
 def run_client(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
-    """Run a parsed `jobs` or `executions` command; the exit status."""
+    """Run a parsed client command; the exit status (an action may return its own)."""
     env = os.environ if environ is None else environ
     try:
         client = Client(
@@ -187,9 +275,10 @@ def run_client(args: argparse.Namespace, environ: dict[str, str] | None = None) 
             token=args.token or env.get(TOKEN_ENV) or None,
         )
         act: Action = args.act
-        act(client, args)
+        return act(client, args) or 0
     except (UsageError, BadUrl) as exc:
-        print(f"tickd {args.command} {args.action}: error: {exc}", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        print(f"tickd {command}: error: {exc}", file=sys.stderr)
         return 2
     except ApiProblem as exc:
         report_problem(exc, as_json=args.json, out=sys.stderr)
@@ -202,7 +291,6 @@ def run_client(args: argparse.Namespace, environ: dict[str, str] | None = None) 
         return 0
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 def report_problem(problem: ApiProblem, *, as_json: bool, out: TextIO) -> None:
@@ -211,7 +299,9 @@ def report_problem(problem: ApiProblem, *, as_json: bool, out: TextIO) -> None:
         print(json.dumps(problem.body), file=out)
         return
     head = f"tickd: {problem.status} {problem.title}"
-    print(f"{head}: {problem.detail}" if problem.detail else head, file=out)
+    # The detail of a validation problem is its errors again, joined: each is printed once.
+    listed = problem.detail and any(e.reason in problem.detail for e in problem.errors)
+    print(f"{head}: {problem.detail}" if problem.detail and not listed else head, file=out)
     for error in problem.errors:
         print(f"  {error.field}: {error.reason}", file=out)
 
@@ -245,6 +335,89 @@ def jobs_show(client: Client, args: argparse.Namespace) -> None:
 
 def jobs_create(client: Client, args: argparse.Namespace) -> None:
     show_job(client.create_job(job_from_args(args)), args)
+
+
+def jobs_replace(client: Client, args: argparse.Namespace) -> None:
+    job = client.find_job(args.job)
+    definition = job_from_args(args)
+    show_job(client.replace_job(job["id"], definition, revision=job.get("revision")), args)
+
+
+def jobs_patch(client: Client, args: argparse.Namespace) -> None:
+    changes = fields_from_args(args)
+    if args.no_redrive:
+        if "redrive" in changes:
+            raise UsageError("--redrive and --no-redrive: one or the other")
+        changes["redrive"] = None
+    if not changes:
+        raise UsageError("nothing to change: give the fields to change as flags")
+    job = client.find_job(args.job)
+    if "misfire" in changes:  # one of policy and grace keeps the other as it is
+        changes["misfire"] = {**(job.get("misfire") or {}), **changes["misfire"]}
+    show_job(client.patch_job(job["id"], changes, revision=job.get("revision")), args)
+
+
+def jobs_preview(client: Client, args: argparse.Namespace) -> None:
+    preview = client.preview_job(
+        client.find_job(args.job)["id"], count=args.count, after=args.after
+    )
+    print_fire_times(preview, args)
+
+
+def print_fire_times(preview: Json, args: argparse.Namespace) -> None:
+    if args.json:
+        print_json(preview)
+        return
+    rows = [
+        [when(t.get("at")), str(t.get("local")), "DST change" if t.get("dst_transition") else ""]
+        for t in preview.get("times") or []
+    ]
+    print_table(("AT (UTC)", "LOCAL", ""), rows, empty="No fire times.")
+
+
+def jobs_backfill(client: Client, args: argparse.Namespace) -> None:
+    window: Json = {"start": args.start, "end": args.end, "dry_run": not args.run}
+    if args.per_second is not None:
+        window["per_second"] = args.per_second
+    job = client.find_job(args.job)
+    out = client.backfill_job(job["id"], window)
+    if args.json:
+        print_json(out)
+        return
+    verb = "Would run" if out.get("dry_run") else "Queued"
+    occurrences = out.get("occurrences") or []
+    print(f"{verb} {len(occurrences)} occurrences of {job['name']}.")
+    for at in occurrences:
+        print(f"  {when(at)}")
+    if out.get("already_run"):
+        print(f"Left out {len(out['already_run'])} that have executions already.")
+    if out.get("truncated"):
+        print("The window holds more: backfill the rest from the last one.", file=sys.stderr)
+
+
+def jobs_history(client: Client, args: argparse.Namespace) -> None:
+    page = client.job_history(client.find_job(args.job)["id"], limit=args.limit)
+    if args.json:
+        print_json(page)
+        return
+    rows = [
+        [when(c.get("at")), str(c.get("actor")), str(c.get("action")), changed_fields(c)]
+        for c in page.get("items") or []
+    ]
+    print_table(("AT", "ACTOR", "ACTION", "CHANGED"), rows, empty="No changes.")
+
+
+def changed_fields(change: Json) -> str:
+    return ", ".join(sorted(change.get("changes") or {})) or "-"
+
+
+def jobs_executions(client: Client, args: argparse.Namespace) -> None:
+    job = client.find_job(args.job)
+    page = client.job_executions(job["id"], status=args.status, limit=args.limit)
+    if args.json:
+        print_json(page)
+        return
+    print_executions(page["items"], empty="No executions.")
 
 
 def show_job(job: Json, args: argparse.Namespace) -> None:
@@ -286,9 +459,63 @@ def jobs_delete(client: Client, args: argparse.Namespace) -> None:
         print(f"Deleted {job['name']} ({job['id']}).")
 
 
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for every field of a job, as POST /v1/jobs and PATCH take them."""
+    parser.add_argument("--name")
+    parser.add_argument("--handler")
+    schedule = parser.add_mutually_exclusive_group()
+    schedule.add_argument("--cron", metavar="EXPR", help="six fields, seconds first (or five)")
+    schedule.add_argument("--every", metavar="SECONDS", type=float, help="an interval")
+    schedule.add_argument("--at", metavar="ISO", help="once, at this time (with an offset)")
+    parser.add_argument("--timezone", help="of the cron expression (default UTC)")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a handler param, repeatable; VALUE is read as JSON when it is JSON (0.5, true, "
+        '[1,2], "007"), else taken as a string',
+    )
+    state = parser.add_mutually_exclusive_group()
+    state.add_argument("--enabled", dest="enabled", action="store_const", const=True)
+    state.add_argument(
+        "--disabled", dest="enabled", action="store_const", const=False, help="paused"
+    )
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="timeout_seconds")
+    parser.add_argument("--retries", type=int, metavar="N", help="max_retries")
+    parser.add_argument("--priority", choices=PRIORITIES)
+    parser.add_argument("--misfire", choices=MISFIRE_POLICIES, help="what a missed fire time does")
+    parser.add_argument(
+        "--grace", type=float, metavar="SECONDS", help="how late a fire time may still run"
+    )
+    parser.add_argument("--jitter", type=float, metavar="SECONDS", help="jitter_seconds")
+    parser.add_argument(
+        "--redrive",
+        metavar="ATTEMPTS:BACKOFF",
+        help="re-drive dead letters automatically: at most ATTEMPTS times, the first after "
+        "BACKOFF seconds (e.g. 3:60)",
+    )
+    parser.add_argument(
+        "--shards", type=int, metavar="N", help="run each occurrence as N shards (default 1)"
+    )
+
+
 def job_from_args(args: argparse.Namespace) -> Json:
     job = read_job_file(args.file) if args.file else {}
-    for flag, key in (("name", "name"), ("handler", "handler")):
+    job |= fields_from_args(args, job.get("params"))
+    if not args.file:
+        missing = [f"--{key}" for key in ("name", "handler") if key not in job]
+        if "schedule" not in job:
+            missing.append("one of --cron, --every, --at")
+        if missing:
+            raise UsageError(f"the job needs {', '.join(missing)} (or -f FILE)")
+    return job
+
+
+def fields_from_args(args: argparse.Namespace, params: Any = None) -> Json:
+    """The job's fields the flags give; `params` are the file's, which --param adds to."""
+    job: Json = {}
+    for flag, key in FLAG_FIELDS:
         if getattr(args, flag) is not None:
             job[key] = getattr(args, flag)
     if args.timezone is not None and args.cron is None:
@@ -302,23 +529,28 @@ def job_from_args(args: argparse.Namespace) -> Json:
     elif args.at is not None:
         job["schedule"] = {"kind": "once", "at": args.at}
     if args.param:
-        params = job.get("params", {})
-        if not isinstance(params, dict):
+        if params is not None and not isinstance(params, dict):
             raise UsageError("--param: the file's params are not an object")
-        job["params"] = {**params, **dict(parse_param(p) for p in args.param)}
-    if args.timeout is not None:
-        job["timeout_seconds"] = args.timeout
-    if args.retries is not None:
-        job["max_retries"] = args.retries
-    if args.shards is not None:
-        job["shards"] = args.shards
-    if not args.file:
-        missing = [f"--{key}" for key in ("name", "handler") if key not in job]
-        if "schedule" not in job:
-            missing.append("one of --cron, --every, --at")
-        if missing:
-            raise UsageError(f"the job needs {', '.join(missing)} (or -f FILE)")
+        job["params"] = {**(params or {}), **dict(parse_param(p) for p in args.param)}
+    if args.misfire is not None or args.grace is not None:
+        job["misfire"] = {
+            k: v
+            for k, v in (("policy", args.misfire), ("grace_seconds", args.grace))
+            if v is not None
+        }
+    if args.redrive is not None:
+        job["redrive"] = parse_redrive(args.redrive)
     return job
+
+
+def parse_redrive(text: str) -> Json:
+    attempts, sep, backoff = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return {"max_attempts": int(attempts), "backoff_seconds": float(backoff)}
+    except ValueError:
+        raise UsageError(f"--redrive {text!r}: expected ATTEMPTS:BACKOFF, e.g. 3:60") from None
 
 
 def read_job_file(name: str) -> Json:
@@ -363,8 +595,45 @@ def executions_show(client: Client, args: argparse.Namespace) -> None:
     execution = client.get_execution(args.execution)
     if args.json:
         print_json(execution)
-    else:
-        print_fields(execution_fields(execution))
+        return
+    print_fields(execution_fields(execution))
+    for attempt in execution.get("attempt_log") or []:
+        print(attempt_text(attempt))
+    traceback = (execution.get("error") or {}).get("traceback")
+    if traceback:
+        print("traceback:")
+        print(traceback.rstrip())
+
+
+def attempt_text(attempt: Json) -> str:
+    error = attempt.get("error")
+    outcome = f"{error.get('type')}: {error.get('message')}" if error else "succeeded"
+    backoff = attempt.get("backoff_seconds")
+    then = f", retried after {seconds_text(backoff)}" if backoff is not None else ""
+    return (
+        f"attempt {attempt.get('number')}: {when(attempt.get('started_at'))} to "
+        f"{when(attempt.get('finished_at'))}, {outcome}{then}"
+    )
+
+
+def executions_follow(client: Client, args: argparse.Namespace) -> None:
+    """Print executions as they end, oldest first, until Ctrl-C; each once."""
+    job_id = client.find_job(args.job)["id"] if args.job else None
+    seen: set[str] = set()
+    first = True
+    interval = max(MIN_FOLLOW_SECONDS, min(args.interval, MAX_FOLLOW_SECONDS))
+    while True:
+        page = client.list_executions(
+            job_id=job_id, status=args.status, handler=args.handler, limit=FOLLOW_PAGE
+        )
+        ended = [e for e in reversed(page["items"]) if e.get("finished_at") and e["id"] not in seen]
+        seen.update(e["id"] for e in ended)
+        if not first or args.recent:
+            for execution in ended:
+                line = json.dumps(execution) if args.json else "  ".join(execution_row(execution))
+                print(line, flush=True)
+        first = False
+        time.sleep(interval)
 
 
 def executions_retry(client: Client, args: argparse.Namespace) -> None:

@@ -86,13 +86,22 @@ class ApiProblem(ClientError):
             return cls(status, reason or "Error", excerpt, body=text)
         raw_errors = body.get("errors")
         errors = tuple(
-            FieldError(str(e.get("field", "")), str(e.get("reason", "")))
+            FieldError(str(e.get("field", "")), plain_reason(str(e.get("reason", ""))))
             for e in (raw_errors if isinstance(raw_errors, list) else [])
             if isinstance(e, dict)
         )
         detail = body.get("detail")
         title = str(body.get("title") or reason or "Error")
-        return cls(status, title, str(detail) if detail is not None else None, errors, body)
+        shown = plain_reason(str(detail)) if detail is not None else None
+        return cls(status, title, shown, errors, body)
+
+
+def plain_reason(text: str) -> str:
+    """A reason without the "Value error, " pydantic puts before a validator's own words."""
+    return _PYDANTIC_PREFIX.sub("", text)
+
+
+_PYDANTIC_PREFIX = re.compile(r"(?:(?<=^)|(?<=: )|(?<=; ))(?:Value|Assertion) error, ")
 
 
 @dataclass(frozen=True)
@@ -281,8 +290,54 @@ class Client:
     def trigger_job(self, job_id: str) -> Json:
         return self._object(self.request("POST", f"/v1/jobs/{_segment(job_id)}/trigger"), "id")
 
-    def delete_job(self, job_id: str) -> None:
-        self.request("DELETE", f"/v1/jobs/{_segment(job_id)}")
+    def replace_job(self, job_id: str, job: Json, *, revision: int | None = None) -> Json:
+        """The whole definition; with `revision`, only if the job is still at it (else a 412)."""
+        response = self.request(
+            "PUT", f"/v1/jobs/{_segment(job_id)}", body=job, headers=_if_match(revision)
+        )
+        return self._object(response, *JOB_FIELDS)
+
+    def patch_job(self, job_id: str, changes: Json, *, revision: int | None = None) -> Json:
+        """Change some fields; with `revision`, only if the job is still at it (else a 412)."""
+        response = self.request(
+            "PATCH", f"/v1/jobs/{_segment(job_id)}", body=changes, headers=_if_match(revision)
+        )
+        return self._object(response, *JOB_FIELDS)
+
+    def delete_job(self, job_id: str, *, revision: int | None = None) -> None:
+        self.request("DELETE", f"/v1/jobs/{_segment(job_id)}", headers=_if_match(revision))
+
+    def preview_job(
+        self, job_id: str, *, count: int | None = None, after: str | None = None
+    ) -> Json:
+        query = {"count": count, "after": after}
+        return self._object(
+            self.request("GET", f"/v1/jobs/{_segment(job_id)}/preview", query=query)
+        )
+
+    def backfill_job(self, job_id: str, window: Json) -> Json:
+        path = f"/v1/jobs/{_segment(job_id)}/backfill"
+        return self._object(self.request("POST", path, body=window))
+
+    def job_history(self, job_id: str, *, limit: int | None = None) -> Json:
+        path = f"/v1/jobs/{_segment(job_id)}/history"
+        return self._object(self.request("GET", path, query={"limit": limit}))
+
+    def job_executions(self, job_id: str, **query: Any) -> Json:
+        path = f"/v1/jobs/{_segment(job_id)}/executions"
+        return self._page(self.request("GET", path, query=query))
+
+    def preview_schedule(self, request: Json) -> Json:
+        return self._object(self.request("POST", "/v1/schedules/preview", body=request))
+
+    # -- the rest: handlers, stats, bounces, the session, the probes ---------------------------
+
+    def get(self, path: str, **query: Any) -> Json:
+        """A read of the API's, as the JSON object it answers."""
+        return self._object(self.request("GET", path, query=query))
+
+    def clear_bounces(self, address: str) -> None:
+        self.request("DELETE", f"/v1/bounces/{_segment(address)}")
 
     # -- executions ----------------------------------------------------------------------------
 
@@ -354,6 +409,10 @@ _USERINFO = re.compile(r"(?P<scheme>://)[^/?#]*@")
 
 def _segment(value: str) -> str:
     return urllib.parse.quote(value, safe="")
+
+
+def _if_match(revision: int | None) -> dict[str, str]:
+    return {} if revision is None else {"If-Match": f'"{revision}"'}
 
 
 def _query_value(value: Any) -> str:

@@ -57,7 +57,8 @@ def from_pydantic(exc: PydanticError, where: str, status: int = 422) -> ApiError
     errors = []
     for error in exc.errors(include_url=False, include_input=False):
         path = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
-        errors.append((f"{where}{path}" if path else where.rstrip(".") or "body", error["msg"]))
+        reason = error["msg"].removeprefix("Value error, ")  # pydantic's, before our words
+        errors.append((f"{where}{path}" if path else where.rstrip(".") or "body", reason))
     detail = "; ".join(f"{field}: {reason}" for field, reason in errors)
     return ApiError(status, "Invalid request", detail, errors)
 

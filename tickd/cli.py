@@ -1,7 +1,8 @@
 """`tickd`: the command line.
 
-`run`, `api` and `handlers` read the settings (`--config`, TICKD_* variables); `jobs` and
-`executions` are clients of a running API (api/cli.py) and read neither settings nor handlers.
+`run`, `api` and `handlers` read the settings (`--config`, TICKD_* variables); the other commands
+are clients of a running API (api/cli.py, api/cli_commands.py) and read neither settings nor
+handlers.
 """
 
 from __future__ import annotations
@@ -11,14 +12,20 @@ import asyncio
 import sys
 from importlib.metadata import version
 
-from tickd.api.cli import add_commands, run_client
+from tickd.api.cli import add_commands, client_options, run_client
+from tickd.api.cli_commands import add_more_commands, list_handlers, run_completion
 from tickd.scheduler.config import ConfigError, Settings, load_settings
 from tickd.scheduler.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command in ("jobs", "executions", "dead-letters"):
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "completion":
+        return run_completion(parser, args)
+    if args.command == "handlers" and args.api:
+        args.act = list_handlers
+    if hasattr(args, "act"):
         return run_client(args)
     try:
         settings = load_settings(args.config)
@@ -32,14 +39,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tickd", description="A job-scheduling daemon.")
-    parser.add_argument("--config", help="a TOML settings file (TICKD_* variables override it)")
+    parser = argparse.ArgumentParser(
+        prog="tickd",
+        description="A job-scheduling daemon, and the client of its API. --config, --url, "
+        "--token and --json go anywhere on the line.",
+        parents=[client_options(anywhere=False)],
+    )
     parser.add_argument("--version", action="version", version=f"tickd {version('tickd')}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="run the daemon and its API until SIGTERM or Ctrl-C")
-    commands.add_parser("api", help="serve the API alone (no dispatcher) on the same store")
-    commands.add_parser("handlers", help="list the registered handlers and where they come from")
-    add_commands(commands)
+    common = client_options(anywhere=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "run", parents=[common], help="run the daemon and its API until SIGTERM or Ctrl-C"
+    )
+    commands.add_parser(
+        "api", parents=[common], help="serve the API alone (no dispatcher) on the same store"
+    )
+    handlers = commands.add_parser(
+        "handlers",
+        parents=[common],
+        help="list the registered handlers and where they come from (--api: the API's)",
+    )
+    handlers.add_argument(
+        "--api", action="store_true", help="those of the API at --url, not of this install"
+    )
+    add_commands(commands, common)
+    add_more_commands(commands, common)
     return parser
 
 

@@ -1,0 +1,309 @@
+"""`tickd apply -f FILE` and `tickd diff -f FILE`: jobs as code.
+
+A file holds jobs in the shape POST /v1/jobs takes (JobCreate), as JSON (`{"jobs": [...]}`),
+YAML (the same) or TOML (`[[jobs]]` tables); a folder is its *.json, *.yaml, *.yml and *.toml
+files. Jobs are matched by name (names are unique). A plan holds what differs: jobs to create,
+fields to change (a PATCH with the revision read as If-Match, so a change made meanwhile is
+refused and reported, never overwritten), and, with prune, the jobs to delete: only those that
+apply made with the same owner (`managed_by`), so hand-made and system jobs are never deleted.
+
+Two rules keep a second apply of the same file a no-op:
+- secrets: the API shows them as ***, so a file's params compare equal to the API's when they
+  are equal once masked as the API masks them; a new secret alone is no change (it is sent with
+  the next change of the job, or set by hand with `tickd jobs patch`);
+- `enabled` is compared only when the file sets it: a job paused by hand stays paused.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tickd.api.client import ApiProblem, Client, Json
+from tickd.api.models import JobCreate
+from tickd.scheduler.secrets import mask
+
+DEFAULT_OWNER = "apply"
+SUFFIXES = (".json", ".yaml", ".yml", ".toml")
+# The fields of a definition, as JobCreate has them; `managed_by` is the owner mark.
+COMPARED = (
+    "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries", "priority",
+    "misfire", "jitter_seconds", "redrive", "shards",
+)  # fmt: skip
+
+
+class DefinitionError(Exception):
+    """A file that cannot be read, or a job in it that is not one: a usage error."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A job as a file gives it: its full shape with the defaults, and the fields it set."""
+
+    source: str
+    job: Json
+    given: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return str(self.job["name"])
+
+
+@dataclass(frozen=True)
+class Change:
+    """One step of a plan: `create`, `update` or `delete` a job; `fields` are the differences,
+    field -> (as stored, as the file has it), for display."""
+
+    action: str
+    name: str
+    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    body: Json = field(default_factory=dict)
+    job_id: str | None = None
+    revision: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    change: Change
+    error: str | None = None
+
+
+# -- reading the files ---------------------------------------------------------------------------
+
+
+def load_definitions(paths: Sequence[str]) -> list[Definition]:
+    """Every job of the files (a folder: its files, by name); a name twice is an error."""
+    definitions: list[Definition] = []
+    seen: dict[str, str] = {}
+    for path in dict.fromkeys(p.resolve() for p in _files(paths)):  # a file named twice: once
+        for definition in _read_file(path):
+            if definition.name in seen:
+                first = seen[definition.name]
+                raise DefinitionError(
+                    f"{definition.source}: job {definition.name!r} is also in {first}"
+                )
+            seen[definition.name] = definition.source
+            definitions.append(definition)
+    return definitions
+
+
+def _files(paths: Sequence[str]) -> Iterator[Path]:
+    for name in paths:
+        path = Path(name)
+        if not path.exists():
+            raise DefinitionError(f"{name}: no such file or folder")
+        if path.is_dir():
+            yield from sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+        elif path.suffix in SUFFIXES:
+            yield path
+        else:
+            raise DefinitionError(f"{name}: not a .json, .yaml, .yml or .toml file")
+
+
+def _read_file(path: Path) -> list[Definition]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        raise DefinitionError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    document = _parse(path, text)
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    if not isinstance(jobs, list):
+        raise DefinitionError(f"{path}: expected a list of jobs under `jobs`")
+    return [_definition(f"{path}: jobs[{i}]", job) for i, job in enumerate(jobs)]
+
+
+def _parse(path: Path, text: str) -> Any:
+    try:
+        if path.suffix == ".toml":
+            return tomllib.loads(text)
+        if path.suffix == ".json":
+            return json.loads(text)
+        import yaml  # only for YAML files
+
+        return yaml.safe_load(text)
+    except ValueError as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise DefinitionError(f"{path}: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError, whose module loads only here
+        raise DefinitionError(f"{path}: not YAML: {exc}") from None
+
+
+def _definition(source: str, job: Any) -> Definition:
+    if not isinstance(job, dict):
+        raise DefinitionError(f"{source}: a job is a table (an object) of fields")
+    name = job.get("name")
+    where = f"{source} ({name})" if isinstance(name, str) else source
+    if "managed_by" in job:
+        raise DefinitionError(f"{where}: managed_by: set by apply (--owner), not in the file")
+    try:
+        model = JobCreate.model_validate(job)
+    except ValidationError as exc:
+        reasons = "; ".join(_reason(error) for error in exc.errors(include_url=False))
+        raise DefinitionError(f"{where}: {reasons}") from None
+    job = model.model_dump(mode="json", exclude={"managed_by"})
+    return Definition(source, job, frozenset(model.model_fields_set))
+
+
+def _reason(error: Any) -> str:
+    path = ".".join(str(p) for p in error["loc"] if p not in ("cron", "interval", "once"))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{path}: {message}" if path else message
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+def plan(
+    client: Client, definitions: Sequence[Definition], *, owner: str, prune: bool
+) -> list[Change]:
+    """What applying the definitions changes, against the jobs the API has now."""
+    current = {job["name"]: job for page in client.iter_job_pages() for job in page["items"]}
+    secrets = _secret_params(client) if definitions else {}
+    changes = [_change(d, current.get(d.name), owner, secrets) for d in definitions]
+    if prune:
+        wanted = {d.name for d in definitions}
+        changes += [
+            Change("delete", name, job_id=job["id"], revision=job.get("revision"))
+            for name, job in sorted(current.items())
+            if name not in wanted and job.get("managed_by") == owner
+        ]
+    return [c for c in changes if c.action != "keep"]
+
+
+def _secret_params(client: Client) -> dict[str, frozenset[str]]:
+    handlers = client.request("GET", "/v1/handlers").body or {}
+    return {
+        h["name"]: frozenset(h.get("secret_params") or ())
+        for h in handlers.get("items", [])
+        if isinstance(h, dict) and "name" in h
+    }
+
+
+def _change(
+    definition: Definition, job: Json | None, owner: str, secrets: dict[str, frozenset[str]]
+) -> Change:
+    declared = secrets.get(definition.job["handler"], frozenset())
+    if job is None:
+        body = {**definition.job, "managed_by": owner}
+        shown = {k: (None, _shown(k, v, declared)) for k, v in definition.job.items()}
+        return Change("create", definition.name, shown, body)
+    if job.get("managed_by") not in (None, owner):
+        reason = f"managed by {job['managed_by']!r}, not {owner!r}: left alone"
+        return Change("conflict", definition.name, {"managed_by": (job["managed_by"], reason)})
+    fields = {
+        key: (job.get(key), _shown(key, definition.job[key], declared))
+        for key in COMPARED
+        if (key != "enabled" or key in definition.given)
+        and not _same(key, definition.job[key], job.get(key), declared)
+    }
+    if job.get("managed_by") != owner:
+        fields["managed_by"] = (job.get("managed_by"), owner)
+    if not fields:
+        return Change("keep", definition.name)
+    body = {key: definition.job[key] for key in fields if key != "managed_by"}
+    body["managed_by"] = owner
+    return Change("update", definition.name, fields, body, job["id"], job.get("revision"))
+
+
+def _same(key: str, wanted: Any, stored: Any, declared: frozenset[str]) -> bool:
+    if key == "params":
+        return bool(mask(wanted, declared) == stored)
+    if key == "schedule" and isinstance(wanted, dict) and isinstance(stored, dict):
+        return _instants(wanted) == _instants(stored)
+    return bool(wanted == stored)
+
+
+def _instants(schedule: Json) -> Json:
+    """A once schedule's `at` as an instant: 09:00Z and 10:00+01:00 are the same time."""
+    at = schedule.get("at")
+    if isinstance(at, str):
+        return {**schedule, "at": datetime.fromisoformat(at.replace("Z", "+00:00"))}
+    return schedule
+
+
+def _shown(key: str, value: Any, declared: frozenset[str]) -> Any:
+    return mask(value, declared) if key == "params" else value
+
+
+# -- applying it ---------------------------------------------------------------------------------
+
+
+def apply(client: Client, changes: Iterable[Change]) -> list[Outcome]:
+    """Each change, in order; one that fails (a job changed meanwhile: 412) does not stop the
+    others."""
+    return [_apply_one(client, change) for change in changes]
+
+
+def _apply_one(client: Client, change: Change) -> Outcome:
+    if change.action == "conflict":
+        return Outcome(change, change.fields["managed_by"][1])
+    try:
+        if change.action == "create":
+            client.create_job(change.body)
+        elif change.action == "update":
+            assert change.job_id is not None
+            client.patch_job(change.job_id, change.body, revision=change.revision)
+        elif change.action == "delete":
+            assert change.job_id is not None
+            client.delete_job(change.job_id, revision=change.revision)
+    except ApiProblem as exc:
+        return Outcome(change, _problem_text(exc))
+    return Outcome(change)
+
+
+def _problem_text(problem: ApiProblem) -> str:
+    if problem.status == 412:
+        return (
+            "changed meanwhile (its revision moved since it was read): left as it is; apply again"
+        )
+    if problem.errors:
+        return "; ".join(f"{e.field}: {e.reason}" for e in problem.errors)
+    return f"{problem.status} {problem.title}" + (f": {problem.detail}" if problem.detail else "")
+
+
+# -- showing it ----------------------------------------------------------------------------------
+
+SIGNS = {"create": "+", "update": "~", "delete": "-", "conflict": "!"}
+
+
+def describe(changes: Sequence[Change]) -> list[str]:
+    """The plan, a job a line and a field a line below it."""
+    lines: list[str] = []
+    for change in changes:
+        lines.append(f"{SIGNS[change.action]} {change.action} {change.name}")
+        if change.action == "conflict":
+            lines.append(f"    {change.fields['managed_by'][1]}")
+            continue
+        for key, (before, after) in change.fields.items():
+            if change.action == "create":
+                lines.append(f"    {key}: {_value(after)}")
+            else:
+                lines.append(f"    {key}: {_value(before)} -> {_value(after)}")
+    return lines
+
+
+def summary(changes: Sequence[Change], kept: int) -> str:
+    counts = {a: sum(c.action == a for c in changes) for a in ("create", "update", "delete")}
+    parts = [f"{n} to {a}" for a, n in counts.items() if n]
+    return (", ".join(parts) if parts else "Nothing to change") + f"; {kept} unchanged."
+
+
+def as_json(change: Change, error: str | None = None) -> Json:
+    out: Json = {
+        "action": change.action,
+        "name": change.name,
+        "fields": {k: {"from": b, "to": a} for k, (b, a) in change.fields.items()},
+    }
+    if error is not None:
+        out["error"] = error
+    return out
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,207 @@
+"""`tickd apply` and `tickd diff` against a real API (tests/api/test_cli.py's `live` server), as
+ops run them from a shell: jobs as code, matched by name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.api.test_cli import Live
+from tickd.api import apply as jobs_as_code
+from tickd.api.client import Client
+from tickd.scheduler.model import Job
+from tickd.scheduler.ports import JobQuery
+
+JOBS_TOML = """
+[[jobs]]
+name = "nightly-ping"
+handler = "ping"
+schedule = { kind = "cron", expr = "0 30 2 * * *", timezone = "Europe/Berlin" }
+params = { url = "https://example.com/health", api_key = "sk-live-secret" }
+max_retries = 2
+
+[[jobs]]
+name = "often-ping"
+handler = "ping"
+schedule = { kind = "interval", every_seconds = 300 }
+params = { url = "https://example.com/often" }
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def jobs_by_name(live: Live) -> dict[str, Job]:
+    return {job.name: job for job in await live.store.list_jobs(JobQuery())}
+
+
+async def test_apply_creates_the_jobs_and_a_second_apply_changes_nothing(
+    live: Live, tmp_path: Path
+) -> None:
+    jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
+
+    first = await live.tickd("apply", "-f", str(jobs_file))
+
+    assert first.code == 0, first.err
+    created = await jobs_by_name(live)
+    assert set(created) == {"nightly-ping", "often-ping"}
+    assert created["nightly-ping"].params["api_key"] == "sk-live-secret"
+    assert {job.managed_by for job in created.values()} == {"apply"}
+    # Again: the secret, shown masked by the API, is no change; no write, no new revision.
+    second = await live.tickd("apply", "-f", str(jobs_file))
+    assert second.code == 0, second.err
+    assert "0 changed, 0 failed, 2 unchanged." in second.out
+    after = await jobs_by_name(live)
+    assert {n: j.revision for n, j in after.items()} == {n: j.revision for n, j in created.items()}
+    history = await live.get(f"/v1/jobs/{created['nightly-ping'].id}/history")
+    assert [change["action"] for change in history["items"]] == ["create"]
+    assert "sk-live-secret" not in first.out + second.out
+
+
+async def test_diff_shows_each_changed_field_and_apply_updates_only_those(
+    live: Live, tmp_path: Path
+) -> None:
+    jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
+    assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
+    before = await jobs_by_name(live)
+    write(tmp_path, "jobs.toml", JOBS_TOML.replace("max_retries = 2", "max_retries = 4"))
+
+    diff = await live.tickd("diff", "-f", str(jobs_file))
+    dry = await live.tickd("apply", "--dry-run", "-f", str(jobs_file))
+
+    assert diff.code == 3 and dry.code == 3
+    assert diff.out.splitlines()[:2] == ["~ update nightly-ping", "    max_retries: 2 -> 4"]
+    assert dry.out == diff.out
+    assert (await jobs_by_name(live))["nightly-ping"].revision == before["nightly-ping"].revision
+    applied = await live.tickd("apply", "-f", str(jobs_file))
+    assert applied.code == 0, applied.err
+    assert applied.out.splitlines()[0] == "updated nightly-ping (max_retries)"
+    after = await jobs_by_name(live)
+    assert after["nightly-ping"].max_retries == 4
+    assert after["nightly-ping"].revision == before["nightly-ping"].revision + 1
+    assert after["nightly-ping"].params["api_key"] == "sk-live-secret"
+    assert after["often-ping"].revision == before["often-ping"].revision
+    assert (await live.tickd("diff", "-f", str(jobs_file))).code == 0
+
+
+async def test_a_change_made_meanwhile_is_refused_and_reported_not_overwritten(
+    live: Live, tmp_path: Path
+) -> None:
+    jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
+    assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
+    write(tmp_path, "jobs.toml", JOBS_TOML.replace("max_retries = 2", "max_retries = 4"))
+    client = Client(base_url=live.url, token=live_token())
+    definitions = jobs_as_code.load_definitions([str(jobs_file)])
+    changes = await asyncio.to_thread(
+        jobs_as_code.plan, client, definitions, owner="apply", prune=False
+    )
+    job = (await jobs_by_name(live))["nightly-ping"]
+    # Someone changes the job between the plan's read and its write.
+    await asyncio.to_thread(client.patch_job, job.id, {"timeout_seconds": 45})
+
+    outcomes = await asyncio.to_thread(jobs_as_code.apply, client, changes)
+
+    assert [o.change.name for o in outcomes] == ["nightly-ping"]
+    assert outcomes[0].error is not None and "changed meanwhile" in outcomes[0].error
+    kept = (await jobs_by_name(live))["nightly-ping"]
+    assert (kept.max_retries, kept.timeout_seconds) == (2, 45)
+
+
+async def test_the_command_exits_1_on_a_refused_change_and_names_the_job(
+    live: Live, tmp_path: Path
+) -> None:
+    other = write(tmp_path, "other.toml", JOBS_TOML)
+    assert (await live.tickd("apply", "--owner", "team-b", "-f", str(other))).code == 0
+
+    run = await live.tickd("apply", "-f", str(other))
+
+    assert run.code == 1
+    errors = run.err.splitlines()
+    assert errors == [
+        "tickd: conflict nightly-ping: managed by 'team-b', not 'apply': left alone",
+        "tickd: conflict often-ping: managed by 'team-b', not 'apply': left alone",
+    ]
+
+
+async def test_prune_deletes_only_the_jobs_an_apply_made_that_the_file_dropped(
+    live: Live, tmp_path: Path
+) -> None:
+    jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
+    assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
+    by_hand = await live.tickd(
+        "jobs", "create", "--name", "by-hand", "--handler", "ping", "--every", "60",
+        "--param", "url=https://example.com/x",
+    )  # fmt: skip
+    assert by_hand.code == 0, by_hand.err
+    write(tmp_path, "jobs.toml", JOBS_TOML.split("[[jobs]]")[1].join(["[[jobs]]", ""]))
+    assert "often-ping" not in jobs_file.read_text()
+
+    without = await live.tickd("apply", "-f", str(jobs_file))
+    assert without.code == 0 and set(await jobs_by_name(live)) == {
+        "nightly-ping", "often-ping", "by-hand",
+    }  # fmt: skip
+    dry = await live.tickd("apply", "--prune", "--dry-run", "-f", str(jobs_file))
+    assert dry.code == 3 and dry.out.splitlines()[0] == "- delete often-ping"
+    pruned = await live.tickd("apply", "--prune", "-f", str(jobs_file))
+
+    assert pruned.code == 0, pruned.err
+    assert "deleted often-ping" in pruned.out.splitlines()
+    assert set(await jobs_by_name(live)) == {"nightly-ping", "by-hand"}
+
+
+async def test_yaml_json_and_a_folder_of_them(live: Live, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    write(
+        folder,
+        "a.yaml",
+        "jobs:\n  - name: from-yaml\n    handler: ping\n"
+        "    schedule: {kind: interval, every_seconds: 60}\n"
+        "    params: {url: 'https://example.com/y'}\n    priority: high\n",
+    )
+    job = {
+        "name": "from-json",
+        "handler": "ping",
+        "schedule": {"kind": "once", "at": "2030-01-01T10:00:00+01:00"},
+        "params": {"url": "https://example.com/j"},
+    }
+    write(folder, "b.json", json.dumps({"jobs": [job]}))
+    write(folder, "notes.txt", "not a job file")
+
+    run = await live.tickd("apply", "-f", str(folder))
+
+    assert run.code == 0, run.err
+    jobs = await jobs_by_name(live)
+    assert set(jobs) == {"from-yaml", "from-json"}
+    assert jobs["from-yaml"].priority.name == "HIGH"
+    # The API answers 09:00Z for 10:00+01:00: the same instant, no change.
+    assert (await live.tickd("diff", "-f", str(folder))).code == 0
+
+
+async def test_a_file_that_is_no_job_definition_exits_2_naming_the_field(
+    live: Live, tmp_path: Path
+) -> None:
+    bad = write(tmp_path, "bad.toml", JOBS_TOML.replace("max_retries = 2", "max_retries = -1"))
+    one = write(tmp_path, "one.toml", JOBS_TOML)
+    other = write(tmp_path, "other.toml", JOBS_TOML)
+
+    invalid = await live.tickd("apply", "-f", str(bad))
+    duplicate = await live.tickd("diff", "-f", str(one), "-f", str(other))
+    missing = await live.tickd("apply", "-f", str(tmp_path / "nope.toml"))
+
+    assert invalid.code == 2 and invalid.out == ""
+    assert invalid.err.count("\n") == 1
+    assert "jobs[0] (nightly-ping): max_retries: " in invalid.err
+    assert duplicate.code == 2 and "job 'nightly-ping' is also in" in duplicate.err
+    assert missing.code == 2 and "no such file or folder" in missing.err
+    assert await live.store.list_jobs(JobQuery()) == []
+
+
+def live_token() -> str:
+    from tests.api.conftest import ADMIN
+
+    return ADMIN

@@ -1,0 +1,150 @@
+"""The `tickd` client commands against a real API (tests/api/test_cli.py's `live` server): a
+command for every operation, options anywhere on the line, errors printed once in plain words,
+and the exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tests.api.test_cli import NIGHTLY, Live
+from tickd import cli
+from tickd.api.cli_commands import NOT_VERBS, VERBS, command_words, completion_script
+
+
+async def test_every_operation_of_the_api_has_a_command(live: Live) -> None:
+    document = await live.get("/openapi.json")
+    operations = {
+        f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item
+    }
+    commands = {path.strip() for path, _ in command_words(cli._parser())}
+
+    assert sorted(operations - set(VERBS) - set(NOT_VERBS)) == []
+    assert sorted(set(VERBS) - operations) == []
+    for operation, verb in VERBS.items():
+        words = [w for w in verb.split()[1:] if not w.startswith("-")]
+        assert " ".join(words) in commands, operation
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "jobs", "list"],
+        ["jobs", "--json", "list"],
+        ["jobs", "list", "--json"],
+        ["--config", "/no/such.toml", "jobs", "list", "--json"],
+        ["jobs", "list", "--json", "--config", "/no/such.toml"],
+    ],
+)
+async def test_options_go_anywhere_on_the_line(live: Live, args: list[str]) -> None:
+    await live.post("/v1/jobs", NIGHTLY)
+
+    run = await live.tickd(*args)
+
+    assert run.code == 0, run.err
+    assert [job["name"] for job in json.loads(run.out)["items"]] == ["nightly-ping"]
+
+
+async def test_the_url_before_the_command_wins_over_the_environment(live: Live) -> None:
+    run = await live.tickd("--url", "http://127.0.0.1:1", "jobs", "list")
+    after = await live.tickd("jobs", "list", "--url", "http://127.0.0.1:1")
+
+    assert run.code == after.code == 1
+    assert run.err.startswith("tickd: cannot reach the tickd API at http://127.0.0.1:1")
+    assert after.err == run.err
+
+
+async def test_a_validation_error_is_printed_once_in_plain_words(live: Live) -> None:
+    run = await live.tickd(
+        "jobs", "create", "--name", "once", "--handler", "ping", "--at", "tomorrow",
+        "--param", "url=https://example.com/x",
+    )  # fmt: skip
+
+    assert run.code == 1 and run.out == ""
+    assert run.err.splitlines() == [
+        "tickd: 422 Invalid request",
+        "  schedule.at: must be an RFC 3339 date-time with an offset, in the years 1970 to "
+        "8999, e.g. 2026-03-02T09:00:00Z",
+    ]
+
+
+async def test_usage_errors_exit_2_and_api_errors_1(live: Live) -> None:
+    no_fields = await live.tickd("jobs", "patch", "nope")
+    bad_redrive = await live.tickd("jobs", "patch", "nightly-ping", "--redrive", "three")
+    unknown = await live.tickd("jobs", "show", "nope")
+
+    assert no_fields.code == 2 and "nothing to change" in no_fields.err
+    assert bad_redrive.code == 2
+    assert "--redrive 'three': expected ATTEMPTS:BACKOFF" in bad_redrive.err
+    assert unknown.code == 1 and unknown.err.count("\n") == 1
+
+
+async def test_patch_preview_history_and_backfill_of_a_job(live: Live) -> None:
+    await live.post("/v1/jobs", NIGHTLY)
+
+    patched = await live.tickd(
+        "jobs", "patch", "nightly-ping", "--priority", "high", "--misfire", "skip",
+        "--jitter", "5", "--redrive", "3:60",
+    )  # fmt: skip
+    preview = await live.tickd("jobs", "preview", "nightly-ping", "--count", "3", "--json")
+    history = await live.tickd("jobs", "history", "nightly-ping")
+    backfill = await live.tickd(
+        "jobs", "backfill", "nightly-ping",
+        "--start", "2026-01-01T00:00:00Z", "--end", "2026-01-03T00:00:00Z",
+    )  # fmt: skip
+
+    assert patched.code == 0, patched.err
+    job = (await live.get("/v1/jobs"))["items"][0]
+    assert (job["priority"], job["misfire"]["policy"], job["jitter_seconds"]) == (
+        "high", "skip", 5.0,
+    )  # fmt: skip
+    assert job["misfire"]["grace_seconds"] == 60.0  # kept: only the policy was given
+    assert job["redrive"] == {"max_attempts": 3, "backoff_seconds": 60.0}
+    assert len(json.loads(preview.out)["times"]) == 3
+    assert [line.split()[2] for line in history.out.splitlines()[1:]] == ["update", "create"]
+    assert backfill.code == 0 and backfill.out.startswith("Would run 2 occurrences")
+
+
+async def test_the_other_reads_have_commands(live: Live) -> None:
+    schedule = await live.tickd("schedules", "preview", "--cron", "0 0 9 * * *", "--count", "2")
+    stats = await live.tickd("stats")
+    whoami = await live.tickd("whoami")
+    handlers = await live.tickd("handlers", "--api")
+
+    assert schedule.code == 0 and len(schedule.out.splitlines()) == 3
+    assert stats.code == 0 and "due backlog" in stats.out
+    assert whoami.out == "root (admin)\n"
+    assert handlers.code == 0 and "ping" in handlers.out
+
+
+def test_the_version_and_the_help_of_the_exit_codes() -> None:
+    with pytest.raises(SystemExit) as version:
+        cli.main(["--version"])
+    assert version.value.code == 0
+    apply_help = _help(cli._parser(), "apply")
+    assert "3 with --dry-run" in apply_help
+
+
+def _help(parser: argparse.ArgumentParser, command: str) -> str:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return str(action.choices[command].format_help())
+    raise AssertionError(command)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_bash_completion_completes_commands_and_options() -> None:
+    script = completion_script(cli._parser(), "bash")
+    probe = (
+        script
+        + 'COMP_WORDS=(tickd jobs pa); COMP_CWORD=2; _tickd; echo "${COMPREPLY[@]}"\n'
+        + 'COMP_WORDS=(tickd jobs list --li); COMP_CWORD=3; _tickd; echo "${COMPREPLY[@]}"\n'
+    )
+
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
+
+    assert done.stdout.splitlines() == ["patch pause", "--limit"]
