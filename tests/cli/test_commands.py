@@ -5,12 +5,17 @@ and the exit codes scripts rely on."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 
 import pytest
 
+from tests.api.conftest import ADMIN
 from tests.api.test_cli import NIGHTLY, Live
 from tickd import cli
 from tickd.api.cli_commands import NOT_VERBS, VERBS, command_words, completion_script
@@ -148,3 +153,61 @@ def test_the_bash_completion_completes_commands_and_options() -> None:
     done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
 
     assert done.stdout.splitlines() == ["patch pause", "--limit"]
+
+
+async def test_executions_show_prints_each_attempt_and_the_traceback(live: Live) -> None:
+    job = await live.post(
+        "/v1/jobs",
+        {
+            "name": "flaky",
+            "handler": "ping",
+            "schedule": {"kind": "interval", "every_seconds": 3600},
+            "params": {"url": "https://x.example", "attempts_to_fail": 5},
+            "max_retries": 1,
+        },
+    )
+    live.clock.advance(3600)
+    await live.harness.engine.drain()
+    [failed] = (await live.get(f"/v1/jobs/{job['id']}/executions"))["items"]
+
+    shown = await live.tickd("executions", "show", failed["id"])
+
+    assert shown.code == 0, shown.err
+    attempts = [line for line in shown.out.splitlines() if line.startswith("attempt ")]
+    assert attempts == [
+        "attempt 1: 2026-03-02T10:00:00Z to 2026-03-02T10:00:00Z, RuntimeError: upstream said "
+        "no, retried after 1s",
+        "attempt 2: 2026-03-02T10:00:01Z to 2026-03-02T10:00:01Z, RuntimeError: upstream said no",
+    ]
+    traceback = shown.out.split("traceback:\n", 1)[1]
+    assert traceback.startswith("Traceback (most recent call last):")
+    assert 'raise RuntimeError("upstream said no")' in traceback
+
+
+async def test_follow_prints_each_ended_execution_once_and_ctrl_c_ends_it_cleanly(
+    live: Live,
+) -> None:
+    job = {**NIGHTLY, "schedule": {"kind": "interval", "every_seconds": 3600}}
+    await live.post("/v1/jobs", job)
+    live.clock.advance(3600)
+    await live.harness.engine.drain()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKD_")}
+    env |= {"TICKD_URL": live.url, "TICKD_TOKEN": ADMIN}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tickd", "executions", "follow", "--recent", "--interval", "0.5",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        first = await asyncio.wait_for(process.stdout.readline(), timeout=20)
+        live.clock.advance(3600)
+        await live.harness.engine.drain()
+        second = await asyncio.wait_for(process.stdout.readline(), timeout=20)
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), timeout=20)
+    err = await process.stderr.read()
+
+    assert first.decode().split()[1:3] == ["nightly-ping", "success"]
+    assert second.decode().split()[1:4] == ["nightly-ping", "success", "2026-03-02T11:00:00Z"]
+    assert code == 130 and err == b""
