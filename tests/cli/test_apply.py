@@ -76,6 +76,17 @@ async def test_diff_shows_each_changed_field_and_apply_updates_only_those(
     assert diff.code == 3 and dry.code == 3
     assert diff.out.splitlines()[:2] == ["~ update nightly-ping", "    max_retries: 2 -> 4"]
     assert dry.out == diff.out
+    as_json = await live.tickd("diff", "--json", "-f", str(jobs_file))
+    assert as_json.code == 3 and json.loads(as_json.out) == {
+        "changes": [
+            {
+                "action": "update",
+                "name": "nightly-ping",
+                "fields": {"max_retries": {"from": 2, "to": 4}},
+            }
+        ],
+        "unchanged": 1,
+    }
     assert (await jobs_by_name(live))["nightly-ping"].revision == before["nightly-ping"].revision
     applied = await live.tickd("apply", "-f", str(jobs_file))
     assert applied.code == 0, applied.err
@@ -137,20 +148,25 @@ async def test_prune_deletes_only_the_jobs_an_apply_made_that_the_file_dropped(
         "--param", "url=https://example.com/x",
     )  # fmt: skip
     assert by_hand.code == 0, by_hand.err
+    renamed = JOBS_TOML.replace('name = "nightly-ping"', 'name = "nightly-ping-b"')
+    renamed = renamed.replace('name = "often-ping"', 'name = "often-ping-b"')
+    theirs = write(tmp_path, "theirs.toml", renamed)
+    assert "nightly-ping-b" in theirs.read_text()
+    assert (await live.tickd("apply", "--owner", "team-b", "-f", str(theirs))).code == 0
     write(tmp_path, "jobs.toml", JOBS_TOML.split("[[jobs]]")[1].join(["[[jobs]]", ""]))
     assert "often-ping" not in jobs_file.read_text()
 
     without = await live.tickd("apply", "-f", str(jobs_file))
-    assert without.code == 0 and set(await jobs_by_name(live)) == {
-        "nightly-ping", "often-ping", "by-hand",
-    }  # fmt: skip
+    assert without.code == 0 and len(await jobs_by_name(live)) == 5
     dry = await live.tickd("apply", "--prune", "--dry-run", "-f", str(jobs_file))
     assert dry.code == 3 and dry.out.splitlines()[0] == "- delete often-ping"
     pruned = await live.tickd("apply", "--prune", "-f", str(jobs_file))
 
     assert pruned.code == 0, pruned.err
     assert "deleted often-ping" in pruned.out.splitlines()
-    assert set(await jobs_by_name(live)) == {"nightly-ping", "by-hand"}
+    assert set(await jobs_by_name(live)) == {
+        "nightly-ping", "by-hand", "nightly-ping-b", "often-ping-b",
+    }  # fmt: skip
 
 
 async def test_yaml_json_and_a_folder_of_them(live: Live, tmp_path: Path) -> None:
