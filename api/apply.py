@@ -120,18 +120,21 @@ def _read_file(path: Path) -> list[Definition]:
 
 
 def _parse(path: Path, text: str) -> Any:
+    if path.suffix not in (".toml", ".json"):
+        return _parse_yaml(path, text)
     try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        if path.suffix == ".json":
-            return json.loads(text)
-        import yaml  # only for YAML files
-
-        return yaml.safe_load(text)
+        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except ValueError as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise DefinitionError(f"{path}: {exc}") from None
-    except Exception as exc:  # yaml.YAMLError, whose module loads only here
-        raise DefinitionError(f"{path}: not YAML: {exc}") from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    import yaml  # only for YAML files
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise DefinitionError(f"{path}: not YAML: {' '.join(str(exc).split())}") from None
 
 
 def _definition(source: str, job: Any) -> Definition:

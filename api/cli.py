@@ -143,7 +143,7 @@ def add_commands(
     patch = actions.add_parser(
         "patch",
         parents=[common],
-        help="change some fields of a job: only those given (params replaced whole)",
+        help="change some fields of a job: only those given (--param adds to the params)",
     )
     patch.add_argument("job", metavar="JOB", help="the job's id or name")
     add_job_flags(patch)
@@ -354,6 +354,10 @@ def jobs_patch(client: Client, args: argparse.Namespace) -> None:
     job = client.find_job(args.job)
     if "misfire" in changes:  # one of policy and grace keeps the other as it is
         changes["misfire"] = {**(job.get("misfire") or {}), **changes["misfire"]}
+    if "params" in changes:
+        # --param adds to the params: the others go back as read, a secret as ***, which the
+        # API keeps as stored.
+        changes["params"] = {**(job.get("params") or {}), **changes["params"]}
     show_job(client.patch_job(job["id"], changes, revision=job.get("revision")), args)
 
 

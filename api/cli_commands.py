@@ -311,13 +311,19 @@ def show_session(client: Client, args: argparse.Namespace) -> None:
 
 def probe_alive(client: Client, args: argparse.Namespace) -> None:
     health = client.get("/healthz")
-    print_json(health) if args.json else print(health.get("status"))
+    if args.json:
+        print_json(health)
+    else:
+        print(health.get("status"))
 
 
 def probe_ready(client: Client, args: argparse.Namespace) -> None:
     # Not ready is a 503 with the reasons, which run_client prints, exiting with 1.
     readiness = client.get("/readyz")
-    print_json(readiness) if args.json else print("ready")
+    if args.json:
+        print_json(readiness)
+    else:
+        print("ready")
 
 
 def show_openapi(client: Client, args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from tests.api.conftest import ADMIN
 from tests.api.test_cli import NIGHTLY, Live
 from tickd import cli
 from tickd.api.cli_commands import NOT_VERBS, VERBS, command_words, completion_script
+from tickd.scheduler.ports import JobQuery
 
 
 async def test_every_operation_of_the_api_has_a_command(live: Live) -> None:
@@ -93,7 +94,7 @@ async def test_patch_preview_history_and_backfill_of_a_job(live: Live) -> None:
 
     patched = await live.tickd(
         "jobs", "patch", "nightly-ping", "--priority", "high", "--misfire", "skip",
-        "--jitter", "5", "--redrive", "3:60",
+        "--jitter", "5", "--redrive", "3:60", "--param", "attempts_to_fail=1",
     )  # fmt: skip
     preview = await live.tickd("jobs", "preview", "nightly-ping", "--count", "3", "--json")
     history = await live.tickd("jobs", "history", "nightly-ping")
@@ -109,6 +110,8 @@ async def test_patch_preview_history_and_backfill_of_a_job(live: Live) -> None:
     )  # fmt: skip
     assert job["misfire"]["grace_seconds"] == 60.0  # kept: only the policy was given
     assert job["redrive"] == {"max_attempts": 3, "backoff_seconds": 60.0}
+    [stored] = await live.store.list_jobs(JobQuery())
+    assert stored.params == {**NIGHTLY["params"], "attempts_to_fail": 1}  # the secret kept
     assert len(json.loads(preview.out)["times"]) == 3
     assert [line.split()[2] for line in history.out.splitlines()[1:]] == ["update", "create"]
     assert backfill.code == 0 and backfill.out.startswith("Would run 2 occurrences")
