@@ -36,8 +36,8 @@ from tickd.scheduler.model import (
 )
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.ports import ExecutionQuery, JobChange, JobQuery, RunRequest, Store
-from tickd.scheduler.storage.operations import STORE_OPERATIONS
 from tickd.scheduler.store.sqlite import SQLiteStore
+from tickd.scheduler.store_kit.operations import STORE_OPERATIONS
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0

@@ -39,8 +39,8 @@ from tickd.scheduler.ports import EventPublisher, Lock, Ports
 from tickd.scheduler.registry import HandlerRegistry
 from tickd.scheduler.retention import Housekeeper
 from tickd.scheduler.secrets import scrub_text
-from tickd.scheduler.storage import StartupAborted, open_patiently
 from tickd.scheduler.store import open_store
+from tickd.scheduler.store_kit import StartupAborted, open_patiently
 from tickd.seed.demo import demo_jobs
 from tickd.seed.demo_products import demo_scan_job, seed_demo_products
 from tickd.seed.jobs import seed_jobs

@@ -27,7 +27,7 @@ from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.ports import Ports
 from tickd.scheduler.registry import HandlerRegistry
 from tickd.scheduler.secrets import scrub_text
-from tickd.scheduler.storage import StartupAborted
+from tickd.scheduler.store_kit import StartupAborted
 from tickd.scheduler.urls import is_loopback
 
 log = logging.getLogger("tickd.daemon")

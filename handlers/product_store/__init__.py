@@ -18,7 +18,7 @@ Backends, chosen by that URL:
 The store never interprets a rule: it hands alerts and parts over as stored, and writes back what
 the scanner computed, each write conditional on the state that was read. Every method takes or
 returns a batch, one round trip per batch (on FerretDB, updates go out in bounded commands).
-Failures are StoreError (scheduler.storage), `transient` when worth retrying.
+Failures are StoreError (scheduler.store_kit), `transient` when worth retrying.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tickd.scheduler.handler_api import Resource, ResourceEnv
-from tickd.scheduler.storage import open_patiently
+from tickd.scheduler.store_kit import open_patiently
 
 Doc = dict[str, Any]
 # A rule by its alert's id and its position in the alert's `rules` as read.

@@ -4,7 +4,8 @@ Documents are the codec's (scheduler/codec.py), written as mongodb_documents.py 
 strings, times as BSON dates with exact `_us` twins, collections `jobs`, `executions`,
 `job_changes` and `run_requests`. The database is the URL's path (default `tickd`); a store built
 on a client it was handed uses that client's default database and never closes it. What every
-MongoDB store shares (errors, FerretDB's limits, clients, indexes) is scheduler/storage/mongodb.py.
+MongoDB store shares (errors, FerretDB's limits, clients, indexes) is
+scheduler/store_kit/mongodb.py.
 
 Compare-and-set without transactions. Each statement is atomic on its document, which is all a
 claim needs: the filter holds everything the claim read (revision, next_run_at, no lease, enabled)
@@ -53,13 +54,6 @@ from tickd.scheduler.ports import (
     JobQuery,
     unchanged_state,
 )
-from tickd.scheduler.storage.mongodb import (
-    from_micros,
-    in_one_batch,
-    insert_ignoring_duplicates,
-    is_duplicate_key,
-    translating_errors,
-)
 from tickd.scheduler.store.mongodb_documents import (
     DEFINITION_FIELDS,
     LEASE_EXPIRED,
@@ -91,6 +85,13 @@ from tickd.scheduler.store.mongodb_documents import (
 from tickd.scheduler.store.mongodb_housekeeping import MongoHousekeeping
 from tickd.scheduler.store.mongodb_requests import MongoRequests
 from tickd.scheduler.store.mongodb_views import MongoViews
+from tickd.scheduler.store_kit.mongodb import (
+    from_micros,
+    in_one_batch,
+    insert_ignoring_duplicates,
+    is_duplicate_key,
+    translating_errors,
+)
 
 
 class MongoStore(MongoRequests, MongoHousekeeping, MongoViews):

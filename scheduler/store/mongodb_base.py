@@ -23,14 +23,6 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.model import Execution, Job
 from tickd.scheduler.ports import ENDED_LEASE_UNTIL, Claim
-from tickd.scheduler.storage.mongodb import (
-    INDEX_BUILD_SECONDS,
-    MongoDatabase,
-    chunks,
-    in_one_batch,
-    insert_ignoring_duplicates,
-    translating_errors,
-)
 from tickd.scheduler.store.mongodb_documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
@@ -41,6 +33,14 @@ from tickd.scheduler.store.mongodb_documents import (
     event_document,
     finish_buckets,
     job_from_document,
+)
+from tickd.scheduler.store_kit.mongodb import (
+    INDEX_BUILD_SECONDS,
+    MongoDatabase,
+    chunks,
+    in_one_batch,
+    insert_ignoring_duplicates,
+    translating_errors,
 )
 
 Client = AsyncMongoClient[Doc]

@@ -48,7 +48,7 @@ from tickd.scheduler.ports import (
     RunRequest,
     StoreError,
 )
-from tickd.scheduler.storage.mongodb import (
+from tickd.scheduler.store_kit.mongodb import (
     from_micros,
     with_exact_times,
     without_exact_times,

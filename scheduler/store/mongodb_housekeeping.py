@@ -21,12 +21,6 @@ from tickd.scheduler.ports import (
     OutboxBacklog,
     OutboxEvent,
 )
-from tickd.scheduler.storage.mongodb import (
-    chunks,
-    from_micros,
-    in_one_batch,
-    translating_errors,
-)
 from tickd.scheduler.store.mongodb_documents import (
     MINUTE_US,
     OUTBOX_ORDER,
@@ -34,6 +28,12 @@ from tickd.scheduler.store.mongodb_documents import (
     outbox_event_from_document,
 )
 from tickd.scheduler.store.mongodb_retention import MongoRetention
+from tickd.scheduler.store_kit.mongodb import (
+    chunks,
+    from_micros,
+    in_one_batch,
+    translating_errors,
+)
 
 # A prune looks at this many minutes' buckets at most (a relay that was stopped for a day
 # catches up over several calls).

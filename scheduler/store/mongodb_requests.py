@@ -23,11 +23,6 @@ from tickd.scheduler.ports import (
     Finish,
     RunRequest,
 )
-from tickd.scheduler.storage.mongodb import (
-    in_one_batch,
-    insert_ignoring_duplicates,
-    translating_errors,
-)
 from tickd.scheduler.store.mongodb_base import MongoCollections
 from tickd.scheduler.store.mongodb_documents import (
     LEASE_EXPIRED,
@@ -45,6 +40,11 @@ from tickd.scheduler.store.mongodb_documents import (
     shard_claim,
     shard_end,
     shard_held_by,
+)
+from tickd.scheduler.store_kit.mongodb import (
+    in_one_batch,
+    insert_ignoring_duplicates,
+    translating_errors,
 )
 
 

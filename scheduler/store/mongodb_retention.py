@@ -31,7 +31,6 @@ from datetime import datetime, timedelta
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Status
 from tickd.scheduler.ports import Retention
-from tickd.scheduler.storage.mongodb import translating_errors
 from tickd.scheduler.store.mongodb_base import MongoCollections
 from tickd.scheduler.store.mongodb_documents import (
     FINISH_BUCKETS,
@@ -42,6 +41,7 @@ from tickd.scheduler.store.mongodb_documents import (
     finish_buckets,
     retention_scope,
 )
+from tickd.scheduler.store_kit.mongodb import translating_errors
 
 # Documents a read of a bucket or of the first scan fetches a round trip.
 PAGE = 1000

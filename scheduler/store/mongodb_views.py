@@ -25,7 +25,6 @@ from tickd.scheduler.ports import (
     JobSearch,
     JobTrouble,
 )
-from tickd.scheduler.storage.mongodb import from_micros, translating_errors
 from tickd.scheduler.store.mongodb_base import MongoCollections
 from tickd.scheduler.store.mongodb_documents import (
     CHANGE_INDEXES,
@@ -42,6 +41,7 @@ from tickd.scheduler.store.views import (
     bucket_count,
     group_by_job,
 )
+from tickd.scheduler.store_kit.mongodb import from_micros, translating_errors
 
 BY_NAME = [("name", ASCENDING)]
 BY_NEXT_RUN = [("next_run_at_us", ASCENDING), ("name", ASCENDING)]

@@ -31,7 +31,6 @@ from tickd.scheduler.ports import (
     JobQuery,
     unchanged_state,
 )
-from tickd.scheduler.storage.sqlite import AT_ONCE_MAX_ROWS
 from tickd.scheduler.store.sqlite_housekeeping import SQLiteHousekeeping
 from tickd.scheduler.store.sqlite_requests import SQLiteRequests
 from tickd.scheduler.store.sqlite_rows import (
@@ -66,6 +65,7 @@ from tickd.scheduler.store.sqlite_rows import (
     write_events,
 )
 from tickd.scheduler.store.sqlite_views import SQLiteViews
+from tickd.scheduler.store_kit.sqlite import AT_ONCE_MAX_ROWS
 
 T = TypeVar("T")
 

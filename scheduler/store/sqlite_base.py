@@ -11,13 +11,13 @@ from tickd.scheduler.model import Job
 from tickd.scheduler.ports import (
     StoreError,
 )
-from tickd.scheduler.storage.sqlite import (
-    SQLiteFile,
-)
 from tickd.scheduler.store.sqlite_rows import (
     SCHEMA,
     add_missing_columns,
     job_from_row,
+)
+from tickd.scheduler.store_kit.sqlite import (
+    SQLiteFile,
 )
 
 T = TypeVar("T")

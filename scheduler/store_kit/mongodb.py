@@ -1,6 +1,6 @@
 """The MongoDB kit every store on MongoDB shares: the job store (scheduler/store/mongodb.py) and a
 plug-in's own stores (the product store of handlers/product_store). Public to plug-ins through
-scheduler.storage.
+scheduler.store_kit.
 
 Time precision. BSON dates keep milliseconds, the model keeps microseconds. So every time field
 is written twice from one value in one statement: as a BSON date under its codec name (for people,
@@ -54,7 +54,7 @@ from tickd.scheduler.ports import (
     StoreError,
     UnstorableValue,
 )
-from tickd.scheduler.storage.operations import STORE_OPERATIONS
+from tickd.scheduler.store_kit.operations import STORE_OPERATIONS
 
 DEFAULT_DATABASE = "tickd"
 # A dead server fails an operation after about two seconds, a hung one within seconds; the URL can

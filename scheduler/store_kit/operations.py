@@ -1,5 +1,5 @@
 """Round trips to the stores, counted where they happen: every command a MongoDB client of ours
-sends (pymongo's command monitoring, in storage/mongodb.py) and every SQLite transaction (one
+sends (pymongo's command monitoring, in store_kit/mongodb.py) and every SQLite transaction (one
 transaction: a batch of the engine is one). Exported as
 `tickd_store_operations_total{backend, operation}`, so anyone can see round trips per execution."""
 

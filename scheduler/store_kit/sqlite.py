@@ -1,6 +1,6 @@
 """The SQLite kit every embedded store shares: the job store (scheduler/store/sqlite.py) and a
 plug-in's own stores (the product store of handlers/product_store). Public to plug-ins through
-scheduler.storage."""
+scheduler.store_kit."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import ClassVar, TypeVar
 
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.ports import StoreError
-from tickd.scheduler.storage.operations import count_sqlite_transaction
+from tickd.scheduler.store_kit.operations import count_sqlite_transaction
 from tickd.scheduler.urls import local_path
 
 T = TypeVar("T")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-import tickd.scheduler.storage.sqlite as storage_module
 import tickd.scheduler.store.sqlite as sqlite_module
+import tickd.scheduler.store_kit.sqlite as store_kit_sqlite
 from tests.conftest import T0, make_job
 from tickd.scheduler.model import Execution, Job, Priority, Status
 from tickd.scheduler.ports import Claim, ExecutionQuery, Finish, StoreError
@@ -234,7 +234,7 @@ async def test_a_batch_never_holds_the_loop_while_another_process_writes(
         assert await asyncio.to_thread(tried_on_the_thread.wait, 5)
         assert not batch.done()  # neither failed nor written: waiting for the lock, off the loop
         # ... and not after holding the loop for the time a write waits for a lock (5 s).
-        assert loop.time() - before < storage_module.BUSY_TIMEOUT_MS / 1000 / 2
+        assert loop.time() - before < store_kit_sqlite.BUSY_TIMEOUT_MS / 1000 / 2
     finally:
         other.execute("COMMIT")
         other.close()
@@ -281,7 +281,7 @@ async def test_batches_run_on_the_loop_still_have_their_log_checkpointed(
     """A batch run on the loop's thread never makes a checkpoint (it syncs the disk); the
     store's thread makes one every so many of them, so the write-ahead log does not grow
     without end in a daemon whose store's thread is otherwise idle."""
-    monkeypatch.setattr(storage_module, "AT_ONCE_PER_CHECKPOINT", 20)
+    monkeypatch.setattr(store_kit_sqlite, "AT_ONCE_PER_CHECKPOINT", 20)
     jobs = waiting(400, "logged")
     await sqlite_store.insert_missing_jobs(jobs)
     wal = tmp_path / "tickd.db-wal"
