@@ -191,7 +191,7 @@ def test_occurrences_are_bounded_and_ordered() -> None:
 
 # -- clock changes in every zone, 2026 to 2030 ----------------------------------------------------
 #
-# The rules (README, "Daylight saving"), checked against oracles built from zoneinfo alone:
+# The rules (docs/jobs.md, "Daylight saving"), checked against oracles built from zoneinfo alone:
 # a wildcard hour fires whenever the zone's clock shows a time the expression names; a named hour
 # fires once a day, at the instant RFC 5545 gives its wall time (fold=0: the first pass of a
 # repeated time, the offset before the change for a skipped one).
