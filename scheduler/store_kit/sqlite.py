@@ -1,4 +1,4 @@
-"""The SQLite kit every embedded store shares: the job store (scheduler/store/sqlite.py) and a
+"""The SQLite kit every embedded store shares: the job store (scheduler/store/sqlite/) and a
 plug-in's own stores (the product store of handlers/product_store). Public to plug-ins through
 scheduler.store_kit."""
 

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-import tickd.scheduler.store.sqlite as sqlite_module
+import tickd.scheduler.store.sqlite.completion as completion_module
+import tickd.scheduler.store.sqlite.dispatch as dispatch_module
 import tickd.scheduler.store_kit.sqlite as store_kit_sqlite
 from tests.conftest import T0, make_job
 from tickd.scheduler.model import Execution, Job, Priority, Status
 from tickd.scheduler.ports import Claim, ExecutionQuery, Finish, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
-from tickd.scheduler.store.sqlite_rows import job_from_row
+from tickd.scheduler.store.sqlite.rows import job_from_row
 
 # The handler is called every this many VM steps: fine enough to tell 10 rows from 1,000.
 STEPS_PER_CALL = 10
@@ -115,7 +116,7 @@ def count_decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         decoded.append(row["id"])
         return job_from_row(row)
 
-    monkeypatch.setattr(sqlite_module, "job_from_row", counted)
+    monkeypatch.setattr(dispatch_module, "job_from_row", counted)
     return decoded
 
 
@@ -249,7 +250,8 @@ async def test_a_batch_too_large_to_write_in_a_moment_is_written_off_the_loop(
     """Misfire skips (up to a thousand a job) can make a batch's insert large: beyond
     AT_ONCE_MAX_ROWS a batch of records or of ends is written on the store's thread, and the
     loop goes on meanwhile."""
-    monkeypatch.setattr(sqlite_module, "AT_ONCE_MAX_ROWS", 2)
+    for role in (dispatch_module, completion_module):
+        monkeypatch.setattr(role, "AT_ONCE_MAX_ROWS", 2)
     jobs = waiting(3, "skipped")
     await sqlite_store.insert_missing_jobs(jobs)
     loops_thread = threading.get_ident()

@@ -11,11 +11,8 @@ from tickd.scheduler.model import Job
 from tickd.scheduler.ports import (
     StoreError,
 )
-from tickd.scheduler.store.sqlite_rows import (
-    SCHEMA,
-    add_missing_columns,
-    job_from_row,
-)
+from tickd.scheduler.store.sqlite.rows import job_from_row
+from tickd.scheduler.store.sqlite.schema import SCHEMA, add_missing_columns
 from tickd.scheduler.store_kit.sqlite import (
     SQLiteFile,
 )

@@ -7,7 +7,6 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypeVar
 
 from tickd.scheduler.codec import (
     micros,
@@ -20,17 +19,19 @@ from tickd.scheduler.ports import (
     Claim,
     RunRequest,
 )
-from tickd.scheduler.store.sqlite_base import SQLiteTables
-from tickd.scheduler.store.sqlite_rows import (
-    CLEAR_LEASE,
-    REQUEST_COLUMNS,
+from tickd.scheduler.store.sqlite.base import SQLiteTables
+from tickd.scheduler.store.sqlite.rows import (
     execution_from_row,
     from_micros,
-    insert_sql,
     job_from_row,
-    release_sql,
     request_from_row,
     request_row,
+)
+from tickd.scheduler.store.sqlite.schema import REQUEST_COLUMNS
+from tickd.scheduler.store.sqlite.statements import (
+    CLEAR_LEASE,
+    insert_sql,
+    release_sql,
     takeable,
     takeable_args,
     write_events,
@@ -48,8 +49,6 @@ CLAIM_FOR_REQUEST = (
 EXTEND_OCCURRENCE = (
     "UPDATE jobs SET lease_until = max(lease_until, ?) WHERE id = ? AND lease_token = ?"
 )
-
-T = TypeVar("T")
 
 
 class SQLiteRequests(SQLiteTables):

@@ -19,8 +19,9 @@ from tickd.scheduler.ports import (
     JobSearch,
     JobTrouble,
 )
-from tickd.scheduler.store.sqlite_base import SQLiteTables
-from tickd.scheduler.store.sqlite_rows import FREE, from_micros, job_from_row
+from tickd.scheduler.store.sqlite.base import SQLiteTables
+from tickd.scheduler.store.sqlite.rows import from_micros, job_from_row
+from tickd.scheduler.store.sqlite.schema import FREE
 from tickd.scheduler.store.views import (
     MICROS,
     PROBLEM_STATUSES,

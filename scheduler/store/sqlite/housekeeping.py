@@ -1,77 +1,38 @@
-"""The job store's housekeeping on SQLite: the event outbox the relay drains, dead letters, and
-retention (pruning old executions and history in bounded batches, off the hot path)."""
+"""The job store's housekeeping on SQLite (the store's HousekeepingStore role): the counts
+behind the gauges, and retention (pruning old executions and history in bounded batches, off
+the hot path)."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from tickd.scheduler.codec import (
     micros,
 )
 from tickd.scheduler.model import DeadLetter
 from tickd.scheduler.ports import (
-    OutboxBacklog,
-    OutboxEvent,
+    Backlog,
     Retention,
 )
-from tickd.scheduler.store.sqlite_base import SQLiteTables
-from tickd.scheduler.store.sqlite_rows import (
-    UNHANDLED,
+from tickd.scheduler.store.sqlite.base import SQLiteTables
+from tickd.scheduler.store.sqlite.rows import (
     from_micros,
-    outbox_event_from_row,
 )
-
-T = TypeVar("T")
+from tickd.scheduler.store.sqlite.schema import (
+    FREE,
+    UNHANDLED,
+)
 
 
 class SQLiteHousekeeping(SQLiteTables):
-    """The outbox, dead letters and retention of SQLiteStore."""
+    """The counts and the retention of SQLiteStore."""
 
-    # -- the outbox -------------------------------------------------------------------------------
-
-    async def unsent_events(self, limit: int) -> list[OutboxEvent]:
-        sql = "SELECT * FROM outbox WHERE sent_at IS NULL ORDER BY seq LIMIT ?"
-        rows = await self._run(lambda db: db.execute(sql, (limit,)).fetchall())
-        return [outbox_event_from_row(row) for row in rows]
-
-    async def mark_events_sent(self, event_ids: Sequence[str], now: datetime) -> None:
-        sql = "UPDATE outbox SET sent_at = ? WHERE id = ? AND sent_at IS NULL"
-        rows = [(micros(now), event_id) for event_id in event_ids]
-        if rows:
-            await self._run(lambda db: db.executemany(sql, rows))
-
-    async def prune_sent_events(self, before: datetime, *, limit: int) -> int:
-        sql = (
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE sent_at IS NOT NULL "
-            "AND sent_at < ? ORDER BY sent_at LIMIT ?)"
-        )
-        args = (micros(before), limit)
-        return int(await self._run(lambda db: db.execute(sql, args).rowcount))
-
-    async def outbox_backlog(self) -> OutboxBacklog:
-        sql = "SELECT count(*), min(written_at) FROM outbox WHERE sent_at IS NULL"
-        row = await self._run(lambda db: db.execute(sql).fetchone())
-        return OutboxBacklog(unsent=int(row[0]), oldest_written_at=from_micros(row[1]))
-
-    # -- dead letters and retention ----------------------------------------------------------------
-
-    async def mark_dead_letters(
-        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
-    ) -> set[str]:
-        if not execution_ids or not states:
-            return set()
-        ids = ",".join("?" * len(execution_ids))
-        marks = ",".join("?" * len(states))
-        sql = (
-            f"UPDATE executions SET dead_letter = ? WHERE id IN ({ids}) "
-            f"AND dead_letter IN ({marks}) RETURNING id"
-        )
-        args = (str(to), *execution_ids, *(str(state) for state in states))
-        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
-        return {row[0] for row in rows}
+    async def due_backlog(self, now: datetime) -> Backlog:
+        sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= ?"
+        row = await self._run(lambda db: db.execute(sql, (micros(now),)).fetchone())
+        return Backlog(due=int(row[0]), oldest_due_at=from_micros(row[1]))
 
     async def count_dead_letters(self) -> dict[str, int]:
         sql = "SELECT handler, count(*) FROM executions WHERE dead_letter = ? GROUP BY handler"
