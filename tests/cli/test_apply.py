@@ -7,11 +7,17 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.api.test_cli import Live
 from tickd.api import apply as jobs_as_code
 from tickd.api.client import Client
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports import JobQuery
+
+# The `tickd` command in a subprocess, against a real port: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 
 JOBS_TOML = """
 [[jobs]]

@@ -21,6 +21,9 @@ from tickd import cli
 from tickd.api.cli_commands import NOT_VERBS, VERBS, command_words, completion_script
 from tickd.scheduler.ports import JobQuery
 
+# The `tickd` command in a subprocess, against a real port: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 
 async def test_every_operation_of_the_api_has_a_command(live: Live) -> None:
     document = await live.get("/openapi.json")
