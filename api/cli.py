@@ -196,7 +196,7 @@ def add_commands(
         one.set_defaults(act=act)
 
     executions = commands.add_parser(
-        "executions", help="executions, through the API: list, show, retry"
+        "executions", parents=[common], help="executions, through the API: list, show, retry..."
     )
     actions = executions.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -238,7 +238,9 @@ def add_dead_letter_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     dead = commands.add_parser(
-        "dead-letters", help="runs that failed for good, through the API: list, redrive, discard"
+        "dead-letters",
+        parents=[common],
+        help="runs that failed for good, through the API: list, redrive, discard",
     )
     actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
     filters = argparse.ArgumentParser(add_help=False)
