@@ -10,6 +10,7 @@ meanwhile, a job another owner manages); 2 a usage error (a file that is no job 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any, TypeAlias
@@ -25,6 +26,7 @@ from tickd.api.cli import (
     when,
 )
 from tickd.api.client import Client, Json
+from tickd.api.models import MANAGED_BY_PATTERN
 
 # Each operation of the API (as /openapi.json lists it) and the command that runs it.
 VERBS = {
@@ -170,6 +172,11 @@ def add_apply_commands(commands: Subparsers, common: argparse.ArgumentParser) ->
 
 
 def apply_files(client: Client, args: argparse.Namespace) -> int:
+    if not re.fullmatch(MANAGED_BY_PATTERN, args.owner):
+        raise UsageError(
+            f"--owner {args.owner!r}: up to 100 letters, digits and . _ : @ / -, "
+            "starting with a letter or digit"
+        )
     try:
         definitions = jobs_as_code.load_definitions(args.file)
     except jobs_as_code.DefinitionError as exc:

@@ -92,11 +92,11 @@ Shards = Annotated[
     ),
     BeforeValidator(integral),
 ]
+MANAGED_BY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,99}$"
 ManagedBy = Annotated[
     str,
     Field(
-        min_length=1,
-        max_length=100,
+        pattern=MANAGED_BY_PATTERN,
         description="Who keeps the definition: `tickd apply` marks the jobs it makes `apply`, "
         "and prunes only those; null: made by hand",
     ),

@@ -214,12 +214,14 @@ async def test_a_file_that_is_no_job_definition_exits_2_naming_the_field(
     invalid = await live.tickd("apply", "-f", str(bad))
     duplicate = await live.tickd("diff", "-f", str(one), "-f", str(other))
     missing = await live.tickd("apply", "-f", str(tmp_path / "nope.toml"))
+    owner = await live.tickd("apply", "--owner", "team b", "-f", str(one))
 
     assert invalid.code == 2 and invalid.out == ""
     assert invalid.err.count("\n") == 1
     assert "jobs[0] (nightly-ping): max_retries: " in invalid.err
     assert duplicate.code == 2 and "job 'nightly-ping' is also in" in duplicate.err
     assert missing.code == 2 and "no such file or folder" in missing.err
+    assert owner.code == 2 and owner.err.startswith("tickd apply: error: --owner 'team b': ")
     assert await live.store.list_jobs(JobQuery()) == []
 
 
