@@ -105,8 +105,6 @@ JOB_DECODED = (
     "lease_until", "fence", "revision", "consecutive_failures", "paused_reason",
     "last_execution", "system", "redrive", "shards", "managed_by", "created_at", "updated_at",
 )  # fmt: skip
-
-
 PRIORITY_OF = {int(priority): priority for priority in Priority}
 
 

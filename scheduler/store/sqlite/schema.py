@@ -101,8 +101,6 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (seq) WHERE sent_at IS NULL;
 CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
 """
-
-
 # Columns added since the first schema, with their type: a database made before gets them at
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
 ADDED_COLUMNS = {
@@ -132,8 +130,6 @@ ADDED_COLUMNS = {
         ("ended", "TEXT"),
     ],
 }
-
-
 LATE_SCHEMA = """
 -- The dead-letter listings and the gauge read only these few rows.
 CREATE INDEX IF NOT EXISTS executions_dead ON executions (dead_letter, scheduled_at DESC, id DESC)
@@ -144,11 +140,8 @@ CREATE INDEX IF NOT EXISTS job_changes_by_time ON job_changes (at);
 CREATE INDEX IF NOT EXISTS run_requests_by_occurrence ON run_requests (job_id, occurrence)
     WHERE occurrence IS NOT NULL;
 """
-
-
 # Dead letters that pruning must keep (DeadLetter.unhandled), as SQL.
 UNHANDLED = "('open', 'redriving')"
-
 
 JOB_COLUMNS = [
     "id",
@@ -178,8 +171,6 @@ JOB_COLUMNS = [
     "shards",
     "managed_by",
 ]
-
-
 EXECUTION_COLUMNS = [
     "id",
     "job_id",
@@ -201,18 +192,12 @@ EXECUTION_COLUMNS = [
     "requested",
     "attempt_log",
 ]
-
-
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
-
-
 REQUEST_COLUMNS = [
     "id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives", "shard",
     "shards", "occurrence", "revision", "advance_from", "lease_owner", "lease_token",
     "lease_until", "fence", "ended", "claimed_next_run_at",
 ]  # fmt: skip
-
-
 # What ops may change of a job; the lease, fence and run state are the engine's.
 DEFINITION_COLUMNS = [
     "name",
@@ -234,14 +219,10 @@ DEFINITION_COLUMNS = [
     "shards",
     "managed_by",
 ]
-
-
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
     "ended", "attempt_log",
 }  # fmt: skip
-
-
 TIME_COLUMNS = {
     "next_run_at",
     "lease_until",
@@ -255,8 +236,6 @@ TIME_COLUMNS = {
     "advance_from",
     "claimed_next_run_at",
 }
-
-
 FREE = "enabled = 1 AND lease_token IS NULL"
 
 

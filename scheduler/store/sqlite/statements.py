@@ -90,8 +90,6 @@ def summary_text(summary: ExecutionSummary | None) -> str:
 # it is still enabled and due at the time the run claimed, or, for runs that do not know that
 # time, still at the revision the run claimed. Every SET sees the row as it was before the update.
 _UNMOVED = "CASE WHEN enabled = 1 AND next_run_at = ? THEN ? ELSE {0} END"
-
-
 _UNCHANGED = "CASE WHEN revision = ? THEN ? ELSE {0} END"
 
 
@@ -107,11 +105,7 @@ def _release_and_advance_sql(unchanged: str) -> str:
 
 # Made once: sqlite3 finds a statement in its cache by its text.
 RELEASE_SQL = f"UPDATE jobs SET {CLEAR_LEASE} WHERE id = ? AND lease_token = ?"
-
-
 RELEASE_AND_ADVANCE_SQL = _release_and_advance_sql(_UNMOVED)
-
-
 RELEASE_AND_ADVANCE_AT_REVISION_SQL = _release_and_advance_sql(_UNCHANGED)
 
 
@@ -197,17 +191,11 @@ ENDED_COLUMNS = (
     "dead_letter",
     "attempt_log",
 )
-
-
 _KEPT_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in ENDED_COLUMNS and c != "id")
-
-
 END_SQL = (
     f"UPDATE executions SET {', '.join(f'{c} = ?' for c in ENDED_COLUMNS)} WHERE id = ? AND "
     + " AND ".join(f"{c} IS ?" for c in _KEPT_COLUMNS)
 )
-
-
 _end_values = operator.itemgetter(
     *(EXECUTION_COLUMNS.index(c) for c in (*ENDED_COLUMNS, "id", *_KEPT_COLUMNS))
 )
