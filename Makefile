@@ -1,10 +1,11 @@
-# The two commands: `make run` and `make test`. Both create the virtual environment if needed.
+# The commands: `make run`, `make test`, and `make quick` for the inner loop. All create the virtual
+# environment if needed.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit install services services-stop browser bench faults soak clean
+.PHONY: run test quick lint typecheck unit install services services-stop browser bench faults soak clean
 
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,13 @@ run: install
 ## Lint, type-check and the whole test suite, against real FerretDB, Redis and Kafka, and the
 ## dashboard and an alert email in Chromium.
 test: services browser lint typecheck unit
+
+## The inner loop, in under two minutes and with no service running: lint, type checks and every
+## test that needs neither a real service nor a real daemon (the markers in pyproject.toml), on
+## every core. `make test` still runs everything.
+quick: lint typecheck
+	$(BIN)/pytest -q -n auto --dist worksteal -m "not services and not slow"
+	cd examples/tickd-example-plugin && ../../$(BIN)/pytest -q
 
 ## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and
 ## started if missing.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.mark.expression import Expression
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pymongo import MongoClient
@@ -72,6 +73,7 @@ SLOW_MODULES = {
     TESTS / "api" / "test_cli.py",  # the `tickd` command in a subprocess, against a real port
     TESTS / "api" / "test_schemathesis.py",  # the whole API fuzzed over HTTP
     TESTS / "test_container_plugins.py",  # the image's install steps, wheels built from PyPI
+    TESTS / "test_packaging.py",  # a wheel built and installed in a fresh environment
 }
 
 
@@ -83,6 +85,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("services")
         if starts_the_daemon(item) or item.path in SLOW_MODULES:
             item.add_marker("slow")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leaves a slow module unimported when `-m` leaves its tests out: importing
+    test_schemathesis alone costs each xdist worker some 15 s of CPU."""
+    if collection_path in SLOW_MODULES and not selects_slow_tests(config):
+        return True
+    return None
+
+
+def selects_slow_tests(config: pytest.Config) -> bool:
+    markexpr: str = config.getoption("markexpr")
+    return not markexpr or Expression.compile(markexpr).evaluate(marked_slow_only)
+
+
+def marked_slow_only(name: str, /, **kwargs: str | int | bool | None) -> bool:
+    return name == "slow"
 
 
 def starts_the_daemon(item: pytest.Item) -> bool:
