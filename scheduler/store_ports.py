@@ -58,7 +58,7 @@ class Store(
       requests) are idempotent by id: a duplicate is left as stored, and nothing is raised.
     - Each method is one round trip for its whole batch, or a small fixed number of them.
     - Only what a method says is atomic is atomic; on FerretDB a filtered update is not, which
-      is why the lock keeps instances apart there (scheduler/store/mongodb.py).
+      is why the lock keeps instances apart there (scheduler/store/mongodb/store.py).
 
     The outbox (durable events). Given an `event_source` (the instance id), the three writes of an
     execution's state (insert_executions, finish_executions, reap_expired_leases) write each

@@ -39,7 +39,7 @@ as it is:
   are deleted when its day's first slot is taken.
 - commands of at most FERRETDB_STATEMENTS_PER_UPDATE statements (FERRETDB_ALERT_WRITES_PER_COMMAND
   for the heavy alert writes), at most FERRETDB_CONCURRENT_OPERATIONS operations in flight, only
-  missing indexes created: as the job store (scheduler/store/mongodb.py) does.
+  missing indexes created: as the job store (scheduler/store/mongodb/) does.
 
 Ids. The product may use ObjectIds; ids travel as strings and every query matches both forms.
 """

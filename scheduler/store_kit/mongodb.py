@@ -1,4 +1,4 @@
-"""The MongoDB kit every store on MongoDB shares: the job store (scheduler/store/mongodb.py) and a
+"""The MongoDB kit every store on MongoDB shares: the job store (scheduler/store/mongodb/) and a
 plug-in's own stores (the product store of handlers/product_store). Public to plug-ins through
 scheduler.store_kit.
 

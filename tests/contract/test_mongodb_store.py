@@ -18,7 +18,7 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import InvalidOperation
 
-import tickd.scheduler.store.mongodb_base as mongodb_base_module
+import tickd.scheduler.store.mongodb.base as mongodb_base_module
 import tickd.scheduler.store_kit.mongodb as mongodb_module
 from tests.conftest import T0, make_job
 from tests.contract.test_store import (

@@ -3,7 +3,7 @@
 FerretDB 1.24 pushes only equality on top-level fields down to PostgreSQL: a range or a sort on
 `finished_at_us` and a `$group` over the collection made it decode every execution on each pass
 (every minute), and past about 25,000 executions a pass exceeded the client's 5 s socket timeout.
-So executions carry the hour and the minute they finished in (mongodb_documents.FINISH_BUCKETS),
+So executions carry the hour and the minute they finished in (documents.FINISH_BUCKETS),
 and retention reads by those equalities only, remembering between calls (in this process) what
 it has walked, as the outbox's pruning does by the minute:
 
@@ -31,16 +31,16 @@ from datetime import datetime, timedelta
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Status
 from tickd.scheduler.ports import Retention
-from tickd.scheduler.store.mongodb_base import MongoCollections
-from tickd.scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb.base import MongoCollections
+from tickd.scheduler.store.mongodb.documents import (
     FINISH_BUCKETS,
     HOUR_US,
     MINUTE_US,
     PRUNABLE,
     UNHANDLED,
     finish_buckets,
-    retention_scope,
 )
+from tickd.scheduler.store.mongodb.statements import retention_scope
 from tickd.scheduler.store_kit.mongodb import translating_errors
 
 # Documents a read of a bucket or of the first scan fetches a round trip.

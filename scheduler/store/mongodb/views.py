@@ -25,8 +25,8 @@ from tickd.scheduler.ports import (
     JobSearch,
     JobTrouble,
 )
-from tickd.scheduler.store.mongodb_base import MongoCollections
-from tickd.scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb.base import MongoCollections
+from tickd.scheduler.store.mongodb.documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
     FREE,

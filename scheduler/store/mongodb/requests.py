@@ -8,6 +8,7 @@ from datetime import datetime
 
 from pymongo import (
     ASCENDING,
+    DeleteOne,
     UpdateOne,
 )
 
@@ -23,25 +24,28 @@ from tickd.scheduler.ports import (
     Finish,
     RunRequest,
 )
-from tickd.scheduler.store.mongodb_base import MongoCollections
-from tickd.scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb.base import MongoCollections
+from tickd.scheduler.store.mongodb.documents import (
     LEASE_EXPIRED,
     NOT_ENDED,
-    abandon_running,
     execution_from_document,
-    held_by,
     job_from_document,
+    request_document,
+    request_from_document,
+)
+from tickd.scheduler.store.mongodb.statements import (
+    abandon_running,
+    held_by,
     lease_until_at_least,
     release_update,
     request_claim,
-    request_document,
-    request_from_document,
     schedule_unchanged,
     shard_claim,
     shard_end,
     shard_held_by,
 )
 from tickd.scheduler.store_kit.mongodb import (
+    from_micros,
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,
@@ -319,6 +323,29 @@ class MongoRequests(MongoCollections):
         cursor = self.requests.find({"batch": batch}, {"_id": 1})
         ended = {doc["_id"] async for doc in in_one_batch(cursor, len(finishes))}
         return {f.execution.id for f in finishes if f.shard is not None and f.shard.id in ended}
+
+    async def _take_off_queue(self, request_ids: Sequence[str]) -> None:
+        """Requests whose runs ended, after their executions (which name them, for a reaper
+        that rolls an end forward) and before their jobs are freed (a request left queued on a
+        free job would run again). One command: a delete by `_id` each (FerretDB pushes those
+        down, not an `$in`)."""
+        if request_ids:
+            deletes = [DeleteOne({"_id": request_id}) for request_id in request_ids]
+            await self.requests.bulk_write(deletes, ordered=False)
+
+    @translating_errors
+    async def executions_at(self, job_id: str, scheduled_ats: Sequence[datetime]) -> set[datetime]:
+        if not scheduled_ats:
+            return set()
+        wanted = {
+            "job_id": job_id,
+            "scheduled_at_us": {"$in": [exact_micros(t) for t in scheduled_ats]},
+        }
+        found: set[datetime] = set()
+        for collection in (self.executions, self.requests):
+            cursor = collection.find(wanted, {"scheduled_at_us": 1})
+            found |= {from_micros(doc["scheduled_at_us"]) async for doc in cursor}
+        return found
 
 
 def _due_now(request: RunRequest, job: Job) -> bool:

@@ -1,5 +1,5 @@
-"""The job store's housekeeping on MongoDB: the event outbox the relay drains, dead letters,
-and retention (pruning old executions and history in bounded batches, off the hot path)."""
+"""The event outbox on MongoDB as the relay drains it (the store's OutboxStore role); the events
+themselves are written with the runs they tell of."""
 
 from __future__ import annotations
 
@@ -7,27 +7,20 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 
-from pymongo import (
-    ASCENDING,
-    DESCENDING,
-)
-
 from tickd.scheduler.codec import (
-    Doc,
     exact_micros,
 )
-from tickd.scheduler.model import DeadLetter
 from tickd.scheduler.ports import (
     OutboxBacklog,
     OutboxEvent,
 )
-from tickd.scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb.base import MongoCollections
+from tickd.scheduler.store.mongodb.documents import (
     MINUTE_US,
     OUTBOX_ORDER,
     UNSENT,
     outbox_event_from_document,
 )
-from tickd.scheduler.store.mongodb_retention import MongoRetention
 from tickd.scheduler.store_kit.mongodb import (
     chunks,
     from_micros,
@@ -47,14 +40,12 @@ def minute_of(micros: int) -> int:
     return micros // MINUTE_US
 
 
-class MongoHousekeeping(MongoRetention):
-    """The outbox, dead letters and retention of MongoStore (executions: MongoRetention)."""
+class MongoOutbox(MongoCollections):
+    """The outbox of MongoStore."""
 
     # The last minute whose sent events are all pruned; None until this store's first prune
     # has gone through what it found sent before (an earlier process's, or unbucketed ones).
     _pruned_through: int | None = None
-
-    # -- the outbox -------------------------------------------------------------------------------
 
     @translating_errors
     async def unsent_events(self, limit: int) -> list[OutboxEvent]:
@@ -142,75 +133,3 @@ class MongoHousekeeping(MongoRetention):
             unsent=unsent,
             oldest_written_at=None if oldest is None else from_micros(oldest["written_us"]),
         )
-
-    # -- dead letters and retention ----------------------------------------------------------------
-
-    @translating_errors
-    async def mark_dead_letters(
-        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
-    ) -> set[str]:
-        """One read of the candidates, then one filtered update each: the update's own filter
-        is the compare-and-set, its count says who won."""
-        if not execution_ids or not states:
-            return set()
-        wanted = {
-            "_id": {"$in": list(execution_ids)},
-            "dead_letter": {"$in": list(map(str, states))},
-        }
-        cursor = self.executions.find(wanted, {"_id": 1})
-        candidates = [doc["_id"] async for doc in in_one_batch(cursor, len(execution_ids))]
-        moved = set()
-        for execution_id in candidates:
-            result = await self.executions.update_one(
-                {"_id": execution_id, "dead_letter": {"$in": list(map(str, states))}},
-                {"$set": {"dead_letter": str(to)}},
-            )
-            if result.modified_count == 1:
-                moved.add(execution_id)
-        return moved
-
-    @translating_errors
-    async def count_dead_letters(self) -> dict[str, int]:
-        pipeline: list[Doc] = [
-            {"$match": {"dead_letter": DeadLetter.OPEN.value}},
-            {"$group": {"_id": "$handler", "n": {"$sum": 1}}},
-        ]
-        return {
-            doc["_id"]: int(doc["n"]) async for doc in await self.executions.aggregate(pipeline)
-        }
-
-    @translating_errors
-    async def prune_changes(self, before: datetime, *, limit: int) -> int:
-        """As _prune_by_age: pages of the oldest, past each job's newest entry."""
-        old: Doc = {"at_us": {"$lt": exact_micros(before)}}
-        order = [("at_us", ASCENDING), ("_id", ASCENDING)]
-        ids: list[str] = []
-        after: list[Doc] | None = None
-        while len(ids) < limit:
-            cursor = self.changes.find(old if after is None else {**old, "$or": after})
-            page = [doc async for doc in in_one_batch(cursor.sort(order), limit)]
-            if not page:
-                break
-            newest = await self._newest_change_per_job({doc["job_id"] for doc in page})
-            ids += [doc["_id"] for doc in page if doc["at_us"] < newest[doc["job_id"]]]
-            after = _after(page[-1], "at_us")
-            if len(page) < limit:
-                break
-        if not ids:
-            return 0
-        return (await self.changes.delete_many({"_id": {"$in": ids[:limit]}})).deleted_count
-
-    async def _newest_change_per_job(self, job_ids: set[str]) -> dict[str, int]:
-        newest: dict[str, int] = {}
-        for job_id in job_ids:
-            last = await self.changes.find_one(
-                {"job_id": job_id}, {"at_us": 1}, sort=[("at_us", DESCENDING), ("_id", DESCENDING)]
-            )
-            newest[job_id] = int(last["at_us"]) if last else 0
-        return newest
-
-
-def _after(doc: Doc, field: str) -> list[Doc]:
-    """What sorts after `doc` by (field, _id): an $or."""
-    at = doc[field]
-    return [{field: {"$gt": at}}, {field: at, "_id": {"$gt": doc["_id"]}}]

@@ -23,7 +23,7 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.model import Execution, Job
 from tickd.scheduler.ports import ENDED_LEASE_UNTIL, Claim
-from tickd.scheduler.store.mongodb_documents import (
+from tickd.scheduler.store.mongodb.documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
     FINISH_BUCKETS,

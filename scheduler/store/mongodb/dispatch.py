@@ -1,0 +1,183 @@
+"""The engine's dispatch on MongoDB (the store's DispatchStore role): what is due, claiming it
+fenced, recording the runs it starts, giving back and reaping leases. The run requests' and
+shards' part of the role is requests.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pymongo import (
+    ASCENDING,
+)
+
+from tickd.scheduler.codec import (
+    Doc,
+    exact_micros,
+)
+from tickd.scheduler.model import Execution, Job, Status, new_id
+from tickd.scheduler.ports import (
+    OCCURRENCE_OWNER,
+    Claim,
+)
+from tickd.scheduler.store.mongodb.documents import (
+    LEASE_EXPIRED,
+    LEASED,
+    OLDEST_DUE_FIRST,
+    URGENCY,
+    execution_document,
+    execution_from_document,
+)
+from tickd.scheduler.store.mongodb.requests import MongoRequests
+from tickd.scheduler.store.mongodb.statements import (
+    abandon_running,
+    claim_update,
+    due_filter,
+    release_lease,
+    rolled_forward,
+)
+from tickd.scheduler.store_kit.mongodb import (
+    insert_ignoring_duplicates,
+    translating_errors,
+)
+
+
+class MongoDispatch(MongoRequests):
+    """The dispatch of MongoStore."""
+
+    @translating_errors
+    async def due_jobs(
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
+        first: Sequence[str] = (),
+    ) -> list[Job]:
+        """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
+        starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
+        where the ones before it left off."""
+        due = due_filter(now, exclude_handlers)
+        found: list[Job] = []
+        if first:
+            named = {**due, "_id": {"$in": list(first)}}
+            found += await self._find_jobs(named, sort=OLDEST_DUE_FIRST, limit=limit)
+            due["_id"] = {"$nin": list(first)}
+        if starved_before is not None and len(found) < limit:
+            old = {**due, "next_run_at_us": {"$lte": exact_micros(starved_before)}}
+            found += await self._find_jobs(old, sort=OLDEST_DUE_FIRST, limit=limit - len(found))
+            due["next_run_at_us"] = {"$gt": exact_micros(starved_before), "$lte": exact_micros(now)}
+        if len(found) < limit:
+            found += await self._find_jobs(due, sort=URGENCY, limit=limit - len(found))
+        return found
+
+    @translating_errors
+    async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
+        if not claims:
+            return []
+        batch = new_id()
+        await self._update_each(self.jobs, [claim_update(c, batch) for c in claims])
+        return await self._winners(claims, batch)
+
+    @translating_errors
+    async def insert_executions(
+        self, executions: Sequence[Execution], *, event_source: str | None = None
+    ) -> None:
+        if executions:
+            await self._write_events(executions, event_source)
+            await insert_ignoring_duplicates(
+                self.executions, [execution_document(e) for e in executions]
+            )
+
+    @translating_errors
+    async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
+        await self._update_each(self.jobs, [release_lease(job, token) for job, token in leases])
+
+    @translating_errors
+    async def reap_expired_leases(
+        self, now: datetime, *, instance: str | None = None, event_source: str | None = None
+    ) -> list[Execution]:
+        """Executions first, then the leases: a crash in between leaves a lease to reap again,
+        never a `running` execution that nothing guards."""
+        expired = await self._expired_leases(now, instance)
+        if not expired:
+            return []
+        abandon = [abandon_running(job_id, token, now) for job_id, token in expired]
+        await self._update_each(self.executions, abandon)
+        # outbox: before the leases go, so a crash in between writes them at the next reap
+        await self._write_events(await self._abandoned_by(expired), event_source)
+        ended = await self._roll_forward(expired)
+        released = [lease for lease in expired if lease not in ended]
+        await self._update_each(self.jobs, [release_lease(job, token) for job, token in released])
+        return await self._abandoned_at(now, expired)
+
+    async def _roll_forward(self, leases: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The runs that ended, whose job update a crash kept from being written (a run's end
+        writes its execution, then its job): the update each execution kept is applied now,
+        fenced as it would have been, instead of a release that would run the occurrence
+        again. Returns their leases. One read a lease, by the job (FerretDB pushes that down,
+        not an $or): leases expire only when an instance died."""
+        ended: list[Doc] = []
+        for job_id, token in leases:
+            found = await self.executions.find_one(
+                {"job_id": job_id, "token": token, "release": {"$ne": None}},
+                {"job_id": 1, "token": 1, "release": 1},
+            )
+            ended += [found] if found is not None else []
+        if not ended:
+            return set()
+        await self._take_off_queue([r for doc in ended if (r := doc["release"].get("request_id"))])
+        batch = new_id()
+        updates = [rolled_forward(doc, schedule=True, batch=batch) for doc in ended]
+        if await self._update_each(self.jobs, updates) < len(updates):
+            cursor = self.jobs.find({"batch": batch}, {"last_release": 1})
+            applied = {doc.get("last_release") async for doc in cursor}
+            changed = [doc for doc in ended if doc["_id"] not in applied]  # ops changed the job
+            await self._update_each(
+                self.jobs, [rolled_forward(doc, schedule=False, batch=batch) for doc in changed]
+            )
+        return {(doc["job_id"], int(doc["token"])) for doc in ended}
+
+    async def _expired_leases(self, now: datetime, instance: str | None) -> list[tuple[str, int]]:
+        expired = {**LEASED, "lease.until_us": {"$lt": exact_micros(now)}}
+        cursor = self.jobs.find(expired, {"fence": 1, "lease.owner": 1, "lease.until_us": 1})
+        found = [
+            (doc["_id"], int(doc["fence"]), doc["lease"]["owner"], doc["lease"]["until_us"])
+            async for doc in cursor
+        ]
+        takeable = await self._may_take_over([(o, until) for *_, o, until in found], now, instance)
+        reapable: list[tuple[str, int]] = []
+        for (job_id, fence, owner, _), take in zip(found, takeable, strict=True):
+            if not take:
+                continue
+            if owner != OCCURRENCE_OWNER or not await self._runs_elsewhere(
+                job_id, fence, now, instance
+            ):
+                reapable.append((job_id, fence))
+        return reapable
+
+    async def _runs_elsewhere(
+        self, job_id: str, occurrence: int, now: datetime, instance: str | None
+    ) -> bool:
+        """Whether a shard of this occurrence is leased by another instance that beats: the
+        occurrence lives while one runs there, whatever the caller's clock says of its lease."""
+        cursor = self.requests.find({"job_id": job_id, "occurrence": occurrence}, {"lease": 1})
+        leases = [
+            (doc["lease"]["owner"], doc["lease"]["until_us"])
+            async for doc in cursor
+            if doc.get("lease") is not None
+        ]
+        return not all(await self._may_take_over(leases, now, instance))
+
+    async def _abandoned_at(self, now: datetime, leases: list[tuple[str, int]]) -> list[Execution]:
+        """Read back what this reap marked (an execution the run finished meanwhile is not)."""
+        cursor = self.executions.find(
+            {
+                "$or": [{"job_id": job_id, "token": token} for job_id, token in leases],
+                "status": Status.ABANDONED.value,
+                "error.type": LEASE_EXPIRED["type"],
+                "finished_at_us": exact_micros(now),
+            }
+        ).sort("scheduled_at_us", ASCENDING)
+        return [execution_from_document(doc) async for doc in cursor]

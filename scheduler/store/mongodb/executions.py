@@ -1,0 +1,63 @@
+"""Executions and their dead letters on MongoDB, as the API reads and re-drives them (the
+store's ExecutionStore role)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tickd.scheduler.model import DeadLetter, Execution
+from tickd.scheduler.ports import (
+    ExecutionQuery,
+)
+from tickd.scheduler.store.mongodb.base import MongoCollections
+from tickd.scheduler.store.mongodb.documents import (
+    NEWEST_FIRST,
+    execution_from_document,
+)
+from tickd.scheduler.store.mongodb.statements import (
+    executions_filter,
+)
+from tickd.scheduler.store_kit.mongodb import (
+    in_one_batch,
+    translating_errors,
+)
+
+
+class MongoExecutions(MongoCollections):
+    """The executions of MongoStore."""
+
+    @translating_errors
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        doc = await self.executions.find_one({"_id": execution_id})
+        return None if doc is None else execution_from_document(doc)
+
+    @translating_errors
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        if query.limit <= 0:
+            return []
+        cursor = self.executions.find(executions_filter(query)).sort(NEWEST_FIRST)
+        return [execution_from_document(doc) async for doc in in_one_batch(cursor, query.limit)]
+
+    @translating_errors
+    async def mark_dead_letters(
+        self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
+    ) -> set[str]:
+        """One read of the candidates, then one filtered update each: the update's own filter
+        is the compare-and-set, its count says who won."""
+        if not execution_ids or not states:
+            return set()
+        wanted = {
+            "_id": {"$in": list(execution_ids)},
+            "dead_letter": {"$in": list(map(str, states))},
+        }
+        cursor = self.executions.find(wanted, {"_id": 1})
+        candidates = [doc["_id"] async for doc in in_one_batch(cursor, len(execution_ids))]
+        moved = set()
+        for execution_id in candidates:
+            result = await self.executions.update_one(
+                {"_id": execution_id, "dead_letter": {"$in": list(map(str, states))}},
+                {"$set": {"dead_letter": str(to)}},
+            )
+            if result.modified_count == 1:
+                moved.add(execution_id)
+        return moved
