@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import ExecutionQuery, Store
 from tickd.scheduler.outcomes import MAX_RESULT_CHARS
+from tickd.scheduler.ports import ExecutionQuery, Store
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0
