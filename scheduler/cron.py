@@ -137,9 +137,9 @@ def walker(text: str) -> croniter:
 
 def parse(six: str, job_name: str) -> Cron:
     """Read an expression already in six fields (seconds first); `job_name` seeds `H`."""
-    # Only `H` reads the name: without it, one reading serves every job of the expression. Keyed
-    # by name regardless, 5,000 jobs on `0 * * * * *` overflowed the cache, and each run's
-    # advance read its expression again (about 30 us). `THU` counts too: a spare entry at most.
+    # Only `H` reads the name: without it, one reading serves every job of the expression, so
+    # thousands of jobs on one expression share one cache entry. `THU` counts too: a spare entry
+    # at most.
     return _parsed(six, job_name if "H" in six.upper() else "")
 
 

@@ -349,8 +349,8 @@ def _iso(at: datetime) -> str:
     return _utc_iso(at) if at.tzinfo is UTC else at.isoformat()
 
 
-# The runs of one instant share its time: its text is made once, not once a run (about 1 us
-# of each run's start, the idempotency key's).
+# The runs of one instant share its time: its text (the idempotency key's) is made once, not
+# once a run.
 @functools.lru_cache(maxsize=256)
 def _utc_iso(at: datetime) -> str:
     return at.isoformat()

@@ -129,8 +129,8 @@ def next_fire(schedule: Schedule, after: datetime, *, job_name: str) -> datetime
 
 
 # What shortest_gap reads: the first fire times after now (the gaps a schedule repeats), and
-# those around each clock change of the next year (the one gap a change shortens). Some 75 us
-# a fire time, on the API's loop: a few milliseconds.
+# those around each clock change of the next year (the one gap a change shortens): a few
+# milliseconds on the API's loop.
 GAP_FIRES = 100
 GAP_SPAN = timedelta(days=366)
 FIRES_AROUND_A_CHANGE = 16
