@@ -13,6 +13,7 @@ from tickd.scheduler.config import Settings
 from tickd.scheduler.dead_letters import finish_of
 from tickd.scheduler.events import event_source
 from tickd.scheduler.finishing import Ending, Finisher
+from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.model import Execution, ExecutionSummary, Job, Status
 from tickd.scheduler.observers import RunObserver
@@ -26,7 +27,13 @@ log = logging.getLogger("tickd.runner")
 
 class Completer:
     def __init__(
-        self, *, settings: Settings, ports: Ports, observer: RunObserver, rng: random.Random
+        self,
+        *,
+        settings: Settings,
+        ports: Ports,
+        observer: RunObserver,
+        rng: random.Random,
+        fired: FiredRuns | None = None,
     ) -> None:
         self.settings = settings
         self.ports = ports
@@ -39,6 +46,7 @@ class Completer:
             batch_size=settings.batch_size,
             linger_seconds=settings.finish_linger_seconds,
             event_source=event_source(settings, ports),
+            fired=fired,
         )
         # Runs over whose ends wait for the store (by id: a task hashes by its fields).
         self._ending: dict[int, Task] = {}
@@ -84,7 +92,7 @@ class Completer:
             return
         # Ended now: waiting for the store below is not the run's time. The rest of its end
         # (the record, the next fire time) is worked out with its batch, after the runs
-        # waiting to start (Finisher.defer_to).
+        # waiting to start (scheduler/fired_runs.py).
         finished = self.ports.clock.now()
         end = _LateEnd(self, task, outcome, started, finished, self._seconds(started_real))
         self._ending[id(task)] = task

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tickd.scheduler.backoff import backoff_delay
+from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.ports import Finish, Lock, StoreError
@@ -28,8 +29,8 @@ FINISH_ATTEMPTS = 5
 # Ends handed over and not yet written, in batches, before the workers wait for the store.
 PENDING_BATCHES = 2
 # Runs fired at their time and waiting for a worker go before the ends of runs already over
-# (see Finisher.defer_to), but an end waits for them this long at most: fired runs that cannot
-# start (every worker busy with long runs) must not keep ends from the store.
+# (see Finisher), but an end waits for them this long at most: fired runs that cannot start
+# (every worker busy with long runs) must not keep ends from the store.
 MAX_DEFER_SECONDS = 0.1
 
 
@@ -67,6 +68,7 @@ class Finisher:
         batch_size: int,
         linger_seconds: float,
         event_source: str | None = None,
+        fired: FiredRuns | None = None,
     ) -> None:
         self._store = store
         self._event_source = event_source  # the executions' events go to the outbox with them
@@ -84,21 +86,12 @@ class Finisher:
         # Set once a batch is written and its locks released: its jobs may be claimed again
         # (the dispatcher waits on it; whoever waits clears it).
         self.written = asyncio.Event()
-        # How many runs fired at their time wait for a worker: see defer_to.
-        self._starts_waiting: Callable[[], int] = lambda: 0
-        self._look_again = asyncio.Event()  # the runs waiting to start have started
-
-    def defer_to(self, starts_waiting: Callable[[], int]) -> None:
-        """Let the runs fired at their time start before a batch of ends is worked out and
-        written (for at most MAX_DEFER_SECONDS). Jobs due at one instant fire together; their
-        ends, on the same loop, would otherwise share it with their starts, and the last of a
-        thousand would start twice as late. A job's lease is held until its end is written, so
-        nothing else runs it meanwhile."""
-        self._starts_waiting = starts_waiting
-
-    def starts_drained(self) -> None:
-        """No fired run waits for a worker any more: the ends deferred to them may go."""
-        self._look_again.set()
+        # The runs fired at their time start before a batch of ends is worked out and written
+        # (for at most MAX_DEFER_SECONDS). Jobs due at one instant fire together; their ends, on
+        # the same loop, would otherwise share it with their starts, and the last of a thousand
+        # would start twice as late. A job's lease is held until its end is written, so nothing
+        # else runs it meanwhile.
+        self._fired = fired or FiredRuns()
 
     async def finish(self, finish: Finish, lock_token: str) -> Ending:
         """Write the run's end with the next batch, release its lock; wait for the outcome."""
@@ -122,15 +115,15 @@ class Finisher:
         worker hands its run's end over and takes the next run at once; no future, nor the turn
         of the loop its callback would take, for each run of a burst. The end may be handed
         over as a function that works it out: called when its batch is written, after the
-        runs waiting to start (defer_to), not by the worker. If it raises (a bug), that end is
+        runs waiting to start (FiredRuns), not by the worker. If it raises (a bug), that end is
         logged and left unwritten: the lease expires and the reaper gives the run back."""
         self._queue(_Pending(finish, lock_token, then))
 
     def _queue(self, pending: _Pending) -> None:
         self._pending.append(pending)
-        # While runs wait to start, their ends are deferred (defer_to), not held back: the
-        # workers must get to those runs. The bound applies again once they have started.
-        if len(self._pending) >= self._max_pending and not self._starts_waiting():
+        # While fired runs wait to start, ends are deferred, not held back: the workers must
+        # get to those runs. The bound applies again once they have started.
+        if len(self._pending) >= self._max_pending and not self._fired.waiting():
             self._room.clear()
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush(), name="finisher")
@@ -169,19 +162,18 @@ class Finisher:
             self._flushing = None
 
     async def _after_starts(self) -> None:
-        if not self._starts_waiting():
+        if not self._fired.waiting():
             return
         # Workers waiting to hand an end over (the store was behind) must get to the fired
         # runs, or nothing starts and nothing is written until the deferral runs out.
         self._room.set()
         deadline = asyncio.get_running_loop().time() + MAX_DEFER_SECONDS
-        while self._starts_waiting():
+        while self._fired.waiting():
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return
-            self._look_again.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._look_again.wait(), left)
+                await asyncio.wait_for(self._fired.next_drained(), left)
 
     async def _end(self, batch: list[_Resolved]) -> None:
         try:

@@ -9,6 +9,7 @@ import logging
 import time
 from collections import Counter
 
+from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.runner import Runner, Task
 
@@ -18,9 +19,19 @@ log = logging.getLogger("tickd.engine")
 class WorkerPool:
     """A fixed number of workers fed by a bounded queue."""
 
-    def __init__(self, runner: Runner, *, workers: int, queue_size: int, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        workers: int,
+        queue_size: int,
+        metrics: Metrics,
+        fired: FiredRuns | None = None,
+    ) -> None:
         self._runner = runner
         self._metrics = metrics
+        # Runs fired at their time that wait for a worker, counted with the firing stage.
+        self.fired = fired or FiredRuns()
         # Bounded by submit(), not by the queue itself: runs fired at their time are queued
         # beyond the bound (the dispatcher recorded only what the workers will soon start), in
         # one go rather than one hand-over between the dispatcher and a worker each.
@@ -40,8 +51,6 @@ class WorkerPool:
         # between two of its wake-ups, and it must still be named.
         self._started_since_asked: set[str] = set()
         self._in_flight: dict[str, Task] = {}  # by execution id: queued or running
-        self._fired_queued = 0  # of the queued, those fired at their time
-        self.fired_started = asyncio.Event()  # every run fired at its time has been started
         # How fast the workers take runs while every one is busy and runs wait for them:
         # seconds between two starts, smoothed; None until measured. Only between two starts
         # that each found the other workers busy and left runs waiting: neither idle workers
@@ -66,10 +75,6 @@ class WorkerPool:
         """The tasks queued or running."""
         return list(self._in_flight.values())
 
-    def fired_waiting(self) -> int:
-        """Runs fired at their time (armed ahead) that wait for a worker."""
-        return self._fired_queued
-
     def free_slots(self) -> int:
         idle = self._size - self.busy
         return max(0, idle + self._queue_size - self._queue.qsize())
@@ -84,10 +89,9 @@ class WorkerPool:
 
     def submit_fired(self, task: Task) -> None:
         """Queue a run fired at its time, at once: the dispatcher fired only as many as the
-        workers will start within a moment (Engine._fire_room)."""
+        workers will start within a moment (Firing.room)."""
         self._admit(task)
-        self._fired_queued += 1
-        self.fired_started.clear()
+        self.fired.queued()
         self._queue.put_nowait(task)
 
     def _admit(self, task: Task) -> None:
@@ -160,10 +164,7 @@ class WorkerPool:
 
     def _dequeued(self, task: Task) -> None:
         if task.fired:
-            self._fired_queued -= 1
-            if not self._fired_queued:
-                self.fired_started.set()
-                self._runner.finisher.starts_drained()
+            self.fired.started()
 
     def _done(self, task: Task) -> None:
         self.inflight[task.job.handler] -= 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from tickd.scheduler.complete import Completer
 from tickd.scheduler.config import Settings
 from tickd.scheduler.due import DueRun
 from tickd.scheduler.events import event_source
@@ -15,7 +16,6 @@ from tickd.scheduler.model import Execution, ExecutionError, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.planning import Plan, plan_run
 from tickd.scheduler.ports import Ports
-from tickd.scheduler.runner import Runner
 from tickd.scheduler.shards import requested_as, shard_entries
 from tickd.scheduler.store_roles_engine import DispatchStore
 from tickd.scheduler.task import Outcome, Task
@@ -29,14 +29,14 @@ class Recorded:
 
 class Recorder:
     def __init__(
-        self, *, settings: Settings, ports: Ports, observer: RunObserver, runner: Runner
+        self, *, settings: Settings, ports: Ports, observer: RunObserver, completer: Completer
     ) -> None:
         self.settings = settings
         self.ports = ports
         self.store: DispatchStore = ports.store
         self.observer = observer
         # Ends what is recorded and never runs: an occurrence all of whose times were skipped.
-        self.runner = runner
+        self.completer = completer
 
     async def record(
         self, held: list[tuple[DueRun, str]], now: datetime, *, fired: bool = False
@@ -152,7 +152,7 @@ class Recorder:
             claimed_at=execution.started_at or self.ports.clock.now(),
         )
         outcome = Outcome(status=Status.SKIPPED, error=execution.error)
-        await self.runner.finish(task, outcome, self.ports.clock.now())
+        await self.completer.finish(task, outcome, self.ports.clock.now())
 
     def _execution(
         self,

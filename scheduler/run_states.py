@@ -27,10 +27,10 @@ class RunState(enum.StrEnum):
 
 
 class Stage(enum.StrEnum):
-    DISPATCH = "dispatch"  # engine.py, claiming.py, recording.py, pool.py
+    DISPATCH = "dispatch"  # engine.py, fetching.py, claiming.py, firing.py, recording.py, pool.py
     EXECUTE = "execute"  # runner.py, execute.py, outcomes.py
     COMPLETE = "complete"  # complete.py, finishing.py
-    MAINTENANCE = "maintenance"  # the reaper in engine.py; heartbeat, retention, relay
+    MAINTENANCE = "maintenance"  # leases.py (the reaper), heartbeat, retention, relay
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +44,14 @@ class Transition:
 
 TRANSITIONS = (
     Transition(RunState.DUE, RunState.CLAIMED, "claim", Stage.DISPATCH, "claiming:Claimer.claim"),
-    Transition(RunState.CLAIMED, RunState.ARMED, "arm", Stage.DISPATCH, "engine:Engine._dispatch"),
+    Transition(RunState.CLAIMED, RunState.ARMED, "arm", Stage.DISPATCH, "firing:Firing.arm"),
     Transition(
         RunState.CLAIMED, RunState.RECORDED, "record", Stage.DISPATCH, "recording:Recorder.record"
     ),
     Transition(
         RunState.CLAIMED, RunState.SKIPPED, "misfire", Stage.DISPATCH, "recording:Recorder.record"
     ),
-    Transition(RunState.ARMED, RunState.RECORDED, "fire", Stage.DISPATCH, "engine:Engine._fire"),
+    Transition(RunState.ARMED, RunState.RECORDED, "fire", Stage.DISPATCH, "firing:Firing.fire"),
     Transition(
         RunState.ARMED,
         RunState.GIVEN_BACK,
@@ -60,7 +60,7 @@ TRANSITIONS = (
         "claiming:Claimer.give_back",
     ),
     Transition(
-        RunState.RECORDED, RunState.QUEUED, "submit", Stage.DISPATCH, "engine:Engine._enqueue"
+        RunState.RECORDED, RunState.QUEUED, "submit", Stage.DISPATCH, "pool:WorkerPool.submit"
     ),
     Transition(RunState.QUEUED, RunState.RUNNING, "start", Stage.EXECUTE, "runner:Runner.run"),
     Transition(
@@ -84,7 +84,11 @@ TRANSITIONS = (
         "complete:Completer.tell_ended",
     ),
     Transition(
-        RunState.RECORDED, RunState.ABANDONED, "reap", Stage.MAINTENANCE, "engine:Engine._reap"
+        RunState.RECORDED,
+        RunState.ABANDONED,
+        "reap",
+        Stage.MAINTENANCE,
+        "leases:Leases.reap_if_due",
     ),
 )
 

@@ -16,6 +16,7 @@ from tickd.scheduler.complete import Completer
 from tickd.scheduler.config import Settings
 from tickd.scheduler.execute import Executor
 from tickd.scheduler.finishing import Finisher
+from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.model import Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.outcomes import execution_error
@@ -38,6 +39,7 @@ class Runner:
         observer: RunObserver,
         rng: random.Random,
         resources: Mapping[str, object],
+        fired: FiredRuns | None = None,
     ) -> None:
         self.settings = settings
         self.ports = ports
@@ -50,7 +52,9 @@ class Runner:
             observer=observer,
             resources=resources,
         )
-        self.completer = Completer(settings=settings, ports=ports, observer=observer, rng=rng)
+        self.completer = Completer(
+            settings=settings, ports=ports, observer=observer, rng=rng, fired=fired
+        )
 
     @property
     def finisher(self) -> Finisher:

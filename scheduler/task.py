@@ -24,7 +24,7 @@ class Task:
     # or for a shard of an occurrence in progress (its entry): the last shard to end ends it.
     request: RunRequest | None = None
     # Armed ahead and fired at its time: with others due at the same instant, it starts before
-    # the ends of runs already over are written (Finisher.defer_to).
+    # the ends of runs already over are written (scheduler/fired_runs.py).
     fired: bool = False
 
     @property

@@ -144,10 +144,10 @@ async def test_a_run_recorded_ahead_of_a_forward_jump_keeps_its_lease_and_runs_o
     await asyncio.wait_for(started.wait(), WAIT)
     h.clock.set(T0 + timedelta(seconds=5 - RECORDED_AHEAD_SECONDS / 2))
     await h.engine.tick()
-    assert len(h.engine.staged) == 1, "recorded ahead"
+    assert len(h.engine.firing.staged) == 1, "recorded ahead"
     h.clock.jump(HOUR)
     await h.engine.tick()  # released, queued behind the busy worker
-    h.engine._next_reap = None  # the reaper looks at once, as when an instance died
+    h.engine.leases.reap_soon()  # the reaper looks at once, as when an instance died
     await h.engine.tick()
     gate.set()
     await asyncio.wait_for(h.engine.drain(), WAIT)
@@ -180,7 +180,7 @@ async def test_a_run_whose_end_waits_for_the_store_across_a_forward_jump_runs_on
     await asyncio.wait_for(_until(lambda: len(h.engine.runner.ending()) == 1), WAIT)
     h.clock.jump(HOUR)
     await h.engine.tick()
-    h.engine._next_reap = None  # the reaper looks at once
+    h.engine.leases.reap_soon()  # the reaper looks at once
     await h.engine.tick()
     store_back.set()
     await asyncio.wait_for(h.engine.drain(), WAIT)

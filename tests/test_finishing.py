@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
 from tickd.scheduler.finishing import Finisher
+from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
@@ -150,7 +151,7 @@ async def test_an_end_waits_for_fired_runs_only_a_moment_not_until_they_have_all
     """Ends give way to runs fired at their time (tests/test_lookahead.py), but a queue of them
     that never drains must not keep ends from the store."""
     h = make_engine({"noop": noop})
-    h.engine.runner.finisher.defer_to(lambda: 1)  # fired runs waiting, for good
+    h.engine.fired.queued()  # a fired run waiting in the queue, for good
     await h.add(make_job("ended"))
     await asyncio.wait_for(h.engine.drain(), WAIT)
     assert [e.status for e in await executions(store)] == [Status.SUCCESS]
@@ -195,9 +196,8 @@ async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fire
         return await written(finishes, **kwargs)
 
     monkeypatch.setattr(store, "finish_executions", counted)
-    finisher = Finisher(store, MemoryLock(), batch_size=10, linger_seconds=0)
-    fired_waiting = 0
-    finisher.defer_to(lambda: fired_waiting)
+    fired = FiredRuns()
+    finisher = Finisher(store, MemoryLock(), batch_size=10, linger_seconds=0, fired=fired)
     for i in range(35):
         ended = Execution(
             job_id=f"job-{i}",
@@ -212,11 +212,11 @@ async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fire
     await asyncio.wait_for(_until(lambda: batches == [10]), WAIT)  # the first, being written
     assert not finisher.has_room(), "two batches and a half behind it: the workers wait"
 
-    fired_waiting = 1
+    fired.coming(1)
+    fired.queued()
     held.set()
     await asyncio.wait_for(_until(finisher.has_room), WAIT)
     assert batches == [10], "let go while the ends wait for the fired runs"
-    fired_waiting = 0
-    finisher.starts_drained()
+    fired.started()
     await asyncio.wait_for(finisher.settled(), WAIT)
     assert batches == [10, 10, 10, 5]

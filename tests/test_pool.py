@@ -4,7 +4,6 @@ dispatcher back), not for runs fired at their time, which are queued at once."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from tests.conftest import T0, make_job
 from tickd.scheduler.metrics import Metrics
@@ -22,7 +21,6 @@ class GatedRunner:
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.ran: list[str] = []
-        self.finisher = SimpleNamespace(starts_drained=lambda: None)
 
     async def run(self, task: Task) -> None:
         await self.gate.wait()
@@ -81,12 +79,12 @@ async def test_runs_fired_at_their_time_are_queued_at_once_beyond_the_bound() ->
     pool = pool_of(runner, workers=1, queue_size=2)
     for i in range(5):
         pool.submit_fired(task(f"fired-{i}", fired=True))
-    assert (pool.fired_waiting(), pool.free_slots()) == (5, 0)
-    assert not pool.fired_started.is_set()
+    assert (pool.fired.waiting(), pool.free_slots()) == (5, 0)
+    assert not pool.fired.queued_started.is_set()
     await _turns()
-    assert pool.fired_waiting() == 4, "the one worker took the first"
+    assert pool.fired.waiting() == 4, "the one worker took the first"
     runner.gate.set()
-    await asyncio.wait_for(pool.fired_started.wait(), WAIT)
+    await asyncio.wait_for(pool.fired.queued_started.wait(), WAIT)
     await asyncio.wait_for(pool.join(), WAIT)
     assert runner.ran == [f"fired-{i}" for i in range(5)]
     await pool.stop(0)
