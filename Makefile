@@ -28,9 +28,10 @@ test: services browser lint typecheck unit
 
 ## The inner loop, in under two minutes and with no service running: lint, type checks and every
 ## test that needs neither a real service nor a real daemon (the markers in pyproject.toml), on
-## every core. `make test` still runs everything.
+## every core, property tests drawing a fifth of their examples (tests/properties.py). `make
+## test` still runs everything, in full.
 quick: lint typecheck
-	$(BIN)/pytest -q -n auto --dist worksteal -m "not services and not slow"
+	TICKD_QUICK=1 $(BIN)/pytest -q -n auto --dist worksteal -m "not services and not slow"
 	cd examples/tickd-example-plugin && ../../$(BIN)/pytest -q
 
 ## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and

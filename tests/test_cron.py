@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import tickd.scheduler.cron as cron_module
 from tests.clock_changes import changes
+from tests.properties import examples
 from tickd.scheduler.model import CronSchedule, ValidationError
 from tickd.scheduler.schedules import next_fire, validate
 
@@ -210,7 +211,7 @@ def tickd(expr: str, zone: str, after: datetime) -> list[datetime]:
     return found
 
 
-@settings(derandomize=True, deadline=None, max_examples=1500)
+@settings(derandomize=True, deadline=None, max_examples=examples(1500))
 @given(expr=expressions, zone=st.sampled_from(ZONES), data=st.data())
 def test_tickd_fires_when_cronsim_does_in_every_field_syntax(
     expr: str, zone: str, data: st.DataObject
@@ -255,7 +256,7 @@ def equal_ranges(draw: st.DrawFn) -> tuple[int, str, str]:
     return index, ends, str(n)
 
 
-@settings(derandomize=True, deadline=None, max_examples=300)
+@settings(derandomize=True, deadline=None, max_examples=examples(300))
 @given(case=equal_ranges(), zone=st.sampled_from(ZONES), data=st.data())
 def test_a_range_whose_ends_are_equal_is_that_one_value(
     case: tuple[int, str, str], zone: str, data: st.DataObject
@@ -289,7 +290,7 @@ def spread_over_every_month(index: int, form: str) -> bool:
     return FIELDS[index] is DAY and not form.upper().startswith("H(")
 
 
-@settings(derandomize=True, deadline=None, max_examples=300)
+@settings(derandomize=True, deadline=None, max_examples=examples(300))
 @given(index=st.integers(0, 5), name=job_names, data=st.data())
 def test_hashed_fields_fire_where_they_fired_before_tickd_read_fields_itself(
     index: int, name: str, data: st.DataObject
@@ -321,7 +322,7 @@ def fires_in(year: int, expr: str, name: str) -> list[datetime]:
 job_ids = st.uuids().map(str)
 
 
-@settings(derandomize=True, deadline=None, max_examples=200)
+@settings(derandomize=True, deadline=None, max_examples=examples(200))
 @given(name=st.one_of(job_names, job_ids, st.text(max_size=40)), year=st.integers(2026, 2040))
 def test_a_job_spread_over_the_month_fires_every_month(name: str, year: int) -> None:
     """`H` in the day of month picks a day every month has (1-28, as Jenkins does): a monthly job
@@ -332,7 +333,7 @@ def test_a_job_spread_over_the_month_fires_every_month(name: str, year: int) -> 
     assert fires[0].day <= 28
 
 
-@settings(derandomize=True, deadline=None, max_examples=200)
+@settings(derandomize=True, deadline=None, max_examples=examples(200))
 @given(name=st.one_of(job_names, job_ids), step=st.integers(1, 31))
 def test_a_stepped_hash_in_the_day_of_month_stays_in_days_every_month_has(
     name: str, step: int
@@ -343,7 +344,7 @@ def test_a_stepped_hash_in_the_day_of_month_stays_in_days_every_month_has(
     assert len(fires) == 12 * len(days)
 
 
-@settings(derandomize=True, deadline=None, max_examples=300)
+@settings(derandomize=True, deadline=None, max_examples=examples(300))
 @given(name=st.one_of(job_names, job_ids), form=st.sampled_from(["H", "H/7", "H/10", "H/30"]))
 def test_a_spread_day_keeps_the_days_croniter_gave_it_that_every_month_has(
     name: str, form: str
@@ -377,7 +378,7 @@ def test_a_hashed_range_of_one_value_is_that_value() -> None:
 # -- the extensions tickd keeps: L and # --------------------------------------------------------
 
 
-@settings(derandomize=True, deadline=None, max_examples=100)
+@settings(derandomize=True, deadline=None, max_examples=examples(100))
 @given(
     year=st.integers(2026, 2040),
     month=st.integers(1, 12),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.clock_changes import Change, every_change
 from tests.conftest import make_job
+from tests.properties import examples
 from tickd.handlers.noop import noop
 from tickd.scheduler.config import Settings
 from tickd.scheduler.cron import parse
@@ -204,7 +205,7 @@ WILDCARD_HOURS = [
     ("*/30 * * * * *", {0, 30}, set(range(60)), timedelta(seconds=30)),
 ]
 any_change = st.deferred(lambda: st.sampled_from(every_change()))
-CALENDAR = settings(derandomize=True, deadline=None, max_examples=400)
+CALENDAR = settings(derandomize=True, deadline=None, max_examples=examples(400))
 
 
 def clock_shows(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.api.conftest import READ, Api
 from tests.api.test_jobs_api import CRON_JOB
 from tests.clock_changes import Change, changes, every_change
+from tests.properties import examples
 from tickd.api.schedules import preview
 from tickd.scheduler.model import CronSchedule
 
@@ -26,7 +27,7 @@ EXPRESSIONS = [
 ]
 
 
-@settings(derandomize=True, deadline=None, max_examples=300)
+@settings(derandomize=True, deadline=None, max_examples=examples(300))
 @given(
     change=st.deferred(lambda: st.sampled_from(every_change())),
     expr=st.sampled_from(EXPRESSIONS),
