@@ -369,3 +369,4 @@ class Engine:
             await self.runner.finish(task, abandoned, self.ports.clock.now())
         await self.pool.stop(self.settings.shutdown_grace_seconds)
         await self.runner.close()
+        self.observer.stopped()

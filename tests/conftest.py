@@ -229,6 +229,9 @@ class RecordingObserver(RunObserver):
     def fenced(self, job: Job, execution: Execution, *, before_start: bool) -> None:
         self.heard.append(("fenced", job.name, "before start" if before_start else "at the end"))
 
+    def stopped(self) -> None:
+        self.heard.append(("stopped", "", ""))
+
     def finished(self, job: Job, execution: Execution) -> None:
         self.heard.append(("finished", job.name, str(execution.status)))
 

@@ -936,6 +936,7 @@ async def test_queued_work_is_given_back_on_shutdown(make_engine: EngineFactory)
     statuses = [e.status for e in await executions(h.store)]
     assert statuses == [Status.ABANDONED] * 3
     assert (await h.store.due_backlog(T0)).due == 3
+    assert h.observed.heard[-1] == ("stopped", "", ""), "told last, after every end"
 
 
 async def test_a_run_due_soon_is_claimed_ahead_and_fires_at_its_time_not_a_tick_later(

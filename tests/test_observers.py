@@ -111,6 +111,31 @@ def test_a_daemon_whose_jobs_tick_along_writes_a_summary_a_minute_and_none_when_
     assert {s["seconds"] for s in written} == {60.0}
 
 
+def test_runs_in_windows_still_open_are_summarised_when_the_engine_stops(
+    alarms: Alarms, caplog: pytest.LogCaptureFixture
+) -> None:
+    observer, job = observer_on(alarms), make_job()
+    with caplog.at_level(logging.INFO, logger="tickd.runner"):
+        end_runs(observer, job, 2)
+        alarms.advance(5)  # a quiet second, now in the minute's window
+        end_runs(observer, job, 1, Status.FAILED)
+        observer.stopped()
+        alarms.advance(120)  # the timers the process would not live to hear
+    assert [s["ended"] for s in summaries(caplog)] == [{"success": 2, "failed": 1}]
+
+
+def test_a_busy_second_open_at_the_stop_has_its_own_summary(
+    alarms: Alarms, caplog: pytest.LogCaptureFixture
+) -> None:
+    observer, job = observer_on(alarms), make_job()
+    with caplog.at_level(logging.INFO, logger="tickd.runner"):
+        end_runs(observer, job, 1)
+        alarms.advance(5)
+        end_runs(observer, job, BUSY_RUNS + 1)
+        observer.stopped()
+    assert [s["ended"] for s in summaries(caplog)] == [{"success": 1}, {"success": BUSY_RUNS + 1}]
+
+
 def test_a_burst_in_a_quiet_minute_is_told_second_by_second_and_the_rest_by_the_minute(
     alarms: Alarms, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -66,6 +66,9 @@ class RunObserver:
     def reaped(self, execution: Execution) -> None:
         """An expired lease was cleared and its execution marked `abandoned`."""
 
+    def stopped(self) -> None:
+        """The engine has shut down: no run ends after this."""
+
 
 class Observers(RunObserver):
     """Several observers as one, in order; one that raises is logged and the others still hear."""
@@ -128,3 +131,6 @@ class Observers(RunObserver):
 
     def reaped(self, execution: Execution) -> None:
         self._tell("reaped", execution)
+
+    def stopped(self) -> None:
+        self._tell("stopped")

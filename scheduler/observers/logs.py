@@ -122,6 +122,18 @@ class LogObserver(RunObserver):
             error=execution.error.message if execution.error else None,
         )
 
+    def stopped(self) -> None:
+        """The runs counted in windows still open are summarised now: their timers would ring
+        after the process has gone, and those runs would be in no summary."""
+        second, quiet = self._second, self._quiet
+        self._second = self._quiet = None
+        if quiet is not None and second is not None and second.runs() <= self._busy_runs:
+            quiet.ended.update(second.ended)
+            second = None
+        for window in (quiet, second):
+            if window is not None:
+                self._summarise(window)
+
     def _count(self, status: str) -> None:
         now = self._clock.monotonic()
         self._close_windows_over(now)
