@@ -14,7 +14,6 @@ are written (their jobs can be claimed again) first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Mapping, Sequence
@@ -161,6 +160,9 @@ class Engine:
         """One dispatcher pass: fire the armed runs whose time came, then claim what falls due
         before the lookahead horizon. The due query is its only read of the jobs."""
         now = self.ports.clock.now()
+        if self.heartbeat.lapsed.is_set():  # an instance died: reap its runs, take them over
+            self.heartbeat.lapsed.clear()
+            self.leases.reap_soon()
         await self.leases.follow_clock_jump(now, self._own_runs)
         fired = await self.firing.fire(now)  # before the reaper's store call: on time to the ms
         self._handed_to_shards = fired.sharded
@@ -232,34 +234,17 @@ class Engine:
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set, then shut down gracefully."""
         self.start()
-        beating = asyncio.create_task(self._beat_until_cancelled())
+        # Beating until the last run has ended (through the shutdown's grace period), or
+        # another instance would take this one for dead and run its runs again.
+        stop_beating = asyncio.Event()
+        pause = min(self.settings.tick_seconds, self.settings.heartbeat_seconds)
+        beating = asyncio.create_task(self.heartbeat.run(stop_beating, pause_seconds=pause))
         try:
             await self._dispatch_until(stop)
             await self.shutdown()
         finally:
-            # Beating until the last run has ended (through the shutdown's grace period), or
-            # another instance would take this one for dead and run its runs again.
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
-
-    async def _beat_until_cancelled(self) -> None:
-        """The heartbeat, a task of its own: a dispatcher that waits (for room in a full pool,
-        for a slow store) must not look dead to the other instances while its runs go on."""
-        failing = False
-        while True:
-            try:
-                if await self.heartbeat.beat_if_due():
-                    self.leases.reap_soon()  # an instance died: reap its runs, take them over
-                    self.wake.set()
-                failing = False
-            except (StoreError, LockUnavailable, OSError) as exc:
-                if not failing:  # once an outage: the dispatcher reports the store's state
-                    log_event(log, "heartbeat.failed", level=logging.WARNING, error=str(exc))
-                failing = True
-            except Exception:  # a bug of ours must not stop the beats for good
-                log.exception("heartbeat.unexpected_error")
-            await asyncio.sleep(min(self.settings.tick_seconds, self.settings.heartbeat_seconds))
+            stop_beating.set()
+            await beating
 
     async def _dispatch_until(self, stop: asyncio.Event) -> None:
         failures = 0
@@ -346,8 +331,10 @@ class Engine:
         )
 
     async def _sleep(self, seconds: float, stop: asyncio.Event, *wakeups: asyncio.Event) -> None:
-        """Until `seconds` pass, `stop`, or one of `wakeups` is set (the caller clears them)."""
-        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, *wakeups)]
+        """Until `seconds` pass, `stop`, another instance's lapse (its runs are to be taken
+        over), or one of `wakeups` is set (the caller clears them)."""
+        lapsed = self.heartbeat.lapsed
+        waiters = [asyncio.ensure_future(e.wait()) for e in (stop, lapsed, *wakeups)]
         await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
             waiter.cancel()

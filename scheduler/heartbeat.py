@@ -10,12 +10,18 @@ of that time is dead, whatever the clocks say."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from datetime import datetime
 
 from tickd.scheduler.clock import Clock
 from tickd.scheduler.lock import lock_key, shard_lock_key
-from tickd.scheduler.ports import Lock, StoreError
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.ports import Lock, LockUnavailable, StoreError
 from tickd.scheduler.store_roles_engine import InstanceStore
+
+log = logging.getLogger("tickd.engine")
 
 
 class Heartbeat:
@@ -44,6 +50,28 @@ class Heartbeat:
         self._beating_since: float | None = None
         # Each other instance's beat as last read, and when it was first read so.
         self._seen: dict[str, tuple[datetime, float]] = {}
+        # Set when another instance's leases were ended: the dispatcher reaps its runs at once
+        # and takes them over (whoever acts on it clears it).
+        self.lapsed = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event, *, pause_seconds: float) -> None:
+        """Beat until `stop` is set, as a task of its own: a dispatcher that waits (for room in
+        a full pool, for a slow store) must not look dead to the other instances while its runs
+        go on. An outage is logged once; the dispatcher reports the store's state."""
+        failing = False
+        while not stop.is_set():
+            try:
+                if await self.beat_if_due():
+                    self.lapsed.set()
+                failing = False
+            except (StoreError, LockUnavailable, OSError) as exc:
+                if not failing:
+                    log_event(log, "heartbeat.failed", level=logging.WARNING, error=str(exc))
+                failing = True
+            except Exception:  # a bug of ours must not stop the beats for good
+                log.exception("heartbeat.unexpected_error")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause_seconds)
 
     async def beat_if_due(self) -> int:
         """Beat, and end the leases of the instances that lapsed, every few seconds: returns

@@ -594,6 +594,36 @@ async def test_runs_stranded_by_a_crash_run_before_the_rest_of_the_backlog(
     assert sorted(ran[3:]) == [f"backlog-{i}" for i in range(10)]
 
 
+async def test_a_lapse_the_heartbeat_saw_makes_the_next_tick_reap_at_once(
+    make_engine: EngineFactory, clock: FakeClock
+) -> None:
+    """The reaper looks once a tick interval; another instance found dead is not left to it,
+    or the dead one's runs would wait up to a tick more to be given back."""
+
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed")
+    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
+    await crashed.engine.heartbeat.beat(T0)
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1  # then it beats no more, as a dead process
+
+    survivor = make_engine({"work": noop}, instance_id="survivor", tick_seconds=60)
+    await survivor.engine.heartbeat.beat(T0)
+    survivor.engine.start()
+    await survivor.engine.tick()  # reaped once: the next look is a minute away
+    for seconds in (5, 6):  # 11 s in all: past heartbeat_timeout_seconds (10)
+        clock.advance(seconds)
+        taken_over = await survivor.engine.heartbeat.beat(clock.now())
+    assert taken_over == 1
+    survivor.engine.heartbeat.lapsed.set()  # as its beating task does (tests/test_heartbeat.py)
+    await survivor.engine.tick()
+    first = (await executions(survivor.store, job.id))[0]
+    assert first.status is Status.ABANDONED, "reaped at the tick after the lapse"
+
+
 async def test_the_lock_a_dead_instance_held_does_not_keep_its_job_from_the_survivor(
     make_engine: EngineFactory, clock: FakeClock
 ) -> None:

@@ -5,6 +5,7 @@ times: each was written by another clock, which may be hours apart."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.ports import Store
 
 HOUR = 3600.0
+WAIT = 5.0
 EVERY, LAPSE = 3.0, 10.0
 
 
@@ -103,3 +105,26 @@ async def test_an_instance_found_dead_is_forgotten_once_its_leases_are_ended(sto
         clock.advance(EVERY)
         assert await heartbeat.beat_if_due() == 0
     assert set(await store.instances()) == {"me", "other"}
+
+
+async def test_its_beating_task_says_when_it_ended_a_dead_instances_leases(store: Store) -> None:
+    """The dispatcher reaps at once on that word, not at its next look (tests/test_engine.py)."""
+    await held_by_other(store)
+    await store.beat("other", T0)
+    clock = FakeClock(T0)
+    heartbeat = observer(store, clock)
+    for seconds in (0, 6):
+        clock.advance(seconds)
+        assert await heartbeat.beat_if_due() == 0
+    assert not heartbeat.lapsed.is_set()
+    clock.advance(5)  # "other" silent for 11 s: dead at the next beat, the task's
+    stop = asyncio.Event()
+    beating = asyncio.create_task(heartbeat.run(stop, pause_seconds=0.01))
+    try:
+        await asyncio.wait_for(heartbeat.lapsed.wait(), WAIT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(beating, WAIT)
+    held = await store.get_job_by_name("held")
+    assert held is not None and held.lease is not None
+    assert held.lease.until < T0, "its lease ended: expired now, for the reaper"
