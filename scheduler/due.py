@@ -12,7 +12,7 @@ from tickd.scheduler.shards import run_lock_key, shard_entry_of
 
 # A run armed ahead is recorded this long before its time, and released to the workers at it: a
 # thousand runs due at one instant then cost that instant their starts only, not their insert.
-# It is also about the longest a run recorded `running` waits for a worker (Engine._fire_room).
+# It is also about the longest a run recorded `running` waits for a worker (Firing.room).
 RECORDED_AHEAD_SECONDS = 0.1
 
 
