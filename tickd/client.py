@@ -19,9 +19,10 @@ has no blocking client: a synchronous wrapper would run a private event loop in 
 client, and could not be called from inside a running loop at all.
 
 Errors raise ApiError subclasses carrying the problem details (status, title, detail, the fields
-at fault); a write with a stale If-Match raises PreconditionFailed. Calls that are safe to repeat
-(GET, DELETE, and PUT with If-Match) are retried with backoff on 503 and on connection failures;
-others never are, since a repeated POST could run a job twice. The token goes in the
+at fault); a write with a stale If-Match raises PreconditionFailed; an answer the API never gives
+(some other server's) raises NotTickd, never pydantic's ValidationError. Calls that are safe to
+repeat (GET, DELETE, and PUT with If-Match) are retried with backoff on 503 and on connection
+failures; others never are, since a repeated POST could run a job twice. The token goes in the
 Authorization header only: never in a repr or an error message. Redirects are not followed, so
 the token is never sent to where one points.
 """
@@ -35,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -67,11 +68,13 @@ from tickd.api.models import (
     RunRequestOut,
 )
 from tickd.api.stats import SessionOut, StatsOut, StatsQuery
+from tickd.scheduler.secrets import MASK, scrub_text
 
 __all__ = [
     "OPERATIONS",
     "ApiError",
     "AsyncClient",
+    "BadUrl",
     "Client",
     "ClientError",
     "Conflict",
@@ -79,6 +82,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "NotTickd",
     "Page",
     "PreconditionFailed",
     "Request",
@@ -87,6 +91,7 @@ __all__ = [
     "Timeout",
     "TransportFailed",
     "Unauthorized",
+    "shown_url",
 ]
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -141,6 +146,16 @@ class TransportFailed(ClientError):
 
 class Timeout(TransportFailed):
     """No answer within the client's timeout."""
+
+
+class BadUrl(ClientError, ValueError):
+    """A base URL the clients cannot call: not http:// or https:// with a host, or with
+    credentials in it (the API reads a bearer token, passed as `token`, and nothing else)."""
+
+
+class NotTickd(ClientError):
+    """An answer, but not one the tickd API gives: some other server, a proxy's page, a
+    redirect (the API never sends one)."""
 
 
 @dataclass(frozen=True)
@@ -229,8 +244,43 @@ def _problem(response: httpx.Response) -> Problem:
 
 
 def _excerpt(response: httpx.Response) -> str | None:
-    text = response.text.strip()
-    return text[:200] if text else None
+    # On one line: a proxy's HTML page spreads its few words over many.
+    return " ".join(response.text.split())[:200] or None
+
+
+def _not_tickd(response: httpx.Response, what: str) -> NotTickd:
+    request = response.request
+    where = f"{request.method} {shown_url(str(request.url.copy_with(query=None)))}"
+    return NotTickd(f"{where} answered {response.status_code}, {what}: is it the tickd API?")
+
+
+def checked_url(base_url: str) -> str:
+    """`base_url` if the clients can call it; else BadUrl, showing it as `shown_url` does."""
+    shown = repr(shown_url(base_url))
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - read for its ValueError: a port that is no number
+        httpx.URL(base_url)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise BadUrl(f"{shown}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadUrl(f"{shown}: not an http:// or https:// URL with a host")
+    if "@" in parts.netloc:
+        raise BadUrl(
+            f"{shown}: credentials in the URL are not sent (the API reads a bearer token, "
+            "given apart from the URL)"
+        )
+    return base_url
+
+
+def shown_url(url: str) -> str:
+    """A URL as messages show it: whatever comes before `@` in it masked, a user name as well
+    as a password (a token pasted as the user name is a secret too)."""
+    return scrub_text(_USERINFO.sub(rf"\g<scheme>{MASK}@", url))
+
+
+# The user information of a URL: from `://` to the last `@` before the path, query or fragment.
+_USERINFO = re.compile(r"(?P<scheme>://)[^/?#]*@")
 
 
 def _transport_failed(exc: httpx.TransportError) -> TransportFailed:
@@ -303,9 +353,17 @@ class Request(Generic[T_co]):
         return self.method in ("GET", "HEAD", "DELETE")
 
     def result(self, response: httpx.Response) -> T_co:
+        if response.is_redirect:
+            raise _not_tickd(response, "a redirect, which the API never sends")
         if response.is_success or response.status_code in self.answers_on:
-            return self.read(response)
+            return self._read(response)
         raise api_error(response)
+
+    def _read(self, response: httpx.Response) -> T_co:
+        try:
+            return self.read(response)
+        except ValueError:  # pydantic's ValidationError, or no JSON (or no UTF-8) at all
+            raise _not_tickd(response, "not as the API answers this operation") from None
 
     def unavailable(self, response: httpx.Response) -> bool:
         """A 503 that is not this operation's answer: the server may take it later."""
@@ -328,7 +386,9 @@ def _text(response: httpx.Response) -> str:
 
 
 def _document(response: httpx.Response) -> dict[str, Any]:
-    document: dict[str, Any] = response.json()
+    document = response.json()
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
     return document
 
 
@@ -509,7 +569,7 @@ class Client(_Base):
     ) -> None:
         self.retry = retry
         self._http = httpx.Client(
-            base_url=base_url,
+            base_url=checked_url(base_url),
             headers=_headers(token),
             timeout=_timeout(timeout),
             transport=transport,
@@ -733,7 +793,7 @@ class AsyncClient(_Base):
     ) -> None:
         self.retry = retry
         self._http = httpx.AsyncClient(
-            base_url=base_url,
+            base_url=checked_url(base_url),
             headers=_headers(token),
             timeout=_timeout(timeout),
             transport=transport,

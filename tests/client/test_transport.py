@@ -12,7 +12,9 @@ from tickd.api.models import JobPatch
 from tickd.client import (
     ApiError,
     AsyncClient,
+    BadUrl,
     Client,
+    NotTickd,
     Retry,
     ServiceUnavailable,
     Timeout,
@@ -130,6 +132,50 @@ def test_an_answer_that_is_not_problem_details_still_raises_with_its_status() ->
     with client(script) as tickd, pytest.raises(ApiError) as failed:
         tickd.health()
     assert failed.value.status == 502 and "bad gateway" in str(failed.value.detail)
+
+
+def test_a_proxys_error_page_is_its_status_and_its_words_on_one_line() -> None:
+    page = "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>"
+    script = Script(lambda request: httpx.Response(502, text=page))
+    with client(script) as tickd, pytest.raises(ApiError) as failed:
+        tickd.list_jobs()
+    assert failed.value.status == 502 and "\n" not in str(failed.value)
+    assert "502 Bad Gateway" in str(failed.value.detail)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda request: httpx.Response(200, text="<html>Welcome to nginx!</html>"),
+        status(200, {"hello": "world"}),
+        status(200, {"items": [1, "two"], "next_cursor": None}),
+        lambda request: httpx.Response(200, content=b'{"items": ["\xff"]}'),
+        status(302, Location="http://elsewhere.test/login"),
+    ],
+    ids=["html", "other-json", "odd-items", "not-utf8", "redirect"],
+)
+def test_an_answer_the_api_never_gives_raises_not_tickd(answer: Answer) -> None:
+    script = Script(answer)
+    with client(script) as tickd, pytest.raises(NotTickd) as impostor:
+        tickd.list_jobs()
+    assert "tickd API" in str(impostor.value) and TOKEN not in str(impostor.value)
+    assert len(script.seen) == 1, "an answer, if not the API's, is final"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1", "ftp://x", "localhost:8080", "http://", "http://host:99999", "http://h:port"],
+)
+def test_a_base_url_that_cannot_be_called_raises_bad_url(url: str) -> None:
+    with pytest.raises(BadUrl, match=r"URL|[Pp]ort|IPv6"):
+        Client(url)
+
+
+def test_credentials_in_the_base_url_are_refused_and_shown_masked() -> None:
+    with pytest.raises(BadUrl) as refused:
+        AsyncClient(f"http://ops:{TOKEN}@tickd.test")
+    assert "credentials in the URL" in str(refused.value)
+    assert TOKEN not in str(refused.value) and "http://***@tickd.test" in str(refused.value)
 
 
 def test_a_not_ready_instance_is_an_answer_not_an_error() -> None:
