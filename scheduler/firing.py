@@ -58,7 +58,7 @@ class Firing:
         self._fired = fired
         self.timers: Timers[Held] = Timers()  # claimed runs waiting to be recorded
         self.staged: Timers[Task] = Timers()  # recorded runs waiting for their time
-        self._sharded = 0
+        self._sharded = 0  # occurrences handed to their shards by the fire under way
 
     def arm(self, run: DueRun, token: str, now: datetime) -> None:
         self.timers.arm(run.records_at(now), run.job.handler, (run, token))
