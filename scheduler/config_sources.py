@@ -24,7 +24,7 @@ TABLES_FROM_ENV = {"handler_settings", "resource_urls"}
 # alone, and refuses any other it does not know.
 OTHER_TOOLS_VARIABLES = frozenset(
     {
-        # the API's client, `tickd jobs` (api/client.py)
+        # the command line's client commands, `tickd jobs` (tickd/cli/connect.py)
         "TICKD_URL",
         "TICKD_TOKEN",
         # compose.yaml

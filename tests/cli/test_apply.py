@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.api.test_cli import Live
-from tickd.api import apply as jobs_as_code
-from tickd.api.client import Client
+from tickd.api.models import JobPatch
+from tickd.cli import jobs_as_code
+from tickd.client import Client
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports import JobQuery
 
@@ -111,16 +112,17 @@ async def test_a_change_made_meanwhile_is_refused_and_reported_not_overwritten(
     jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
     assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
     write(tmp_path, "jobs.toml", JOBS_TOML.replace("max_retries = 2", "max_retries = 4"))
-    client = Client(base_url=live.url, token=live_token())
+    client = Client(live.url, token=live_token())
     definitions = jobs_as_code.load_definitions([str(jobs_file)])
     changes = await asyncio.to_thread(
         jobs_as_code.plan, client, definitions, owner="apply", prune=False
     )
     job = (await jobs_by_name(live))["nightly-ping"]
     # Someone changes the job between the plan's read and its write.
-    await asyncio.to_thread(client.patch_job, job.id, {"timeout_seconds": 45})
+    await asyncio.to_thread(client.patch_job, job.id, JobPatch(timeout_seconds=45))
 
     outcomes = await asyncio.to_thread(jobs_as_code.apply, client, changes)
+    await asyncio.to_thread(client.close)
 
     assert [o.change.name for o in outcomes] == ["nightly-ping"]
     assert outcomes[0].error is not None and "changed meanwhile" in outcomes[0].error

@@ -18,7 +18,8 @@ import pytest
 from tests.api.conftest import ADMIN
 from tests.api.test_cli import NIGHTLY, Live
 from tickd import cli
-from tickd.api.cli_commands import NOT_VERBS, VERBS, command_words, completion_script
+from tickd.cli.completion import command_words, completion_script
+from tickd.cli.reads import NOT_VERBS, VERBS
 from tickd.scheduler.ports import JobQuery
 
 # The `tickd` command in a subprocess, against a real port: left out of `make quick`.

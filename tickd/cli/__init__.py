@@ -1,8 +1,10 @@
 """`tickd`: the command line.
 
 `run`, `api` and `handlers` read the settings (`--config`, TICKD_* variables); the other commands
-are clients of a running API (api/cli.py, api/cli_commands.py) and read neither settings nor
-handlers.
+are clients of a running API and read neither settings nor handlers. They talk to it through
+tickd.client, as any application does (connect.py: where, and how a failure is printed), one
+module per family of commands: jobs.py, runs.py (executions, dead letters), apply.py (jobs as
+code), reads.py (the rest), completion.py.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ import asyncio
 import sys
 from importlib.metadata import version
 
-from tickd.api.cli import add_commands, client_options, run_client
-from tickd.api.cli_commands import add_more_commands, list_handlers, run_completion
+from tickd.cli.apply import add_apply_commands
+from tickd.cli.completion import add_completion_command, run_completion
+from tickd.cli.connect import client_options, run_client
+from tickd.cli.jobs import add_job_commands
+from tickd.cli.reads import add_read_commands, list_handlers
+from tickd.cli.runs import add_dead_letter_commands, add_run_commands
 from tickd.scheduler.config import ConfigError, Settings, load_settings
 from tickd.scheduler.logs import configure_logging
 
@@ -62,8 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     handlers.add_argument(
         "--api", action="store_true", help="those of the API at --url, not of this install"
     )
-    add_commands(commands, common)
-    add_more_commands(commands, common)
+    add_job_commands(commands, common)
+    add_run_commands(commands, common)
+    add_dead_letter_commands(commands, common)
+    add_apply_commands(commands, common)
+    add_read_commands(commands, common)
+    add_completion_command(commands)
     return parser
 
 

@@ -26,8 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tickd.api.client import ApiProblem, Client, Json
-from tickd.api.models import JobCreate
+from tickd.api.models import JobCreate, JobPatch
+from tickd.cli.output import Json, dumped
+from tickd.client import ApiError, Client
 from tickd.scheduler.secrets import mask
 
 DEFAULT_OWNER = "apply"
@@ -166,7 +167,7 @@ def plan(
     client: Client, definitions: Sequence[Definition], *, owner: str, prune: bool
 ) -> list[Change]:
     """What applying the definitions changes, against the jobs the API has now."""
-    current = {job["name"]: job for page in client.iter_job_pages() for job in page["items"]}
+    current = {job.name: dumped(job) for job in client.iter_jobs()}
     secrets = _secret_params(client) if definitions else {}
     changes = [_change(d, current.get(d.name), owner, secrets) for d in definitions]
     if prune:
@@ -180,12 +181,7 @@ def plan(
 
 
 def _secret_params(client: Client) -> dict[str, frozenset[str]]:
-    handlers = client.request("GET", "/v1/handlers").body or {}
-    return {
-        h["name"]: frozenset(h.get("secret_params") or ())
-        for h in handlers.get("items", [])
-        if isinstance(h, dict) and "name" in h
-    }
+    return {h.name: frozenset(h.secret_params) for h in client.list_handlers().items}
 
 
 def _change(
@@ -248,19 +244,20 @@ def _apply_one(client: Client, change: Change) -> Outcome:
         return Outcome(change, change.fields["managed_by"][1])
     try:
         if change.action == "create":
-            client.create_job(change.body)
+            client.create_job(JobCreate.model_validate(change.body))
         elif change.action == "update":
             assert change.job_id is not None
-            client.patch_job(change.job_id, change.body, revision=change.revision)
+            patch = JobPatch.model_validate(change.body)
+            client.patch_job(change.job_id, patch, if_match=change.revision)
         elif change.action == "delete":
             assert change.job_id is not None
-            client.delete_job(change.job_id, revision=change.revision)
-    except ApiProblem as exc:
+            client.delete_job(change.job_id, if_match=change.revision)
+    except ApiError as exc:
         return Outcome(change, _problem_text(exc))
     return Outcome(change)
 
 
-def _problem_text(problem: ApiProblem) -> str:
+def _problem_text(problem: ApiError) -> str:
     if problem.status == 412:
         return (
             "changed meanwhile (its revision moved since it was read): left as it is; apply again"

@@ -1,23 +1,17 @@
-"""The client commands beyond jobs, executions and dead letters: `apply` and `diff` (jobs as
-code, api/apply.py), `schedules`, `handlers --api`, `stats`, `bounces`, `whoami`, `probe`,
-`openapi`; `completion`; and VERBS, the table of which command runs each API operation.
-
-Exit codes of apply and diff: 0 nothing to do, or done; 1 failed (an API error, a job changed
-meanwhile, a job another owner manages); 2 a usage error (a file that is no job definition);
-3 (with --dry-run, and diff) there are changes to make.
-"""
+"""The client commands beyond jobs, runs and jobs as code: `schedules`, `handlers --api`,
+`stats`, `bounces`, `whoami`, `probe`, `openapi`; and VERBS, the table of which command runs
+each API operation."""
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from collections.abc import Iterator
-from typing import Any, TypeAlias
 
-from tickd.api import apply as jobs_as_code
-from tickd.api.cli import (
-    UsageError,
+from tickd.api.models import PreviewRequest
+from tickd.cli.connect import Subparsers, UsageError, given
+from tickd.cli.output import (
+    Json,
+    dumped,
     print_fields,
     print_fire_times,
     print_json,
@@ -25,8 +19,7 @@ from tickd.api.cli import (
     seconds_text,
     when,
 )
-from tickd.api.client import Client, Json
-from tickd.api.models import MANAGED_BY_PATTERN
+from tickd.client import Client
 
 # Each operation of the API (as /openapi.json lists it) and the command that runs it.
 VERBS = {
@@ -65,14 +58,9 @@ NOT_VERBS = {
     "GET /metrics": "Prometheus text, for a scraper",
     "GET /docs": "an HTML page, for a browser",
 }
-EXIT_CHANGES = 3
-
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def add_more_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    add_apply_commands(commands, common)
-
+def add_read_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     schedules = commands.add_parser("schedules", parents=[common], help="schedules, unsaved")
     actions = schedules.add_subparsers(dest="action", required=True, metavar="ACTION")
     preview = actions.add_parser(
@@ -115,116 +103,6 @@ def add_more_commands(commands: Subparsers, common: argparse.ArgumentParser) -> 
     openapi = commands.add_parser("openapi", parents=[common], help="the API's OpenAPI document")
     openapi.set_defaults(act=show_openapi)
 
-    completion = commands.add_parser(
-        "completion",
-        help="print a shell completion script",
-        description="bash: `source <(tickd completion bash)`; zsh: `source <(tickd completion "
-        "zsh)` (through bashcompinit).",
-    )
-    completion.add_argument("shell", choices=("bash", "zsh"))
-
-
-def add_apply_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    files = argparse.ArgumentParser(add_help=False)
-    files.add_argument(
-        "-f",
-        "--file",
-        action="append",
-        required=True,
-        metavar="FILE",
-        help="jobs as JSON or YAML ({jobs: [...]}) or TOML ([[jobs]]); a folder: its "
-        ".json, .yaml, .yml and .toml files; repeatable",
-    )
-    files.add_argument("--prune", action="store_true", help="also delete the jobs it dropped")
-    files.add_argument(
-        "--owner",
-        default=jobs_as_code.DEFAULT_OWNER,
-        help="the mark (managed_by) on the jobs it makes; --prune deletes only jobs with this "
-        f"mark (default {jobs_as_code.DEFAULT_OWNER!r})",
-    )
-    codes = (
-        "Exit codes: 0 nothing to do, or done; 1 failed; 2 usage error; 3 with --dry-run (and "
-        "diff): there are changes to make. Secrets: the API shows them masked, so a file's "
-        "secret compares equal to a masked one (a new secret goes with the job's next change, "
-        "or by `tickd jobs patch`); `enabled` is compared only when the file sets it."
-    )
-    apply = commands.add_parser(
-        "apply",
-        parents=[common, files],
-        help="create, update (and --prune) jobs to match files",
-        description="Jobs as code: jobs are matched by name; those missing are created, those "
-        "that differ updated (refused if changed meanwhile), equal ones left alone. " + codes,
-    )
-    apply.add_argument(
-        "--dry-run", action="store_true", help="print what would change, change nothing"
-    )
-    apply.set_defaults(act=apply_files)
-    diff = commands.add_parser(
-        "diff",
-        parents=[common, files],
-        help="print what `apply` would change, field by field",
-        description="What `tickd apply` would do, changing nothing. " + codes,
-    )
-    diff.set_defaults(act=apply_files, dry_run=True)
-
-
-# -- apply, diff ---------------------------------------------------------------------------------
-
-
-def apply_files(client: Client, args: argparse.Namespace) -> int:
-    if not re.fullmatch(MANAGED_BY_PATTERN, args.owner):
-        raise UsageError(
-            f"--owner {args.owner!r}: up to 100 letters, digits and . _ : @ / -, "
-            "starting with a letter or digit"
-        )
-    try:
-        definitions = jobs_as_code.load_definitions(args.file)
-    except jobs_as_code.DefinitionError as exc:
-        raise UsageError(str(exc)) from None
-    changes = jobs_as_code.plan(client, definitions, owner=args.owner, prune=args.prune)
-    kept = len(definitions) - sum(c.action != "delete" for c in changes)
-    if args.dry_run:
-        return _show_plan(changes, kept, args)
-    outcomes = jobs_as_code.apply(client, changes)
-    if args.json:
-        print_json(
-            {
-                "changes": [jobs_as_code.as_json(o.change, o.error) for o in outcomes],
-                "unchanged": kept,
-            }
-        )
-    else:
-        _print_outcomes(outcomes, kept)
-    return 1 if any(o.error for o in outcomes) else 0
-
-
-def _show_plan(changes: list[jobs_as_code.Change], kept: int, args: argparse.Namespace) -> int:
-    if args.json:
-        print_json({"changes": [jobs_as_code.as_json(c) for c in changes], "unchanged": kept})
-    else:
-        for line in jobs_as_code.describe(changes):
-            print(line)
-        print(jobs_as_code.summary(changes, kept))
-    if any(c.action == "conflict" for c in changes):
-        return 1
-    return EXIT_CHANGES if changes else 0
-
-
-DONE = {"create": "created", "update": "updated", "delete": "deleted"}
-
-
-def _print_outcomes(outcomes: list[jobs_as_code.Outcome], kept: int) -> None:
-    for outcome in outcomes:
-        change = outcome.change
-        if outcome.error:
-            print(f"tickd: {change.action} {change.name}: {outcome.error}", file=sys.stderr)
-            continue
-        fields = f" ({', '.join(change.fields)})" if change.action == "update" else ""
-        print(f"{DONE[change.action]} {change.name}{fields}")
-    done = sum(o.error is None for o in outcomes)
-    failed = len(outcomes) - done
-    print(f"{done} changed, {failed} failed, {kept} unchanged.")
-
 
 # -- the rest ------------------------------------------------------------------------------------
 
@@ -233,20 +111,18 @@ def schedules_preview(client: Client, args: argparse.Namespace) -> None:
     if args.timezone is not None and args.cron is None:
         raise UsageError("--timezone goes with --cron")
     if args.cron is not None:
-        schedule: Json = {"kind": "cron", "expr": args.cron}
-        if args.timezone is not None:
-            schedule["timezone"] = args.timezone
+        schedule: Json = given(kind="cron", expr=args.cron, timezone=args.timezone)
     elif args.every is not None:
         schedule = {"kind": "interval", "every_seconds": args.every}
     else:
         schedule = {"kind": "once", "at": args.at}
-    request = {"schedule": schedule, "name": args.name, "count": args.count, "after": args.after}
-    preview = client.preview_schedule({k: v for k, v in request.items() if v is not None})
-    print_fire_times(preview, args)
+    request = given(schedule=schedule, name=args.name, count=args.count, after=args.after)
+    preview = client.preview_schedule(PreviewRequest.model_validate(request))
+    print_fire_times(dumped(preview), args)
 
 
 def list_handlers(client: Client, args: argparse.Namespace) -> None:
-    handlers = client.get("/v1/handlers")
+    handlers = dumped(client.list_handlers())
     if args.json:
         print_json(handlers)
         return
@@ -263,7 +139,7 @@ def list_handlers(client: Client, args: argparse.Namespace) -> None:
 
 
 def show_stats(client: Client, args: argparse.Namespace) -> None:
-    stats = client.get("/v1/stats", window=args.window)
+    stats = dumped(client.get_stats(**given(window=args.window)))
     if args.json:
         print_json(stats)
         return
@@ -285,7 +161,7 @@ def show_stats(client: Client, args: argparse.Namespace) -> None:
 
 
 def bounces_list(client: Client, args: argparse.Namespace) -> None:
-    bounces = client.get("/v1/bounces")
+    bounces = dumped(client.list_bounces())
     if args.json:
         print_json(bounces)
         return
@@ -309,80 +185,34 @@ def bounces_clear(client: Client, args: argparse.Namespace) -> None:
 
 
 def show_session(client: Client, args: argparse.Namespace) -> None:
-    session = client.get("/v1/session")
+    session = client.session()
     if args.json:
-        print_json(session)
+        print_json(dumped(session))
     else:
-        print(f"{session.get('actor')} ({session.get('scope')})")
+        print(f"{session.actor} ({session.scope})")
 
 
 def probe_alive(client: Client, args: argparse.Namespace) -> None:
-    health = client.get("/healthz")
+    health = client.health()
     if args.json:
-        print_json(health)
+        print_json(dumped(health))
     else:
-        print(health.get("status"))
+        print(health.status)
 
 
-def probe_ready(client: Client, args: argparse.Namespace) -> None:
-    # Not ready is a 503 with the reasons, which run_client prints, exiting with 1.
-    readiness = client.get("/readyz")
+def probe_ready(client: Client, args: argparse.Namespace) -> int:
+    """Exit 0 when ready; 1 with the reasons (the API answers them with a 503) when not."""
+    readiness = client.readiness()
     if args.json:
-        print_json(readiness)
-    else:
+        print_json(dumped(readiness))
+    elif readiness.ready:
         print("ready")
+    else:
+        print("tickd: not ready", file=sys.stderr)
+        for part, reason in readiness.problems.items():
+            print(f"  {part}: {reason}", file=sys.stderr)
+    return 0 if readiness.ready else 1
 
 
 def show_openapi(client: Client, args: argparse.Namespace) -> None:
-    print_json(client.get("/openapi.json"))
-
-
-# -- completion ----------------------------------------------------------------------------------
-
-
-def command_words(
-    parser: argparse.ArgumentParser, path: str = ""
-) -> Iterator[tuple[str, list[str]]]:
-    """For each command path (`""`, `" jobs"`, `" jobs list"`...), the words that may follow:
-    its sub-commands and its options."""
-    words: list[str] = []
-    below: list[tuple[str, argparse.ArgumentParser]] = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                words.append(name)
-                below.append((f"{path} {name}", sub))
-        else:
-            words += [o for o in action.option_strings if o.startswith("--")]
-            if action.choices and not action.option_strings:
-                words += [str(c) for c in action.choices]
-    yield path, words
-    for sub_path, sub in below:
-        yield from command_words(sub, sub_path)
-
-
-def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
-    table = "\n".join(
-        f'    ["{path}"]="{" ".join(words)}"' for path, words in command_words(parser)
-    )
-    script = f"""# tickd {shell} completion: source <(tickd completion {shell})
-declare -gA _tickd_words=(
-{table}
-)
-_tickd() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" path="" word
-    for word in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
-        [[ -n "${{_tickd_words["$path $word"]+set}}" ]] && path="$path $word"
-    done
-    COMPREPLY=($(compgen -W "${{_tickd_words["$path"]}}" -- "$cur"))
-}}
-complete -o default -F _tickd tickd
-"""
-    if shell == "zsh":
-        script = "autoload -U +X bashcompinit && bashcompinit\n" + script
-    return script
-
-
-def run_completion(parser: argparse.ArgumentParser, args: Any) -> int:
-    sys.stdout.write(completion_script(parser, args.shell))
-    return 0
+    print_json(client.openapi())

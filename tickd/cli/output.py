@@ -1,0 +1,127 @@
+"""What the client commands print: tables, fields, the API's JSON (--json), problem details,
+and the API's values in a few characters (times, durations, schedules)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from pydantic import BaseModel
+
+from tickd.client import ApiError
+
+Json = dict[str, Any]
+
+
+def dumped(model: BaseModel) -> Json:
+    """The API's answer as the JSON it was sent in: what --json prints and the views read."""
+    return model.model_dump(mode="json")
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, empty: str) -> None:
+    if not rows:
+        print(empty)
+        return
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def print_fields(fields: Sequence[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        print(f"{name.ljust(width)}  {value}")
+
+
+def print_fire_times(preview: Json, args: argparse.Namespace) -> None:
+    if args.json:
+        print_json(preview)
+        return
+    rows = [
+        [when(t.get("at")), str(t.get("local")), "DST change" if t.get("dst_transition") else ""]
+        for t in preview.get("times") or []
+    ]
+    print_table(("AT (UTC)", "LOCAL", ""), rows, empty="No fire times.")
+
+
+def report_problem(problem: ApiError, *, as_json: bool, out: TextIO | None = None) -> None:
+    """As the API sent it, on `out` (stderr): its JSON with --json; else the title, the detail,
+    each field."""
+    out = out or sys.stderr
+    if as_json:
+        print(json.dumps(problem.problem.model_dump(mode="json", exclude_none=True)), file=out)
+        return
+    head = f"tickd: {problem.status} {problem.title}"
+    errors = [(e.field, plain_reason(e.reason)) for e in problem.errors]
+    detail = plain_reason(problem.detail) if problem.detail else None
+    # The detail of a validation problem is its errors again, joined: each is printed once.
+    listed = detail and any(reason in detail for _, reason in errors)
+    print(f"{head}: {detail}" if detail and not listed else head, file=out)
+    for field, reason in errors:
+        print(f"  {field}: {reason}", file=out)
+
+
+def plain_reason(text: str) -> str:
+    """A reason without the "Value error, " pydantic puts before a validator's own words."""
+    return _PYDANTIC_PREFIX.sub("", text)
+
+
+_PYDANTIC_PREFIX = re.compile(r"(?:(?<=^)|(?<=: )|(?<=; ))(?:Value|Assertion) error, ")
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+def schedule_text(schedule: Json) -> str:
+    kind = schedule.get("kind")
+    if kind == "cron":
+        zone = schedule.get("timezone") or "UTC"
+        return f"cron {schedule.get('expr')}" + ("" if zone == "UTC" else f" ({zone})")
+    if kind == "interval":
+        return f"every {seconds_text(schedule.get('every_seconds'))}"
+    if kind == "once":
+        return f"once {when(schedule.get('at'))}"
+    return json.dumps(schedule)
+
+
+def seconds_text(seconds: Any) -> str:
+    """60 -> 1m, 5400 -> 1h30m, 0.5 -> 0.5s."""
+    if not isinstance(seconds, int | float):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:g}s"
+    rest = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+def millis_text(millis: Any) -> str:
+    if not isinstance(millis, int | float):
+        return "-"
+    if millis < 1000:
+        return f"{millis:.0f}ms"
+    if millis < 60_000:
+        return f"{millis / 1000:.2f}s"
+    return seconds_text(millis / 1000)
+
+
+_FRACTION = re.compile(r"\.\d+(?=Z|[+-]\d\d:\d\d$)")
+
+
+def when(value: Any) -> str:
+    """An API time without its fraction of a second: 2026-03-02T01:30:00Z."""
+    return _FRACTION.sub("", value) if isinstance(value, str) and value else "-"

@@ -1,0 +1,278 @@
+"""`tickd executions ...` and `tickd dead-letters ...`: runs, through the API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from tickd.cli.connect import Subparsers, UsageError, find_job, given
+from tickd.cli.output import (
+    Json,
+    dumped,
+    millis_text,
+    print_fields,
+    print_json,
+    print_table,
+    seconds_text,
+    when,
+)
+from tickd.client import Client
+
+STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
+DEAD_LETTER_STATES = ("open", "redriving", "redriven", "discarded")
+EXECUTION_COLUMNS = ("ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
+# `executions follow` polls at this interval, bounded, for the newest this many.
+MIN_FOLLOW_SECONDS, MAX_FOLLOW_SECONDS = 0.5, 60.0
+FOLLOW_PAGE = 100
+
+
+def add_run_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    executions = commands.add_parser(
+        "executions", parents=[common], help="executions, through the API: list, show, retry..."
+    )
+    actions = executions.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="executions, newest first")
+    listing.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
+    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--handler", help="only the executions of this handler")
+    listing.add_argument("--limit", type=int, help="how many (API default 50, at most 500)")
+    listing.set_defaults(act=executions_list)
+
+    show = actions.add_parser("show", parents=[common], help="one execution in full")
+    show.add_argument("execution", metavar="ID")
+    show.set_defaults(act=executions_show)
+
+    follow = actions.add_parser(
+        "follow",
+        parents=[common],
+        help="print executions as they end, until Ctrl-C",
+        description="Polls the API every --interval seconds (0.5 to 60) and prints each "
+        "execution that ended since, once.",
+    )
+    follow.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
+    follow.add_argument("--status", choices=STATUSES)
+    follow.add_argument("--handler", help="only the executions of this handler")
+    follow.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    follow.add_argument("--recent", action="store_true", help="print those that ended lately first")
+    follow.set_defaults(act=executions_follow)
+
+    retry = actions.add_parser(
+        "retry", parents=[common], help="run a failed, timed-out or abandoned execution again"
+    )
+    retry.add_argument("execution", metavar="ID")
+    retry.set_defaults(act=executions_retry)
+
+
+def add_dead_letter_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    dead = commands.add_parser(
+        "dead-letters",
+        parents=[common],
+        help="runs that failed for good, through the API: list, redrive, discard",
+    )
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    filters = argparse.ArgumentParser(add_help=False)
+    filters.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
+    filters.add_argument("--handler", help="only those of this handler")
+    filters.add_argument("--since", metavar="ISO", help="occurrences scheduled from then on")
+    filters.add_argument("--limit", type=int, help="how many at most")
+
+    listing = actions.add_parser(
+        "list", parents=[common, filters], help="dead letters, newest first (open ones)"
+    )
+    listing.add_argument("--state", choices=DEAD_LETTER_STATES, help="default: open")
+    listing.set_defaults(act=dead_letters_list)
+
+    redrive = actions.add_parser(
+        "redrive",
+        parents=[common, filters],
+        help="run a dead letter's occurrence again; without ID, every open one the filters match",
+    )
+    redrive.add_argument("execution", metavar="ID", nargs="?")
+    redrive.set_defaults(act=dead_letters_redrive)
+
+    discard = actions.add_parser("discard", parents=[common], help="give up on a dead letter")
+    discard.add_argument("execution", metavar="ID")
+    discard.set_defaults(act=dead_letters_discard)
+
+
+# -- executions ----------------------------------------------------------------------------------
+
+
+def job_id_of(client: Client, args: argparse.Namespace) -> str | None:
+    """The id of the job --job names (by id or name), if it names one."""
+    return find_job(client, args.job).id if args.job else None
+
+
+def executions_list(client: Client, args: argparse.Namespace) -> None:
+    query = given(
+        job_id=job_id_of(client, args), status=args.status, handler=args.handler, limit=args.limit
+    )
+    page = dumped(client.list_executions(**query))
+    if args.json:
+        print_json(page)
+        return
+    print_executions(page["items"], empty="No executions.")
+
+
+def executions_show(client: Client, args: argparse.Namespace) -> None:
+    execution = dumped(client.get_execution(args.execution))
+    if args.json:
+        print_json(execution)
+        return
+    print_fields(execution_fields(execution))
+    for attempt in execution.get("attempt_log") or []:
+        print(attempt_text(attempt))
+    traceback = (execution.get("error") or {}).get("traceback")
+    if traceback:
+        print("traceback:")
+        print(traceback.rstrip())
+
+
+def attempt_text(attempt: Json) -> str:
+    error = attempt.get("error")
+    outcome = f"{error.get('type')}: {error.get('message')}" if error else "succeeded"
+    backoff = attempt.get("backoff_seconds")
+    then = f", retried after {seconds_text(backoff)}" if backoff is not None else ""
+    return (
+        f"attempt {attempt.get('number')}: {when(attempt.get('started_at'))} to "
+        f"{when(attempt.get('finished_at'))}, {outcome}{then}"
+    )
+
+
+def executions_follow(client: Client, args: argparse.Namespace) -> None:
+    """Print executions as they end, oldest first, until Ctrl-C; each once."""
+    query = given(
+        job_id=job_id_of(client, args), status=args.status, handler=args.handler, limit=FOLLOW_PAGE
+    )
+    seen: set[str] = set()
+    first = True
+    interval = max(MIN_FOLLOW_SECONDS, min(args.interval, MAX_FOLLOW_SECONDS))
+    while True:
+        items = [dumped(e) for e in client.list_executions(**query).items]
+        ended = [e for e in reversed(items) if e.get("finished_at") and e["id"] not in seen]
+        seen.update(e["id"] for e in ended)
+        if not first or args.recent:
+            for execution in ended:
+                line = json.dumps(execution) if args.json else "  ".join(execution_row(execution))
+                print(line, flush=True)
+        first = False
+        time.sleep(interval)
+
+
+def executions_retry(client: Client, args: argparse.Namespace) -> None:
+    request = dumped(client.retry_execution(args.execution))
+    if args.json:
+        print_json(request)
+    else:
+        print(
+            f"Queued a retry of execution {args.execution} "
+            f"(occurrence {when(request.get('scheduled_at'))}, run request {request['id']})."
+        )
+
+
+# -- dead letters --------------------------------------------------------------------------------
+
+
+def dead_letters_list(client: Client, args: argparse.Namespace) -> None:
+    query = given(
+        state=args.state,
+        job_id=job_id_of(client, args),
+        handler=args.handler,
+        since=args.since,
+        limit=args.limit,
+    )
+    page = dumped(client.list_dead_letters(**query))
+    if args.json:
+        print_json(page)
+        return
+    print_executions(page["items"], empty="No dead letters.")
+
+
+def dead_letters_redrive(client: Client, args: argparse.Namespace) -> None:
+    if args.execution is not None:
+        if args.job or args.handler or args.since or args.limit is not None:
+            raise UsageError("give an ID or filters, not both")
+        request = client.redrive_dead_letter(args.execution)
+        if args.json:
+            print_json(dumped(request))
+        else:
+            print(f"Queued a re-drive of {args.execution} (run request {request.id}).")
+        return
+    which = given(
+        job_id=job_id_of(client, args), handler=args.handler, since=args.since, limit=args.limit
+    )
+    out = dumped(client.redrive_dead_letters(**which))
+    if args.json:
+        print_json(out)
+        return
+    print(f"Queued {len(out['requests'])} re-drives.")
+    for skipped in out.get("skipped") or []:
+        print(f"  skipped {skipped.get('id')}: {skipped.get('reason')}")
+    if out.get("more"):
+        print("More open dead letters match: run it again.", file=sys.stderr)
+
+
+def dead_letters_discard(client: Client, args: argparse.Namespace) -> None:
+    execution = dumped(client.discard_dead_letter(args.execution))
+    if args.json:
+        print_json(execution)
+    else:
+        print(f"Discarded dead letter {execution['id']} ({execution.get('job_name')}).")
+
+
+# -- views ---------------------------------------------------------------------------------------
+
+
+def print_executions(executions: Sequence[Json], *, empty: str) -> None:
+    """A table of executions; with a SHARD column (shard/shards, from 0) when any is a shard."""
+    rows = [execution_row(e) for e in executions]
+    if not any((e.get("shards") or 1) > 1 for e in executions):
+        print_table(EXECUTION_COLUMNS, rows, empty=empty)
+        return
+    shards = [shard_text(e) for e in executions]
+    print_table(
+        (*EXECUTION_COLUMNS, "SHARD"),
+        [[*row, shard] for row, shard in zip(rows, shards, strict=True)],
+        empty=empty,
+    )
+
+
+def shard_text(execution: Json) -> str:
+    shards = execution.get("shards") or 1
+    return "-" if shards == 1 else f"{execution.get('shard')}/{shards}"
+
+
+def execution_row(execution: Json) -> list[str]:
+    return [
+        str(execution.get("id", "")),
+        str(execution.get("job_name", "")),
+        str(execution.get("status", "")),
+        when(execution.get("scheduled_at")),
+        millis_text(execution.get("duration_ms")),
+        str(execution.get("attempts", "")),
+    ]
+
+
+def execution_fields(execution: Json) -> list[tuple[str, str]]:
+    error = execution.get("error")
+    result = execution.get("result")
+    return [
+        ("id", str(execution.get("id"))),
+        ("job", f"{execution.get('job_name')} ({execution.get('job_id')})"),
+        ("handler", str(execution.get("handler"))),
+        ("status", str(execution.get("status"))),
+        ("scheduled", when(execution.get("scheduled_at"))),
+        ("started", when(execution.get("started_at"))),
+        ("finished", when(execution.get("finished_at"))),
+        ("duration", millis_text(execution.get("duration_ms"))),
+        ("attempts", str(execution.get("attempts"))),
+        ("shard", shard_text(execution)),
+        ("error", f"{error.get('type')}: {error.get('message')}" if error else "-"),
+        ("result", json.dumps(result, ensure_ascii=False) if result is not None else "-"),
+        ("owner", str(execution.get("owner") or "-")),
+        ("idempotency key", str(execution.get("idempotency_key"))),
+    ]
