@@ -381,6 +381,19 @@ def _nothing(response: httpx.Response) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class _Listing(Generic[T_co]):
+    """A list operation with its query: the request of its first page, or of the page at a
+    cursor (what an `iter_` method follows)."""
+
+    path: str
+    read: Callable[[httpx.Response], T_co]
+    query: BaseModel
+
+    def at(self, cursor: str | None = None) -> Request[T_co]:
+        return Request("GET", self.path, self.read, _params(_at(self.query, cursor)))
+
+
 def _text(response: httpx.Response) -> str:
     return response.text
 
@@ -426,14 +439,17 @@ def _if_match(revision: int | None) -> dict[str, str]:
 JOB = "/v1/jobs/{}"
 EXECUTION = "/v1/executions/{}"
 DEAD_LETTER = "/v1/dead-letters/{}"
+Fields = Mapping[str, Any]  # a query's fields, as a method's keyword arguments give them
 
 
 class _Operations:
-    """Each operation as a Request: what both clients send, built in one place."""
+    """Each operation as a Request (a list operation as a _Listing of them), its query built
+    from the query model and the keyword fields a method was given: what both clients send,
+    built in one place, so that each method of theirs is one line."""
 
     @staticmethod
-    def list_jobs(query: JobSearchQuery) -> Request[JobListPage]:
-        return Request("GET", "/v1/jobs", _model(JobListPage), _params(query))
+    def jobs(query: JobSearchQuery | None, fields: Fields) -> _Listing[JobListPage]:
+        return _Listing("/v1/jobs", _model(JobListPage), _query(JobSearchQuery, query, fields))
 
     @staticmethod
     def create_job(job: JobCreate) -> Request[JobOut]:
@@ -467,12 +483,28 @@ class _Operations:
         return Request("POST", path, _model(BackfillOut), body=_body(backfill))
 
     @staticmethod
-    def job_read(job_id: str, what: str, model: type[M], query: BaseModel) -> Request[M]:
-        return Request("GET", _path(JOB + "/" + what, job_id), _model(model), _params(query))
+    def preview_job(
+        job_id: str, query: JobPreviewQuery | None, fields: Fields
+    ) -> Request[PreviewOut]:
+        q = _query(JobPreviewQuery, query, fields)
+        return Request("GET", _path(JOB + "/preview", job_id), _model(PreviewOut), _params(q))
 
     @staticmethod
-    def list_executions(query: ExecutionListQuery) -> Request[ExecutionPage]:
-        return Request("GET", "/v1/executions", _model(ExecutionPage), _params(query))
+    def job_history(job_id: str, query: PageQuery | None, fields: Fields) -> _Listing[ChangePage]:
+        q = _query(PageQuery, query, fields)
+        return _Listing(_path(JOB + "/history", job_id), _model(ChangePage), q)
+
+    @staticmethod
+    def job_executions(
+        job_id: str, query: JobExecutionQuery | None, fields: Fields
+    ) -> _Listing[ExecutionPage]:
+        q = _query(JobExecutionQuery, query, fields)
+        return _Listing(_path(JOB + "/executions", job_id), _model(ExecutionPage), q)
+
+    @staticmethod
+    def executions(query: ExecutionListQuery | None, fields: Fields) -> _Listing[ExecutionPage]:
+        q = _query(ExecutionListQuery, query, fields)
+        return _Listing("/v1/executions", _model(ExecutionPage), q)
 
     @staticmethod
     def get_execution(execution_id: str) -> Request[RunOut]:
@@ -500,13 +532,19 @@ class _Operations:
         return Request("DELETE", _path("/v1/bounces/{}", address), _nothing)
 
     @staticmethod
-    def list_dead_letters(query: DeadLetterQuery) -> Request[ExecutionPage]:
-        return Request("GET", "/v1/dead-letters", _model(ExecutionPage), _params(query))
+    def dead_letters(query: DeadLetterQuery | None, fields: Fields) -> _Listing[ExecutionPage]:
+        q = _query(DeadLetterQuery, query, fields)
+        return _Listing("/v1/dead-letters", _model(ExecutionPage), q)
 
     @staticmethod
-    def redrive_dead_letters(which: RedriveFilter) -> Request[RedriveOut]:
-        body = _body(which)
+    def redrive_dead_letters(which: RedriveFilter | None, fields: Fields) -> Request[RedriveOut]:
+        body = _body(_query(RedriveFilter, which, fields))
         return Request("POST", "/v1/dead-letters/redrive", _model(RedriveOut), body=body)
+
+    @staticmethod
+    def stats(query: StatsQuery | None, fields: Fields) -> Request[StatsOut]:
+        q = _query(StatsQuery, query, fields)
+        return Request("GET", "/v1/stats", _model(StatsOut), _params(q))
 
     @staticmethod
     def dead_letter_action(execution_id: str, action: str, model: type[M]) -> Request[M]:
@@ -615,10 +653,10 @@ class Client(_Base):
             time.sleep(wait)
             attempt += 1
 
-    def _items(self, request_at: Callable[[str | None], Request[Page[I]]]) -> Iterator[I]:
+    def _items(self, listing: _Listing[Page[I]]) -> Iterator[I]:
         cursor: str | None = None
         while True:
-            page = self.send(request_at(cursor))
+            page = self.send(listing.at(cursor))
             yield from page.items
             cursor = page.next_cursor
             if cursor is None:
@@ -628,12 +666,11 @@ class Client(_Base):
 
     def list_jobs(self, query: JobSearchQuery | None = None, **fields: Any) -> JobListPage:
         """One page of jobs; `fields` are JobSearchQuery's (handler, enabled, q, limit...)."""
-        return self.send(_ops.list_jobs(_query(JobSearchQuery, query, fields)))
+        return self.send(_ops.jobs(query, fields).at())
 
     def iter_jobs(self, query: JobSearchQuery | None = None, **fields: Any) -> Iterator[JobOut]:
         """Every job the query keeps, page after page."""
-        q = _query(JobSearchQuery, query, fields)
-        return self._items(lambda cursor: _ops.list_jobs(_at(q, cursor)))
+        return self._items(_ops.jobs(query, fields))
 
     def create_job(self, job: JobCreate) -> JobOut:
         return self.send(_ops.create_job(job))
@@ -667,47 +704,37 @@ class Client(_Base):
     def preview_job(
         self, job_id: str, query: JobPreviewQuery | None = None, **fields: Any
     ) -> PreviewOut:
-        q = _query(JobPreviewQuery, query, fields)
-        return self.send(_ops.job_read(job_id, "preview", PreviewOut, q))
+        return self.send(_ops.preview_job(job_id, query, fields))
 
     def job_history(self, job_id: str, query: PageQuery | None = None, **fields: Any) -> ChangePage:
-        q = _query(PageQuery, query, fields)
-        return self.send(_ops.job_read(job_id, "history", ChangePage, q))
+        return self.send(_ops.job_history(job_id, query, fields).at())
 
     def iter_job_history(
         self, job_id: str, query: PageQuery | None = None, **fields: Any
     ) -> Iterator[ChangeOut]:
-        q = _query(PageQuery, query, fields)
-        return self._items(
-            lambda cursor: _ops.job_read(job_id, "history", ChangePage, _at(q, cursor))
-        )
+        return self._items(_ops.job_history(job_id, query, fields))
 
     def job_executions(
         self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
     ) -> ExecutionPage:
-        q = _query(JobExecutionQuery, query, fields)
-        return self.send(_ops.job_read(job_id, "executions", ExecutionPage, q))
+        return self.send(_ops.job_executions(job_id, query, fields).at())
 
     def iter_job_executions(
         self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
     ) -> Iterator[ExecutionOut]:
-        q = _query(JobExecutionQuery, query, fields)
-        return self._items(
-            lambda cursor: _ops.job_read(job_id, "executions", ExecutionPage, _at(q, cursor))
-        )
+        return self._items(_ops.job_executions(job_id, query, fields))
 
     # -- executions
 
     def list_executions(
         self, query: ExecutionListQuery | None = None, **fields: Any
     ) -> ExecutionPage:
-        return self.send(_ops.list_executions(_query(ExecutionListQuery, query, fields)))
+        return self.send(_ops.executions(query, fields).at())
 
     def iter_executions(
         self, query: ExecutionListQuery | None = None, **fields: Any
     ) -> Iterator[ExecutionOut]:
-        q = _query(ExecutionListQuery, query, fields)
-        return self._items(lambda cursor: _ops.list_executions(_at(q, cursor)))
+        return self._items(_ops.executions(query, fields))
 
     def get_execution(self, execution_id: str) -> RunOut:
         """The execution in full: its attempts and its error's traceback."""
@@ -721,17 +748,16 @@ class Client(_Base):
     def list_dead_letters(
         self, query: DeadLetterQuery | None = None, **fields: Any
     ) -> ExecutionPage:
-        return self.send(_ops.list_dead_letters(_query(DeadLetterQuery, query, fields)))
+        return self.send(_ops.dead_letters(query, fields).at())
 
     def iter_dead_letters(
         self, query: DeadLetterQuery | None = None, **fields: Any
     ) -> Iterator[ExecutionOut]:
-        q = _query(DeadLetterQuery, query, fields)
-        return self._items(lambda cursor: _ops.list_dead_letters(_at(q, cursor)))
+        return self._items(_ops.dead_letters(query, fields))
 
     def redrive_dead_letters(self, which: RedriveFilter | None = None, **fields: Any) -> RedriveOut:
         """Re-drive the open dead letters the filter matches (all of them: no filter)."""
-        return self.send(_ops.redrive_dead_letters(_query(RedriveFilter, which, fields)))
+        return self.send(_ops.redrive_dead_letters(which, fields))
 
     def redrive_dead_letter(self, execution_id: str) -> RunRequestOut:
         return self.send(_ops.dead_letter_action(execution_id, "redrive", RunRequestOut))
@@ -756,8 +782,7 @@ class Client(_Base):
     # -- operations
 
     def get_stats(self, query: StatsQuery | None = None, **fields: Any) -> StatsOut:
-        q = _query(StatsQuery, query, fields)
-        return self.send(_ops.read("/v1/stats", _model(StatsOut), q))
+        return self.send(_ops.stats(query, fields))
 
     def session(self) -> SessionOut:
         return self.send(_ops.read("/v1/session", _model(SessionOut), None))
@@ -839,12 +864,10 @@ class AsyncClient(_Base):
             await asyncio.sleep(wait)
             attempt += 1
 
-    async def _items(
-        self, request_at: Callable[[str | None], Request[Page[I]]]
-    ) -> AsyncIterator[I]:
+    async def _items(self, listing: _Listing[Page[I]]) -> AsyncIterator[I]:
         cursor: str | None = None
         while True:
-            page = await self.send(request_at(cursor))
+            page = await self.send(listing.at(cursor))
             for item in page.items:
                 yield item
             cursor = page.next_cursor
@@ -855,14 +878,13 @@ class AsyncClient(_Base):
 
     async def list_jobs(self, query: JobSearchQuery | None = None, **fields: Any) -> JobListPage:
         """One page of jobs; `fields` are JobSearchQuery's (handler, enabled, q, limit...)."""
-        return await self.send(_ops.list_jobs(_query(JobSearchQuery, query, fields)))
+        return await self.send(_ops.jobs(query, fields).at())
 
     def iter_jobs(
         self, query: JobSearchQuery | None = None, **fields: Any
     ) -> AsyncIterator[JobOut]:
         """Every job the query keeps, page after page."""
-        q = _query(JobSearchQuery, query, fields)
-        return self._items(lambda cursor: _ops.list_jobs(_at(q, cursor)))
+        return self._items(_ops.jobs(query, fields))
 
     async def create_job(self, job: JobCreate) -> JobOut:
         return await self.send(_ops.create_job(job))
@@ -900,49 +922,39 @@ class AsyncClient(_Base):
     async def preview_job(
         self, job_id: str, query: JobPreviewQuery | None = None, **fields: Any
     ) -> PreviewOut:
-        q = _query(JobPreviewQuery, query, fields)
-        return await self.send(_ops.job_read(job_id, "preview", PreviewOut, q))
+        return await self.send(_ops.preview_job(job_id, query, fields))
 
     async def job_history(
         self, job_id: str, query: PageQuery | None = None, **fields: Any
     ) -> ChangePage:
-        q = _query(PageQuery, query, fields)
-        return await self.send(_ops.job_read(job_id, "history", ChangePage, q))
+        return await self.send(_ops.job_history(job_id, query, fields).at())
 
     def iter_job_history(
         self, job_id: str, query: PageQuery | None = None, **fields: Any
     ) -> AsyncIterator[ChangeOut]:
-        q = _query(PageQuery, query, fields)
-        return self._items(
-            lambda cursor: _ops.job_read(job_id, "history", ChangePage, _at(q, cursor))
-        )
+        return self._items(_ops.job_history(job_id, query, fields))
 
     async def job_executions(
         self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
     ) -> ExecutionPage:
-        q = _query(JobExecutionQuery, query, fields)
-        return await self.send(_ops.job_read(job_id, "executions", ExecutionPage, q))
+        return await self.send(_ops.job_executions(job_id, query, fields).at())
 
     def iter_job_executions(
         self, job_id: str, query: JobExecutionQuery | None = None, **fields: Any
     ) -> AsyncIterator[ExecutionOut]:
-        q = _query(JobExecutionQuery, query, fields)
-        return self._items(
-            lambda cursor: _ops.job_read(job_id, "executions", ExecutionPage, _at(q, cursor))
-        )
+        return self._items(_ops.job_executions(job_id, query, fields))
 
     # -- executions
 
     async def list_executions(
         self, query: ExecutionListQuery | None = None, **fields: Any
     ) -> ExecutionPage:
-        return await self.send(_ops.list_executions(_query(ExecutionListQuery, query, fields)))
+        return await self.send(_ops.executions(query, fields).at())
 
     def iter_executions(
         self, query: ExecutionListQuery | None = None, **fields: Any
     ) -> AsyncIterator[ExecutionOut]:
-        q = _query(ExecutionListQuery, query, fields)
-        return self._items(lambda cursor: _ops.list_executions(_at(q, cursor)))
+        return self._items(_ops.executions(query, fields))
 
     async def get_execution(self, execution_id: str) -> RunOut:
         """The execution in full: its attempts and its error's traceback."""
@@ -956,19 +968,18 @@ class AsyncClient(_Base):
     async def list_dead_letters(
         self, query: DeadLetterQuery | None = None, **fields: Any
     ) -> ExecutionPage:
-        return await self.send(_ops.list_dead_letters(_query(DeadLetterQuery, query, fields)))
+        return await self.send(_ops.dead_letters(query, fields).at())
 
     def iter_dead_letters(
         self, query: DeadLetterQuery | None = None, **fields: Any
     ) -> AsyncIterator[ExecutionOut]:
-        q = _query(DeadLetterQuery, query, fields)
-        return self._items(lambda cursor: _ops.list_dead_letters(_at(q, cursor)))
+        return self._items(_ops.dead_letters(query, fields))
 
     async def redrive_dead_letters(
         self, which: RedriveFilter | None = None, **fields: Any
     ) -> RedriveOut:
         """Re-drive the open dead letters the filter matches (all of them: no filter)."""
-        return await self.send(_ops.redrive_dead_letters(_query(RedriveFilter, which, fields)))
+        return await self.send(_ops.redrive_dead_letters(which, fields))
 
     async def redrive_dead_letter(self, execution_id: str) -> RunRequestOut:
         return await self.send(_ops.dead_letter_action(execution_id, "redrive", RunRequestOut))
@@ -993,8 +1004,7 @@ class AsyncClient(_Base):
     # -- operations
 
     async def get_stats(self, query: StatsQuery | None = None, **fields: Any) -> StatsOut:
-        q = _query(StatsQuery, query, fields)
-        return await self.send(_ops.read("/v1/stats", _model(StatsOut), q))
+        return await self.send(_ops.stats(query, fields))
 
     async def session(self) -> SessionOut:
         return await self.send(_ops.read("/v1/session", _model(SessionOut), None))
