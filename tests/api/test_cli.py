@@ -1,6 +1,6 @@
 """`tickd jobs ...` and `tickd executions ...` against a real server: the API as in
 tests/api/conftest.py but on a real TCP port, and the command in a subprocess (`python -m
-scheduler`), as ops run it."""
+tickd`), as ops run it; the command talks to it through tickd.client."""
 
 from __future__ import annotations
 
