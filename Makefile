@@ -31,7 +31,7 @@ test: services browser lint typecheck unit
 ## every core, property tests drawing a fifth of their examples (tests/properties.py). `make
 ## test` still runs everything, in full.
 quick: lint typecheck
-	TICKD_QUICK=1 $(BIN)/pytest -q -n auto --dist worksteal -m "not services and not slow"
+	QUICK_TESTS=1 $(BIN)/pytest -q -n auto --dist worksteal -m "not services and not slow"
 	cd examples/tickd-example-plugin && ../../$(BIN)/pytest -q
 
 ## FerretDB (MongoDB protocol, over PostgreSQL), Redis and Kafka on loopback, installed and

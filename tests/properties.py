@@ -1,5 +1,5 @@
 """How many examples a property test draws: every one in `make test` and CI, a fifth in
-`make quick` (TICKD_QUICK=1), whose inner loop trades depth for speed."""
+`make quick` (QUICK_TESTS=1), whose inner loop trades depth for speed."""
 
 from __future__ import annotations
 
@@ -7,6 +7,6 @@ import os
 
 
 def examples(count: int) -> int:
-    if os.environ.get("TICKD_QUICK"):
+    if os.environ.get("QUICK_TESTS"):
         return max(20, count // 5)
     return count
