@@ -19,6 +19,7 @@ from tests.api.conftest import ADMIN
 from tests.api.test_cli import NIGHTLY, Live
 from tickd import cli
 from tickd.cli.completion import command_words, completion_script
+from tickd.cli.parser import build_parser
 from tickd.cli.reads import NOT_VERBS, VERBS
 from tickd.scheduler.ports import JobQuery
 
@@ -31,7 +32,7 @@ async def test_every_operation_of_the_api_has_a_command(live: Live) -> None:
     operations = {
         f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item
     }
-    commands = {path.strip() for path, _ in command_words(cli._parser())}
+    commands = {path.strip() for path, _ in command_words(build_parser())}
 
     assert sorted(operations - set(VERBS) - set(NOT_VERBS)) == []
     assert sorted(set(VERBS) - operations) == []
@@ -137,7 +138,7 @@ def test_the_version_and_the_help_of_the_exit_codes() -> None:
     with pytest.raises(SystemExit) as version:
         cli.main(["--version"])
     assert version.value.code == 0
-    apply_help = _help(cli._parser(), "apply")
+    apply_help = _help(build_parser(), "apply")
     assert "3 with --dry-run" in apply_help
 
 
@@ -150,7 +151,7 @@ def _help(parser: argparse.ArgumentParser, command: str) -> str:
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_the_bash_completion_completes_commands_and_options() -> None:
-    script = completion_script(cli._parser(), "bash")
+    script = completion_script(build_parser(), "bash")
     probe = (
         script
         + 'COMP_WORDS=(tickd jobs pa); COMP_CWORD=2; _tickd; echo "${COMPREPLY[@]}"\n'

@@ -1,10 +1,11 @@
 """`tickd`: the command line.
 
 `run`, `api` and `handlers` read the settings (`--config`, TICKD_* variables); the other commands
-are clients of a running API and read neither settings nor handlers. They talk to it through
-tickd.client, as any application does (connect.py: where, and how a failure is printed), one
-module per family of commands: jobs.py, runs.py (executions, dead letters), apply.py (jobs as
-code), reads.py (the rest), completion.py.
+are clients of a running API and read neither settings nor handlers. parser.py defines every
+command and option; the client commands talk to the API through tickd.client, as any
+application does (connect.py: where, and how a failure is printed), one module of actions per
+family of commands: jobs.py, runs.py (executions, dead letters), apply.py (jobs as code),
+reads.py (the rest); only a client command loads them. completion.py: `tickd completion`.
 """
 
 from __future__ import annotations
@@ -12,27 +13,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from importlib.metadata import version
 
-from tickd.cli.apply import add_apply_commands
-from tickd.cli.completion import add_completion_command, run_completion
-from tickd.cli.connect import client_options, run_client
-from tickd.cli.jobs import add_job_commands
-from tickd.cli.reads import add_read_commands, list_handlers
-from tickd.cli.runs import add_dead_letter_commands, add_run_commands
+from tickd.cli.completion import run_completion
+from tickd.cli.parser import build_parser
 from tickd.scheduler.config import ConfigError, Settings, load_settings
 from tickd.scheduler.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "completion":
         return run_completion(parser, args)
     if args.command == "handlers" and args.api:
-        args.act = list_handlers
+        args.act = "reads:list_handlers"
     if hasattr(args, "act"):
-        return run_client(args)
+        return _run_client(args)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -44,37 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     return _run(settings, dispatcher=args.command == "run")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tickd",
-        description="A job-scheduling daemon, and the client of its API. --config, --url, "
-        "--token and --json go anywhere on the line.",
-        parents=[client_options(anywhere=False)],
-    )
-    parser.add_argument("--version", action="version", version=f"tickd {version('tickd')}")
-    common = client_options(anywhere=True)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser(
-        "run", parents=[common], help="run the daemon and its API until SIGTERM or Ctrl-C"
-    )
-    commands.add_parser(
-        "api", parents=[common], help="serve the API alone (no dispatcher) on the same store"
-    )
-    handlers = commands.add_parser(
-        "handlers",
-        parents=[common],
-        help="list the registered handlers and where they come from (--api: the API's)",
-    )
-    handlers.add_argument(
-        "--api", action="store_true", help="those of the API at --url, not of this install"
-    )
-    add_job_commands(commands, common)
-    add_run_commands(commands, common)
-    add_dead_letter_commands(commands, common)
-    add_apply_commands(commands, common)
-    add_read_commands(commands, common)
-    add_completion_command(commands)
-    return parser
+def _run_client(args: argparse.Namespace) -> int:
+    # The API's client, httpx and the API's models only for the commands that talk to the API.
+    from tickd.cli.connect import run_client
+
+    return run_client(args)
 
 
 def _run(settings: Settings, *, dispatcher: bool) -> int:

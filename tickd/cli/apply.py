@@ -10,58 +10,17 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from tickd.api.models import MANAGED_BY_PATTERN
 from tickd.cli import jobs_as_code
-from tickd.cli.connect import Subparsers, UsageError
+from tickd.cli.connect import UsageError
 from tickd.cli.output import print_json
-from tickd.client import Client
+
+if TYPE_CHECKING:
+    from tickd.client import Client
 
 EXIT_CHANGES = 3
-
-
-def add_apply_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    files = argparse.ArgumentParser(add_help=False)
-    files.add_argument(
-        "-f",
-        "--file",
-        action="append",
-        required=True,
-        metavar="FILE",
-        help="jobs as JSON or YAML ({jobs: [...]}) or TOML ([[jobs]]); a folder: its "
-        ".json, .yaml, .yml and .toml files; repeatable",
-    )
-    files.add_argument("--prune", action="store_true", help="also delete the jobs it dropped")
-    files.add_argument(
-        "--owner",
-        default=jobs_as_code.DEFAULT_OWNER,
-        help="the mark (managed_by) on the jobs it makes; --prune deletes only jobs with this "
-        f"mark (default {jobs_as_code.DEFAULT_OWNER!r})",
-    )
-    codes = (
-        "Exit codes: 0 nothing to do, or done; 1 failed; 2 usage error; 3 with --dry-run (and "
-        "diff): there are changes to make. Secrets: the API shows them masked, so a file's "
-        "secret compares equal to a masked one (a new secret goes with the job's next change, "
-        "or by `tickd jobs patch`); `enabled` is compared only when the file sets it."
-    )
-    apply = commands.add_parser(
-        "apply",
-        parents=[common, files],
-        help="create, update (and --prune) jobs to match files",
-        description="Jobs as code: jobs are matched by name; those missing are created, those "
-        "that differ updated (refused if changed meanwhile), equal ones left alone. " + codes,
-    )
-    apply.add_argument(
-        "--dry-run", action="store_true", help="print what would change, change nothing"
-    )
-    apply.set_defaults(act=apply_files)
-    diff = commands.add_parser(
-        "diff",
-        parents=[common, files],
-        help="print what `apply` would change, field by field",
-        description="What `tickd apply` would do, changing nothing. " + codes,
-    )
-    diff.set_defaults(act=apply_files, dry_run=True)
 
 
 def apply_files(client: Client, args: argparse.Namespace) -> int:

@@ -8,18 +8,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tickd.cli.connect import Subparsers
-
-
-def add_completion_command(commands: Subparsers) -> None:
-    completion = commands.add_parser(
-        "completion",
-        help="print a shell completion script",
-        description="bash: `source <(tickd completion bash)`; zsh: `source <(tickd completion "
-        "zsh)` (through bashcompinit).",
-    )
-    completion.add_argument("shell", choices=("bash", "zsh"))
-
 
 def command_words(
     parser: argparse.ArgumentParser, path: str = ""

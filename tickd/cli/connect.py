@@ -1,6 +1,6 @@
-"""How a client command reaches the API: the options that say where (--url, --token), the one
-typed client (tickd.client.Client) made from them, and each way a call can fail as one line on
-stderr with the exit status scripts rely on.
+"""How a client command reaches the API: the action the command names, the one typed client
+(tickd.client.Client) made from the options that say where (--url, --token: tickd.cli.parser),
+and each way a call can fail as one line on stderr with the exit status scripts rely on.
 
 A mistake on the command line (a malformed URL too) exits with 2; an error of the API (problem
 details, printed once naming each field), a server that cannot be reached, or one that answers
@@ -11,15 +11,17 @@ token from --token or TICKD_TOKEN; the token is never printed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import Any
 
 from pydantic import ValidationError
 
 from tickd.api.models import JobOut, Problem
 from tickd.cli.output import plain_reason, report_problem
+from tickd.cli.parser import DEFAULT_URL, TOKEN_ENV, URL_ENV
 from tickd.client import (
     ApiError,
     BadUrl,
@@ -31,52 +33,23 @@ from tickd.client import (
     shown_url,
 )
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-URL_ENV = "TICKD_URL"
-TOKEN_ENV = "TICKD_TOKEN"
 # The tags pydantic puts in the location of a discriminated union's field (`schedule.cron.expr`).
 UNION_TAGS = ("cron", "interval", "once")
 
 Action = Callable[[Client, argparse.Namespace], int | None]
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class UsageError(Exception):
     """A mistake on the command line, found after parsing (a file that is not JSON...)."""
 
 
-def client_options(*, anywhere: bool) -> argparse.ArgumentParser:
-    """--url, --token, --json and --config: on `tickd` itself, and (`anywhere`) again on every
-    command below it, with no default there, so that one given before the command is not reset
-    by the command's parser."""
-    options = argparse.ArgumentParser(add_help=False)
-    unset: dict[str, Any] = {"default": argparse.SUPPRESS} if anywhere else {}
-    options.add_argument(
-        "--url", help=f"the API's base URL (default: ${URL_ENV}, or {DEFAULT_URL})", **unset
-    )
-    options.add_argument(
-        "--token",
-        help=f"a bearer token of the API (default: ${TOKEN_ENV}, better: a flag shows in ps)",
-        **unset,
-    )
-    options.add_argument(
-        "--json", action="store_true", help="print the API's JSON instead of a table", **unset
-    )
-    options.add_argument(
-        "--config",
-        help="a TOML settings file (TICKD_* variables override it); read by run, api, handlers",
-        **unset,
-    )
-    return options
-
-
 def run_client(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     """Run a parsed client command; the exit status (an action may return its own)."""
     env = os.environ if environ is None else environ
     url = args.url or env.get(URL_ENV) or DEFAULT_URL
+    act = action_named(args.act)
     try:
         with Client(url, token=args.token or env.get(TOKEN_ENV) or None) as client:
-            act: Action = args.act
             return act(client, args) or 0
     except (UsageError, ClientError, ValidationError) as exc:
         return report_failure(exc, args, shown_url(url))
@@ -85,6 +58,13 @@ def run_client(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
         return 0
     except KeyboardInterrupt:
         return 130
+
+
+def action_named(reference: str) -> Action:
+    """The function a command names, "module:function" in tickd.cli (tickd.cli.parser)."""
+    module, _, name = reference.partition(":")
+    act: Action = getattr(importlib.import_module(f"tickd.cli.{module}"), name)
+    return act
 
 
 def report_failure(

@@ -1,5 +1,5 @@
-"""The flags that give a job's fields (`tickd jobs create`, `replace`, `patch`), and the job
-they make: a JSON file (-f) with the flags on top."""
+"""The job that the flags of `tickd jobs create`, `replace` and `patch` make (tickd.cli.parser
+declares them): a JSON file (-f) with the flags on top."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from typing import Any
 from tickd.cli.connect import UsageError
 from tickd.cli.output import Json
 
-PRIORITIES = ("critical", "high", "normal", "low")
-MISFIRE_POLICIES = ("coalesce", "skip", "run_all")
 # Flags that set a job's field as they are.
 FLAG_FIELDS = (
     ("name", "name"),
@@ -25,47 +23,6 @@ FLAG_FIELDS = (
     ("jitter", "jitter_seconds"),
     ("shards", "shards"),
 )
-
-
-def add_job_flags(parser: argparse.ArgumentParser) -> None:
-    """A flag for every field of a job, as POST /v1/jobs and PATCH take them."""
-    parser.add_argument("--name")
-    parser.add_argument("--handler")
-    schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument("--cron", metavar="EXPR", help="six fields, seconds first (or five)")
-    schedule.add_argument("--every", metavar="SECONDS", type=float, help="an interval")
-    schedule.add_argument("--at", metavar="ISO", help="once, at this time (with an offset)")
-    parser.add_argument("--timezone", help="of the cron expression (default UTC)")
-    parser.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a handler param, repeatable; VALUE is read as JSON when it is JSON (0.5, true, "
-        '[1,2], "007"), else taken as a string',
-    )
-    state = parser.add_mutually_exclusive_group()
-    state.add_argument("--enabled", dest="enabled", action="store_const", const=True)
-    state.add_argument(
-        "--disabled", dest="enabled", action="store_const", const=False, help="paused"
-    )
-    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="timeout_seconds")
-    parser.add_argument("--retries", type=int, metavar="N", help="max_retries")
-    parser.add_argument("--priority", choices=PRIORITIES)
-    parser.add_argument("--misfire", choices=MISFIRE_POLICIES, help="what a missed fire time does")
-    parser.add_argument(
-        "--grace", type=float, metavar="SECONDS", help="how late a fire time may still run"
-    )
-    parser.add_argument("--jitter", type=float, metavar="SECONDS", help="jitter_seconds")
-    parser.add_argument(
-        "--redrive",
-        metavar="ATTEMPTS:BACKOFF",
-        help="re-drive dead letters automatically: at most ATTEMPTS times, the first after "
-        "BACKOFF seconds (e.g. 3:60)",
-    )
-    parser.add_argument(
-        "--shards", type=int, metavar="N", help="run each occurrence as N shards (default 1)"
-    )
 
 
 def job_from_args(args: argparse.Namespace) -> Json:

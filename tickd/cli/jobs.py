@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tickd.api.models import BackfillRequest, JobCreate, JobPatch
-from tickd.cli.connect import Subparsers, UsageError, find_job, given
-from tickd.cli.job_flags import add_job_flags, fields_from_args, job_from_args
+from tickd.cli.connect import UsageError, find_job, given
+from tickd.cli.job_flags import fields_from_args, job_from_args
 from tickd.cli.output import (
     Json,
     dumped,
@@ -21,115 +22,12 @@ from tickd.cli.output import (
     seconds_text,
     when,
 )
-from tickd.cli.runs import STATUSES, print_executions
-from tickd.client import Client
+from tickd.cli.runs import print_executions
+
+if TYPE_CHECKING:
+    from tickd.client import Client
 
 JOB_COLUMNS = ("NAME", "HANDLER", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST STATUS")
-
-
-def add_job_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add `tickd jobs` to the `tickd` sub-commands; `common` holds the options every command
-    takes."""
-    jobs = commands.add_parser(
-        "jobs", parents=[common], help="jobs, through the API: list, show, create..."
-    )
-    actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    listing = actions.add_parser("list", parents=[common], help="list jobs, by name")
-    listing.add_argument("--handler", help="only the jobs of this handler")
-    state = listing.add_mutually_exclusive_group()
-    state.add_argument(
-        "--enabled", dest="enabled", action="store_const", const=True, help="only enabled jobs"
-    )
-    state.add_argument(
-        "--disabled", dest="enabled", action="store_const", const=False, help="only paused jobs"
-    )
-    listing.add_argument("--prefix", help="only the jobs whose name starts with this")
-    listing.add_argument("--limit", type=int, help="jobs per page (API default 50, at most 500)")
-    listing.add_argument("--all", action="store_true", help="follow the pages to the last")
-    listing.set_defaults(act=jobs_list)
-
-    show = actions.add_parser("show", parents=[common], help="one job in full")
-    show.add_argument("job", metavar="JOB", help="the job's id or name")
-    show.set_defaults(act=jobs_show)
-
-    create = actions.add_parser(
-        "create",
-        parents=[common],
-        help="create a job from a JSON file, or from flags for the common case",
-        description="The job as JSON (-f), or from flags; flags given with -f override the "
-        "file's fields.",
-    )
-    create.add_argument(
-        "-f", "--file", help="the job as JSON, as POST /v1/jobs takes it; - reads stdin"
-    )
-    add_job_flags(create)
-    create.set_defaults(act=jobs_create)
-
-    replace = actions.add_parser(
-        "replace",
-        parents=[common],
-        help="replace a job's whole definition (from -f and flags, as create takes them)",
-    )
-    replace.add_argument("job", metavar="JOB", help="the job's id or name")
-    replace.add_argument("-f", "--file", help="the job as JSON; - reads stdin")
-    add_job_flags(replace)
-    replace.set_defaults(act=jobs_replace)
-
-    patch = actions.add_parser(
-        "patch",
-        parents=[common],
-        help="change some fields of a job: only those given (--param adds to the params)",
-    )
-    patch.add_argument("job", metavar="JOB", help="the job's id or name")
-    add_job_flags(patch)
-    patch.add_argument("--no-redrive", action="store_true", help="remove the re-drive policy")
-    patch.set_defaults(act=jobs_patch)
-
-    preview = actions.add_parser("preview", parents=[common], help="a job's next fire times")
-    preview.add_argument("job", metavar="JOB", help="the job's id or name")
-    preview.add_argument("--count", type=int, help="how many (default 10, at most 100)")
-    preview.add_argument("--after", metavar="ISO", help="from this time on (default: now)")
-    preview.set_defaults(act=jobs_preview)
-
-    backfill = actions.add_parser(
-        "backfill",
-        parents=[common],
-        help="run a job's past occurrences between two times; a dry run unless --run",
-    )
-    backfill.add_argument("job", metavar="JOB", help="the job's id or name")
-    backfill.add_argument("--start", metavar="ISO", required=True)
-    backfill.add_argument("--end", metavar="ISO", required=True)
-    backfill.add_argument(
-        "--run", action="store_true", help="queue the runs (without it: what would run)"
-    )
-    backfill.add_argument("--per-second", type=float, help="runs a second (default 1)")
-    backfill.set_defaults(act=jobs_backfill)
-
-    history = actions.add_parser(
-        "history", parents=[common], help="who changed a job, when, and what"
-    )
-    history.add_argument("job", metavar="JOB", help="the job's id or name")
-    history.add_argument("--limit", type=int, help="how many changes (default 50)")
-    history.set_defaults(act=jobs_history)
-
-    job_runs = actions.add_parser(
-        "executions", parents=[common], help="a job's executions, newest first"
-    )
-    job_runs.add_argument("job", metavar="JOB", help="the job's id or name")
-    job_runs.add_argument("--status", choices=STATUSES)
-    job_runs.add_argument("--limit", type=int, help="how many (API default 50, at most 500)")
-    job_runs.set_defaults(act=jobs_executions)
-
-    for name, act, what in [
-        ("pause", jobs_pause, "pause a job: it stops firing"),
-        ("resume", jobs_resume, "resume a paused job, from now"),
-        ("trigger", jobs_trigger, "run a job now, once, without moving its schedule"),
-        ("delete", jobs_delete, "delete a job (its history stays)"),
-    ]:
-        one = actions.add_parser(name, parents=[common], help=what)
-        one.add_argument("job", metavar="JOB", help="the job's id or name")
-        one.set_defaults(act=act)
 
 
 def jobs_list(client: Client, args: argparse.Namespace) -> None:

@@ -31,7 +31,6 @@ from tickd.cli.output import Json, dumped
 from tickd.client import ApiError, Client
 from tickd.scheduler.secrets import mask
 
-DEFAULT_OWNER = "apply"
 SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 # The fields of a definition, as JobCreate has them; `managed_by` is the owner mark.
 COMPARED = (

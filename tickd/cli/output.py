@@ -8,11 +8,12 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-from tickd.client import ApiError
+    from tickd.client import ApiError
 
 Json = dict[str, Any]
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from tickd.api.models import PreviewRequest
-from tickd.cli.connect import Subparsers, UsageError, given
+from tickd.cli.connect import UsageError, given
 from tickd.cli.output import (
     Json,
     dumped,
@@ -19,7 +20,9 @@ from tickd.cli.output import (
     seconds_text,
     when,
 )
-from tickd.client import Client
+
+if TYPE_CHECKING:
+    from tickd.client import Client
 
 # Each operation of the API (as /openapi.json lists it) and the command that runs it.
 VERBS = {
@@ -58,50 +61,6 @@ NOT_VERBS = {
     "GET /metrics": "Prometheus text, for a scraper",
     "GET /docs": "an HTML page, for a browser",
 }
-
-
-def add_read_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    schedules = commands.add_parser("schedules", parents=[common], help="schedules, unsaved")
-    actions = schedules.add_subparsers(dest="action", required=True, metavar="ACTION")
-    preview = actions.add_parser(
-        "preview", parents=[common], help="the fire times of a schedule, DST changes marked"
-    )
-    kind = preview.add_mutually_exclusive_group(required=True)
-    kind.add_argument("--cron", metavar="EXPR")
-    kind.add_argument("--every", metavar="SECONDS", type=float)
-    kind.add_argument("--at", metavar="ISO")
-    preview.add_argument("--timezone", help="of the cron expression (default UTC)")
-    preview.add_argument("--name", help="the job name `H` fields hash")
-    preview.add_argument("--count", type=int)
-    preview.add_argument("--after", metavar="ISO", help="default: now")
-    preview.set_defaults(act=schedules_preview)
-
-    stats = commands.add_parser("stats", parents=[common], help="executions of the last window")
-    stats.add_argument("--window", type=int, metavar="SECONDS", help="default 3600")
-    stats.set_defaults(act=show_stats)
-
-    bounces = commands.add_parser(
-        "bounces", parents=[common], help="addresses whose mail servers refuse alert email"
-    )
-    actions = bounces.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", parents=[common], help="the latest first")
-    listing.set_defaults(act=bounces_list)
-    clear = actions.add_parser("clear", parents=[common], help="mail goes to the address again")
-    clear.add_argument("address", metavar="ADDRESS")
-    clear.set_defaults(act=bounces_clear)
-
-    whoami = commands.add_parser("whoami", parents=[common], help="the token's name and scope")
-    whoami.set_defaults(act=show_session)
-
-    probe = commands.add_parser(
-        "probe", parents=[common], help="is the API alive; is it ready (exit 1 when not)"
-    )
-    actions = probe.add_subparsers(dest="action", required=True, metavar="ACTION")
-    actions.add_parser("alive", parents=[common]).set_defaults(act=probe_alive)
-    actions.add_parser("ready", parents=[common]).set_defaults(act=probe_ready)
-
-    openapi = commands.add_parser("openapi", parents=[common], help="the API's OpenAPI document")
-    openapi.set_defaults(act=show_openapi)
 
 
 # -- the rest ------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tickd.cli.connect import Subparsers, UsageError, find_job, given
+from tickd.cli.connect import UsageError, find_job, given
 from tickd.cli.output import (
     Json,
     dumped,
@@ -19,84 +20,14 @@ from tickd.cli.output import (
     seconds_text,
     when,
 )
-from tickd.client import Client
 
-STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
-DEAD_LETTER_STATES = ("open", "redriving", "redriven", "discarded")
+if TYPE_CHECKING:
+    from tickd.client import Client
+
 EXECUTION_COLUMNS = ("ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
 # `executions follow` polls at this interval, bounded, for the newest this many.
 MIN_FOLLOW_SECONDS, MAX_FOLLOW_SECONDS = 0.5, 60.0
 FOLLOW_PAGE = 100
-
-
-def add_run_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    executions = commands.add_parser(
-        "executions", parents=[common], help="executions, through the API: list, show, retry..."
-    )
-    actions = executions.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    listing = actions.add_parser("list", parents=[common], help="executions, newest first")
-    listing.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
-    listing.add_argument("--status", choices=STATUSES)
-    listing.add_argument("--handler", help="only the executions of this handler")
-    listing.add_argument("--limit", type=int, help="how many (API default 50, at most 500)")
-    listing.set_defaults(act=executions_list)
-
-    show = actions.add_parser("show", parents=[common], help="one execution in full")
-    show.add_argument("execution", metavar="ID")
-    show.set_defaults(act=executions_show)
-
-    follow = actions.add_parser(
-        "follow",
-        parents=[common],
-        help="print executions as they end, until Ctrl-C",
-        description="Polls the API every --interval seconds (0.5 to 60) and prints each "
-        "execution that ended since, once.",
-    )
-    follow.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
-    follow.add_argument("--status", choices=STATUSES)
-    follow.add_argument("--handler", help="only the executions of this handler")
-    follow.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
-    follow.add_argument("--recent", action="store_true", help="print those that ended lately first")
-    follow.set_defaults(act=executions_follow)
-
-    retry = actions.add_parser(
-        "retry", parents=[common], help="run a failed, timed-out or abandoned execution again"
-    )
-    retry.add_argument("execution", metavar="ID")
-    retry.set_defaults(act=executions_retry)
-
-
-def add_dead_letter_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    dead = commands.add_parser(
-        "dead-letters",
-        parents=[common],
-        help="runs that failed for good, through the API: list, redrive, discard",
-    )
-    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
-    filters = argparse.ArgumentParser(add_help=False)
-    filters.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
-    filters.add_argument("--handler", help="only those of this handler")
-    filters.add_argument("--since", metavar="ISO", help="occurrences scheduled from then on")
-    filters.add_argument("--limit", type=int, help="how many at most")
-
-    listing = actions.add_parser(
-        "list", parents=[common, filters], help="dead letters, newest first (open ones)"
-    )
-    listing.add_argument("--state", choices=DEAD_LETTER_STATES, help="default: open")
-    listing.set_defaults(act=dead_letters_list)
-
-    redrive = actions.add_parser(
-        "redrive",
-        parents=[common, filters],
-        help="run a dead letter's occurrence again; without ID, every open one the filters match",
-    )
-    redrive.add_argument("execution", metavar="ID", nargs="?")
-    redrive.set_defaults(act=dead_letters_redrive)
-
-    discard = actions.add_parser("discard", parents=[common], help="give up on a dead letter")
-    discard.add_argument("execution", metavar="ID")
-    discard.set_defaults(act=dead_letters_discard)
 
 
 # -- executions ----------------------------------------------------------------------------------
