@@ -436,6 +436,22 @@ async def crashed_mid_run(make_engine: EngineFactory) -> Job:
     return job
 
 
+async def died_after_beating(make_engine: EngineFactory, **overrides: Any) -> Job:
+    """An instance ("crashed") that beat at T0, claimed and started job "work" (timeout an
+    hour) and then beats no more, as a dead process: only its heartbeat's lapse frees the job."""
+
+    async def hang(ctx: HandlerContext) -> Result:
+        await asyncio.Event().wait()
+        return None
+
+    crashed = make_engine({"work": hang}, instance_id="crashed", **overrides)
+    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
+    await crashed.engine.heartbeat.beat(T0)
+    crashed.engine.start()
+    assert (await crashed.engine.tick()).claimed == 1
+    return job
+
+
 async def test_a_crashed_instance_leaves_an_abandoned_execution_and_the_job_runs_again(
     make_engine: EngineFactory,
 ) -> None:
@@ -494,15 +510,7 @@ async def test_a_triggered_run_whose_instance_crashed_runs_again_on_another(
 async def test_a_crashed_instance_whose_heartbeat_lapsed_is_taken_over_in_seconds(
     make_engine: EngineFactory,
 ) -> None:
-    async def hang(ctx: HandlerContext) -> Result:
-        await asyncio.Event().wait()
-        return None
-
-    crashed = make_engine({"work": hang}, instance_id="crashed")
-    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
-    await crashed.engine.heartbeat.beat(T0)
-    crashed.engine.start()
-    assert (await crashed.engine.tick()).claimed == 1  # then it beats no more, as a dead process
+    job = await died_after_beating(make_engine)
 
     survivor = make_engine({"work": noop}, instance_id="survivor")
     await survivor.engine.heartbeat.beat(T0)
@@ -600,15 +608,7 @@ async def test_a_lapse_the_heartbeat_saw_makes_the_next_tick_reap_at_once(
     """The reaper looks once a tick interval; another instance found dead is not left to it,
     or the dead one's runs would wait up to a tick more to be given back."""
 
-    async def hang(ctx: HandlerContext) -> Result:
-        await asyncio.Event().wait()
-        return None
-
-    crashed = make_engine({"work": hang}, instance_id="crashed")
-    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
-    await crashed.engine.heartbeat.beat(T0)
-    crashed.engine.start()
-    assert (await crashed.engine.tick()).claimed == 1  # then it beats no more, as a dead process
+    job = await died_after_beating(make_engine)
 
     survivor = make_engine({"work": noop}, instance_id="survivor", tick_seconds=60)
     await survivor.engine.heartbeat.beat(T0)
@@ -630,16 +630,8 @@ async def test_the_lock_a_dead_instance_held_does_not_keep_its_job_from_the_surv
     """Instances share the lock service (Redis): the dead one's lock on the job lives through
     the run's whole timeout, an hour here. Taking the job over must not wait for it."""
 
-    async def hang(ctx: HandlerContext) -> Result:
-        await asyncio.Event().wait()
-        return None
-
     shared = MemoryLock(monotonic=lambda: clock.now().timestamp())
-    crashed = make_engine({"work": hang}, instance_id="crashed", lock=shared)
-    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
-    await crashed.engine.heartbeat.beat(T0)
-    crashed.engine.start()
-    assert (await crashed.engine.tick()).claimed == 1  # then it beats no more, as a dead process
+    job = await died_after_beating(make_engine, lock=shared)
 
     survivor = make_engine({"work": noop}, instance_id="survivor", lock=shared)
     await survivor.engine.heartbeat.beat(T0)
