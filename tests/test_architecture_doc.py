@@ -50,3 +50,13 @@ def test_every_file_the_document_names_exists() -> None:
     for name in re.findall(r"`([\w/]+\.py)`", DOC):
         path = ROOT / name if "/" in name else ROOT / "scheduler" / name
         assert path.exists(), name
+
+
+def test_no_module_of_the_core_is_over_400_lines() -> None:
+    """A stage, a role or a backend's file that grows past this has two jobs: split it."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in (ROOT / "scheduler").rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > 400
+    }
+    assert long == {}
