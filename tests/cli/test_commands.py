@@ -192,6 +192,13 @@ async def test_executions_show_prints_each_attempt_and_the_traceback(live: Live)
     assert 'raise RuntimeError("upstream said no")' in traceback
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """In the child before it starts: SIGINT's default action, which Python turns into
+    KeyboardInterrupt. A test run started in the background by a shell without job control
+    ignores SIGINT, and a child would inherit that and never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_follow_prints_each_ended_execution_once_and_ctrl_c_ends_it_cleanly(
     live: Live,
 ) -> None:
@@ -204,6 +211,7 @@ async def test_follow_prints_each_ended_execution_once_and_ctrl_c_ends_it_cleanl
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tickd", "executions", "follow", "--recent", "--interval", "0.5",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )  # fmt: skip
     assert process.stdout is not None and process.stderr is not None
     try:
