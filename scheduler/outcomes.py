@@ -1,10 +1,18 @@
 """What a handler returned or raised, as an Outcome: a result checked to be JSON, bounded and
-masked; an error's message and traceback masked and cut."""
+masked; an error's message and traceback described whatever the exception does, masked and
+cut. Every string of it is made storable: text strict UTF-8 refuses (a lone surrogate) is
+escaped, so that every store, JSON encoder and HTTP response takes what a run recorded."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
+import sysconfig
 from collections.abc import Collection, Mapping
+from datetime import date, datetime, time
+from pathlib import Path
 from traceback import format_exception
 from typing import Any
 
@@ -43,17 +51,27 @@ def outcome_of(returned: object, raised: BaseException | None, secrets: list[str
     if raised is not None and not isinstance(raised, Exception):
         # SystemExit and the like, from a coroutine (see HandlerExit) or a thread.
         message = (
-            f"the handler raised {type(raised).__name__}({str(raised)!r}): tickd does not stop "
-            "for a handler; raise an exception to fail a run"
+            f"the handler raised {type(raised).__name__}({described(raised)!r}): tickd "
+            "does not stop for a handler; raise an exception to fail a run"
         )
         return Outcome(
             status=Status.FAILED, error=execution_error(type(raised).__name__, message, secrets)
         )
     if raised is not None:
         where = _traceback_of(raised, secrets)
-        error = execution_error(type(raised).__name__, str(raised), secrets, traceback=where)
+        message = described(raised)
+        error = execution_error(type(raised).__name__, message, secrets, traceback=where)
         return Outcome(status=Status.FAILED, error=error)
     return _checked_result(returned, secrets)
+
+
+def described(raised: BaseException) -> str:
+    """str(raised), or, where that raises or gives no string, the exception's type and why:
+    a handler's exception is its own code, and describing it must not fail the worker."""
+    try:
+        return str.__str__(str(raised))  # a subclass of str, made a plain one
+    except BaseException as exc:  # whatever its __str__ raises, SystemExit included
+        return f"{type(raised).__name__} (its description failed: {type(exc).__name__})"
 
 
 def _checked_result(value: object, secrets: list[str]) -> Outcome:
@@ -67,14 +85,82 @@ def _checked_result(value: object, secrets: list[str]) -> Outcome:
         if problem is not None:
             return Outcome(status=Status.FAILED, error=problem)
     try:
-        safe: dict[str, Any] = json.loads(json.dumps(mask(value), default=str))
-    except (TypeError, ValueError, RecursionError) as exc:  # keys not strings, a cycle...
-        message = f"a handler's result must be JSON: {type(exc).__name__}: {exc}"
+        safe: dict[str, Any] = mask(plain_json(value, "result", MAX_RESULT_DEPTH))
+    except NotJson as exc:
+        message = f"a handler's result must be JSON: {exc}"
         return Outcome(status=Status.FAILED, error=execution_error("BadResult", message))
     size = len(json.dumps(safe))
     if size > MAX_RESULT_BYTES:
         return Outcome(status=Status.SUCCESS, result={"truncated": True, "size_bytes": size})
     return Outcome(status=Status.SUCCESS, result=scrub_values(safe, secrets))
+
+
+# A result nests at most this deeply: far below what the stores take (MongoDB: 100 levels).
+MAX_RESULT_DEPTH = 32
+# Whole numbers every store keeps exactly (BSON's and SQLite's 64 bits).
+_INT64 = range(-(2**63), 2**63)
+
+
+class NotJson(ValueError):
+    """A value that JSON holds only by changing it: where it is, and what it is."""
+
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{where} is {what}")
+
+
+def plain_json(value: object, where: str, depth: int) -> Any:
+    """A copy of `value` in plain JSON types, its text storable (storable_text). What JSON
+    holds only by changing it is refused, naming where it is (NotJson): NaN and infinities,
+    whole numbers beyond 64 bits, sets, bytes, other objects, keys that are not strings. A
+    tuple is a list, and a date or a time is its ISO 8601 text, as every JSON encoder writes
+    them."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value not in _INT64:
+            raise NotJson(where, "a whole number beyond 64 bits, which stores do not keep")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotJson(where, f"{value!r}, which is no JSON number")
+        return float(value)
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Mapping | list | tuple) and depth <= 0:
+        raise NotJson(where, f"nested deeper than {MAX_RESULT_DEPTH} levels")
+    if isinstance(value, Mapping):
+        return {
+            _key(key, where): plain_json(item, _at(where, key), depth - 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [plain_json(item, f"{where}[{i}]", depth - 1) for i, item in enumerate(value)]
+    raise NotJson(where, f"a {type(value).__name__}, which is not JSON")
+
+
+def _key(key: object, where: str) -> str:
+    if not isinstance(key, str):
+        raise NotJson(where, f"keyed by a {type(key).__name__} ({key!r}): keys are strings")
+    return storable_text(key)
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{storable_text(key)}"
+
+
+def storable_text(text: str) -> str:
+    """`text` as strict UTF-8 takes it: surrogate pairs joined into their character, and each
+    lone surrogate (a byte a decoder could not read, kept by `surrogateescape`) written as its
+    escape, `\\udcff`; NUL, which PostgreSQL (under FerretDB) refuses, as `\\x00`. Most text
+    is returned as it is, after one check in C."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        paired = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        text = paired.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def _too_large_or_cyclic(value: object, budget: int) -> ExecutionError | None:
@@ -112,16 +198,58 @@ def execution_error(
     kind: str, message: str, secrets: Collection[str] = (), *, traceback: str | None = None
 ) -> ExecutionError:
     # Masked whole before it is cut, so that no secret is left half shown at the cut.
-    masked: str = scrub_values(scrub_text(message), secrets)
-    return ExecutionError(type=kind, message=masked[:MAX_ERROR_CHARS], traceback=traceback)
+    masked: str = scrub_values(scrub_text(storable_text(message)), secrets)
+    return ExecutionError(
+        type=storable_text(kind), message=masked[:MAX_ERROR_CHARS], traceback=traceback
+    )
 
 
 def _traceback_of(raised: BaseException, secrets: Collection[str]) -> str:
-    """Where the handler raised, masked like its message, then cut to its last
-    MAX_TRACEBACK_CHARS: the innermost frames, where it raised, come last."""
-    text = "".join(format_exception(raised))
-    masked: str = scrub_values(scrub_text(text), secrets)
+    """Where the handler raised, its files named without the install's paths, masked like its
+    message, then cut to its last MAX_TRACEBACK_CHARS: the innermost frames, where it raised,
+    come last."""
+    try:
+        text = "".join(format_exception(raised))
+    except BaseException as exc:  # an exception's attributes are its own code
+        failed = type(exc).__name__
+        text = f"{type(raised).__name__}: its traceback could not be formatted ({failed})"
+    masked: str = scrub_values(scrub_text(storable_text(_without_install_paths(text))), secrets)
     return masked[-MAX_TRACEBACK_CHARS:]
+
+
+def _install_roots() -> list[tuple[str, str]]:
+    """Where Python and tickd are installed, and what a traceback names each by instead: the
+    libraries' folders first (they may lie inside the others), longest first."""
+    paths = sysconfig.get_paths()
+    libraries = {paths[name] for name in ("purelib", "platlib")} | {
+        p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
+    }
+    stdlib = {paths["stdlib"], paths["platstdlib"]}
+    # The folder that holds the tickd package, as imported and as it is on disk.
+    here = Path(__file__)
+    projects = {str(here.parents[2]), str(here.resolve().parents[1])} - libraries - stdlib
+    roots = [(p, "site-packages") for p in libraries]
+    roots += [(p, "<stdlib>") for p in stdlib] + [(p, ".") for p in projects]
+    return sorted({(root.rstrip("/"), name) for root, name in roots}, key=lambda r: -len(r[0]))
+
+
+_INSTALL_ROOTS = _install_roots()
+_FRAME_FILE = re.compile(r'^(  File ")(/[^"]*)(")', re.MULTILINE)
+
+
+def _without_install_paths(text: str) -> str:
+    return _FRAME_FILE.sub(lambda m: m[1] + _relative(m[2]) + m[3], text)
+
+
+def _relative(path: str) -> str:
+    """A frame's file under the folder it was installed in: `site-packages/aiohttp/client.py`,
+    `<stdlib>/asyncio/tasks.py`, `tests/test_x.py`; any other file by its folder and name."""
+    for root, name in _INSTALL_ROOTS:
+        if path.startswith(root + "/"):
+            rest = path[len(root) + 1 :]
+            return rest if name == "." else f"{name}/{rest}"
+    parts = path.rsplit("/", 2)
+    return "/".join(["...", *parts[-2:]]) if len(parts) == 3 else path
 
 
 def smaller_than(value: object, budget: int) -> bool:

@@ -22,6 +22,7 @@ __all__ = [
     "scrub_text",
     "scrub_values",
     "secret_values",
+    "with_settings_secrets",
 ]
 
 
@@ -38,6 +39,17 @@ def mask(value: Any, declared: Collection[str] = ()) -> Any:
     if isinstance(value, str):
         return scrub_text(value)
     return value
+
+
+def with_settings_secrets(
+    found: list[str], settings: Mapping[str, Any], declared: Collection[str] = ()
+) -> list[str]:
+    """`found` (a job's secrets) with those of its handler's settings ([handler_settings.<name>]:
+    secret-named and declared ones), which a far end echoes back as readily as the job's own.
+    Longest first, as secret_values gives them."""
+    if not settings:
+        return found
+    return sorted({*found, *secret_values(settings, declared)}, key=len, reverse=True)
 
 
 def restore_masked(new: str, old: str | None) -> str | None:
