@@ -5,6 +5,10 @@ A dead letter is an execution whose `dead_letter` is set (scheduler/dead_letters
 someone acts, `redriving` while a re-drive is queued or running, `redriven` once a later run of
 the occurrence ended, `discarded` when ops gave up on it. A re-drive is a run request for the same
 occurrence (same scheduled_at, so the same idempotency key), as a retry is.
+
+A dead letter outlives its job: deleting a job discards its unhandled dead letters (the store does
+it with the delete), and any left open can still be discarded, never re-driven (nothing would run
+it). Either way the execution stays listed (state=discarded) until retention prunes it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, Field
 
 from tickd.api.executions import load_execution, page_of
-from tickd.api.jobs import change_entry, guard_system
+from tickd.api.jobs import change_entry, guard_system, is_system_handler
 from tickd.api.models import (
     ExecutionOut,
     ExecutionPage,
@@ -33,9 +37,10 @@ from tickd.api.runs import run_request_out
 from tickd.api.v1 import execution_out, state, time_cursor
 from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
 from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
-from tickd.scheduler.ports import ExecutionQuery, RunRequest
+from tickd.scheduler.ports import ExecutionQuery, JobChange, RunRequest
 
 MAX_REDRIVE_BATCH = 100
+JOB_DELETED = "its job was deleted: nothing would run it (discard it instead)"
 
 
 class DeadLetterQuery(PageQuery):
@@ -46,8 +51,16 @@ class DeadLetterQuery(PageQuery):
 
 
 class RedriveFilter(Strict):
-    """Which open dead letters to re-drive, the newest first; at most `limit` of them."""
+    """Which open dead letters to re-drive, the newest first; at most `limit` of them. With
+    `ids`, exactly those (each still open and matching the other fields), whatever `limit`:
+    what a list on screen showed is what gets re-driven."""
 
+    ids: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_REDRIVE_BATCH,
+        description=f"These dead letters only (at most {MAX_REDRIVE_BATCH})",
+    )
     handler: str | None = Field(default=None, max_length=200)
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
@@ -90,8 +103,22 @@ async def load_dead_letter(call: Call[None, None]) -> Execution:
 async def load_job_of(call: Call[Q, B], execution: Execution) -> Job:
     job = await state(call).store.get_job(execution.job_id)
     if job is None:
-        raise ApiError(409, "Conflict", "the job of this dead letter no longer exists")
+        raise ApiError(409, "Conflict", f"cannot re-drive this dead letter: {JOB_DELETED}")
     guard_system(job, call.scope, state(call).registry)
+    return job
+
+
+async def job_if_any(call: Call[Q, B], execution: Execution) -> Job | None:
+    """The dead letter's job, guarded as its actions are; None once deleted (a job on a system
+    handler needed an admin token, and its dead letters still do)."""
+    s = state(call)
+    job = await s.store.get_job(execution.job_id)
+    if job is not None:
+        guard_system(job, call.scope, s.registry)
+    elif call.scope != "admin" and is_system_handler(s.registry, execution.handler):
+        raise ApiError(
+            403, "Forbidden", f"{execution.handler!r} is a system handler: this needs admin scope"
+        )
     return job
 
 
@@ -114,10 +141,14 @@ async def redrive_one(call: Call[None, None]) -> Reply:
     return Reply(run_request_out(requests[execution.id]), 202)
 
 
-async def redrive_many(call: Call[None, RedriveFilter]) -> Reply:
+async def matching(call: Call[None, RedriveFilter]) -> tuple[list[Execution], bool]:
+    """The open dead letters the filter matches, and whether it matched more than its limit."""
     body = call.body
-    s = state(call)
-    found = await s.store.list_executions(
+    store = state(call).store
+    if body.ids is not None:
+        read = [await store.get_execution(i) for i in dict.fromkeys(body.ids)]
+        return [e for e in read if e is not None and chosen_by(body, e)], False
+    found = await store.list_executions(
         ExecutionQuery(
             job_id=body.job_id,
             handler=body.handler,
@@ -126,10 +157,31 @@ async def redrive_many(call: Call[None, RedriveFilter]) -> Reply:
             limit=body.limit + 1,
         )
     )
-    matched, more = found[: body.limit], len(found) > body.limit
+    return found[: body.limit], len(found) > body.limit
+
+
+def chosen_by(body: RedriveFilter, execution: Execution) -> bool:
+    return (
+        execution.dead_letter is DeadLetter.OPEN
+        and body.job_id in (None, execution.job_id)
+        and body.handler in (None, execution.handler)
+        and (body.since is None or execution.scheduled_at >= body.since)
+    )
+
+
+async def redrive_many(call: Call[None, RedriveFilter]) -> Reply:
+    s = state(call)
+    matched, more = await matching(call)
     jobs: dict[str, Job | None] = {}
     chosen: list[tuple[Execution, Job]] = []
     skipped: list[NotRedriven] = []
+    if call.body.ids is not None:
+        found = {e.id for e in matched}
+        skipped += [
+            NotRedriven(id=i, reason="not an open dead letter the filter matches")
+            for i in dict.fromkeys(call.body.ids)
+            if i not in found
+        ]
     for execution in matched:
         if execution.job_id not in jobs:
             jobs[execution.job_id] = await s.store.get_job(execution.job_id)
@@ -153,7 +205,7 @@ async def redrive_many(call: Call[None, RedriveFilter]) -> Reply:
 
 def why_not(call: Call[Q, B], job: Job | None) -> str | None:
     if job is None:
-        return "the job no longer exists"
+        return JOB_DELETED
     try:
         guard_system(job, call.scope, state(call).registry)
     except ApiError as exc:
@@ -203,10 +255,27 @@ async def record(call: Call[Q, B], job: Job, action: str, entries: list[dict[str
     await s.store.record_change(replace(change, changes=first))
 
 
+async def record_of_deleted(
+    call: Call[Q, B], execution: Execution, entry: dict[str, object]
+) -> None:
+    """A deleted job's history is still read by its id: the action goes there."""
+    s = state(call)
+    change = JobChange(
+        id=new_id(),
+        job_id=execution.job_id,
+        job_name=execution.job_name,
+        at=s.clock.now(),
+        actor=call.actor,
+        action="discard",
+        changes=entry,
+    )
+    await s.store.record_change(change)
+
+
 async def discard(call: Call[None, None]) -> Reply:
     s = state(call)
     execution = await load_dead_letter(call)
-    job = await load_job_of(call, execution)
+    job = await job_if_any(call, execution)
     unhandled = [DeadLetter.OPEN, DeadLetter.REDRIVING]
     if execution.id not in await s.store.mark_dead_letters(
         [execution.id], states=unhandled, to=DeadLetter.DISCARDED
@@ -218,7 +287,10 @@ async def discard(call: Call[None, None]) -> Reply:
         "execution": execution.id,
         "occurrence": execution.scheduled_at.isoformat(),
     }
-    await record(call, job, "discard", [entry])
+    if job is None:
+        await record_of_deleted(call, execution, entry)
+    else:
+        await record(call, job, "discard", [entry])
     return Reply(execution_out(replace(execution, dead_letter=DeadLetter.DISCARDED)))
 
 

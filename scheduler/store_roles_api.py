@@ -56,8 +56,9 @@ class JobStore(Protocol):
         self, job_id: str, change: JobChange | None = None, *, expected_revision: int | None = None
     ) -> bool:
         """Remove a job (its executions and history stay), and with it its pending run requests;
-        False if there was none. With `expected_revision`, only if the job is still at that
-        revision (compare-and-set, as replace_job): False, and nothing removed, otherwise."""
+        its unhandled dead letters (open, redriving) become discarded. False if there was none.
+        With `expected_revision`, only if the job is still at that revision (compare-and-set, as
+        replace_job): False, and nothing removed, otherwise."""
 
     async def list_changes(
         self, job_id: str, *, limit: int = 100, before: tuple[datetime, str] | None = None

@@ -4,9 +4,14 @@ read alone, with its attempts and its traceback."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from tests.api.conftest import READ, WRITE, Api
+from tests.conftest import make_job
+from tickd.api.dead_letters import JOB_DELETED
+from tickd.scheduler.model import DeadLetter, Execution, ExecutionError, Job, Status
+from tickd.scheduler.ports import ExecutionQuery
 
 FAILING: dict[str, Any] = {
     "handler": "boom",
@@ -22,6 +27,22 @@ async def failing_job(api: Api, name: str, runs: int = 1, **fields: Any) -> dict
         api.clock.advance(60)
         await api.harness.engine.drain()
     return job
+
+
+def failed_for_good(job: Job, at: datetime) -> Execution:
+    return Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler=job.handler,
+        scheduled_at=at,
+        status=Status.FAILED,
+        started_at=at,
+        finished_at=at + timedelta(seconds=1),
+        duration_ms=1000,
+        attempts=1,
+        error=ExecutionError(type="RuntimeError", message="always fails"),
+        dead_letter=DeadLetter.OPEN,
+    )
 
 
 async def dead_letters(api: Api, query: str = "") -> list[dict[str, Any]]:
@@ -168,3 +189,96 @@ async def test_a_dead_letter_read_alone_tells_each_attempt_and_where_it_raised(a
     assert first["error"]["message"] == "always fails" and first["backoff_seconds"] > 0
     assert last["backoff_seconds"] is None
     assert "raise RuntimeError" in run["error"]["traceback"]
+
+
+async def test_deleting_a_job_discards_its_dead_letters_and_keeps_them_readable(api: Api) -> None:
+    job = await failing_job(api, "retired", runs=2)
+    assert await api.store.count_dead_letters() == {"boom": 2}
+    status, _, _ = await api.call("DELETE", f"/v1/jobs/{job['id']}", token=WRITE)
+    assert status == 204
+    assert await dead_letters(api) == [], "nothing is left open to alert on"
+    assert await api.store.count_dead_letters() == {}
+    kept = await dead_letters(api, "?state=discarded")
+    assert [(d["job_id"], d["dead_letter"]) for d in kept] == [(job["id"], "discarded")] * 2
+
+
+async def left_open_by_a_deleted_job(api: Api) -> dict[str, Any]:
+    """A dead letter still open though its job is gone (left so by an older version)."""
+    job = await failing_job(api, "gone")
+    [dead] = await dead_letters(api)
+    await api.store.delete_job(job["id"])
+    await api.store.mark_dead_letters(
+        [dead["id"]], states=[DeadLetter.DISCARDED], to=DeadLetter.OPEN
+    )
+    assert await api.store.count_dead_letters() == {"boom": 1}
+    return dead
+
+
+async def test_a_dead_letter_of_a_deleted_job_is_discarded_but_not_redriven(api: Api) -> None:
+    dead = await left_open_by_a_deleted_job(api)
+    status, problem, _ = await api.call(
+        "POST", f"/v1/dead-letters/{dead['id']}/redrive", token=WRITE
+    )
+    assert status == 409 and "its job was deleted" in problem["detail"]
+    status, out, _ = await api.call("POST", "/v1/dead-letters/redrive", json={}, token=WRITE)
+    assert (status, out["requests"]) == (202, [])
+    assert out["skipped"] == [{"id": dead["id"], "reason": JOB_DELETED}]
+
+    status, body, _ = await api.call("POST", f"/v1/dead-letters/{dead['id']}/discard", token=WRITE)
+    assert (status, body["dead_letter"]) == (200, "discarded"), body
+    assert await api.store.count_dead_letters() == {}, "the dead-letter alert clears"
+    entry, *_ = await api.store.list_changes(dead["job_id"])  # the deleted job's history
+    assert (entry.action, entry.job_name, entry.actor) == ("discard", "gone", "deployer")
+    assert entry.changes["execution"] == dead["id"]
+
+
+async def test_redrive_all_on_screen_redrives_exactly_the_ones_listed(api: Api) -> None:
+    """The dashboard lists the 1,000 newest of 1,200 open dead letters and its button says so:
+    re-driving them by their ids queues exactly those 1,000, 100 a call, and leaves the 200
+    older ones open."""
+    job = make_job("noisy", "boom")
+    await api.store.insert_job(job)
+    await api.store.insert_executions(
+        [failed_for_good(job, api.clock.now() - timedelta(minutes=m)) for m in range(1, 1201)]
+    )
+    listed: list[dict[str, Any]] = []
+    cursor = ""
+    for _ in range(2):  # the dashboard reads two pages of 500
+        _, page, _ = await api.call("GET", f"/v1/dead-letters?limit=500{cursor}", token=READ)
+        listed += page["items"]
+        cursor = f"&cursor={page['next_cursor']}"
+    assert len(listed) == 1000
+
+    queued: list[str] = []
+    for start in range(0, len(listed), 100):
+        ids = [d["id"] for d in listed[start : start + 100]]
+        status, out, _ = await api.call(
+            "POST", "/v1/dead-letters/redrive", json={"ids": ids}, token=WRITE
+        )
+        assert status == 202 and out["skipped"] == [] and out["more"] is False, out
+        queued += [r["scheduled_at"] for r in out["requests"]]
+    assert sorted(queued) == sorted(d["scheduled_at"] for d in listed)
+    left = await api.store.list_executions(ExecutionQuery(dead_letter=DeadLetter.OPEN, limit=2000))
+    assert len(left) == 200 and max(e.scheduled_at for e in left) < min(
+        datetime.fromisoformat(d["scheduled_at"]) for d in listed
+    )
+
+
+async def test_redrive_by_ids_skips_what_is_not_an_open_dead_letter_of_the_filter(
+    api: Api,
+) -> None:
+    await failing_job(api, "twice", runs=2)
+    first, _ = await dead_letters(api)
+    status, out, _ = await api.call(
+        "POST",
+        "/v1/dead-letters/redrive",
+        json={"ids": [first["id"], "nope"], "handler": "sleep"},
+        token=WRITE,
+    )
+    assert status == 202 and out["requests"] == []
+    assert {s["id"] for s in out["skipped"]} == {first["id"], "nope"}
+    status, body, _ = await api.call(
+        "POST", "/v1/dead-letters/redrive", json={"ids": ["x"] * 101}, token=WRITE
+    )
+    assert status == 422 and body["errors"][0]["field"] == "ids"
+    assert len(await dead_letters(api)) == 2, "a refused call changes nothing"

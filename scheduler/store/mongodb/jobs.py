@@ -135,5 +135,10 @@ class MongoJobs(MongoCollections):
         if (await self.jobs.delete_one(query)).deleted_count != 1:
             return False
         await self.requests.delete_many({"job_id": job_id})
+        # Nothing would re-drive them any more: handled, kept for reading until pruned.
+        await self.executions.update_many(
+            {"job_id": job_id, "dead_letter": {"$in": ["open", "redriving"]}},
+            {"$set": {"dead_letter": "discarded"}},
+        )
         await self._record(change)
         return True

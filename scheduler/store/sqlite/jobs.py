@@ -111,6 +111,12 @@ class SQLiteJobs(SQLiteTables):
             if not db.execute(sql, args).rowcount:
                 return False
             db.execute("DELETE FROM run_requests WHERE job_id = ?", (job_id,))
+            # Nothing would re-drive them any more: handled, kept for reading until pruned.
+            db.execute(
+                "UPDATE executions SET dead_letter = 'discarded' "
+                "WHERE job_id = ? AND dead_letter IN ('open', 'redriving')",
+                (job_id,),
+            )
             record_change_row(db, change)
             return True
 
