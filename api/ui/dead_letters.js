@@ -11,9 +11,10 @@ import { canWrite } from "./session.js";
 
 const STATES = ["open", "redriving", "redriven", "discarded"];
 const LISTED = 500;
-// The most the API re-drives in one call; "all matching" calls again while it says `more`.
+const LISTED_PAGES = 2;
+// The most the API re-drives in one call: the bulk action sends the ids listed, this many a call,
+// so it re-drives exactly the dead letters its button counts.
 const REDRIVE_BATCH = 100;
-const MAX_REDRIVE_CALLS = 20;
 
 /** The filters the address names; an empty one is no filter. */
 export function deadLetterFilters(params) {
@@ -49,14 +50,14 @@ export async function deadLettersView(main, filters) {
   async function load() {
     if (asking) return;
     const [listed, jobsSeen] = await Promise.all([
-      all(listPath(filters, true), 2),
+      all(listPath(filters, true), LISTED_PAGES),
       filters.job_id ? all(listPath(filters, false), 1) : null,
     ]);
     replace(box, h("section", { class: "panel" },
       h("h1", {}, "Dead letters"),
       h("p", { class: "muted" }, "Runs that failed for good, after their last retry. Re-driving one runs its occurrence again (same idempotency key)."),
       toolbar(filters, handlers.items, jobsOf(jobsSeen || listed, filters.job_id, listed)),
-      filters.state === "open" && canWrite() && listed.length ? bulkBar(filters, listed.length, ask, load) : null,
+      filters.state === "open" && canWrite() && listed.length ? bulkBar(filters, listed, ask, load) : null,
       table(listed, filters, ask, load)));
   }
   function ask(place, question, confirmLabel, action) {
@@ -88,27 +89,33 @@ function toolbar(filters, handlers, jobs) {
   return h("div", { class: "toolbar" }, jobSelect, handlerSelect, stateSelect);
 }
 
-function bulkBar(filters, count, ask, reload) {
+/** The bulk action names the dead letters listed, no more: when the list stops at its cap, the
+ * button says it re-drives the newest of them. */
+function bulkBar(filters, listed, ask, reload) {
+  const count = listed.length;
+  const capped = count >= LISTED * LISTED_PAGES;
   const place = h("span", { class: "confirm-place" });
   const scope = [filters.job_id ? "this job" : "every job", filters.handler ? `handler ${filters.handler}` : "every handler"].join(", ");
+  const what = capped ? `the ${count} newest open dead letters` : `all ${count} open dead letters`;
   const button = h("button", { type: "button", onclick: () => ask(place,
-    `Re-drive all ${count} open dead letters of ${scope}?`, "Re-drive all",
-    async () => { await redriveMatching(filters); await reload(); }) }, `Re-drive all ${count} matching`);
+    `Re-drive ${what} of ${scope}?`, "Re-drive all",
+    async () => { await redriveListed(filters, listed); await reload(); }) },
+  capped ? `Re-drive the ${count} newest` : `Re-drive all ${count} matching`);
   return h("div", { class: "toolbar bulk" }, button, place);
 }
 
-async function redriveMatching(filters) {
-  const body = { limit: REDRIVE_BATCH };
-  if (filters.job_id) body.job_id = filters.job_id;
-  if (filters.handler) body.handler = filters.handler;
+async function redriveListed(filters, listed) {
+  const filter = {};
+  if (filters.job_id) filter.job_id = filters.job_id;
+  if (filters.handler) filter.handler = filters.handler;
   let queued = 0;
   const skipped = [];
   try {
-    for (let call = 0; call < MAX_REDRIVE_CALLS; call += 1) {
-      const out = await post("/v1/dead-letters/redrive", body);
+    for (let start = 0; start < listed.length; start += REDRIVE_BATCH) {
+      const ids = listed.slice(start, start + REDRIVE_BATCH).map((run) => run.id);
+      const out = await post("/v1/dead-letters/redrive", { ...filter, ids });
       queued += out.requests.length;
       skipped.push(...out.skipped);
-      if (!out.more || !out.requests.length) break;
     }
   } catch (err) {
     notify(err.message, "error");
