@@ -3,7 +3,9 @@
 
 The store aggregates the window's executions (Store.execution_stats: every one of them, however
 many) and gathers what needs attention grouped by job (Store.attention): a few bounded queries
-whatever the number of jobs and runs, and no figure drawn from a sample.
+whatever the number of jobs and runs, and no figure drawn from a sample. A store that stops a
+long read at its time limit counts the newest executions first and says since when it counted:
+the answer is then `complete: false`, with `counted_since` and the reason.
 """
 
 from __future__ import annotations
@@ -102,6 +104,14 @@ class StatsOut(BaseModel):
     lag_p99_seconds: float | None
     lag_measured: int = Field(description="Occurrences the lag percentiles are of")
     buckets: list[Bucket]
+    complete: bool = Field(
+        description="False when the store stopped its read at its time limit: every figure "
+        "of the executions (totals, lag, buckets) is then of those due since counted_since only"
+    )
+    counted_since: datetime = Field(
+        description="The executions due from here on are counted: the window's start if complete"
+    )
+    partial_reason: str | None = Field(description="Why the figures are partial; null if whole")
     open_dead_letters: int
     attention: AttentionOut
 
@@ -129,9 +139,22 @@ async def stats(call: Call[StatsQuery, None]) -> Reply:
             lag_p99_seconds=figures.lag.p99,
             lag_measured=figures.lag.measured,
             buckets=buckets(figures, since, bucket_seconds),
+            complete=figures.counted_since is None,
+            counted_since=figures.counted_since or since,
+            partial_reason=partial_reason(figures, since),
             open_dead_letters=attention.dead_letters_total,
             attention=attention_out(attention, now),
         )
+    )
+
+
+def partial_reason(figures: ExecutionStats, since: datetime) -> str | None:
+    if figures.counted_since is None:
+        return None
+    left_out = (figures.counted_since - since).total_seconds()
+    return (
+        "the store stopped the read at its time limit: the window's oldest "
+        f"{left_out:g} s (executions due before counted_since) are not counted"
     )
 
 

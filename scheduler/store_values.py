@@ -221,12 +221,17 @@ class LagPercentiles:
 class ExecutionStats:
     """Executions due in [since, until), counted whole by the store, never a sample:
     `counts` by (status, handler); per bucket of `bucket_seconds` from `since`, by status, and
-    its fire lag. Skipped occurrences never started: they have no lag."""
+    its fire lag. Skipped occurrences never started: they have no lag.
+
+    A store that stops a long read counts the newest buckets first: `counted_since` is then the
+    start of the oldest bucket it counted whole (`until` if none), and what is due before it is
+    left out of every figure. None: the whole window is counted."""
 
     counts: dict[tuple[str, str], int]
     lag: LagPercentiles
     bucket_counts: list[dict[str, int]]
     bucket_lags: list[LagPercentiles]
+    counted_since: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

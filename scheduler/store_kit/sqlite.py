@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +32,16 @@ AT_ONCE_PER_CHECKPOINT = 500
 # The most rows a transaction run on the loop's thread may write: more (a batch's misfire skips,
 # up to a thousand a job) would hold the loop too long, so they go to the store's thread.
 AT_ONCE_MAX_ROWS = 1000
+# Connections that only read, each on a thread of its own, for the reads ops make (the API's):
+# in WAL mode they read beside the writer, so such a read never waits behind the engine's
+# writes, nor they behind it.
+READERS = 2
+# The longest a read on a reader may take, in seconds: past it, SQLite stops the read's
+# statement (it raises `interrupted`, see `read_stopped`), and the read answers with what it has
+# and says so, or fails saying why.
+READ_SECONDS = 5.0
+# How often, in SQLite's virtual-machine steps, a statement on a reader looks at the time.
+READ_CHECK_STEPS = 1000
 
 
 class SQLiteFile:
@@ -47,6 +59,9 @@ class SQLiteFile:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.THREAD)
         self._db: sqlite3.Connection | None = None  # the store's thread's
         self._loop_db: sqlite3.Connection | None = None  # the loop's, on a file only
+        self._readers: list[Reader] = []  # on a file only: memory is one connection's alone
+        self.read_seconds = READ_SECONDS
+        self.read_clock: Callable[[], float] = time.monotonic
         self._on_thread = 0  # calls handed to the thread and not yet returned to their caller
         self._at_once_since_checkpoint = 0
         self._checkpoints: set[asyncio.Task[None]] = set()
@@ -73,6 +88,16 @@ class SQLiteFile:
             return await loop.run_in_executor(self._executor, self._on_store_thread, fn)
         finally:
             self._on_thread -= 1
+
+    async def _in_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn`, a read, on the least busy reader's connection, within `read_seconds`. In
+        memory, where the store's thread holds the one database, on that thread, within the
+        same limit."""
+        limit = ReadLimit(self.read_clock, self.read_seconds)
+        if not self._readers:
+            return await self._in_thread(lambda db: limit.run(db, fn))
+        reader = min(self._readers, key=lambda each: each.queued)
+        return await reader.call(lambda db: limit.run(db, fn))
 
     def _on_store_thread(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._db is None:
@@ -106,6 +131,7 @@ class SQLiteFile:
             if self._path != ":memory:":
                 db = self._connect(busy_timeout_ms=0, autocheckpoint_pages=0)
                 self._loop_db = self._transactions(db)
+                await self._open_readers()
         except sqlite3.Error as exc:
             await self.close()
             error = StoreError(f"sqlite: cannot open {self._path}: {exc}")
@@ -121,6 +147,18 @@ class SQLiteFile:
         db.executescript(self.SCHEMA)
         self._db = self._transactions(self._connected(db))
         return self._db
+
+    async def _open_readers(self) -> None:
+        for number in range(READERS):
+            reader = Reader(f"{self.THREAD}-read-{number}")
+            self._readers.append(reader)
+            await reader.open(self._connect_reader)
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        """A connection that refuses to write (`query_only`) and never checkpoints."""
+        db = self._connect(busy_timeout_ms=BUSY_TIMEOUT_MS, autocheckpoint_pages=0)
+        db.execute("PRAGMA query_only=1")
+        return self._transactions(db)
 
     def _connect(self, *, busy_timeout_ms: int, autocheckpoint_pages: int) -> sqlite3.Connection:
         """A connection for the calling thread alone, in autocommit until `_transactions`."""
@@ -145,6 +183,9 @@ class SQLiteFile:
             return
         self._closed = True
         await asyncio.gather(*self._checkpoints, return_exceptions=True)
+        for reader in self._readers:
+            await reader.close()
+        self._readers = []
         if self._loop_db is not None:
             self._loop_db.close()
             self._loop_db = None
@@ -158,6 +199,76 @@ class SQLiteFile:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+class Reader:
+    """One connection that only reads, on a thread of its own."""
+
+    def __init__(self, thread_name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._db: sqlite3.Connection | None = None
+        self.queued = 0  # reads handed to its thread and not yet returned
+
+    async def open(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._db = await self._on_thread(connect)
+
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` with this reader's connection, on its thread."""
+        count_sqlite_transaction()
+        self.queued += 1
+        try:
+            return await self._on_thread(lambda: _left_on_its_thread(fn(self._connection())))
+        finally:
+            self.queued -= 1
+
+    async def close(self) -> None:
+        await self._on_thread(self._disconnect)
+        self._executor.shutdown(wait=True)
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise sqlite3.ProgrammingError("the database is not open")
+        return self._db
+
+    def _disconnect(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+class ReadLimit:
+    """The time a read may take: SQLite's progress handler, which its statements call every
+    READ_CHECK_STEPS steps, stops them once the time is up. A statement stopped raises an
+    OperationalError for which `read_stopped` is true, and so does every statement the read
+    starts after it."""
+
+    def __init__(self, clock: Callable[[], float], seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self._deadline = math.inf
+
+    def run(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._deadline = self.clock() + self.seconds
+        db.set_progress_handler(self._over, READ_CHECK_STEPS)
+        try:
+            return fn(db)
+        finally:
+            db.set_progress_handler(None, READ_CHECK_STEPS)
+
+    def _over(self) -> bool:
+        return self.clock() > self._deadline
+
+
+def read_stopped(exc: BaseException | None) -> bool:
+    """Whether `exc`, or what it was raised from, is a read stopped at its time limit."""
+    while exc is not None:
+        if isinstance(exc, sqlite3.OperationalError):
+            return exc.sqlite_errorcode == sqlite3.SQLITE_INTERRUPT
+        exc = exc.__cause__
+    return False
 
 
 def _left_on_its_thread(result: T) -> T:

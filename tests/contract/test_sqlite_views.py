@@ -1,10 +1,11 @@
 """What the SQLite store's views promise beyond the contract: a page of the jobs list, in either
 order and with a filter an index serves, reads about as many rows as it returns, however many
-jobs there are. Work is counted in SQLite's virtual-machine steps, not timed."""
+jobs there are. Work is counted in SQLite's virtual-machine steps, not timed: a read looks at its
+clock every READ_CHECK_STEPS steps, and the test's clock counts the looks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import T0, make_job
-from tests.contract.test_sqlite_store import steps_of
 from tickd.scheduler.model import ExecutionSummary, Job, Status
 from tickd.scheduler.ports import JobOrder, JobSearch
 from tickd.scheduler.store.sqlite import SQLiteStore
+from tickd.scheduler.store_kit import sqlite as kit
 
 PAGE = 50
 SEARCHES = {
@@ -39,6 +40,27 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
+STEPS_PER_LOOK = 10
+
+
+async def steps_of(
+    store: SQLiteStore, call: Callable[[], Awaitable[object]], monkeypatch: pytest.MonkeyPatch
+) -> int:
+    """SQLite's VM steps (to STEPS_PER_LOOK) the reads `call` makes take."""
+    looks = 0
+
+    def clock() -> float:
+        nonlocal looks
+        looks += 1
+        return 0.0
+
+    monkeypatch.setattr(kit, "READ_CHECK_STEPS", STEPS_PER_LOOK)
+    monkeypatch.setattr(store, "read_clock", clock)
+    await call()
+    reads = 1  # each read looks once at its start
+    return (looks - reads) * STEPS_PER_LOOK
+
+
 def jobs(count: int) -> list[Job]:
     failed = ExecutionSummary(execution_id="run", status=Status.FAILED, finished_at=T0)
     made = []
@@ -58,14 +80,14 @@ def others(count: int) -> list[Job]:
 
 @pytest.mark.parametrize("search", SEARCHES.values(), ids=SEARCHES.keys())
 async def test_a_page_reads_the_jobs_it_returns_not_every_job(
-    sqlite_store: SQLiteStore, search: JobSearch
+    sqlite_store: SQLiteStore, search: JobSearch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await sqlite_store.insert_missing_jobs(jobs(300))
 
     async def page() -> None:
         assert len(await sqlite_store.search_jobs(search)) == PAGE
 
-    few = await steps_of(sqlite_store, page)
+    few = await steps_of(sqlite_store, page, monkeypatch)
     await sqlite_store.insert_missing_jobs(others(6_000))
-    many = await steps_of(sqlite_store, page)
+    many = await steps_of(sqlite_store, page, monkeypatch)
     assert many < 2 * few, (few, many)

@@ -15,6 +15,7 @@ from tickd.scheduler.store.sqlite.rows import job_from_row
 from tickd.scheduler.store.sqlite.schema import SCHEMA, add_missing_columns
 from tickd.scheduler.store_kit.sqlite import (
     SQLiteFile,
+    read_stopped,
 )
 
 T = TypeVar("T")
@@ -22,7 +23,7 @@ T = TypeVar("T")
 
 class SQLiteTables(SQLiteFile):
     """One transaction per call, on the connection of the thread it runs on; its errors as
-    StoreError."""
+    StoreError. The reads ops make (`_read`) run on the readers, within their time limit."""
 
     SCHEMA = SCHEMA
 
@@ -41,6 +42,31 @@ class SQLiteTables(SQLiteFile):
 
         return await self._in_thread(call, at_once=at_once)
 
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn`, a read, in one transaction (one snapshot) on a reader. A read stopped at its
+        time limit is a StoreError saying so; a read that answers in part catches the stop
+        itself (`read_stopped`)."""
+
+        def call(db: sqlite3.Connection) -> T:
+            try:
+                db.execute("BEGIN")  # sqlite3 begins a transaction itself only to write
+                try:
+                    return fn(db)
+                finally:
+                    db.rollback()
+            except sqlite3.Error as exc:
+                if read_stopped(exc):
+                    stopped = StoreError(
+                        f"sqlite: the read took over {self.read_seconds:g} s and was stopped"
+                    )
+                    stopped.transient = False  # the same read takes as long again
+                    raise stopped from exc
+                error = StoreError(f"sqlite: {exc}")
+                error.transient = not isinstance(exc, sqlite3.IntegrityError)
+                raise error from exc
+
+        return await self._in_reader(call)
+
     def _connected(self, db: sqlite3.Connection) -> sqlite3.Connection:
         add_missing_columns(db)
         return db
@@ -54,9 +80,9 @@ class SQLiteTables(SQLiteFile):
         await self._run(lambda db: db.execute("SELECT 1").fetchone())
 
     async def _jobs(self, sql: str, args: Sequence[Any]) -> list[Job]:
-        rows = await self._run(lambda db: db.execute(sql, args).fetchall())
+        rows = await self._read(lambda db: db.execute(sql, args).fetchall())
         return [job_from_row(row) for row in rows]
 
     async def _one_job(self, sql: str, args: tuple[Any, ...]) -> Job | None:
-        row = await self._run(lambda db: db.execute(sql, args).fetchone())
+        row = await self._read(lambda db: db.execute(sql, args).fetchone())
         return None if row is None else job_from_row(row)

@@ -1,8 +1,11 @@
 """The embedded store: one SQLite file in WAL mode, for a fresh checkout and single-host setups.
 
-sqlite3 blocks, so every statement runs on one dedicated thread that owns the connection; a batch
-of the engine is one transaction there, not one per job. Times are integer microseconds since the
-epoch, so a compare-and-set compares exactly what it read.
+sqlite3 blocks, so every write runs on one dedicated thread that owns the writing connection (or,
+a small batch of the engine's, on the loop's own); a batch of the engine is one transaction there,
+not one per job. The reads ops make run on reader connections of their own, on threads of their
+own, each within a time limit: WAL lets them read beside the writer, so they never hold up the
+engine. Times are integer microseconds since the epoch, so a compare-and-set compares exactly what
+it read.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from tickd.scheduler.store.views import (
     group_by_job,
     lag_percentiles,
 )
+from tickd.scheduler.store_kit.sqlite import read_stopped
 
 LAST_STATUS = "json_extract(last_execution, '$.status')"
 # No index leads with `enabled`: a boolean narrows little, and SQLite's planner would take one
@@ -113,37 +115,64 @@ def _read_pages(
     return rows
 
 
-# Each occurrence's first start (a retry of it starts late by design, and is not fire lag),
-# skipped ones left out (they never started); `{bucket}` is an expression of its due time.
+# Each occurrence's first start in a bucket (a retry of it starts late by design, and is not fire
+# lag), skipped ones left out (they never started).
 FIRST_STARTS = """
-SELECT {bucket}, max(min(started_at) - scheduled_at, 0) FROM executions
+SELECT max(min(started_at) - scheduled_at, 0) FROM executions
 WHERE scheduled_at >= ? AND scheduled_at < ? AND started_at IS NOT NULL AND status != 'skipped'
 GROUP BY job_id, scheduled_at, shard
 """
 COUNTS = """
-SELECT {bucket} AS bucket, status, handler, count(*) FROM executions
-WHERE scheduled_at >= ? AND scheduled_at < ? GROUP BY bucket, status, handler
+SELECT status, handler, count(*) FROM executions
+WHERE scheduled_at >= ? AND scheduled_at < ? GROUP BY status, handler
 """
 
 
-def window_stats(
-    db: sqlite3.Connection, window: tuple[int, int], bucket: str, buckets: int
-) -> ExecutionStats:
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """A window of executions' due times, [start, end) in microseconds, cut in `count` buckets
+    of `width`; the last one ends with the window."""
+
+    start: int
+    end: int
+    width: int
+    count: int
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        last = index == self.count - 1
+        return self.start + index * self.width, self.end if last else self.start + (
+            index + 1
+        ) * self.width
+
+
+def window_stats(db: sqlite3.Connection, buckets: Buckets) -> ExecutionStats:
     """The window's counts, by SQL; its fire lag percentiles from each occurrence's lag, which
-    SQL finds (SQLite's window functions take longer to rank them than a sort here does)."""
+    SQL finds (SQLite's window functions take longer to rank them than a sort here does). Read a
+    bucket at a time, the newest first: a read stopped at its time limit answers with the
+    buckets it counted whole, and says since when it counted."""
     counts: dict[tuple[str, str], int] = {}
-    bucket_counts: list[dict[str, int]] = [{} for _ in range(buckets)]
-    for index, status, handler, count in db.execute(COUNTS.format(bucket=bucket), window):
-        counts[(status, handler)] = counts.get((status, handler), 0) + count
-        bucket_counts[index][status] = bucket_counts[index].get(status, 0) + count
-    lags: list[list[float]] = [[] for _ in range(buckets)]
-    for index, lag in db.execute(FIRST_STARTS.format(bucket=bucket), window):
-        lags[index].append(lag / MICROS)
+    bucket_counts: list[dict[str, int]] = [{} for _ in range(buckets.count)]
+    lags: list[list[float]] = [[] for _ in range(buckets.count)]
+    counted_since = None
+    for index in reversed(range(buckets.count)):
+        bounds = buckets.bounds(index)
+        try:
+            rows = db.execute(COUNTS, bounds).fetchall()
+            lags[index] = [lag / MICROS for (lag,) in db.execute(FIRST_STARTS, bounds)]
+        except sqlite3.OperationalError as exc:
+            if not read_stopped(exc):
+                raise
+            counted_since = from_micros(bounds[1])
+            break
+        for status, handler, count in rows:
+            counts[(status, handler)] = counts.get((status, handler), 0) + count
+            bucket_counts[index][status] = bucket_counts[index].get(status, 0) + count
     return ExecutionStats(
         counts=counts,
         lag=lag_percentiles([lag for bucket_lags in lags for lag in bucket_lags]),
         bucket_counts=bucket_counts,
         bucket_lags=[lag_percentiles(bucket_lags) for bucket_lags in lags],
+        counted_since=counted_since,
     )
 
 
@@ -248,25 +277,27 @@ class SQLiteViews(SQLiteTables):
 
     async def search_jobs(self, search: JobSearch) -> list[Job]:
         reads = page_reads(search)
-        rows = await self._run(lambda db: _read_pages(db, reads, search.limit))
+        rows = await self._read(lambda db: _read_pages(db, reads, search.limit))
         return [job_from_row(row) for row in rows]
 
     async def count_jobs(self, search: JobSearch) -> int:
         where, args = search_filters(search)
         sql = f"SELECT count(*) FROM jobs{_where(where)}"
-        return int((await self._run(lambda db: db.execute(sql, args).fetchone()))[0])
+        return int((await self._read(lambda db: db.execute(sql, args).fetchone()))[0])
 
     async def execution_stats(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> ExecutionStats:
-        window = (exact_micros(since), exact_micros(until))
-        buckets = bucket_count(since, until, bucket_seconds)
-        width = bucket_seconds * MICROS
-        bucket = f"min(max((scheduled_at - {window[0]}) / {width}, 0), {buckets - 1})"
-        return await self._run(lambda db: window_stats(db, window, bucket, buckets))
+        buckets = Buckets(
+            start=exact_micros(since),
+            end=exact_micros(until),
+            width=bucket_seconds * MICROS,
+            count=bucket_count(since, until, bucket_seconds),
+        )
+        return await self._read(lambda db: window_stats(db, buckets))
 
     async def attention(
         self, since: datetime, until: datetime, late_before: datetime, *, limit: int
     ) -> Attention:
         window = (exact_micros(since), exact_micros(until))
-        return await self._run(lambda db: read_attention(db, window, late_before, limit))
+        return await self._read(lambda db: read_attention(db, window, late_before, limit))
