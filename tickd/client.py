@@ -23,8 +23,13 @@ at fault); a write with a stale If-Match raises PreconditionFailed; an answer th
 (some other server's) raises NotTickd, never pydantic's ValidationError. Calls that are safe to
 repeat (GET, DELETE, and PUT with If-Match) are retried with backoff on 503 and on connection
 failures; others never are, since a repeated POST could run a job twice. The token goes in the
-Authorization header only: never in a repr or an error message. Redirects are not followed, so
-the token is never sent to where one points.
+Authorization header only: never in a repr or an error message, even one quoting what a server
+echoed back. Redirects are not followed, so the token is never sent to where one points.
+
+A server is not trusted to behave: `timeout` bounds a whole call (connecting, sending, every
+read of the body, the retries and their waits), an answer's body is refused past
+`max_response_bytes` once decoded, a Retry-After that is not a sane delay is ignored, and a list
+that hands back a cursor it gave before stops with ProtocolError instead of looping.
 """
 
 from __future__ import annotations
@@ -32,11 +37,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -85,7 +93,9 @@ __all__ = [
     "NotTickd",
     "Page",
     "PreconditionFailed",
+    "ProtocolError",
     "Request",
+    "ResponseTooLarge",
     "Retry",
     "ServiceUnavailable",
     "Timeout",
@@ -95,6 +105,9 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+# The longest wait a server's Retry-After can ask for; more is a broken or hostile server.
+RETRY_AFTER_LIMIT_SECONDS = 300.0
 
 # Every operation of /openapi.json (its operationId) and the method of Client and AsyncClient
 # that calls it; tests/client checks the document against this table.
@@ -145,7 +158,7 @@ class TransportFailed(ClientError):
 
 
 class Timeout(TransportFailed):
-    """No answer within the client's timeout."""
+    """No whole answer within the client's timeout, which bounds the call from start to end."""
 
 
 class BadUrl(ClientError, ValueError):
@@ -156,6 +169,15 @@ class BadUrl(ClientError, ValueError):
 class NotTickd(ClientError):
     """An answer, but not one the tickd API gives: some other server, a proxy's page, a
     redirect (the API never sends one)."""
+
+
+class ProtocolError(ClientError):
+    """An answer that breaks the API's rules in a way that would make the call go on without
+    end: a list handing back a cursor it gave before, a body the client cannot decode."""
+
+
+class ResponseTooLarge(ProtocolError):
+    """An answer's body, once decoded, larger than the client's `max_response_bytes`."""
 
 
 @dataclass(frozen=True)
@@ -249,9 +271,12 @@ def _excerpt(response: httpx.Response) -> str | None:
 
 
 def _not_tickd(response: httpx.Response, what: str) -> NotTickd:
-    request = response.request
-    where = f"{request.method} {shown_url(str(request.url.copy_with(query=None)))}"
+    where = _where(response.request)
     return NotTickd(f"{where} answered {response.status_code}, {what}: is it the tickd API?")
+
+
+def _where(request: httpx.Request) -> str:
+    return f"{request.method} {shown_url(str(request.url.copy_with(query=None)))}"
 
 
 def checked_url(base_url: str) -> str:
@@ -288,6 +313,158 @@ def _transport_failed(exc: httpx.TransportError) -> TransportFailed:
     return kind(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
+@dataclass(frozen=True)
+class _Masking:
+    """The token in each form a server may echo it back (as sent, percent-encoded,
+    form-encoded), masked in every error the client raises, with any other credential
+    scrub_text finds: an error body, a header quoted by the HTTP parser, a redirect's URL."""
+
+    forms: tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def of(cls, token: str | None) -> _Masking:
+        if not token:
+            return cls()
+        forms = {token, quote(token, safe=""), quote_plus(token, safe="")}
+        return cls(tuple(sorted(forms, key=len, reverse=True)))
+
+    def text(self, text: str) -> str:
+        for form in self.forms:
+            text = text.replace(form, MASK)
+        return scrub_text(text)
+
+    def error(self, exc: ClientError) -> ClientError:
+        """`exc` again, with the token masked in its message and every field it carries."""
+        if isinstance(exc, ApiError):
+            return type(exc)(Problem.model_validate(self._value(exc.problem.model_dump())))
+        return type(exc)(self.text(str(exc)))
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self._value(item) for item in value]
+        if isinstance(value, dict):
+            return {self._value(key): self._value(item) for key, item in value.items()}
+        return value
+
+
+# -- the limits of one call -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """When a call must have its whole answer, on the monotonic clock (None: never). httpx's
+    timeouts bound each network operation alone: a server sending a byte at a time would keep
+    a call going for ever, so each operation gets only what is left of the call's time."""
+
+    at: float | None
+    seconds: float | None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> _Deadline:
+        return cls(None if seconds is None else time.monotonic() + seconds, seconds)
+
+    def remaining(self) -> float | None:
+        """The seconds left (None: no limit); raises httpx.TimeoutException when none are."""
+        if self.at is None:
+            return None
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise self.ran_out()
+        return left
+
+    def allows(self, wait: float) -> bool:
+        """A wait of `wait` seconds, and then an attempt, still fit in the call's time."""
+        return self.at is None or time.monotonic() + wait < self.at
+
+    def operation_timeouts(self) -> httpx.Timeout:
+        return httpx.Timeout(self.remaining())
+
+    def ran_out(self) -> httpx.TimeoutException:
+        return httpx.TimeoutException(f"no whole answer within the timeout of {self.seconds:g} s")
+
+
+class _Body:
+    """An answer's body as it arrives, decoded here (gzip, deflate or none: what the client
+    asks for) so that its decoded size is counted before it is held, and refused past `limit`
+    bytes: a few kilobytes of gzip may decode to gigabytes."""
+
+    def __init__(self, response: httpx.Response, limit: int) -> None:
+        self.response = response
+        self.limit = limit
+        self.data = bytearray()
+        # A transport may answer from memory (a test's, a proxy setup's), its body decoded.
+        self.held = response.is_stream_consumed
+        self.decoder = None if self.held else _decoder(response)
+        if self.held:
+            self._keep(response.content)
+
+    def take(self, raw: bytes) -> None:
+        if self.decoder is None:
+            self._keep(raw)
+            return
+        pending = raw
+        try:
+            while pending:
+                # Never more than one byte past the limit at once, however dense the input.
+                self._keep(self.decoder.decompress(pending, self.limit - len(self.data) + 1))
+                pending = self.decoder.unconsumed_tail
+        except zlib.error as exc:
+            raise self._undecodable(exc) from None
+
+    def answer(self) -> httpx.Response:
+        """The whole answer, its body decoded, as the operations read it."""
+        if self.decoder is not None:
+            try:
+                self._keep(self.decoder.flush())
+            except zlib.error as exc:
+                raise self._undecodable(exc) from None
+        response = self.response
+        # As sent, in bytes: a server may send any byte in a header, which would not encode again.
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _FRAMING]
+        extensions = {k: v for k, v in response.extensions.items() if k in _KEPT_EXTENSIONS}
+        return httpx.Response(
+            response.status_code,
+            headers=headers,
+            content=bytes(self.data),
+            request=response.request,
+            extensions=extensions,
+        )
+
+    def _keep(self, piece: bytes) -> None:
+        if len(self.data) + len(piece) > self.limit:
+            raise ResponseTooLarge(
+                f"{_where(self.response.request)} answered more than {self.limit:,} bytes "
+                "(max_response_bytes); the rest was not read"
+            )
+        self.data += piece
+
+    def _undecodable(self, exc: zlib.error) -> ProtocolError:
+        encoding = self.response.headers.get("Content-Encoding")
+        where = _where(self.response.request)
+        return ProtocolError(f"{where} answered a body that is not valid {encoding}: {exc}")
+
+
+# Headers about the body as it was sent, no longer true of it decoded.
+_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
+_KEPT_EXTENSIONS = frozenset({"http_version", "reason_phrase"})
+ACCEPTED_ENCODINGS = "gzip, deflate"
+
+
+def _decoder(response: httpx.Response) -> Any:
+    """A zlib decompressor for the body's Content-Encoding; None for none."""
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or a zlib header, read
+    raise ProtocolError(
+        f"{_where(response.request)} answered in the Content-Encoding {encoding[:40]!r}, "
+        f"which the client does not ask for (it accepts {ACCEPTED_ENCODINGS})"
+    )
+
+
 # -- retries --------------------------------------------------------------------------------------
 
 
@@ -301,12 +478,43 @@ class Retry:
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 10.0
 
-    def delay(self, attempt: int, retry_after: str | None = None) -> float:
-        """The wait after the `attempt`th try failed (1 for the first)."""
+    def delay(
+        self, attempt: int, retry_after: str | None = None, *, now: datetime | None = None
+    ) -> float:
+        """The wait after the `attempt`th try failed (1 for the first): the server's
+        Retry-After when it is a delay or a date retry_after_seconds reads, else the backoff."""
         wanted = self.backoff_seconds * 2.0 ** (attempt - 1)
-        if retry_after is not None and retry_after.strip().isdigit():
-            wanted = float(retry_after)
+        asked = retry_after_seconds(retry_after, now=now)
+        if asked is not None:
+            wanted = asked
         return min(wanted, self.max_backoff_seconds)
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """The wait a Retry-After header asks for: delay-seconds (ASCII digits) or an HTTP-date
+    (one already past: no wait), at most RETRY_AFTER_LIMIT_SECONDS. None when there is none or
+    it is neither (`soon`, `-5`, `1e309`, `²`): the caller's own backoff applies then."""
+    if value is None:
+        return None
+    text = value.strip()
+    if _DELAY_SECONDS.fullmatch(text):
+        # Twelve digits are past the limit already; thousands of them need not be read.
+        return (
+            RETRY_AFTER_LIMIT_SECONDS
+            if len(text) > 12
+            else min(float(text), RETRY_AFTER_LIMIT_SECONDS)
+        )
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # `-0000`: UTC, its offset unknown to the sender
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return min(max(seconds, 0.0), RETRY_AFTER_LIMIT_SECONDS)
+
+
+_DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
 
 
 NO_RETRY = Retry(attempts=1)
@@ -558,39 +766,70 @@ _ops = _Operations
 
 
 def _headers(token: str | None) -> dict[str, str]:
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": "application/json", "Accept-Encoding": ACCEPTED_ENCODINGS}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     return headers
 
 
-def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
-    return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+def _checked_limits(timeout: float | None, max_response_bytes: int) -> None:
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout: {timeout!r} is not a number of seconds above 0 (or None)")
+    if max_response_bytes < 1:
+        raise ValueError(f"max_response_bytes: {max_response_bytes!r} is not 1 or more")
 
 
 class _Base:
     retry: Retry
+    timeout: float | None
+    max_response_bytes: int
+    _masking: _Masking
 
     def _wait_after_failure(
-        self, request: Request[Any], attempt: int, exc: httpx.TransportError
+        self, request: Request[Any], attempt: int, exc: httpx.TransportError, deadline: _Deadline
     ) -> float:
         """How long to wait before sending `request` again after no answer came; raises
         TransportFailed when it is not sent again."""
-        if not self._again(request, attempt):
+        wait = self.retry.delay(attempt)
+        if not self._again(request, attempt) or not deadline.allows(wait):
             raise _transport_failed(exc) from None
-        return self.retry.delay(attempt)
+        return wait
 
     def _wait_after_answer(
-        self, request: Request[Any], attempt: int, response: httpx.Response
+        self, request: Request[Any], attempt: int, response: httpx.Response, deadline: _Deadline
     ) -> float | None:
         """How long to wait before sending `request` again after this answer; None: the
         answer is final."""
         if not request.unavailable(response) or not self._again(request, attempt):
             return None
-        return self.retry.delay(attempt, response.headers.get("Retry-After"))
+        wait = self.retry.delay(attempt, response.headers.get("Retry-After"))
+        return wait if deadline.allows(wait) else None
 
     def _again(self, request: Request[Any], attempt: int) -> bool:
         return request.repeatable and attempt < self.retry.attempts
+
+    def _next_cursor(
+        self, listing: _Listing[Page[Any]], page: Page[Any], seen: set[str]
+    ) -> str | None:
+        """The cursor of the page after `page`; ProtocolError when it was given before, since
+        following it would go round the same pages for ever."""
+        cursor = page.next_cursor
+        if cursor is not None and cursor in seen:
+            shown = cursor if len(cursor) <= 80 else f"{cursor[:80]}..."
+            raise self._masking.error(
+                ProtocolError(
+                    f"GET {listing.path} gave the cursor {shown!r} a second time: following it "
+                    "would never end (the items before it were given once each)"
+                )
+            )
+        if cursor is not None:
+            seen.add(cursor)
+        return cursor
+
+
+def _cursors_seen(listing: _Listing[Any]) -> set[str]:
+    start = getattr(listing.query, "cursor", None)
+    return set() if start is None else {start}
 
 
 class Client(_Base):
@@ -601,15 +840,20 @@ class Client(_Base):
         base_url: str,
         token: str | None = None,
         *,
-        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_SECONDS,
+        timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
         retry: Retry = Retry(),
         transport: httpx.BaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
+        _checked_limits(timeout, max_response_bytes)
         self.retry = retry
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
+        self._masking = _Masking.of(token)
         self._http = httpx.Client(
             base_url=checked_url(base_url),
             headers=_headers(token),
-            timeout=_timeout(timeout),
+            timeout=httpx.Timeout(timeout),
             transport=transport,
             follow_redirects=False,
         )
@@ -632,33 +876,52 @@ class Client(_Base):
         self._http.close()
 
     def send(self, request: Request[T]) -> T:
-        """Send `request`, again after a 503 or a connection failure while it is repeatable."""
+        """Send `request`, again after a 503 or a connection failure while it is repeatable,
+        all within the client's timeout."""
+        try:
+            return self._send(request, _Deadline.after(self.timeout))
+        except ClientError as exc:
+            raise self._masking.error(exc) from None
+
+    def _send(self, request: Request[T], deadline: _Deadline) -> T:
         attempt = 1
         while True:
             try:
-                response = self._http.request(
-                    request.method,
-                    request.path,
-                    params=request.params,
-                    json=request.body,
-                    headers=request.headers,
-                )
+                response = self._exchange(request, deadline)
             except httpx.TransportError as exc:
-                wait = self._wait_after_failure(request, attempt, exc)
+                wait = self._wait_after_failure(request, attempt, exc, deadline)
             else:
-                after = self._wait_after_answer(request, attempt, response)
+                after = self._wait_after_answer(request, attempt, response, deadline)
                 if after is None:
                     return request.result(response)
                 wait = after
             time.sleep(wait)
             attempt += 1
 
+    def _exchange(self, request: Request[Any], deadline: _Deadline) -> httpx.Response:
+        """One attempt: the answer read whole, each read given only what is left of the
+        call's time (httpcore reads the request's timeout extension at every read)."""
+        with self._http.stream(
+            request.method,
+            request.path,
+            params=request.params,
+            json=request.body,
+            headers=request.headers,
+            timeout=deadline.operation_timeouts(),
+        ) as response:
+            body = _Body(response, self.max_response_bytes)
+            for raw in () if body.held else response.iter_raw():
+                body.take(raw)
+                response.request.extensions["timeout"] = deadline.operation_timeouts().as_dict()
+            return body.answer()
+
     def _items(self, listing: _Listing[Page[I]]) -> Iterator[I]:
+        seen = _cursors_seen(listing)
         cursor: str | None = None
         while True:
             page = self.send(listing.at(cursor))
             yield from page.items
-            cursor = page.next_cursor
+            cursor = self._next_cursor(listing, page, seen)
             if cursor is None:
                 return
 
@@ -812,15 +1075,20 @@ class AsyncClient(_Base):
         base_url: str,
         token: str | None = None,
         *,
-        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_SECONDS,
+        timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
         retry: Retry = Retry(),
         transport: httpx.AsyncBaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
+        _checked_limits(timeout, max_response_bytes)
         self.retry = retry
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
+        self._masking = _Masking.of(token)
         self._http = httpx.AsyncClient(
             base_url=checked_url(base_url),
             headers=_headers(token),
-            timeout=_timeout(timeout),
+            timeout=httpx.Timeout(timeout),
             transport=transport,
             follow_redirects=False,
         )
@@ -843,34 +1111,56 @@ class AsyncClient(_Base):
         await self._http.aclose()
 
     async def send(self, request: Request[T]) -> T:
-        """Send `request`, again after a 503 or a connection failure while it is repeatable."""
+        """Send `request`, again after a 503 or a connection failure while it is repeatable,
+        all within the client's timeout."""
+        try:
+            return await self._send(request, _Deadline.after(self.timeout))
+        except ClientError as exc:
+            raise self._masking.error(exc) from None
+
+    async def _send(self, request: Request[T], deadline: _Deadline) -> T:
         attempt = 1
         while True:
             try:
-                response = await self._http.request(
-                    request.method,
-                    request.path,
-                    params=request.params,
-                    json=request.body,
-                    headers=request.headers,
-                )
+                response = await self._exchange(request, deadline)
             except httpx.TransportError as exc:
-                wait = self._wait_after_failure(request, attempt, exc)
+                wait = self._wait_after_failure(request, attempt, exc, deadline)
             else:
-                after = self._wait_after_answer(request, attempt, response)
+                after = self._wait_after_answer(request, attempt, response, deadline)
                 if after is None:
                     return request.result(response)
                 wait = after
             await asyncio.sleep(wait)
             attempt += 1
 
+    async def _exchange(self, request: Request[Any], deadline: _Deadline) -> httpx.Response:
+        """One attempt: the answer read whole, cancelled when the call's time runs out."""
+        try:
+            async with asyncio.timeout(deadline.remaining()):
+                async with self._http.stream(
+                    request.method,
+                    request.path,
+                    params=request.params,
+                    json=request.body,
+                    headers=request.headers,
+                    timeout=deadline.operation_timeouts(),
+                ) as response:
+                    body = _Body(response, self.max_response_bytes)
+                    if not body.held:
+                        async for raw in response.aiter_raw():
+                            body.take(raw)
+                    return body.answer()
+        except TimeoutError:
+            raise deadline.ran_out() from None
+
     async def _items(self, listing: _Listing[Page[I]]) -> AsyncIterator[I]:
+        seen = _cursors_seen(listing)
         cursor: str | None = None
         while True:
             page = await self.send(listing.at(cursor))
             for item in page.items:
                 yield item
-            cursor = page.next_cursor
+            cursor = self._next_cursor(listing, page, seen)
             if cursor is None:
                 return
 
