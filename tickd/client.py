@@ -881,7 +881,9 @@ class Client(_Base):
         try:
             return self._send(request, _Deadline.after(self.timeout))
         except ClientError as exc:
-            raise self._masking.error(exc) from None
+            failure = self._masking.error(exc)
+        # Raised outside the handler: the unmasked errors are not kept as its context either.
+        raise failure from None
 
     def _send(self, request: Request[T], deadline: _Deadline) -> T:
         attempt = 1
@@ -1116,7 +1118,9 @@ class AsyncClient(_Base):
         try:
             return await self._send(request, _Deadline.after(self.timeout))
         except ClientError as exc:
-            raise self._masking.error(exc) from None
+            failure = self._masking.error(exc)
+        # Raised outside the handler: the unmasked errors are not kept as its context either.
+        raise failure from None
 
     async def _send(self, request: Request[T], deadline: _Deadline) -> T:
         attempt = 1
