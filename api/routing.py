@@ -285,7 +285,7 @@ def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResp
             return reply
         if reply.body is None:
             return web.Response(status=reply.status, headers=reply.headers)
-        text = reply.body.model_dump_json()
+        text = safejson.model_json(reply.body)
         return web.Response(
             status=reply.status, text=text, content_type="application/json", headers=reply.headers
         )

@@ -1,10 +1,11 @@
-"""JSON from the other side of a connection, read with a bound on how deeply it nests.
+"""JSON from the other side of a connection, read with a bound on how deeply it nests; and the
+API's models as JSON, whatever text a store holds.
 
 Python's parser recurses once per level and fails with RecursionError about a thousand levels
 down, which no caller expects; and a store takes far fewer levels (MongoDB: 100). So the depth is
 measured before anything is parsed, in time linear in the size and without recursion, and a text
-nested too deeply is refused as what it is: TooDeep, a ValueError. The standard library alone, so
-that the client can use it too.
+nested too deeply is refused as what it is: TooDeep, a ValueError. Reading needs the standard
+library alone, so that the client can use it too.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import json
 from array import array
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol
+
+from tickd.scheduler.outcomes import storable_text
 
 # No body the API takes nests this deeply (a job's params included): far below what the stores
 # and parsers allow.
@@ -49,3 +52,29 @@ def depth(raw: bytes) -> int:
     outside_strings = b"".join(unescaped.split(b'"')[::2])
     steps = array("b", outside_strings.translate(_STEPS, _NOT_BRACKETS))
     return max(accumulate(steps), default=0)
+
+
+class _Model(Protocol):
+    def model_dump_json(self) -> str: ...
+
+    def model_dump(self, *, mode: str) -> Any: ...
+
+
+def model_json(model: _Model) -> str:
+    """The model's JSON, as pydantic writes it; or, where a string in it holds what UTF-8 cannot
+    encode (a lone surrogate, stored before runs' text was made storable, or written to the
+    store by hand), the same with each such character escaped (storable_text), not a 500."""
+    try:
+        return model.model_dump_json()
+    except ValueError:  # pydantic's PydanticSerializationError: UnicodeEncodeError within
+        plain = encodable(model.model_dump(mode="json"))
+        return json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+
+
+def encodable(value: Any) -> Any:
+    """A copy of a JSON-ready value with its strings and keys made storable_text."""
+    if isinstance(value, dict):
+        return {storable_text(str(k)): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(item) for item in value]
+    return storable_text(value) if isinstance(value, str) else value

@@ -4,11 +4,14 @@ and the API's values in a few characters (times, durations, schedules)."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
+
+from tickd.api.safejson import encodable
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -23,8 +26,17 @@ def dumped(model: BaseModel) -> Json:
     return model.model_dump(mode="json")
 
 
+def encodable_output() -> None:
+    """stdout and stderr write a character UTF-8 cannot encode (a lone surrogate in what a
+    server sent) as its escape, rather than stop the command halfway through its output."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    # Escaped before it is written: a `\ud800` the stream wrote would read as JSON's escape.
+    print(json.dumps(encodable(value), indent=2, ensure_ascii=False))
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, empty: str) -> None:
