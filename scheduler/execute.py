@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -18,6 +19,7 @@ import aiohttp
 
 from tickd.scheduler.backoff import backoff_delay
 from tickd.scheduler.config import Settings
+from tickd.scheduler.forked_children import ChildEndingThreads, end_if_forked
 from tickd.scheduler.handler_api import Handler, HandlerContext, Result
 from tickd.scheduler.http import safe_client_session
 from tickd.scheduler.leftovers import TasksEndingWithTheRun, run_task
@@ -71,7 +73,7 @@ class Executor:
         # Opened by the daemon, by name: each run sees those its handler declared.
         self.resources = resources
         # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
-        self._threads = ThreadPoolExecutor(settings.workers, thread_name_prefix="tickd-handler")
+        self._threads = ChildEndingThreads(settings.workers, thread_name_prefix="tickd-handler")
         # Handlers that outlived their cancellation: kept referenced until they end.
         self._stuck: set[asyncio.Future[Any]] = set()
         # One SSRF-safe HTTP session for all handlers, opened on first use (inside the loop).
@@ -326,11 +328,15 @@ async def _off_the_loop_if_large(
 
 async def _call_async(handler: Handler, ctx: HandlerContext) -> Result:
     with TasksEndingWithTheRun(ctx.job_name):
+        daemon = os.getpid()
         # Known to be async (Executor._is_async); a callable that lied fails the run with a
         # TypeError.
         value = cast(Awaitable[Result], handler(ctx))
         try:
-            return await value
+            try:
+                return await value
+            finally:  # what the handler raised, if it did
+                end_if_forked(daemon, sys.exc_info()[1], job=ctx.job_name)
         except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
             raise HandlerExit(exc) from None
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread
 import gc
 import logging
+import os
+import selectors
 import signal
+import threading
+import time
+from typing import Any
 
 from aiohttp import web
 
@@ -22,6 +28,7 @@ from tickd.app import (
     seed_at_boot,
 )
 from tickd.scheduler.config import ConfigError, Settings
+from tickd.scheduler.forked_children import ChildEndingThreads, end_forked_child
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.ports import Ports
@@ -31,6 +38,11 @@ from tickd.scheduler.store_kit import StartupAborted
 from tickd.scheduler.urls import is_loopback
 
 log = logging.getLogger("tickd.daemon")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# After the daemon stopped, how long the threads it leaves get to end (its handler threads, idle
+# by then, take milliseconds) before those still running are left behind.
+THREADS_END_WITHIN_SECONDS = 1.0
 
 
 async def run_daemon(
@@ -50,6 +62,10 @@ async def run_daemon(
         handlers=[r.name for r in registry],
     )
     metrics = Metrics()
+    loop = asyncio.get_running_loop()
+    # asyncio.to_thread's threads: a handler may fork on one too.
+    loop.set_default_executor(ChildEndingThreads(thread_name_prefix="asyncio"))
+    leave_the_daemon_in_forked_children(loop)
     log_alert_email_settings(registry, settings)
     # `tickd api` runs no handler: it opens only what the API itself serves from.
     resources = declared_resources(registry) if dispatcher else api_resources(registry)
@@ -62,6 +78,8 @@ async def run_daemon(
     except StartupAborted:
         log_event(log, "daemon.stopped_before_start", instance=settings.instance_id)
         return
+    finally:
+        _daemon["loop"] = None
     log_event(log, "daemon.stopped", instance=settings.instance_id)
 
 
@@ -120,10 +138,108 @@ def stop_on_signals(stop: asyncio.Event) -> None:
     """SIGHUP too: a closed terminal or a supervisor's reload sends it, and its default action
     kills the process mid-run, leaving its executions `running` until their leases lapse."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
     log_event(log, "daemon.stopping", signal=sig.name)
     stop.set()
+
+
+# -- a handler's forked children -----------------------------------------------------------------
+# A handler may fork (os.fork, multiprocessing's fork start method): the child is a copy of the
+# daemon, its loop, its store connections and its listening socket included. It runs the
+# handler's code only: back in tickd's code it ends (scheduler/forked_children.py).
+
+# The loop the daemon runs on and its thread, for the hook registered with os.register_at_fork.
+_daemon: dict[str, Any] = {}
+# The forking thread's signal mask from before the fork (_hold_stop_signals).
+_forking = threading.local()
+
+
+def leave_the_daemon_in_forked_children(loop: asyncio.AbstractEventLoop) -> None:
+    """Called at the daemon's start; the hook is registered once per process."""
+    if not _daemon:
+        os.register_at_fork(
+            before=_hold_stop_signals,
+            after_in_parent=_release_stop_signals,
+            after_in_child=_leave_the_daemon,
+        )
+    _daemon.update(loop=loop, thread=threading.get_ident(), forked_on_loop=False)
+
+
+def _hold_stop_signals() -> None:
+    """A stop signal sent to the child before it let go of the daemon's handlers (at once, as
+    multiprocessing's terminate() may) would reach the daemon: held until it has."""
+    if _daemon.get("loop") is not None:
+        _forking.held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _release_stop_signals() -> None:
+    held = getattr(_forking, "held", None)
+    if held is not None:
+        _forking.held = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _leave_the_daemon() -> None:
+    """In a child just forked from a running daemon: what it shares with the daemon is the
+    daemon's alone."""
+    if _daemon.get("loop") is None:
+        return
+    try:
+        # The pool's threads do not exist in the child; their registry would have its exit
+        # join the one thread left, the child's own (multiprocessing's children exit so).
+        concurrent.futures.thread._threads_queues.clear()  # type: ignore[attr-defined]
+        if _daemon["thread"] == threading.get_ident():
+            # Forked on the loop (an async handler): what the loop had queued is the daemon's;
+            # its next turn, should the child's code get back to it, ends the child.
+            _daemon["forked_on_loop"] = True
+            for handle in _daemon["loop"]._ready:
+                handle.cancel()
+        # The loop's signal plumbing: a signal sent to the child (multiprocessing's
+        # terminate()) would end neither process, and wake the daemon's loop to stop it.
+        signal.set_wakeup_fd(-1)
+        for sig in STOP_SIGNALS:
+            default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, default)
+    finally:
+        _release_stop_signals()
+
+
+class _ChildEndingSelector(selectors.DefaultSelector):
+    """The daemon loop's selector: waited on by a child forked on the loop, it ends the child."""
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if _daemon.get("forked_on_loop"):
+            end_forked_child(1, reason="back on the daemon's event loop")
+        return super().select(timeout)
+
+
+def daemon_loop() -> asyncio.AbstractEventLoop:
+    """The event loop `tickd run` and `tickd api` run on."""
+    return asyncio.SelectorEventLoop(_ChildEndingSelector())
+
+
+# -- threads left running -------------------------------------------------------------------------
+
+
+def end_past_leftover_threads(before: set[threading.Thread], code: int) -> None:
+    """After the daemon stopped: threads started meanwhile and still running (a handler's own,
+    not daemon threads, or a handler still running on the pool past its deadline) would keep
+    the process alive, as the interpreter joins them at exit. Given a moment to end, those
+    still running are named in the log, and the process ends without them."""
+    deadline = time.monotonic() + THREADS_END_WITHIN_SECONDS
+    for thread in _threads_since(before):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [thread.name for thread in _threads_since(before) if thread.is_alive()]
+    if not left:
+        return
+    log_event(log, "daemon.threads_left_running", level=logging.WARNING, threads=left)
+    logging.shutdown()  # flushes every log handler
+    os._exit(code)
+
+
+def _threads_since(before: set[threading.Thread]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in before and not t.daemon]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import threading
 
 from tickd.cli.completion import run_completion
 from tickd.cli.parser import build_parser
@@ -50,7 +51,7 @@ def _run_client(args: argparse.Namespace) -> int:
 def _run(settings: Settings, *, dispatcher: bool) -> int:
     # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
     from tickd.app import check_against_handlers, load_registry
-    from tickd.daemon import run_daemon, stop_on_signals
+    from tickd.daemon import daemon_loop, end_past_leftover_threads, run_daemon, stop_on_signals
     from tickd.scheduler.registry import RegistryError
     from tickd.seed.jobs import SeedError
 
@@ -66,11 +67,14 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
         stop_on_signals(stop)
         await run_daemon(settings, stop, registry, dispatcher=dispatcher)
 
+    threads_before = set(threading.enumerate())
     try:
-        asyncio.run(daemon())
+        with asyncio.Runner(loop_factory=daemon_loop) as runner:
+            runner.run(daemon())
     except (ConfigError, SeedError) as exc:
         print(f"tickd: {exc}", file=sys.stderr)
         return 2
+    end_past_leftover_threads(threads_before, code=0)
     return 0
 
 
