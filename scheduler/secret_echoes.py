@@ -1,12 +1,15 @@
 """A job's own secrets as its runs may return them: the secrets its params hold
 (secret_values), and every occurrence of them masked in what a far end sends back, as it is and
-encoded (mask_echoes, scrub_values), linear in the length of the text."""
+encoded (mask_echoes, scrub_values), linear in the length of the text; and in the lines a run
+logs (EchoMaskingLogger)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
+import logging
 import re
 from bisect import bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -114,6 +117,25 @@ def scrub_values(value: Any, secrets: Collection[str]) -> Any:
     findable = [secret for secret in secrets if separator not in secret]
     text = mask_echoes(separator.join(strings), findable)
     return _rebuilt(value, iter(text.split(separator)))
+
+
+class EchoMaskingLogger(logging.LoggerAdapter[logging.Logger]):
+    """A run's logger (a handler's ctx.logger): each line, its arguments put in, with the run's
+    secrets masked (mask_echoes), as a far end that echoed them may have put them there."""
+
+    def __init__(
+        self, logger: logging.Logger, extra: Mapping[str, object], secrets: Collection[str]
+    ) -> None:
+        super().__init__(logger, extra)
+        self.secrets = secrets
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if self.secrets and self.isEnabledFor(level):
+            line = logging.LogRecord(self.logger.name, level, "", 0, msg, args, None)
+            # A bad format string is left as it is: logging reports it when the line is written.
+            with contextlib.suppress(Exception):
+                msg, args = mask_echoes(line.getMessage(), self.secrets), ()
+        super().log(level, msg, *args, **kwargs)
 
 
 def _strings_of(value: Any) -> Iterator[str]:

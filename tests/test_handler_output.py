@@ -6,6 +6,7 @@ the secrets of the handler's settings masked where a far end echoes them."""
 from __future__ import annotations
 
 import json
+import logging
 import sysconfig
 from datetime import UTC, datetime
 from pathlib import Path
@@ -227,3 +228,24 @@ async def test_secrets_of_the_handlers_settings_echoed_back_are_masked(
     [first] = [a for a in run.attempt_log if a.error is not None]
     assert first.error is not None
     assert first.error.message == f"refused key {MASK} for {MASK}"
+
+
+@handler(secret_params={"account"})
+async def logs_what_came_back(ctx: HandlerContext) -> Result:
+    ctx.logger.warning("upstream echoed %s for %s", ctx.config["api_key"], ctx.params["account"])
+    ctx.logger.info(f"upstream said: unknown {ctx.config['api_key']}")
+    return None
+
+
+async def test_secrets_echoed_into_a_handlers_log_lines_are_masked(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = make_engine(
+        {"logs": logs_what_came_back}, handler_settings={"logs": {"api_key": SETTINGS_KEY}}
+    )
+    await h.add(make_job("logs", "logs", params={"account": "acct-771204"}))
+    with caplog.at_level(logging.INFO, logger="tickd.handler.logs"):
+        await h.engine.drain()
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "tickd.handler.logs"]
+    assert lines == [f"upstream echoed {MASK} for {MASK}", f"upstream said: unknown {MASK}"]
