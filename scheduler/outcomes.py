@@ -113,7 +113,7 @@ def plain_json(value: object, where: str, depth: int) -> Any:
     holds only by changing it is refused, naming where it is (NotJson): NaN and infinities,
     whole numbers beyond 64 bits, sets, bytes, other objects, keys that are not strings. A
     tuple is a list, and a date or a time is its ISO 8601 text, as every JSON encoder writes
-    them."""
+    them. A key's leading `$` and its dots are written in their full-width forms (_key)."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -143,7 +143,17 @@ def plain_json(value: object, where: str, depth: int) -> Any:
 def _key(key: object, where: str) -> str:
     if not isinstance(key, str):
         raise NotJson(where, f"keyed by a {type(key).__name__} ({key!r}): keys are strings")
-    return storable_text(key)
+    text = storable_text(key)
+    if text.startswith("$") or "." in text:
+        # MongoDB (FerretDB) refuses such a name in a stored document: on every store alike, it
+        # is written with the full-width forms instead, as MongoDB's manual suggests.
+        text = (FULL_WIDTH_DOLLAR + text[1:] if text.startswith("$") else text).replace(
+            ".", FULL_WIDTH_DOT
+        )
+    return text
+
+
+FULL_WIDTH_DOLLAR, FULL_WIDTH_DOT = "\uff04", "\uff0e"
 
 
 def _at(where: str, key: str) -> str:

@@ -249,3 +249,18 @@ async def test_secrets_echoed_into_a_handlers_log_lines_are_masked(
 
     lines = [r.getMessage() for r in caplog.records if r.name == "tickd.handler.logs"]
     assert lines == [f"upstream echoed {MASK} for {MASK}", f"upstream said: unknown {MASK}"]
+
+
+async def test_keys_mongodb_refuses_are_stored_in_full_width_on_every_store(
+    make_engine: EngineFactory,
+) -> None:
+    async def returns_odd_keys(ctx: HandlerContext) -> Result:
+        return {"$where": 1, "api.example.com": {"p99.9": 2}, "a$b": 3}
+
+    run = await run_once(make_engine, returns_odd_keys)
+    assert run.status is Status.SUCCESS
+    assert run.result == {
+        "\uff04where": 1,
+        "api\uff0eexample\uff0ecom": {"p99\uff0e9": 2},
+        "a$b": 3,
+    }
