@@ -123,6 +123,11 @@ def run_subprocess(ctx):
 def leak_thread(ctx):
     threading.Thread(target=threading.Event().wait, name="left-behind", daemon=False).start()
     return None
+
+
+async def leak_work_on_a_thread(ctx):
+    asyncio.get_running_loop().run_in_executor(None, threading.Event().wait)
+    return None
 '''
 
 ENTRY_POINTS = [
@@ -135,6 +140,7 @@ ENTRY_POINTS = [
     "multiprocessing_terminated",
     "run_subprocess",
     "leak_thread",
+    "leak_work_on_a_thread",
 ]
 
 
@@ -288,13 +294,17 @@ async def test_a_handler_running_a_subprocess_gets_its_output(daemon: Daemon) ->
     await still_works_and_stops(daemon)
 
 
+@pytest.mark.parametrize(
+    ("handler", "thread"), [("leak_thread", "left-behind"), ("leak_work_on_a_thread", "asyncio")]
+)
 async def test_a_thread_a_handler_left_running_does_not_keep_the_stopped_daemon_alive(
-    daemon: Daemon,
+    daemon: Daemon, handler: str, thread: str
 ) -> None:
-    assert (await daemon.run("leak_thread"))["status"] == "success"
+    assert (await daemon.run(handler))["status"] == "success"
 
     log = await daemon.stop()
 
     assert daemon.process.returncode == 0, log[-3000:]
     assert "daemon.stopped" in log
-    assert "left-behind" in log  # named, so that its handler can be found
+    assert "daemon.threads_left_running" in log
+    assert thread in log  # named, so that its handler can be found

@@ -63,8 +63,7 @@ async def run_daemon(
     )
     metrics = Metrics()
     loop = asyncio.get_running_loop()
-    # asyncio.to_thread's threads: a handler may fork on one too.
-    loop.set_default_executor(ChildEndingThreads(thread_name_prefix="asyncio"))
+    loop.set_default_executor(_DefaultThreads(thread_name_prefix="asyncio"))
     leave_the_daemon_in_forked_children(loop)
     log_alert_email_settings(registry, settings)
     # `tickd api` runs no handler: it opens only what the API itself serves from.
@@ -223,6 +222,15 @@ def daemon_loop() -> asyncio.AbstractEventLoop:
 
 
 # -- threads left running -------------------------------------------------------------------------
+
+
+class _DefaultThreads(ChildEndingThreads):
+    """The loop's default threads (asyncio.to_thread's, run_in_executor(None, ...)'s): a handler
+    may fork on one too, and may leave work on one that never ends. The loop's close does not
+    wait for that work: end_past_leftover_threads, after it, deals with what is left."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=cancel_futures)
 
 
 def end_past_leftover_threads(before: set[threading.Thread], code: int) -> None:
