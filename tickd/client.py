@@ -39,6 +39,7 @@ import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -365,24 +366,107 @@ class _Deadline:
     def after(cls, seconds: float | None) -> _Deadline:
         return cls(None if seconds is None else time.monotonic() + seconds, seconds)
 
-    def remaining(self) -> float | None:
-        """The seconds left (None: no limit); raises httpx.TimeoutException when none are."""
+    def left(self) -> float | None:
+        """The seconds an operation may still wait (None: no limit); never 0, which a socket
+        reads as "do not wait at all" rather than as a timeout."""
         if self.at is None:
             return None
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise self.ran_out()
-        return left
+        return max(self.at - time.monotonic(), _LEAST_WAIT_SECONDS)
+
+    def expired(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
 
     def allows(self, wait: float) -> bool:
         """A wait of `wait` seconds, and then an attempt, still fit in the call's time."""
         return self.at is None or time.monotonic() + wait < self.at
 
-    def operation_timeouts(self) -> httpx.Timeout:
-        return httpx.Timeout(self.remaining())
+    def timeouts(self) -> httpx.Timeout:
+        """What httpx waits for each operation of an attempt starting now."""
+        return httpx.Timeout(self.left())
 
     def ran_out(self) -> httpx.TimeoutException:
         return httpx.TimeoutException(f"no whole answer within the timeout of {self.seconds:g} s")
+
+
+_LEAST_WAIT_SECONDS = 0.001
+
+
+# The deadline of the blocking client's call in progress in this thread (or context).
+_CALL_DEADLINE: ContextVar[_Deadline | None] = ContextVar("tickd_client_deadline", default=None)
+
+
+def _clamped(timeout: float | None) -> float | None:
+    """`timeout`, or what is left of the call in progress if that is less."""
+    deadline = _CALL_DEADLINE.get()
+    left = None if deadline is None else deadline.left()
+    if left is None:
+        return timeout
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream:
+    """A connection of the blocking client whose every read and write waits at most what is
+    left of the call in progress. httpcore takes one read timeout for all the reads of a status
+    line and its headers, and one for all those of a body: a server sending a byte at a time
+    never trips it, and a blocking socket cannot be cancelled from outside."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data: bytes = self._stream.read(max_bytes, _clamped(timeout))
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _clamped(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> _DeadlineStream:
+        return _DeadlineStream(
+            self._stream.start_tls(ssl_context, server_hostname, _clamped(timeout))
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's network backend for the blocking client: its connections, each a
+    _DeadlineStream."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None, **options: Any
+    ) -> _DeadlineStream:
+        return _DeadlineStream(self._backend.connect_tcp(host, port, _clamped(timeout), **options))
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, **options: Any
+    ) -> _DeadlineStream:
+        return _DeadlineStream(
+            self._backend.connect_unix_socket(path, _clamped(timeout), **options)
+        )
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _blocking_transport() -> httpx.HTTPTransport:
+    """httpx's own transport, its connections bounded by the call's deadline. httpx gives no
+    way to pass httpcore a network backend, so the pool's is wrapped where httpcore keeps it;
+    should a release move it, the body's reads are still bounded between chunks."""
+    transport = httpx.HTTPTransport()
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None:
+        pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return transport
 
 
 class _Body:
@@ -792,6 +876,8 @@ class _Base:
         TransportFailed when it is not sent again."""
         wait = self.retry.delay(attempt)
         if not self._again(request, attempt) or not deadline.allows(wait):
+            if isinstance(exc, httpx.TimeoutException) and deadline.expired():
+                exc = deadline.ran_out()
             raise _transport_failed(exc) from None
         return wait
 
@@ -854,7 +940,7 @@ class Client(_Base):
             base_url=checked_url(base_url),
             headers=_headers(token),
             timeout=httpx.Timeout(timeout),
-            transport=transport,
+            transport=transport or _blocking_transport(),
             follow_redirects=False,
         )
 
@@ -878,10 +964,14 @@ class Client(_Base):
     def send(self, request: Request[T]) -> T:
         """Send `request`, again after a 503 or a connection failure while it is repeatable,
         all within the client's timeout."""
+        deadline = _Deadline.after(self.timeout)
+        within = _CALL_DEADLINE.set(deadline)
         try:
-            return self._send(request, _Deadline.after(self.timeout))
+            return self._send(request, deadline)
         except ClientError as exc:
             failure = self._masking.error(exc)
+        finally:
+            _CALL_DEADLINE.reset(within)
         # Raised outside the handler: the unmasked errors are not kept as its context either.
         raise failure from None
 
@@ -901,20 +991,21 @@ class Client(_Base):
             attempt += 1
 
     def _exchange(self, request: Request[Any], deadline: _Deadline) -> httpx.Response:
-        """One attempt: the answer read whole, each read given only what is left of the
-        call's time (httpcore reads the request's timeout extension at every read)."""
+        """One attempt: the answer read whole, each network operation given only what is left
+        of the call's time."""
         with self._http.stream(
             request.method,
             request.path,
             params=request.params,
             json=request.body,
             headers=request.headers,
-            timeout=deadline.operation_timeouts(),
+            timeout=deadline.timeouts(),
         ) as response:
             body = _Body(response, self.max_response_bytes)
             for raw in () if body.held else response.iter_raw():
                 body.take(raw)
-                response.request.extensions["timeout"] = deadline.operation_timeouts().as_dict()
+                if deadline.expired():
+                    raise deadline.ran_out()
             return body.answer()
 
     def _items(self, listing: _Listing[Page[I]]) -> Iterator[I]:
@@ -1140,14 +1231,14 @@ class AsyncClient(_Base):
     async def _exchange(self, request: Request[Any], deadline: _Deadline) -> httpx.Response:
         """One attempt: the answer read whole, cancelled when the call's time runs out."""
         try:
-            async with asyncio.timeout(deadline.remaining()):
+            async with asyncio.timeout(deadline.left()):
                 async with self._http.stream(
                     request.method,
                     request.path,
                     params=request.params,
                     json=request.body,
                     headers=request.headers,
-                    timeout=deadline.operation_timeouts(),
+                    timeout=deadline.timeouts(),
                 ) as response:
                     body = _Body(response, self.max_response_bytes)
                     if not body.held:

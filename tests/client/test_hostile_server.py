@@ -163,11 +163,24 @@ async def trickle(number: int, head: bytes, writer: asyncio.StreamWriter) -> boo
     return False
 
 
+async def trickle_headers(number: int, head: bytes, writer: asyncio.StreamWriter) -> bool:
+    """A status line, then a header one byte every 0.2 s (for 6 s at most)."""
+    writer.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+    for _ in range(30):
+        if writer.is_closing():
+            break
+        writer.write(b"z")
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the server's pace, not a wait of the test
+    return False
+
+
 @both
+@pytest.mark.parametrize("answer", [trickle, trickle_headers], ids=["body", "headers"])
 async def test_a_server_trickling_its_answer_is_cut_off_when_the_calls_timeout_runs_out(
-    blocking: bool,
+    blocking: bool, answer: Answer
 ) -> None:
-    async with serving(trickle) as server:
+    async with serving(answer) as server:
         started = time.monotonic()
         with pytest.raises(Timeout) as slow:
             await calling(blocking, server.url, lambda tickd: tickd.health(), timeout=1.0)
