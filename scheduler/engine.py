@@ -23,6 +23,7 @@ from datetime import datetime
 from tickd.scheduler.backlog import BacklogGauges
 from tickd.scheduler.backoff import backoff_delay
 from tickd.scheduler.claiming import Claimer
+from tickd.scheduler.clock_steps import ClockSteps
 from tickd.scheduler.config import Settings
 from tickd.scheduler.due import DueRun
 from tickd.scheduler.fetching import Fetcher
@@ -135,6 +136,7 @@ class Engine:
             limits=self.limits,
         )
         self.leases = Leases(settings=settings, ports=ports, observer=self.observer)
+        self.clock_steps = ClockSteps(store=ports.store, claimer=self.claimer, metrics=self.metrics)
         self.heartbeat = Heartbeat(
             ports.store,
             ports.clock,
@@ -163,7 +165,9 @@ class Engine:
         if self.heartbeat.lapsed.is_set():  # an instance died: reap its runs, take them over
             self.heartbeat.lapsed.clear()
             self.leases.reap_soon()
-        await self.leases.follow_clock_jump(now, self._own_runs)
+        jump = await self.leases.follow_clock_jump(now, self._own_runs)
+        if jump < 0:  # every next run computed before lies that far ahead: computed again
+            await self.clock_steps.stepped_back(now, -jump, self.firing.take_armed())
         fired = await self.firing.fire(now)  # before the reaper's store call: on time to the ms
         self._handed_to_shards = fired.sharded
         if fired.released:

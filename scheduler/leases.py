@@ -58,20 +58,24 @@ class Leases:
 
     async def follow_clock_jump(
         self, now: datetime, own_runs: Callable[[], Sequence[DueRun]]
-    ) -> None:
+    ) -> float:
         """A wall clock stepped forward (NTP, a restored VM) makes the leases of this instance's
         own runs look expired, though no real time passed: they are renewed before the reaper
-        sees them, or it would abandon them and run their occurrences again. A step back needs
-        nothing: runs wait for their wall time, as every job does."""
+        sees them, or it would abandon them and run their occurrences again. Returns the step
+        in seconds (0.0: none); a step back is the dispatcher's to follow (clock_steps.py)."""
         real = self._ports.clock.monotonic()
+        jump = 0.0
         if self._last_seen is not None:
             last_now, last_real = self._last_seen
             jump = (now - last_now).total_seconds() - (real - last_real)
-            if abs(jump) >= CLOCK_JUMP_TOLERANCE_SECONDS:
+            if abs(jump) < CLOCK_JUMP_TOLERANCE_SECONDS:
+                jump = 0.0
+            else:
                 log_event(log, "clock.jumped", level=logging.WARNING, seconds=round(jump, 3))
                 if jump > 0:
                     await self._renew(now, own_runs())
         self._last_seen = (now, real)  # not before the renewal: a failed one is tried again
+        return jump
 
     async def _renew(self, now: datetime, runs: Sequence[DueRun]) -> None:
         store = self._ports.store

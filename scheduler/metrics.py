@@ -164,6 +164,16 @@ class Metrics:
             buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
             registry=r,
         )
+        self.clock_steps_back = Counter(
+            "tickd_clock_steps_back",
+            "Times the wall clock stepped back against real time (NTP, a restored VM)",
+            registry=r,
+        )
+        self.rescheduled_after_clock_step = Counter(
+            "tickd_rescheduled_after_clock_step",
+            "Next runs moved back to the wall clock after it stepped back",
+            registry=r,
+        )
         self.breaker_trips = Counter(
             "tickd_circuit_breaker_trips",
             "Jobs paused by the circuit breaker",

@@ -137,6 +137,26 @@ def advance_after(
     )
 
 
+def after_step_back(job: Job, now: datetime, seconds: float, rng: random.Random) -> datetime | None:
+    """Where a job's next run goes once the wall clock stepped back `seconds` (NTP correcting a
+    clock that ran fast): its next run was computed from a wall time that far ahead. Cron: its
+    next fire time after now; interval: as long after now as it was after the run it follows,
+    `every_seconds` at most; once: its date stays. None when the next run stays where it is."""
+    due = job.next_run_at
+    if due is None or due <= now or isinstance(job.schedule, OnceSchedule):
+        return None
+    if isinstance(job.schedule, IntervalSchedule):
+        every = timedelta(seconds=job.schedule.every_seconds)
+        moved: datetime | None = max(now, min(due - timedelta(seconds=seconds), now + every))
+    else:
+        try:
+            moved = next_fire(job.schedule, now, job_name=job.name)
+        except ValidationError:  # a schedule refused since it was stored: its run pauses it
+            return None
+        moved = None if moved is None else jittered(moved, job.jitter_seconds, rng)
+    return moved if moved is not None and moved < due else None
+
+
 def keep_schedule(job: Job, summary: ExecutionSummary) -> Advance:
     """After a requested run (trigger, retry, backfill): record it, move nothing. It does not
     count towards the circuit breaker either, which watches the schedule's own runs."""

@@ -20,6 +20,7 @@ from tickd.scheduler.model import (
     IntervalSchedule,
     Misfire,
     MisfirePolicy,
+    OnceSchedule,
     Status,
 )
 from tickd.scheduler.ports import ExecutionQuery, Store
@@ -111,22 +112,95 @@ async def test_a_run_armed_ahead_of_a_forward_jump_fires_once_by_its_misfire_pol
     assert stored.next_run_at > h.clock.now(), "the schedule moved on past the jump"
 
 
-async def test_a_run_armed_ahead_of_a_backward_jump_fires_once_at_its_time(
+async def test_a_run_armed_ahead_of_a_backward_jump_is_given_back_and_fires_once_as_late(
     make_engine: EngineFactory,
 ) -> None:
+    """Armed for 5 s later when the wall clock steps an hour back: it fires 5 s after the step,
+    once, not an hour and 5 s later."""
     h = make_engine({"noop": noop}, lookahead_seconds=10)
-    await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
+    job = await h.add(make_job(next_run_at=T0 + timedelta(seconds=5)))
     h.engine.start()
     assert (await h.engine.tick()).claimed == 1, "armed"
-    h.clock.jump(-HOUR)
+    stepped = h.clock.jump(-HOUR)
     await asyncio.wait_for(h.engine.drain(), WAIT)
-    assert await executions(h.store) == [], "not before its time comes again"
-    h.clock.advance(HOUR + 5)
+    h.clock.advance(5)
     await asyncio.wait_for(h.engine.drain(), WAIT)
     await asyncio.wait_for(h.engine.drain(), WAIT)
 
     [run] = await executions(h.store)
-    assert (run.status, run.scheduled_at) == (Status.SUCCESS, T0 + timedelta(seconds=5))
+    assert (run.status, run.scheduled_at) == (Status.SUCCESS, stepped + timedelta(seconds=5))
+    stored = await h.store.get_job(job.id)
+    assert stored is not None and stored.lease is None
+
+
+async def test_after_a_three_hour_step_back_an_every_ten_seconds_job_fires_within_ten_seconds(
+    make_engine: EngineFactory,
+) -> None:
+    """The wall clock steps 3 h back between two runs of an every-10-seconds job: its next run
+    comes 10 s after the step (as it would have without it), not 3 h later; the step is counted
+    and the move is in the job's history."""
+    h = make_engine({"noop": noop})
+    job = await h.add(make_job(schedule=IntervalSchedule(every_seconds=10), next_run_at=T0))
+    for _ in range(2):
+        await asyncio.wait_for(h.engine.drain(), WAIT)
+        h.clock.advance(10)
+    await asyncio.wait_for(h.engine.drain(), WAIT)  # the third run, at T0 + 20 s
+    stepped = h.clock.jump(-3 * HOUR)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    h.clock.advance(10)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    [after] = [e for e in await executions(h.store) if e.scheduled_at < T0]
+    assert (after.status, after.scheduled_at) == (Status.SUCCESS, stepped + timedelta(seconds=10))
+    assert h.engine.metrics.clock_steps_back._value.get() == 1
+    assert h.engine.metrics.rescheduled_after_clock_step._value.get() == 1
+    moved = next(c for c in await h.store.list_changes(job.id) if c.action == "reschedule")
+    assert moved.actor == "tickd" and moved.changes["clock_stepped_back_seconds"] == 3 * HOUR
+
+
+async def test_after_a_step_back_a_cron_job_fires_at_its_next_time_after_the_new_wall_clock(
+    make_engine: EngineFactory,
+) -> None:
+    """A quarter-hourly cron job whose next fire time was computed 3 h ahead fires at the next
+    quarter hour of the wall clock as it is now."""
+    h = make_engine({"noop": noop})
+    await h.add(make_job(schedule=CronSchedule(expr="0 */15 * * * *"), next_run_at=T0))
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    h.clock.advance(60)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    h.clock.jump(-3 * HOUR)  # T0 + 1 min - 3 h
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    h.clock.advance(14 * 60)
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    assert {(e.status, e.scheduled_at) for e in await executions(h.store)} == {
+        (Status.SUCCESS, T0),
+        (Status.SUCCESS, T0 + timedelta(minutes=15) - timedelta(hours=3)),
+    }
+
+
+async def test_a_step_back_leaves_a_once_job_and_a_running_job_where_they_are(
+    make_engine: EngineFactory,
+) -> None:
+    gate, started, slow = gated()
+    h = make_engine({"slow": slow, "noop": noop}, lease_margin_seconds=30)
+    once = await h.add(
+        make_job("once", schedule=OnceSchedule(at=T0 + timedelta(hours=1)), next_run_at=None)
+    )
+    running = await h.add(make_job("running", "slow"))
+    await in_flight(h, gate, started)
+    h.clock.jump(-HOUR)
+    await h.engine.tick()
+    gate.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+
+    assert h.engine.metrics.rescheduled_after_clock_step._value.get() == 0
+    stored = await h.store.get_job(once.id)
+    assert stored is not None and stored.next_run_at == once.next_run_at
+    [run] = await executions(h.store)
+    assert (run.job_name, run.status, run.scheduled_at) == ("running", Status.SUCCESS, T0)
+    after = await h.store.get_job(running.id)
+    assert after is not None and after.next_run_at == h.clock.now() + timedelta(seconds=60)
 
 
 async def test_a_run_recorded_ahead_of_a_forward_jump_keeps_its_lease_and_runs_once(
@@ -210,5 +284,7 @@ async def test_a_cron_job_across_a_jump_runs_each_occurrence_once(
     times = [run.scheduled_at for run in runs]
     assert len(times) == len(set(times)), "no occurrence ran twice"
     assert all(run.status is Status.SUCCESS for run in runs)
-    expected = 11 if jump > 0 else 5  # back: minute 5 waits for the wall clock to come back
+    # Back: the schedule carries on from the new wall time (the minute the step lands on is
+    # not "after" it); forward: the missed hour is one coalesced run.
+    expected = 11 if jump > 0 else 10
     assert len(runs) == expected, times
