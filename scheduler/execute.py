@@ -26,10 +26,17 @@ from tickd.scheduler.leftovers import TasksEndingWithTheRun, run_task
 from tickd.scheduler.logs import FIELDS
 from tickd.scheduler.model import Attempt, Job, Status
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.outcomes import HandlerExit, execution_error, outcome_of, smaller_than
+from tickd.scheduler.outcomes import (
+    HandlerExit,
+    described,
+    execution_error,
+    outcome_of,
+    smaller_than,
+)
 from tickd.scheduler.ports import Ports
 from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.secrets import secret_values
+from tickd.scheduler.secret_echoes import EchoMaskingLogger
+from tickd.scheduler.secrets import secret_values, with_settings_secrets
 from tickd.scheduler.task import Outcome, Task
 
 P = ParamSpec("P")
@@ -113,15 +120,17 @@ class Executor:
 
     async def _attempts(self, task: Task, handler: Handler, deadline: datetime) -> Outcome:
         # What the handler returns or raises passes through here only, on its way to the
-        # execution record, its events, its logs and the job's last error: the job's own
-        # secrets are masked in it, should the far end echo them back.
+        # execution record, its events, its logs and the job's last error: the secrets of the
+        # job and of its handler's settings are masked in it, should a far end echo them back.
         # Most jobs have no params: nothing to look through, nor a coroutine to make for it.
         secrets = await self._secrets_of(task.job, handler) if task.job.params else []
+        config = self._handler_config(task.job.handler)
+        secrets = with_settings_secrets(secrets, config, handler.secret_params)
         log: list[Attempt] = []
         while True:
             number = len(log) + 1
             began = self.ports.clock.now()
-            context = self._context(task, handler, number, deadline)
+            context = self._context(task, handler, number, deadline, secrets)
             outcome = await self._attempt(task.job, handler, context, secrets)
             if outcome is _SUCCEEDED and number == 1:
                 return _SUCCEEDED_AT_ONCE  # most runs: nothing more to record
@@ -192,7 +201,7 @@ class Executor:
         returned = None if raised else future.result()
         if raised is None and returned is None:  # most runs: nothing to weigh, mask or check
             return _SUCCEEDED
-        weighed = returned if raised is None else str(raised)
+        weighed = returned if raised is None else described(raised)
         return await _off_the_loop_if_large(weighed, outcome_of, returned, raised, secrets)
 
     def _start(self, handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
@@ -228,7 +237,7 @@ class Executor:
             future.exception()  # retrieved, so asyncio does not complain about it later
 
     def _context(
-        self, task: Task, handler: Handler, attempt: int, deadline: datetime
+        self, task: Task, handler: Handler, attempt: int, deadline: datetime, secrets: list[str]
     ) -> HandlerContext:
         job, execution = task.job, task.execution
         fields = {"job": job.name, "execution": execution.id, "attempt": attempt}
@@ -243,7 +252,7 @@ class Executor:
             attempt=attempt,
             deadline=deadline,
             idempotency_key=execution.idempotency_key,
-            logger=logging.LoggerAdapter(self._handler_log(job.handler), {FIELDS: fields}),
+            logger=EchoMaskingLogger(self._handler_log(job.handler), {FIELDS: fields}, secrets),
             clock=self.ports.clock,
             mailer=self.ports.mailer,
             http=self._http_session(),
