@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run_client(args: argparse.Namespace) -> int:
     # The API's client, httpx and the API's models only for the commands that talk to the API.
     from tickd.cli.connect import run_client
+    from tickd.cli.output import encodable_output
 
+    encodable_output()
     return run_client(args)
 
 
