@@ -185,7 +185,11 @@ async def test_a_step_back_leaves_a_once_job_and_a_running_job_where_they_are(
     gate, started, slow = gated()
     h = make_engine({"slow": slow, "noop": noop}, lease_margin_seconds=30)
     once = await h.add(
-        make_job("once", schedule=OnceSchedule(at=T0 + timedelta(hours=1)), next_run_at=None)
+        make_job(
+            "once",
+            schedule=OnceSchedule(at=T0 + timedelta(hours=1)),
+            next_run_at=T0 + timedelta(hours=1),
+        )
     )
     running = await h.add(make_job("running", "slow"))
     await in_flight(h, gate, started)
