@@ -1,8 +1,8 @@
 """`tickd apply -f FILE` and `tickd diff -f FILE`: jobs as code.
 
 A file holds jobs in the shape POST /v1/jobs takes (JobCreate), as JSON (`{"jobs": [...]}`),
-YAML (the same) or TOML (`[[jobs]]` tables); a folder is its *.json, *.yaml, *.yml and *.toml
-files. Jobs are matched by name (names are unique). A plan holds what differs: jobs to create,
+YAML (the same) or TOML (`[[jobs]]` tables), read strictly (tickd/cli/job_files.py); a folder
+is every such file under it. Jobs are matched by name (names are unique). A plan holds what differs: jobs to create,
 fields to change (a PATCH with the revision read as If-Match, so a change made meanwhile is
 refused and reported, never overwritten), and, with prune, the jobs to delete: only those that
 apply made with the same owner (`managed_by`), so hand-made and system jobs are never deleted.
@@ -17,7 +17,6 @@ Two rules keep a second apply of the same file a no-op:
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,20 +26,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from tickd.api.models import JobCreate, JobPatch
+from tickd.cli import job_files
+from tickd.cli.job_files import DefinitionError as DefinitionError
 from tickd.cli.output import Json, dumped
 from tickd.client import ApiError, Client
 from tickd.scheduler.secrets import mask
 
-SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 # The fields of a definition, as JobCreate has them; `managed_by` is the owner mark.
 COMPARED = (
     "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries", "priority",
     "misfire", "jitter_seconds", "redrive", "shards",
 )  # fmt: skip
-
-
-class DefinitionError(Exception):
-    """A file that cannot be read, or a job in it that is not one: a usage error."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +46,8 @@ class Definition:
     source: str
     job: Json
     given: frozenset[str]
+    # The -f argument it came from (a file or a folder): its owner, unless --owner names one.
+    argument: str = ""
 
     @property
     def name(self) -> str:
@@ -79,78 +77,96 @@ class Outcome:
 
 
 def load_definitions(paths: Sequence[str]) -> list[Definition]:
-    """Every job of the files (a folder: its files, by name); a name twice is an error."""
+    """Every job of the files (a folder: its files, by name); a name twice is an error. Every
+    mistake of every file is refused at once, a line each, naming the file, line and field."""
     definitions: list[Definition] = []
-    seen: dict[str, str] = {}
-    for path in dict.fromkeys(p.resolve() for p in _files(paths)):  # a file named twice: once
-        for definition in _read_file(path):
-            if definition.name in seen:
-                first = seen[definition.name]
-                raise DefinitionError(
-                    f"{definition.source}: job {definition.name!r} is also in {first}"
-                )
-            seen[definition.name] = definition.source
-            definitions.append(definition)
+    errors: list[str] = []
+    for argument, path in _files(paths, errors):
+        try:
+            document = job_files.read_document(path)
+        except job_files.Refused as refused:
+            errors.append(f"{job_files.at(path, refused.line)}: {refused.message}")
+            continue
+        definitions += _definitions(path, argument, document, errors)
+    errors += _names_twice(definitions)
+    if errors:
+        raise DefinitionError("\n".join(errors))
     return definitions
 
 
-def _files(paths: Sequence[str]) -> Iterator[Path]:
-    for name in paths:
-        path = Path(name)
-        if not path.exists():
-            raise DefinitionError(f"{name}: no such file or folder")
-        if path.is_dir():
-            yield from sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
-        elif path.suffix in SUFFIXES:
-            yield path
-        else:
-            raise DefinitionError(f"{name}: not a .json, .yaml, .yml or .toml file")
+def _files(paths: Sequence[str], errors: list[str]) -> Iterator[tuple[str, Path]]:
+    """Each file once (a file named twice, or in two folders named, is read once)."""
+    seen: set[Path] = set()
+    for argument in paths:
+        try:
+            files = job_files.job_files(argument)
+        except DefinitionError as exc:
+            errors.append(str(exc))
+            continue
+        for path in files:
+            if path.resolve() not in seen:
+                seen.add(path.resolve())
+                yield argument, path
 
 
-def _read_file(path: Path) -> list[Definition]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeError) as exc:
-        raise DefinitionError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
-    document = _parse(path, text)
-    jobs = document.get("jobs") if isinstance(document, dict) else None
+def _definitions(
+    path: Path, argument: str, document: job_files.Document, errors: list[str]
+) -> list[Definition]:
+    data = document.data
+    jobs = data.get("jobs") if isinstance(data, dict) else None
     if not isinstance(jobs, list):
-        raise DefinitionError(f"{path}: expected a list of jobs under `jobs`")
-    return [_definition(f"{path}: jobs[{i}]", job) for i, job in enumerate(jobs)]
+        where = job_files.at(path, document.line_of(("jobs",)))
+        errors.append(f"{where}: expected a list of jobs under `jobs`")
+        return []
+    definitions: list[Definition] = []
+    for index, job in enumerate(jobs):
+        try:
+            definitions.append(_definition(path, argument, index, job, document))
+        except DefinitionError as exc:
+            errors.append(str(exc))
+    return definitions
 
 
-def _parse(path: Path, text: str) -> Any:
-    if path.suffix not in (".toml", ".json"):
-        return _parse_yaml(path, text)
-    try:
-        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except ValueError as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise DefinitionError(f"{path}: {exc}") from None
+def _names_twice(definitions: Sequence[Definition]) -> list[str]:
+    seen: dict[str, str] = {}
+    errors: list[str] = []
+    for definition in definitions:
+        if definition.name in seen:
+            first = seen[definition.name]
+            errors.append(f"{definition.source}: job {definition.name!r} is also in {first}")
+        seen.setdefault(definition.name, definition.source)
+    return errors
 
 
-def _parse_yaml(path: Path, text: str) -> Any:
-    import yaml  # only for YAML files
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise DefinitionError(f"{path}: not YAML: {' '.join(str(exc).split())}") from None
-
-
-def _definition(source: str, job: Any) -> Definition:
+def _definition(
+    path: Path, argument: str, index: int, job: Any, document: job_files.Document
+) -> Definition:
+    source = f"{path}: jobs[{index}]"
     if not isinstance(job, dict):
-        raise DefinitionError(f"{source}: a job is a table (an object) of fields")
+        line = document.line_of(("jobs", index))
+        raise DefinitionError(
+            f"{job_files.at(path, line)}: jobs[{index}]: a job is a table (an object) of fields"
+        )
     name = job.get("name")
-    where = f"{source} ({name})" if isinstance(name, str) else source
+    label = f"jobs[{index}] ({name})" if isinstance(name, str) else f"jobs[{index}]"
+
+    def refusal(loc: tuple[str | int, ...], message: str) -> DefinitionError:
+        line = document.line_of(("jobs", index, *loc))
+        return DefinitionError(f"{job_files.at(path, line)}: {label}: {message}")
+
     if "managed_by" in job:
-        raise DefinitionError(f"{where}: managed_by: set by apply (--owner), not in the file")
+        raise refusal(("managed_by",), "managed_by: set by apply (--owner), not in the file")
     try:
-        model = JobCreate.model_validate(job)
+        # Strict: a file's "off" is no boolean and its "2" no number; JSON text lets the
+        # schedule's kind, the priority and times be the strings they are.
+        model = JobCreate.model_validate_json(json.dumps(job), strict=True)
     except ValidationError as exc:
-        reasons = "; ".join(_reason(error) for error in exc.errors(include_url=False))
-        raise DefinitionError(f"{where}: {reasons}") from None
+        first = exc.errors(include_url=False)
+        loc = tuple(first[0]["loc"]) if first else ()
+        reasons = "; ".join(_reason(error) for error in first)
+        raise refusal(loc, reasons) from None
     job = model.model_dump(mode="json", exclude={"managed_by"})
-    return Definition(source, job, frozenset(model.model_fields_set))
+    return Definition(source, job, frozenset(model.model_fields_set), argument)
 
 
 def _reason(error: Any) -> str:
