@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from tickd.api.models import (
     ErrorOut,
@@ -20,6 +20,7 @@ from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
+from tickd.scheduler.outcomes import without_install_paths
 from tickd.scheduler.ports import ExecutionQuery
 
 
@@ -27,6 +28,12 @@ class RunErrorOut(ErrorOut):
     traceback: str | None = Field(
         default=None, description="Where the handler raised, secrets masked; null if it did not"
     )
+
+    @field_validator("traceback")
+    @classmethod
+    def _without_install_paths(cls, text: str | None) -> str | None:
+        # Records kept from before frames were stored so are shown without the server's paths too.
+        return None if text is None else without_install_paths(text)
 
 
 class AttemptOut(BaseModel):

@@ -223,7 +223,7 @@ def _traceback_of(raised: BaseException, secrets: Collection[str]) -> str:
     except BaseException as exc:  # an exception's attributes are its own code
         failed = type(exc).__name__
         text = f"{type(raised).__name__}: its traceback could not be formatted ({failed})"
-    masked: str = scrub_values(scrub_text(storable_text(_without_install_paths(text))), secrets)
+    masked: str = scrub_values(scrub_text(storable_text(without_install_paths(text))), secrets)
     return masked[-MAX_TRACEBACK_CHARS:]
 
 
@@ -247,7 +247,8 @@ _INSTALL_ROOTS = _install_roots()
 _FRAME_FILE = re.compile(r'^(  File ")(/[^"]*)(")', re.MULTILINE)
 
 
-def _without_install_paths(text: str) -> str:
+def without_install_paths(text: str) -> str:
+    """A traceback's frames with their files named under the folders they were installed in."""
     return _FRAME_FILE.sub(lambda m: m[1] + _relative(m[2]) + m[3], text)
 
 

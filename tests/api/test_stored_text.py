@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import sysconfig
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -122,3 +123,30 @@ def test_the_command_line_prints_a_lone_surrogate_escaped(
     assert json.loads(printed.split("\n}\n")[0] + "\n}") == {"note": "\\ud800"}
     assert "bad \\udcff byte" in printed
     assert "error  \\udcff" in printed
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_a_stored_traceback_is_shown_without_the_servers_install_paths(api: Api) -> None:
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = (
+        "Traceback (most recent call last):\n"
+        f'  File "{stdlib}/json/decoder.py", line 353, in raw_decode\n'
+        "ValueError: no\n"
+    )
+    job = await api.harness.add(make_job("old", "raises", next_run_at=None))
+    at = T0 - timedelta(minutes=1)
+    stored = Execution(
+        job_id=job.id,
+        job_name=job.name,
+        handler="raises",
+        scheduled_at=at,
+        started_at=at,
+        finished_at=at,
+        status=Status.FAILED,
+        error=ExecutionError(type="ValueError", message="no", traceback=frames),
+    )
+    await api.store.insert_executions([stored])
+
+    status, shown, _ = await api.call("GET", f"/v1/executions/{stored.id}", token=READ)
+    assert status == 200
+    assert shown["error"]["traceback"] == frames.replace(stdlib, "<stdlib>")
