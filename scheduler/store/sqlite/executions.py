@@ -23,7 +23,7 @@ class SQLiteExecutions(SQLiteTables):
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         sql = "SELECT * FROM executions WHERE id = ?"
-        row = await self._run(lambda db: db.execute(sql, (execution_id,)).fetchone())
+        row = await self._read(lambda db: db.execute(sql, (execution_id,)).fetchone())
         return None if row is None else execution_from_row(row)
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
@@ -32,7 +32,7 @@ class SQLiteExecutions(SQLiteTables):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
-        rows = await self._run(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
+        rows = await self._read(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
 
     async def mark_dead_letters(

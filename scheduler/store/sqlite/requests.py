@@ -59,7 +59,7 @@ class SQLiteRequests(SQLiteTables):
     async def run_request_pending(self, job_id: str, scheduled_at: datetime) -> bool:
         sql = "SELECT 1 FROM run_requests WHERE job_id = ? AND scheduled_at = ? LIMIT 1"
         args = (job_id, micros(scheduled_at))
-        return await self._run(lambda db: db.execute(sql, args).fetchone()) is not None
+        return await self._read(lambda db: db.execute(sql, args).fetchone()) is not None
 
     async def count_pending_requests(self, job_id: str, *, reason: str) -> int:
         # Not the one being run: taken by the job's lease now (one whose lease lapsed is
@@ -69,7 +69,7 @@ class SQLiteRequests(SQLiteTables):
             "WHERE r.job_id = ? AND r.reason = ? "
             "AND (r.taken IS NULL OR r.taken IS NOT j.lease_token)"
         )
-        row = await self._run(lambda db: db.execute(sql, (job_id, reason)).fetchone())
+        row = await self._read(lambda db: db.execute(sql, (job_id, reason)).fetchone())
         return int(row[0])
 
     async def insert_run_requests(self, requests: Sequence[RunRequest]) -> None:
@@ -269,7 +269,7 @@ class SQLiteRequests(SQLiteTables):
             f"UNION SELECT scheduled_at FROM run_requests WHERE job_id = ? "
             f"AND scheduled_at IN ({marks})"
         )
-        rows = await self._run(
+        rows = await self._read(
             lambda db: db.execute(sql, (job_id, *times, job_id, *times)).fetchall()
         )
         return {from_micros(row[0]) for row in rows if row[0] is not None}  # type: ignore[misc]
