@@ -14,7 +14,10 @@ export async function nowView(main) {
   async function load() {
     const stats = await get(`/v1/stats?window=${WINDOW_SECONDS}`);
     setServerNow(stats.now);
-    replace(box, problems(stats), gauges(stats), charts(stats), handlers(stats), coverage(stats));
+    // Partial figures say so above them; whole ones, below.
+    const counted = coverage(stats);
+    replace(box, problems(stats), stats.complete ? null : counted, gauges(stats), charts(stats),
+      handlers(stats), stats.complete ? counted : null);
   }
   await load();
   return load;
@@ -133,8 +136,14 @@ function handlers(stats) {
         STATUSES.map((status) => h("td", { class: r.counts[status] ? "" : "muted" }, String(r.counts[status] || 0))))))));
 }
 
+/** What the figures count: every run of the window, or, when the store stopped its read at
+ * its time limit, only the newest ones, which is said where the figures are. */
 function coverage(stats) {
   const total = Object.values(stats.totals).reduce((a, b) => a + b, 0);
+  if (!stats.complete) {
+    return h("p", { class: "small late", "data-testid": "stats-partial" },
+      `Partial figures: only the ${total} runs due since ${dateTime(stats.counted_since)} are counted, as ${stats.partial_reason}; refreshed ${clock(stats.now)}.`);
+  }
   const since = new Date(Date.parse(stats.now) - stats.window_seconds * 1000).toISOString();
   return h("p", { class: "muted small" }, `Every one of the ${total} runs due since ${dateTime(since)}; refreshed ${clock(stats.now)}.`);
 }
