@@ -62,6 +62,13 @@ def fork_then_exit(ctx):
     return {"child": pid, "exit_code": child_exit_code(pid)}
 
 
+def fork_then_exit_3(ctx):
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(3)
+    return {"child": pid, "exit_code": child_exit_code(pid)}
+
+
 def fork_then_return(ctx):
     pid = os.fork()
     if pid == 0:
@@ -132,6 +139,7 @@ async def leak_work_on_a_thread(ctx):
 
 ENTRY_POINTS = [
     "fork_then_exit",
+    "fork_then_exit_3",
     "fork_then_return",
     "fork_then_exit_async",
     "fork_then_return_async",
@@ -261,9 +269,10 @@ async def test_a_forked_child_that_gets_back_into_tickd_ends_and_the_daemon_carr
 
 
 async def test_a_sys_exit_in_a_forked_child_ends_it_with_its_code(daemon: Daemon) -> None:
-    run = await daemon.run("fork_then_exit")
+    run = await daemon.run("fork_then_exit_3")
 
-    assert run["result"]["exit_code"] == 0
+    assert run["status"] == "success", run
+    assert run["result"]["exit_code"] == 3
     await still_works_and_stops(daemon)
 
 
