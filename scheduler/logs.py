@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +34,52 @@ def log_event(
         logger = logger.logger
     if logger.isEnabledFor(level):
         logger.log(level, name, extra={FIELDS: fields})
+
+
+class RepeatedErrors:
+    """Logs an error that keeps coming back (a store refusing every write, an outage) without
+    flooding the log: each distinct error (its type and message) with its traceback the first
+    time, then at most once per `interval_seconds`, without it, saying how many more like it
+    came meanwhile (`more_like_it`, over `in_last_seconds`)."""
+
+    # Distinct errors remembered; the least recently seen is forgotten first.
+    KINDS = 256
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        interval_seconds: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = logger
+        self._interval = interval_seconds
+        self._monotonic = monotonic
+        # (type, message) -> (when last logged, how many came since, unlogged)
+        self._seen: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()
+
+    def error(
+        self, name: str, exc: BaseException, *, level: int = logging.ERROR, **fields: Any
+    ) -> None:
+        """Log `exc` under `name`, or count it if one like it was logged within the interval."""
+        kind = (type(exc).__name__, str(exc))
+        now = self._monotonic()
+        seen = self._seen.pop(kind, None)
+        if seen is not None and now - seen[0] < self._interval:
+            self._seen[kind] = (seen[0], seen[1] + 1)
+            return
+        self._remember(kind, now)
+        fields = {"error": scrub_text(f"{kind[0]}: {kind[1]}"), **fields}
+        if seen is None:
+            self._log.log(level, name, exc_info=exc, extra={FIELDS: fields})
+            return
+        repeats = {"more_like_it": seen[1], "in_last_seconds": round(now - seen[0], 3)}
+        log_event(self._log, name, level=level, **fields, **repeats)
+
+    def _remember(self, kind: tuple[str, str], now: float) -> None:
+        self._seen[kind] = (now, 0)
+        while len(self._seen) > self.KINDS:
+            self._seen.popitem(last=False)
 
 
 def _adapter_fields(adapter: logging.LoggerAdapter[logging.Logger]) -> dict[str, Any]:
