@@ -7,14 +7,15 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickd.scheduler.config import Settings
 from tickd.scheduler.dead_letters import finish_of
+from tickd.scheduler.due import DueRun
 from tickd.scheduler.events import event_source
 from tickd.scheduler.finishing import Ending, Finisher
 from tickd.scheduler.fired_runs import FiredRuns
-from tickd.scheduler.logs import log_event
+from tickd.scheduler.logs import RepeatedErrors, log_event
 from tickd.scheduler.model import Execution, ExecutionSummary, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.planning import Plan, advance_after, keep_schedule
@@ -47,9 +48,13 @@ class Completer:
             linger_seconds=settings.finish_linger_seconds,
             event_source=event_source(settings, ports),
             fired=fired,
+            sleep=ports.clock.sleep,
+            errors=RepeatedErrors(log, monotonic=ports.clock.monotonic),
         )
         # Runs over whose ends wait for the store (by id: a task hashes by its fields).
         self._ending: dict[int, Task] = {}
+        # Until when each of their leases is known to hold, once renewed here.
+        self._kept_until: dict[int, datetime] = {}
 
     async def close(self) -> None:
         await self.finisher.close()
@@ -62,6 +67,31 @@ class Completer:
 
     def _ended(self, task: Task) -> None:
         self._ending.pop(id(task), None)
+        self._kept_until.pop(id(task), None)
+
+    def ends_refused(self) -> str | None:
+        """Why the store refuses the runs' ends being tried again, while it does: no new run is
+        claimed meanwhile (its end would only join the wait)."""
+        return self.finisher.refused
+
+    async def keep_leases(self, now: datetime) -> None:
+        """The leases of runs whose ends wait for the store, renewed before they run out (less
+        than half the lease margin left), so that no reaper abandons them and runs their
+        occurrences again. Called by the dispatcher before it reaps: a renewal the store
+        refuses raises, and that tick reaps nothing."""
+        margin = timedelta(seconds=self.settings.lease_margin_seconds)
+        for key, task in list(self._ending.items()):
+            run = DueRun(task.job, task.request)
+            until = self._kept_until.get(key) or _lease_until(run)
+            if until is None or until - now > margin / 2:
+                continue
+            renewed = now + timedelta(seconds=task.job.timeout_seconds) + margin
+            if run.shard_entry is not None:
+                await self.ports.store.renew_shard_lease(run.shard_entry, run.token, renewed, now)
+            else:
+                await self.ports.store.renew_lease(task.job.id, run.token, renewed)
+            if key in self._ending:  # not written meanwhile
+                self._kept_until[key] = renewed
 
     async def finish(
         self, task: Task, outcome: Outcome, started: datetime, *, started_real: float | None = None
@@ -220,6 +250,12 @@ class Completer:
             breaker_threshold=self.settings.circuit_breaker_failures,
             rng=self.rng,
         )
+
+
+def _lease_until(run: DueRun) -> datetime | None:
+    entry = run.shard_entry
+    lease = run.job.lease if entry is None else entry.lease
+    return None if lease is None else lease.until
 
 
 class _LateEnd:

@@ -3,7 +3,12 @@ advances and the lock releases of every run that ends within a few milliseconds 
 to the store and the lock service as one batch, so a burst costs a few round trips per hundred
 runs, not one per run. Each run's advance is still fenced by its own lease token. A worker hands
 its run's end over and moves on (the run's lease and lock are held until the end is written,
-so nothing else runs the job meanwhile); it waits only when the store falls behind."""
+so nothing else runs the job meanwhile); it waits only when the store falls behind.
+
+A store that refuses writes for a while (a full disk, a lost connection) delays ends, never
+loses them: a batch is tried again, with backoff, until the store takes it. Meanwhile the ends
+waiting are bounded (the workers, then the dispatcher, wait) and their runs' leases are kept
+(scheduler/complete.py), so no run of theirs runs again."""
 
 from __future__ import annotations
 
@@ -11,21 +16,26 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tickd.scheduler.backoff import backoff_delay
 from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.lock import lock_key, shard_lock_key
-from tickd.scheduler.logs import log_event
+from tickd.scheduler.logs import RepeatedErrors, log_event
 from tickd.scheduler.ports import Finish, Lock, StoreError
+from tickd.scheduler.store_kit.patience import refuses_for_now
 from tickd.scheduler.store_roles_engine import CompletionStore
 
 log = logging.getLogger("tickd.runner")
 
-# A batch the store refuses with a transient error is tried this many times before its leases
-# are left to expire (then the reaper gives the occurrences back: late, never lost).
-FINISH_ATTEMPTS = 5
+# A batch the store refuses for now (scheduler/store_kit/patience.py) is tried again until it
+# takes it, waiting at most this long between tries.
+RETRY_CAP_SECONDS = 5.0
+# Once closing (shutdown), a store that still refuses gets this many more tries in all; then
+# the leases of the ends left are left to expire (the reaper gives their occurrences back:
+# late, never lost), or a shutdown would wait for the store for good.
+CLOSING_ATTEMPTS = 5
 # Ends handed over and not yet written, in batches, before the workers wait for the store.
 PENDING_BATCHES = 2
 # Runs fired at their time and waiting for a worker go before the ends of runs already over
@@ -69,8 +79,15 @@ class Finisher:
         linger_seconds: float,
         event_source: str | None = None,
         fired: FiredRuns | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        errors: RepeatedErrors | None = None,
     ) -> None:
         self._store = store
+        self._sleep = sleep  # the clock's: tests move time instead of waiting for it
+        self._errors = errors or RepeatedErrors(log)
+        # Why the store refuses the batch being tried again, while it does (None otherwise).
+        self.refused: str | None = None
+        self._closing_tries: int | None = None  # counted from close()
         self._event_source = event_source  # the executions' events go to the outbox with them
         self._lock = lock
         self._batch_size = batch_size
@@ -142,7 +159,9 @@ class Finisher:
             await asyncio.shield(self._flushing)
 
     async def close(self) -> None:
-        """Write what is pending (shutdown)."""
+        """Write what is pending (shutdown); a store that keeps refusing gets CLOSING_ATTEMPTS
+        more tries in all."""
+        self._closing_tries = 0
         await self.settled()
 
     async def _flush(self) -> None:
@@ -187,18 +206,45 @@ class Finisher:
             _tell(pending.ended, ending)
 
     async def _write(self, batch: list[_Resolved]) -> list[Ending]:
+        """The batch written once the store takes it; given up only for an error no retry
+        cures, or on shutdown."""
         finishes = [pending.finish for pending in batch]
-        for attempt in range(1, FINISH_ATTEMPTS + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 applied = await self._store.finish_executions(
                     finishes, event_source=self._event_source
                 )
-                return [Ending(applied=flag) for flag in applied]
             except StoreError as exc:
-                if not exc.transient or attempt == FINISH_ATTEMPTS:
+                if not self._worth_another_try(exc):
+                    self.refused = None
                     return [Ending(applied=False, error=str(exc)) for _ in batch]
-                await asyncio.sleep(backoff_delay(attempt, base=0.2, cap=5.0))
-        raise AssertionError("unreachable")
+                await self._wait_for_store(exc, attempt, len(batch))
+                continue
+            self._taken(attempt, len(batch))
+            return [Ending(applied=flag) for flag in applied]
+
+    def _worth_another_try(self, exc: StoreError) -> bool:
+        if not refuses_for_now(exc):
+            return False
+        if self._closing_tries is None:
+            return True
+        self._closing_tries += 1
+        return self._closing_tries < CLOSING_ATTEMPTS
+
+    async def _wait_for_store(self, exc: StoreError, attempt: int, ends: int) -> None:
+        delay = backoff_delay(attempt, base=0.2, cap=RETRY_CAP_SECONDS)
+        self.refused = f"{type(exc).__name__}: {exc}"
+        self._errors.error(
+            "finisher.store_refused", exc, level=logging.WARNING, ends=ends, retry_in_seconds=delay
+        )
+        await self._sleep(delay)
+
+    def _taken(self, attempt: int, ends: int) -> None:
+        if self.refused is not None:
+            log_event(log, "finisher.store_took_ends", ends=ends, after_attempts=attempt)
+        self.refused = None
 
     async def _release_locks(self, batch: list[_Resolved]) -> None:
         """One call per lock token (a dispatcher batch shares one); the locks expire anyway,

@@ -2,27 +2,34 @@
 each of the store's connections, and a real filesystem with no space left (a small tmpfs, filled up;
 the database, its write-ahead log and its shared memory all on it). Either way the daemon says so
 (log and readiness), the database stays whole, and work resumes when space returns, with no run
-lost or run twice."""
+lost or run twice. A run that ends while the store refuses writes keeps its lease and its end
+waits, tried again until the store takes it."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import logging
+import sqlite3
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tickd.scheduler.handler_api import HandlerContext, Result
-from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery, Store
+from tickd.scheduler.model import CronSchedule, Status
+from tickd.scheduler.ports import ExecutionQuery, Finish, Store
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 WAIT = 5.0
 JOBS = 20
+# Longer than the 3 s after which a run's end used to be given up, and than the run's lease.
+OUTAGE_SECONDS = 10.0
+T = TypeVar("T")
 
 
 # The small filesystem: room for the database and its log while the test fills it up.
@@ -165,3 +172,117 @@ async def test_a_real_filesystem_without_space_is_reported_and_work_resumes_when
         filler.unlink()
 
     await full_then_freed(h, store, caplog, space_back)
+
+
+def disk_full() -> sqlite3.OperationalError:
+    """The error SQLite raises when a write finds no room (SQLITE_FULL)."""
+    error = sqlite3.OperationalError("database or disk is full")
+    error.sqlite_errorcode = sqlite3.SQLITE_FULL
+    error.sqlite_errorname = "SQLITE_FULL"
+    return error
+
+
+def refuse_writes(
+    monkeypatch: pytest.MonkeyPatch, store: SQLiteStore, refusing: Callable[[], bool]
+) -> list[str]:
+    """While `refusing()`, every transaction of the store that changes a row fails as SQLite's
+    do on a full disk (SQLITE_FULL, rolled back); reads still answer. Returns the refusals."""
+    refused: list[str] = []
+    run = store._run
+
+    async def unless_full(fn: Callable[[sqlite3.Connection], T], *, at_once: bool = False) -> T:
+        def refused_if_it_writes(db: sqlite3.Connection) -> T:
+            before = db.total_changes
+            result = fn(db)
+            if refusing() and db.total_changes != before:
+                refused.append("database or disk is full")
+                raise disk_full()
+            return result
+
+        return await run(refused_if_it_writes, at_once=at_once)
+
+    monkeypatch.setattr(store, "_run", unless_full)
+    return refused
+
+
+async def test_a_run_that_ends_while_the_store_refuses_writes_is_recorded_once_it_takes_them(
+    make_engine: EngineFactory, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+    outage_until: list[float] = []
+
+    async def ends_as_the_disk_fills(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        outage_until.append(h.clock.monotonic() + OUTAGE_SECONDS)
+        return None
+
+    h = make_engine({"fills": ends_as_the_disk_fills}, lease_margin_seconds=2)
+    refused = refuse_writes(
+        monkeypatch, store, lambda: bool(outage_until) and h.clock.monotonic() < outage_until[0]
+    )
+    job = await h.add(
+        make_job(
+            "nightly",
+            "fills",
+            schedule=CronSchedule(expr="0 0 3 * * *"),
+            timeout_seconds=1,
+            max_retries=0,
+        )
+    )
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 1
+
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)  # returns once the end is written
+    runs = await store.list_executions(ExecutionQuery(job_id=job.id))
+    assert [(e.status, e.scheduled_at) for e in runs] == [(Status.SUCCESS, T0)]
+    assert len(refused) > 1, "the end was refused, and tried again"
+    assert h.clock.monotonic() >= outage_until[0], "written once the store took writes again"
+    stored = await store.get_job(job.id)
+    assert stored is not None and stored.lease is None and stored.next_run_at != T0
+
+    # Well past its lease: the reaper finds nothing of it, and it does not run again.
+    h.clock.advance(60)
+    h.engine.leases.reap_soon()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert ran == ["nightly"]
+    assert len(await store.list_executions(ExecutionQuery(job_id=job.id))) == 1
+
+
+async def test_a_run_whose_end_waits_for_the_store_past_its_lease_is_not_reaped_nor_run_again(
+    make_engine: EngineFactory, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its end waits (the store is behind); the dispatcher renews the run's lease before its
+    reaper looks, so the occurrence is not abandoned and run a second time."""
+    ran: list[str] = []
+    gate = asyncio.Event()
+    write = store.finish_executions
+
+    async def when_let(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+        if finishes:  # the runs' ends
+            await gate.wait()
+        return await write(finishes, **kwargs)
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    monkeypatch.setattr(store, "finish_executions", when_let)
+    h = make_engine({"record": record}, lease_margin_seconds=2)
+    job = await h.add(make_job("nightly", "record", timeout_seconds=1))
+    h.engine.start()
+    try:
+        await h.engine.tick()
+        await asyncio.wait_for(until(lambda: len(h.engine.runner.ending()) == 1), WAIT)
+        for _ in range(5):  # a minute, its lease 3 s long: renewed before each look of the reaper
+            h.clock.advance(12)
+            h.engine.leases.reap_soon()
+            await h.engine.tick()
+        assert [hook for hook, _, _ in h.observed.heard if hook == "reaped"] == []
+    finally:
+        gate.set()  # before the engine shuts down, which writes what is pending
+    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    runs = await store.list_executions(ExecutionQuery(job_id=job.id))
+    assert [e.status for e in runs] == [Status.SUCCESS]
+    assert ran == ["nightly"]
+    stored = await store.get_job(job.id)
+    assert stored is not None and stored.next_run_at == T0 + timedelta(seconds=60)

@@ -57,3 +57,37 @@ async def open_patiently(make: Callable[[], Backend], stop: asyncio.Event | None
             else:
                 await asyncio.sleep(delay)
     raise AssertionError("unreachable")
+
+
+# How the backends say their disk is full: SQLite; MongoDB; the operating system's ENOSPC;
+# PostgreSQL under FerretDB ("could not extend file").
+DISK_FULL_SIGNS = (
+    "database or disk is full",
+    "out of disk space",
+    "no space left on device",
+    "could not extend file",
+)
+# MongoDB's error code for it (OutOfDiskSpace), whatever its message.
+MONGODB_OUT_OF_DISK_SPACE = 14031
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether the store refused for want of space, as any backend words it (in the error or
+    its causes)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain is short; a cycle in it must not hang the check
+        if seen is None:
+            return False
+        if getattr(seen, "code", None) == MONGODB_OUT_OF_DISK_SPACE:
+            return True
+        if any(sign in str(seen).lower() for sign in DISK_FULL_SIGNS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def refuses_for_now(exc: StoreError) -> bool:
+    """Whether the store refused for a reason that passes with time, not because of what was
+    asked: a full disk, a lost connection, a busy database. What it refused is asked again
+    later (a run's end) or answered 503 with Retry-After (an API call), never dropped."""
+    return exc.transient or is_disk_full(exc)
