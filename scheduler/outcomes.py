@@ -80,14 +80,17 @@ def _checked_result(value: object, secrets: list[str]) -> Outcome:
         return Outcome(status=Status.FAILED, error=execution_error("BadResult", message))
     if value is None:
         return Outcome(status=Status.SUCCESS)
-    if not smaller_than(value, MAX_RESULT_BYTES):
-        problem = _too_large_or_cyclic(value, MAX_RESULT_CHARS)
-        if problem is not None:
-            return Outcome(status=Status.FAILED, error=problem)
     try:
+        if not smaller_than(value, MAX_RESULT_BYTES):
+            problem = _too_large_or_cyclic(value, MAX_RESULT_CHARS)
+            if problem is not None:
+                return Outcome(status=Status.FAILED, error=problem)
         safe: dict[str, Any] = mask(plain_json(value, "result", MAX_RESULT_DEPTH))
     except NotJson as exc:
         message = f"a handler's result must be JSON: {exc}"
+        return Outcome(status=Status.FAILED, error=execution_error("BadResult", message))
+    except Exception as exc:  # a mapping of the handler's own whose items() raise, say
+        message = f"a handler's result could not be read: {type(exc).__name__}"
         return Outcome(status=Status.FAILED, error=execution_error("BadResult", message))
     size = len(json.dumps(safe))
     if size > MAX_RESULT_BYTES:
@@ -95,10 +98,11 @@ def _checked_result(value: object, secrets: list[str]) -> Outcome:
     return Outcome(status=Status.SUCCESS, result=scrub_values(safe, secrets))
 
 
-# A result nests at most this deeply: far below what the stores take (MongoDB: 100 levels).
-MAX_RESULT_DEPTH = 32
+# A result nests at most this deeply: below what the stores take (MongoDB: 100 levels, the
+# execution's own included).
+MAX_RESULT_DEPTH = 64
 # Whole numbers every store keeps exactly (BSON's and SQLite's 64 bits).
-_INT64 = range(-(2**63), 2**63)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class NotJson(ValueError):
@@ -113,19 +117,23 @@ def plain_json(value: object, where: str, depth: int) -> Any:
     holds only by changing it is refused, naming where it is (NotJson): NaN and infinities,
     whole numbers beyond 64 bits, sets, bytes, other objects, keys that are not strings. A
     tuple is a list, and a date or a time is its ISO 8601 text, as every JSON encoder writes
-    them. A key's leading `$` and its dots are written in their full-width forms (_key)."""
+    them. A key's leading `$` and its dots are written in their full-width forms (_key).
+    Subclasses of int, float and str (enums, say) are read as their base type's value, none of
+    their own methods called."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if value not in _INT64:
+        number = int.__index__(value)
+        if not _INT64_MIN <= number <= _INT64_MAX:
             raise NotJson(where, "a whole number beyond 64 bits, which stores do not keep")
-        return int(value)
+        return number
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise NotJson(where, f"{value!r}, which is no JSON number")
-        return float(value)
+        real = float.__float__(value)
+        if not math.isfinite(real):
+            raise NotJson(where, f"{real!r}, which is no JSON number")
+        return real
     if isinstance(value, str):
-        return storable_text(value)
+        return storable_text(str.__str__(value))
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, Mapping | list | tuple) and depth <= 0:
@@ -142,8 +150,8 @@ def plain_json(value: object, where: str, depth: int) -> Any:
 
 def _key(key: object, where: str) -> str:
     if not isinstance(key, str):
-        raise NotJson(where, f"keyed by a {type(key).__name__} ({key!r}): keys are strings")
-    text = storable_text(key)
+        raise NotJson(where, f"keyed by a {type(key).__name__}: keys are strings")
+    text = storable_text(str.__str__(key))
     if text.startswith("$") or "." in text:
         # MongoDB (FerretDB) refuses such a name in a stored document: on every store alike, it
         # is written with the full-width forms instead, as MongoDB's manual suggests.
@@ -156,8 +164,8 @@ def _key(key: object, where: str) -> str:
 FULL_WIDTH_DOLLAR, FULL_WIDTH_DOT = "\uff04", "\uff0e"
 
 
-def _at(where: str, key: str) -> str:
-    return f"{where}.{storable_text(key)}"
+def _at(where: str, key: object) -> str:
+    return f"{where}.{storable_text(str.__str__(key))}" if isinstance(key, str) else where
 
 
 def storable_text(text: str) -> str:
@@ -265,7 +273,15 @@ def _relative(path: str) -> str:
 
 def smaller_than(value: object, budget: int) -> bool:
     """Whether a JSON-like value holds fewer characters than `budget`; stops counting as soon
-    as it does not."""
+    as it does not. A value that cannot be read (a container of the handler's own that
+    raises) is not known to be small: False."""
+    try:
+        return _counted_within(value, budget)
+    except Exception:
+        return False
+
+
+def _counted_within(value: object, budget: int) -> bool:
     pending = [value]
     while pending:
         item = pending.pop()

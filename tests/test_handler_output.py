@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import sysconfig
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,13 @@ def encodable(value: Any) -> None:
     json.dumps(value, ensure_ascii=False).encode("utf-8")
 
 
-async def run_once(make_engine: EngineFactory, func: Any, **job: Any) -> Execution:
-    h = make_engine({"subject": func, "noop": noop}, workers=1)
-    await h.add(make_job("subject", "subject", **job))
+async def run_once(
+    make_engine: EngineFactory, func: Any, name: str = "subject", **job: Any
+) -> Execution:
+    h = make_engine({name: func, "noop": noop}, workers=1)
+    await h.add(make_job(name, name, **job))
     await h.engine.drain()
-    return (await runs_of(h))["subject"]
+    return (await runs_of(h))[name]
 
 
 # -- lone surrogates -------------------------------------------------------------------------
@@ -264,3 +268,40 @@ async def test_keys_mongodb_refuses_are_stored_in_full_width_on_every_store(
         "api\uff0eexample\uff0ecom": {"p99\uff0e9": 2},
         "a$b": 3,
     }
+
+
+class Level(IntEnum):
+    HIGH = 3
+
+
+class Sly(str):
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        raise RuntimeError("no")
+
+
+class Unreadable(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("no")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("no")
+
+    def __len__(self) -> int:
+        return 1
+
+
+async def test_values_of_the_handlers_own_types_are_read_as_json_or_fail_the_run(
+    make_engine: EngineFactory,
+) -> None:
+    async def returns_own_types(ctx: HandlerContext) -> Result:
+        return {"level": Level.HIGH, Sly("name"): Sly("\ud800")}
+
+    async def returns_unreadable(ctx: HandlerContext) -> Result:
+        return {"rows": Unreadable()}
+
+    run = await run_once(make_engine, returns_own_types)
+    assert (run.status, run.result) == (Status.SUCCESS, {"level": 3, "name": "\\ud800"})
+    unreadable = await run_once(make_engine, returns_unreadable, name="unreadable")
+    assert unreadable.status is Status.FAILED and unreadable.error is not None
+    assert unreadable.error.type == "BadResult"
+    assert unreadable.error.message == "a handler's result could not be read: RuntimeError"
