@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from aiohttp import web
 from pydantic import ValidationError as PydanticError
 
-from tickd.scheduler.logs import log_event
+from tickd.scheduler.logs import RepeatedErrors, log_event
 from tickd.scheduler.model import ValidationError
+from tickd.scheduler.store_kit import StoreError
+from tickd.scheduler.store_kit.patience import is_disk_full, refuses_for_now
 
 log = logging.getLogger("tickd.api")
 PROBLEM_JSON = "application/problem+json"
+# Seconds a client told the store refuses for now (503) waits before it asks again.
+RETRY_AFTER_SECONDS = 5
+# Each app's store errors, logged once each and then counted (an outage fails every request).
+_STORE_ERRORS: weakref.WeakKeyDictionary[web.Application, RepeatedErrors] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class ApiError(Exception):
@@ -100,11 +109,31 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
         if exc.status < 400:
             raise
         return problem(exc.status, exc.reason, None, (), _allowed(exc))
+    except StoreError as exc:
+        return store_problem(request, exc)
     except Exception:
         # Nothing of the failure reaches the client: it may hold internals or secrets.
         log_event(log, "api.internal_error", level=logging.ERROR, path=request.path)
         log.exception("api.internal_error")
         return problem(500, "Internal Server Error", "the server could not handle the request")
+
+
+def store_problem(request: web.Request, exc: StoreError) -> web.Response:
+    """503 with Retry-After when the store refuses for now (a full disk, a lost connection):
+    the request was fine, the store refused it. Otherwise a 500. The client learns the
+    cause, never the store's own words (they may hold internals or secrets); the log has them."""
+    errors = _STORE_ERRORS.setdefault(request.app, RepeatedErrors(log))
+    if not refuses_for_now(exc):
+        errors.error("api.internal_error", exc, path=request.path)
+        return problem(500, "Internal Server Error", "the server could not handle the request")
+    errors.error("api.store_refused", exc, level=logging.WARNING, path=request.path)
+    cause = "the store's disk is full" if is_disk_full(exc) else "the store is unavailable"
+    return problem(
+        503,
+        "Service Unavailable",
+        f"{cause}: try again in {RETRY_AFTER_SECONDS} s",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def _allowed(exc: web.HTTPException) -> dict[str, str] | None:
