@@ -150,3 +150,32 @@ async def test_a_stored_traceback_is_shown_without_the_servers_install_paths(api
     status, shown, _ = await api.call("GET", f"/v1/executions/{stored.id}", token=READ)
     assert status == 200
     assert shown["error"]["traceback"] == frames.replace(stdlib, "<stdlib>")
+
+
+class Evil(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+async def raises_evil(ctx: HandlerContext) -> Result:
+    raise Evil()
+
+
+async def test_a_triggered_run_whose_exception_cannot_be_described_fails_once(
+    make_engine: EngineFactory,
+) -> None:
+    async with serving(make_engine, {"evil": raises_evil}) as api:
+        job = await api.harness.add(make_job("evil", "evil", next_run_at=None, max_retries=0))
+        status, _, _ = await api.call("POST", f"/v1/jobs/{job.id}/trigger")
+        assert status == 202
+        await api.harness.engine.drain()
+        api.clock.advance(3600)  # past any lease the run could have held
+        await api.harness.engine.drain()
+
+        status, page, _ = await api.call("GET", "/v1/dead-letters", token=READ)
+        assert status == 200
+        [dead] = page["items"]
+        assert (dead["status"], dead["error"]["type"]) == ("failed", "Evil")
+        assert dead["error"]["message"] == "Evil (its description failed: RuntimeError)"
+        runs = await api.store.list_executions(ExecutionQuery(job_id=job.id, limit=10))
+        assert len(runs) == 1, "run once, never again"
