@@ -120,7 +120,9 @@ class ViewStore(Protocol):
     async def execution_stats(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> ExecutionStats:
-        """Every execution due in [since, until), aggregated (see ExecutionStats)."""
+        """Every execution due in [since, until), aggregated (see ExecutionStats). A store that
+        bounds its reads in time counts the newest buckets first and, stopped, answers with
+        those it counted whole and since when (`counted_since`), never with a stall."""
 
     async def attention(
         self, since: datetime, until: datetime, late_before: datetime, *, limit: int

@@ -32,15 +32,11 @@ AT_ONCE_PER_CHECKPOINT = 500
 # The most rows a transaction run on the loop's thread may write: more (a batch's misfire skips,
 # up to a thousand a job) would hold the loop too long, so they go to the store's thread.
 AT_ONCE_MAX_ROWS = 1000
-# Connections that only read, each on a thread of its own, for the reads ops make (the API's):
-# in WAL mode they read beside the writer, so such a read never waits behind the engine's
-# writes, nor they behind it.
-READERS = 2
-# The longest a read on a reader may take, in seconds: past it, SQLite stops the read's
+# The longest a read ops make (`_in_reader`) may take, in seconds: past it, SQLite stops its
 # statement (it raises `interrupted`, see `read_stopped`), and the read answers with what it has
 # and says so, or fails saying why.
 READ_SECONDS = 5.0
-# How often, in SQLite's virtual-machine steps, a statement on a reader looks at the time.
+# How often, in SQLite's virtual-machine steps, such a read's statement looks at the time.
 READ_CHECK_STEPS = 1000
 
 
@@ -48,11 +44,16 @@ class SQLiteFile:
     """One SQLite file (or memory) in WAL mode with its schema. Every connection belongs to one
     thread, which sqlite3 enforces (`check_same_thread`): the store's own thread holds the
     connection every transaction may run on, since sqlite3 blocks; on a file, the loop's thread
-    holds a second one for the small transactions a caller asks to run `at_once`. The two are
-    as separate as two processes: SQLite's locks keep their transactions apart."""
+    holds a second one for the small transactions a caller asks to run `at_once`, and READERS
+    threads hold one each, which only read. They are as separate as processes: SQLite's locks
+    keep their transactions apart, and WAL lets the readers read while another writes."""
 
     SCHEMA: ClassVar[str] = ""
     THREAD: ClassVar[str] = "tickd-sqlite"
+    # Connections that only read, each on a thread of its own, for the reads ops make (the
+    # API's): in WAL mode they read beside the writer, so such a read never waits behind the
+    # engine's writes, nor they behind it. 0: such reads run on the store's thread.
+    READERS: ClassVar[int] = 0
 
     def __init__(self, url: str) -> None:
         self._path = local_path(url) or ":memory:"
@@ -149,7 +150,7 @@ class SQLiteFile:
         return self._db
 
     async def _open_readers(self) -> None:
-        for number in range(READERS):
+        for number in range(self.READERS):
             reader = Reader(f"{self.THREAD}-read-{number}")
             self._readers.append(reader)
             await reader.open(self._connect_reader)

@@ -26,6 +26,7 @@ class SQLiteTables(SQLiteFile):
     StoreError. The reads ops make (`_read`) run on the readers, within their time limit."""
 
     SCHEMA = SCHEMA
+    READERS = 2  # a long read on one leaves the other to the API's other reads
 
     # -- plumbing -------------------------------------------------------------------------------
 
