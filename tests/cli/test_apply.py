@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ async def test_apply_creates_the_jobs_and_a_second_apply_changes_nothing(
     created = await jobs_by_name(live)
     assert set(created) == {"nightly-ping", "often-ping"}
     assert created["nightly-ping"].params["api_key"] == "sk-live-secret"
-    assert {job.managed_by for job in created.values()} == {"apply"}
+    assert {job.managed_by for job in created.values()} == {f"file:{jobs_file}"}
     # Again: the secret, shown masked by the API, is no change; no write, no new revision.
     second = await live.tickd("apply", "-f", str(jobs_file))
     assert second.code == 0, second.err
@@ -115,7 +116,7 @@ async def test_a_change_made_meanwhile_is_refused_and_reported_not_overwritten(
     client = Client(live.url, token=live_token())
     definitions = jobs_as_code.load_definitions([str(jobs_file)])
     changes = await asyncio.to_thread(
-        jobs_as_code.plan, client, definitions, owner="apply", prune=False
+        jobs_as_code.plan, client, definitions, owner=None, prune=False
     )
     job = (await jobs_by_name(live))["nightly-ping"]
     # Someone changes the job between the plan's read and its write.
@@ -130,20 +131,105 @@ async def test_a_change_made_meanwhile_is_refused_and_reported_not_overwritten(
     assert (kept.max_retries, kept.timeout_seconds) == (2, 45)
 
 
-async def test_the_command_exits_1_on_a_refused_change_and_names_the_job(
+async def test_the_command_exits_1_on_a_job_another_owner_manages_and_changes_nothing(
     live: Live, tmp_path: Path
 ) -> None:
     other = write(tmp_path, "other.toml", JOBS_TOML)
     assert (await live.tickd("apply", "--owner", "team-b", "-f", str(other))).code == 0
+    before = await jobs_by_name(live)
+    write(tmp_path, "other.toml", JOBS_TOML.replace("max_retries = 2", "max_retries = 4"))
 
     run = await live.tickd("apply", "-f", str(other))
 
     assert run.code == 1
-    errors = run.err.splitlines()
-    assert errors == [
-        "tickd: conflict nightly-ping: managed by 'team-b', not 'apply': left alone",
-        "tickd: conflict often-ping: managed by 'team-b', not 'apply': left alone",
+    owner = f"file:{other}"
+    taken = "not taken over (--adopt takes it, or apply as --owner team-b)"
+    assert run.err.splitlines() == [
+        f"tickd: conflict nightly-ping: managed by 'team-b', not {owner!r}: {taken}",
+        f"tickd: conflict often-ping: managed by 'team-b', not {owner!r}: {taken}",
+        "tickd: nothing applied: 2 jobs are not this file's to change",
     ]
+    after = await jobs_by_name(live)
+    assert {n: j.revision for n, j in after.items()} == {n: j.revision for n, j in before.items()}
+
+
+async def test_prune_without_owner_never_deletes_the_jobs_of_another_file(
+    live: Live, tmp_path: Path
+) -> None:
+    first = write(tmp_path, "first.toml", JOBS_TOML)
+    second = write(
+        tmp_path,
+        "second.toml",
+        '[[jobs]]\nname = "second-noop"\nhandler = "ping"\n'
+        'schedule = { kind = "interval", every_seconds = 60 }\n'
+        'params = { url = "https://example.com/second" }\n',
+    )
+    assert (await live.tickd("apply", "-f", str(first))).code == 0
+
+    pruned = await live.tickd("apply", "--prune", "-f", str(second))
+
+    assert pruned.code == 0, pruned.err
+    assert pruned.out.splitlines()[0] == "created second-noop"
+    jobs = await jobs_by_name(live)
+    assert set(jobs) == {"nightly-ping", "often-ping", "second-noop"}
+    assert jobs["second-noop"].managed_by == f"file:{second}"
+    assert jobs["often-ping"].managed_by == f"file:{first}"
+
+
+async def test_a_hand_made_job_is_taken_over_only_with_adopt_and_the_refusal_changes_nothing(
+    live: Live, tmp_path: Path
+) -> None:
+    by_hand = await live.tickd(
+        "jobs", "create", "--name", "nightly-ping", "--handler", "ping", "--every", "60",
+        "--param", "url=https://example.com/x",
+    )  # fmt: skip
+    assert by_hand.code == 0, by_hand.err
+    jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
+    made = (await jobs_by_name(live))["nightly-ping"]
+
+    refused = await live.tickd("apply", "-f", str(jobs_file))
+    dry = await live.tickd("diff", "-f", str(jobs_file))
+
+    assert refused.code == 1
+    assert refused.err.splitlines() == [
+        "tickd: conflict nightly-ping: made by hand (no owner): not taken over (--adopt takes it)",
+        "tickd: nothing applied: 1 job is not this file's to change",
+    ]
+    assert set(await jobs_by_name(live)) == {"nightly-ping"}
+    assert (await jobs_by_name(live))["nightly-ping"].revision == made.revision
+    assert dry.code == 1 and dry.out.splitlines()[0] == "! conflict nightly-ping"
+    adopted = await live.tickd("apply", "--adopt", "-f", str(jobs_file))
+    assert adopted.code == 0, adopted.err
+    jobs = await jobs_by_name(live)
+    assert jobs["nightly-ping"].managed_by == f"file:{jobs_file}"
+    assert jobs["nightly-ping"].max_retries == 2
+
+
+async def test_a_system_job_is_never_taken_over_or_pruned_even_with_adopt(
+    live: Live, tmp_path: Path
+) -> None:
+    jobs_file = write(tmp_path, "jobs.toml", JOBS_TOML)
+    assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
+    stored = (await jobs_by_name(live))["often-ping"]
+    # tickd's own job, as seeding makes them, under the name a file uses.
+    await live.store.delete_job(stored.id)
+    await live.store.insert_job(replace(stored, system=True))
+    owned_system = (await jobs_by_name(live))["often-ping"]
+    write(tmp_path, "jobs.toml", JOBS_TOML.replace("max_retries = 2", "max_retries = 3"))
+    without = write(tmp_path, "without.toml", JOBS_TOML.split("[[jobs]]")[1].join(["[[jobs]]", ""]))
+
+    adopt = await live.tickd("apply", "--adopt", "-f", str(jobs_file))
+    prune = await live.tickd("apply", "--prune", "--owner", f"file:{jobs_file}", "-f", str(without))
+
+    assert adopt.code == 1
+    assert adopt.err.splitlines()[0] == (
+        "tickd: conflict often-ping: a system job (tickd's own): never taken over"
+    )
+    assert prune.code == 0, prune.err
+    assert "often-ping" not in prune.out
+    jobs = await jobs_by_name(live)
+    assert jobs["often-ping"].revision == owned_system.revision
+    assert jobs["nightly-ping"].max_retries == 2
 
 
 async def test_prune_deletes_only_the_jobs_an_apply_made_that_the_file_dropped(

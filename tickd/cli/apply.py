@@ -1,8 +1,9 @@
 """`tickd apply -f FILE` and `tickd diff -f FILE`: jobs as code (tickd/cli/jobs_as_code.py).
 
-Exit codes: 0 nothing to do, or done; 1 failed (an API error, a job changed meanwhile, a job
-another owner manages); 2 a usage error (a file that is no job definition); 3 (with --dry-run,
-and diff) there are changes to make.
+Exit codes: 0 nothing to do, or done; 1 failed (an API error, a job changed meanwhile), or
+refused whole, nothing applied (a job of the file is hand-made, another owner's or a system job:
+--adopt takes over the first two, never a system job); 2 a usage error (a file that is no job
+definition); 3 (with --dry-run, and diff) there are changes to make.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ EXIT_CHANGES = 3
 
 
 def apply_files(client: Client, args: argparse.Namespace) -> int:
-    if not re.fullmatch(MANAGED_BY_PATTERN, args.owner):
+    if args.owner is not None and not re.fullmatch(MANAGED_BY_PATTERN, args.owner):
         raise UsageError(
             f"--owner {args.owner!r}: up to 100 letters, digits and . _ : @ / -, "
             "starting with a letter or digit"
@@ -33,10 +34,20 @@ def apply_files(client: Client, args: argparse.Namespace) -> int:
         definitions = jobs_as_code.load_definitions(args.file)
     except jobs_as_code.DefinitionError as exc:
         raise UsageError(str(exc)) from None
-    changes = jobs_as_code.plan(client, definitions, owner=args.owner, prune=args.prune)
+    changes = jobs_as_code.plan(
+        client,
+        definitions,
+        owner=args.owner,
+        prune=args.prune,
+        adopt=args.adopt,
+        files=args.file,
+    )
     kept = len(definitions) - sum(c.action != "delete" for c in changes)
     if args.dry_run:
         return _show_plan(changes, kept, args)
+    conflicts = [c for c in changes if c.action == "conflict"]
+    if conflicts:
+        return _refuse(conflicts, kept, args)
     outcomes = jobs_as_code.apply(client, changes)
     if args.json:
         print_json(
@@ -60,6 +71,27 @@ def _show_plan(changes: list[jobs_as_code.Change], kept: int, args: argparse.Nam
     if any(c.action == "conflict" for c in changes):
         return 1
     return EXIT_CHANGES if changes else 0
+
+
+def _refuse(conflicts: list[jobs_as_code.Change], kept: int, args: argparse.Namespace) -> int:
+    """Jobs that are not this apply's to change refuse it whole: nothing is applied."""
+    reasons = [c.fields["managed_by"][1] for c in conflicts]
+    if args.json:
+        print_json(
+            {
+                "changes": [
+                    jobs_as_code.as_json(c, r) for c, r in zip(conflicts, reasons, strict=True)
+                ],
+                "unchanged": kept,
+                "applied": False,
+            }
+        )
+        return 1
+    for change, reason in zip(conflicts, reasons, strict=True):
+        print(f"tickd: conflict {change.name}: {reason}", file=sys.stderr)
+    count = "1 job is" if len(conflicts) == 1 else f"{len(conflicts)} jobs are"
+    print(f"tickd: nothing applied: {count} not this file's to change", file=sys.stderr)
+    return 1
 
 
 DONE = {"create": "created", "update": "updated", "delete": "deleted"}

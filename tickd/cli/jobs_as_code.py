@@ -1,11 +1,14 @@
 """`tickd apply -f FILE` and `tickd diff -f FILE`: jobs as code.
 
 A file holds jobs in the shape POST /v1/jobs takes (JobCreate), as JSON (`{"jobs": [...]}`),
-YAML (the same) or TOML (`[[jobs]]` tables), read strictly (tickd/cli/job_files.py); a folder
-is every such file under it. Jobs are matched by name (names are unique). A plan holds what differs: jobs to create,
-fields to change (a PATCH with the revision read as If-Match, so a change made meanwhile is
-refused and reported, never overwritten), and, with prune, the jobs to delete: only those that
-apply made with the same owner (`managed_by`), so hand-made and system jobs are never deleted.
+YAML (the same) or TOML (`[[jobs]]` tables), read strictly (tickd/cli/job_files.py); a folder is
+every such file under it. Jobs are matched by name (names are unique). A plan holds what
+differs: jobs to create, fields to change (a PATCH with the revision read as If-Match, so a
+change made meanwhile is refused and reported, never overwritten), and, with prune, the jobs to
+delete: only those that apply made with the same owner (`managed_by`: by default the file's or
+folder's path), so other files', hand-made and system jobs are never deleted. A job of the file
+that exists already but is hand-made or another owner's is a conflict, and refuses the whole
+apply, unless --adopt takes it over; a system job is never taken over.
 
 Two rules keep a second apply of the same file a no-op:
 - secrets: the API shows them as ***, so a file's params compare equal to the API's when they
@@ -16,7 +19,9 @@ Two rules keep a second apply of the same file a no-op:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +37,7 @@ from tickd.cli.output import Json, dumped
 from tickd.client import ApiError, Client
 from tickd.scheduler.secrets import mask
 
+MAX_OWNER = 100  # the longest mark the API takes (MANAGED_BY_PATTERN)
 # The fields of a definition, as JobCreate has them; `managed_by` is the owner mark.
 COMPARED = (
     "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries", "priority",
@@ -179,20 +185,75 @@ def _reason(error: Any) -> str:
 
 
 def plan(
-    client: Client, definitions: Sequence[Definition], *, owner: str, prune: bool
+    client: Client,
+    definitions: Sequence[Definition],
+    *,
+    owner: str | None,
+    prune: bool,
+    adopt: bool = False,
+    files: Sequence[str] = (),
 ) -> list[Change]:
-    """What applying the definitions changes, against the jobs the API has now."""
+    """What applying the definitions changes, against the jobs the API has now. `owner` None:
+    each job's owner is its -f argument's (owner_of); the jobs of every argument given (and
+    `files`, an empty folder's) are this apply's to change and, with prune, to delete."""
     current = {job.name: dumped(job) for job in client.iter_jobs()}
     secrets = _secret_params(client) if definitions else {}
-    changes = [_change(d, current.get(d.name), owner, secrets) for d in definitions]
+    ours = {owner} if owner else {owner_of(f) for f in (*files, *(d.argument for d in definitions))}
+    keeper = Keeper(owner, frozenset(ours), adopt)
+    changes = [_change(d, current.get(d.name), keeper, secrets) for d in definitions]
     if prune:
         wanted = {d.name for d in definitions}
         changes += [
             Change("delete", name, job_id=job["id"], revision=job.get("revision"))
             for name, job in sorted(current.items())
-            if name not in wanted and job.get("managed_by") == owner
+            if name not in wanted and job.get("managed_by") in ours and not job.get("system")
         ]
     return [c for c in changes if c.action != "keep"]
+
+
+def owner_of(argument: str) -> str:
+    """The owner (`managed_by`) of the jobs of one -f argument when --owner names none: `file:`
+    and its path, relative to the working folder when under it, absolute otherwise; a folder's
+    own path for every file in it. Characters a mark cannot hold become `-`; a path too long for
+    100 keeps its end, after a digest of the whole."""
+    path = Path(argument).resolve()
+    try:
+        shown = path.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    mark = "file:" + re.sub(r"[^A-Za-z0-9._:@/-]", "-", shown)
+    if len(mark) <= MAX_OWNER:
+        return mark
+    digest = hashlib.sha256(shown.encode()).hexdigest()[:12]
+    head = f"file:{digest}:"
+    return head + mark[len(mark) - (MAX_OWNER - len(head)) :]
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """Who this apply is: its own mark (None: each file's), the marks whose jobs it may change,
+    and whether it takes over the jobs of others and of no one (--adopt)."""
+
+    owner: str | None
+    ours: frozenset[str]
+    adopt: bool
+
+    def mark(self, definition: Definition) -> str:
+        return self.owner or owner_of(definition.argument)
+
+    def refusal(self, job: Json, mine: str) -> str | None:
+        """Why the job is not this apply's to change; None: it is."""
+        if job.get("system"):
+            return "a system job (tickd's own): never taken over"
+        current = job.get("managed_by")
+        if current in self.ours or self.adopt:
+            return None
+        if current is None:
+            return "made by hand (no owner): not taken over (--adopt takes it)"
+        return (
+            f"managed by {current!r}, not {mine!r}: not taken over "
+            f"(--adopt takes it, or apply as --owner {current})"
+        )
 
 
 def _secret_params(client: Client) -> dict[str, frozenset[str]]:
@@ -200,28 +261,29 @@ def _secret_params(client: Client) -> dict[str, frozenset[str]]:
 
 
 def _change(
-    definition: Definition, job: Json | None, owner: str, secrets: dict[str, frozenset[str]]
+    definition: Definition, job: Json | None, keeper: Keeper, secrets: dict[str, frozenset[str]]
 ) -> Change:
     declared = secrets.get(definition.job["handler"], frozenset())
+    mine = keeper.mark(definition)
     if job is None:
-        body = {**definition.job, "managed_by": owner}
+        body = {**definition.job, "managed_by": mine}
         shown = {k: (None, _shown(k, v, declared)) for k, v in definition.job.items()}
         return Change("create", definition.name, shown, body)
-    if job.get("managed_by") not in (None, owner):
-        reason = f"managed by {job['managed_by']!r}, not {owner!r}: left alone"
-        return Change("conflict", definition.name, {"managed_by": (job["managed_by"], reason)})
+    refusal = keeper.refusal(job, mine)
+    if refusal is not None:
+        return Change("conflict", definition.name, {"managed_by": (job.get("managed_by"), refusal)})
     fields = {
         key: (job.get(key), _shown(key, definition.job[key], declared))
         for key in COMPARED
         if (key != "enabled" or key in definition.given)
         and not _same(key, definition.job[key], job.get(key), declared)
     }
-    if job.get("managed_by") != owner:
-        fields["managed_by"] = (job.get("managed_by"), owner)
+    if job.get("managed_by") != mine:
+        fields["managed_by"] = (job.get("managed_by"), mine)
     if not fields:
         return Change("keep", definition.name)
     body = {key: definition.job[key] for key in fields if key != "managed_by"}
-    body["managed_by"] = owner
+    body["managed_by"] = mine
     return Change("update", definition.name, fields, body, job["id"], job.get("revision"))
 
 

@@ -21,8 +21,6 @@ STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
 DEAD_LETTER_STATES = ("open", "redriving", "redriven", "discarded")
 PRIORITIES = ("critical", "high", "normal", "low")
 MISFIRE_POLICIES = ("coalesce", "skip", "run_all")
-# The mark (managed_by) `tickd apply` puts on the jobs it makes.
-DEFAULT_OWNER = "apply"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -315,15 +313,20 @@ def add_apply_commands(commands: Subparsers, common: argparse.ArgumentParser) ->
         action="append",
         required=True,
         metavar="FILE",
-        help="jobs as JSON or YAML ({jobs: [...]}) or TOML ([[jobs]]); a folder: its "
-        ".json, .yaml, .yml and .toml files; repeatable",
+        help="jobs as JSON or YAML ({jobs: [...]}) or TOML ([[jobs]]); a folder: every "
+        ".json, .yaml, .yml and .toml file under it, any case; repeatable",
     )
     files.add_argument("--prune", action="store_true", help="also delete the jobs it dropped")
     files.add_argument(
         "--owner",
-        default=DEFAULT_OWNER,
         help="the mark (managed_by) on the jobs it makes; --prune deletes only jobs with this "
-        f"mark (default {DEFAULT_OWNER!r})",
+        "mark (default: file:PATH, each -f argument's path, relative to the working folder)",
+    )
+    files.add_argument(
+        "--adopt",
+        action="store_true",
+        help="take over the file's jobs that exist already, made by hand or another owner's "
+        "(never a system job); without it, such a job refuses the whole apply",
     )
     codes = (
         "Exit codes: 0 nothing to do, or done; 1 failed; 2 usage error; 3 with --dry-run (and "
