@@ -182,6 +182,11 @@ def disk_full() -> sqlite3.OperationalError:
     return error
 
 
+def no_room(db: sqlite3.Connection) -> None:
+    """A write that finds the disk full."""
+    raise disk_full()
+
+
 def refuse_writes(
     monkeypatch: pytest.MonkeyPatch, store: SQLiteStore, refusing: Callable[[], bool]
 ) -> list[str]:
@@ -286,3 +291,49 @@ async def test_a_run_whose_end_waits_for_the_store_past_its_lease_is_not_reaped_
     assert ran == ["nightly"]
     stored = await store.get_job(job.id)
     assert stored is not None and stored.next_run_at == T0 + timedelta(seconds=60)
+
+
+async def test_no_new_run_is_claimed_while_the_store_refuses_the_ends_of_the_last_ones(
+    make_engine: EngineFactory, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ends refused wait in memory: the dispatcher takes no run whose end would only join
+    them, and takes them again once the store has written the ends."""
+    ran: list[str] = []
+    room = asyncio.Event()
+    refused: list[int] = []
+    write = store.finish_executions
+
+    async def refused_while_full(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+        if finishes and not room.is_set():
+            if refused:  # tried again: it waits for room (no time passes meanwhile)
+                await room.wait()
+            else:
+                try:
+                    await store._run(no_room)
+                finally:
+                    refused.append(len(finishes))
+        return await write(finishes, **kwargs)
+
+    async def record(ctx: HandlerContext) -> Result:
+        ran.append(ctx.job_name)
+        return None
+
+    monkeypatch.setattr(store, "finish_executions", refused_while_full)
+    h = make_engine({"record": record})
+    await h.add(make_job("first", "record"))
+    h.engine.start()
+    try:
+        assert (await h.engine.tick()).claimed == 1
+        await asyncio.wait_for(until(lambda: bool(refused)), WAIT)
+        await h.add(make_job("second", "record", next_run_at=h.clock.now()))
+        assert (await h.engine.tick()).claimed == 0
+        assert ran == ["first"]
+    finally:
+        room.set()
+    await asyncio.wait_for(h.engine.drain(), WAIT)
+    assert sorted(ran) == ["first", "second"]
+    runs = await store.list_executions(ExecutionQuery())
+    assert sorted((e.job_name, e.status) for e in runs) == [
+        ("first", Status.SUCCESS),
+        ("second", Status.SUCCESS),
+    ]
