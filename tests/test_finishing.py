@@ -13,12 +13,13 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
-from tickd.scheduler.finishing import Finisher
+from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.finishing import CLOSING_ATTEMPTS, Finisher
 from tickd.scheduler.fired_runs import FiredRuns
 from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
-from tickd.scheduler.ports import Finish, Store
+from tickd.scheduler.ports import Finish, Store, StoreError
 
 
 @pytest.fixture
@@ -221,3 +222,39 @@ async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fire
     fired.started()
     await asyncio.wait_for(finisher.settled(), WAIT)
     assert batches == [10, 10, 10, 5]
+
+
+async def test_ends_the_store_refuses_are_tried_until_it_takes_them_but_not_past_shutdown(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: an end is tried again for as long as the daemon runs (time passes on the
+    injected clock), and a shutdown waits for a few more tries only, then says why it is not
+    written (its lease expires and its occurrence is given back)."""
+    tries: list[int] = []
+
+    async def disk_full(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+        tries.append(len(finishes))
+        raise StoreError("sqlite: database or disk is full")
+
+    monkeypatch.setattr(store, "finish_executions", disk_full)
+    finisher = Finisher(store, MemoryLock(), batch_size=10, linger_seconds=0, sleep=clock.sleep)
+    ended = Execution(
+        job_id="job-1",
+        job_name="nightly",
+        handler="noop",
+        scheduled_at=T0,
+        status=Status.SUCCESS,
+        started_at=T0,
+        finished_at=T0,
+    )
+    ending = finisher.hand_over(Finish(ended, None), "token")
+    await asyncio.wait_for(_until(lambda: len(tries) >= 20), WAIT)
+    assert clock.monotonic() > 60, "a minute and more of refusals, and still trying"
+    assert not ending.done()
+
+    tried_before_closing = len(tries)
+    await asyncio.wait_for(finisher.close(), WAIT)
+    # One more may start while the close is under way.
+    assert len(tries) - tried_before_closing <= CLOSING_ATTEMPTS + 1
+    outcome = await ending
+    assert not outcome.applied and "database or disk is full" in str(outcome.error)
