@@ -186,3 +186,11 @@ def test_every_mistake_of_every_file_is_named_at_once(tmp_path: Path) -> None:
     assert lines[0].startswith(f"{first}:6: jobs[0] (one): max_retries: ")
     assert lines[1].startswith(f"{first}:11: jobs[1] (two): priority: ")
     assert lines[2].startswith(f"{second}:1: ")
+
+
+def test_a_toml_or_json_syntax_error_and_nan_are_refused_naming_the_line(tmp_path: Path) -> None:
+    toml = write(tmp_path, "jobs.toml", '[[jobs]]\nname = "x"\nhandler = \n')
+    nan = write(tmp_path, "nan.json", '{"jobs": [{"name": "x", "jitter_seconds": NaN}]}')
+
+    assert refusal(toml) == f"{toml}:3: not TOML: Invalid value"
+    assert refusal(nan) == f"{nan}: NaN: not a number JSON has"

@@ -113,10 +113,19 @@ def read_document(path: Path) -> Document:
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":
-            return _plain(tomllib.loads(text))
+            return _plain(_load_toml(text))
         return _plain(_load_json(text) if suffix == ".json" else _load_yaml(text))
     except RecursionError:
         raise Refused(0, "nested too deeply") from None
+
+
+def _load_toml(text: str) -> Any:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r" \(at line (\d+), column \d+\)$", str(exc))
+        message = str(exc)[: found.start()] if found else str(exc)
+        raise Refused(int(found.group(1)) if found else 0, f"not TOML: {message}") from None
 
 
 def _load_json(text: str) -> Any:
@@ -163,7 +172,7 @@ class _LinedJsonDecoder(json.JSONDecoder):
 
     @staticmethod
     def _refuse_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a number JSON has")
+        raise Refused(0, f"{name}: not a number JSON has")
 
 
 def _recording(scan_once: Any) -> tuple[list[int], Callable[[str, int], Any]]:
