@@ -168,6 +168,7 @@ class JobBuilder:
         with validation_problems():
             self.rules.check(changed, now, new_schedule="schedule" in fields)
             _check_not_spent(job, changed)
+            _check_system_unowned(job, changed)
             # Resumed, a schedule checked when it was stored may fire no more (NoFireTime).
             return self._rescheduled(job, changed, now)
 
@@ -213,6 +214,12 @@ def _check_not_spent(before: Job, after: Job) -> None:
         raise ValidationError(
             "enabled", "this once job has had its run: give it a new schedule.at to run it again"
         )
+
+
+def _check_system_unowned(before: Job, after: Job) -> None:
+    """A system job is tickd's own: no client takes it over, so none prunes it."""
+    if before.system and after.managed_by != before.managed_by:
+        raise ValidationError("managed_by", "a system job is tickd's own: it takes no owner")
 
 
 def _given(value: T | None, current: T) -> T:

@@ -97,8 +97,9 @@ ManagedBy = Annotated[
     str,
     Field(
         pattern=MANAGED_BY_PATTERN,
-        description="Who keeps the definition: `tickd apply` marks the jobs it makes `apply`, "
-        "and prunes only those; null: made by hand",
+        description="Who keeps the definition: `tickd apply` marks the jobs it makes with "
+        "their file (`file:jobs.toml`) or its --owner, and prunes only those; null: made by "
+        "hand; a system job takes none",
     ),
 ]
 
