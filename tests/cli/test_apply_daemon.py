@@ -4,6 +4,7 @@ seeded demo jobs, made by no apply, are never pruned."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -85,3 +86,38 @@ async def test_apply_and_prune_against_the_daemon_leave_the_seeded_jobs(
     assert again[0] == 0 and again[1] == "0 changed, 0 failed, 1 unchanged.\n"
     assert diff[0] == 0 and diff[1] == "Nothing to change; 1 unchanged.\n"
     assert await job_names(daemon_url) == seeded | {"deployed-noop"}
+
+
+async def jobs_of(url: str) -> list[dict[str, object]]:
+    async with aiohttp.ClientSession(url) as http, http.get("/v1/jobs?limit=500") as response:
+        items: list[dict[str, object]] = (await response.json())["items"]
+        return items
+
+
+async def test_apply_takes_over_no_seeded_job_without_adopt_and_no_system_job_at_all(
+    daemon_url: str, tmp_path: Path
+) -> None:
+    seeded = await jobs_of(daemon_url)
+    system = next(job for job in seeded if job["system"])
+    demo = next(job for job in seeded if not job["system"])
+    fields = ("name", "handler", "schedule")
+    jobs_file = tmp_path / "jobs.json"
+    definitions = [{key: job[key] for key in fields} for job in (system, demo)]
+    jobs_file.write_text(json.dumps({"jobs": definitions}), encoding="utf-8")
+
+    plain = await tickd(daemon_url, "apply", "-f", str(jobs_file))
+    adopt = await tickd(daemon_url, "apply", "--adopt", "--prune", "-f", str(jobs_file))
+
+    assert plain[0] == 1 and adopt[0] == 1
+    assert f"tickd: conflict {system['name']}: a system job (tickd's own): never taken over" in (
+        adopt[2].splitlines()
+    )
+    assert f"tickd: conflict {demo['name']}: made by hand (no owner)" in plain[2]
+    assert (
+        plain[2].splitlines()[-1] == "tickd: nothing applied: 2 jobs are not this file's to change"
+    )
+    after = {job["name"]: job for job in await jobs_of(daemon_url)}
+    assert {n: j["revision"] for n, j in after.items()} == {
+        str(j["name"]): j["revision"] for j in seeded
+    }
+    assert after[str(demo["name"])]["managed_by"] is None
