@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,7 +26,7 @@ from tickd.scheduler.model import Execution, Status
 from tickd.scheduler.ports import StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
 from tickd.scheduler.store_kit import sqlite as kit
-from tickd.scheduler.store_values import JobQuery
+from tickd.scheduler.store_values import ExecutionQuery, JobQuery, JobSearch
 
 WEEK = 604800  # /v1/stats?window=604800
 BUCKET_SECONDS = 10080  # the API's bucket for that window: 60 of them
@@ -115,6 +115,43 @@ async def test_the_engine_claims_and_finishes_while_a_week_of_stats_is_being_rea
     figures = await asyncio.wait_for(read, WAIT)
     assert figures.counted_since is None
     assert figures.counts[("success", "ping")] == 3 * 5
+
+
+# The reads ops make, each on a job with one execution due at T0.
+API_READS: dict[str, Callable[[SQLiteStore, str, str], Awaitable[object]]] = {
+    "a job": lambda store, job_id, _: store.get_job(job_id),
+    "a job by name": lambda store, _, __: store.get_job_by_name("job"),
+    "the jobs": lambda store, _, __: store.list_jobs(JobQuery()),
+    "a page of jobs": lambda store, _, __: store.search_jobs(JobSearch()),
+    "how many jobs": lambda store, _, __: store.count_jobs(JobSearch()),
+    "an execution": lambda store, _, execution_id: store.get_execution(execution_id),
+    "the executions": lambda store, _, __: store.list_executions(ExecutionQuery()),
+    "a week of stats": lambda store, _, __: store.execution_stats(SINCE, UNTIL, BUCKET_SECONDS),
+    "what needs attention": lambda store, _, __: store.attention(SINCE, UNTIL, T0, limit=20),
+    "a run asked for": lambda store, job_id, _: store.run_request_pending(job_id, T0),
+    "runs asked for": lambda store, job_id, _: store.count_pending_requests(
+        job_id, reason="trigger"
+    ),
+    "runs at times": lambda store, job_id, _: store.executions_at(job_id, [T0]),
+}
+
+
+@pytest.mark.parametrize("read", API_READS.values(), ids=API_READS.keys())
+async def test_a_read_answers_while_the_writer_is_busy(
+    store: SQLiteStore, read: Callable[[SQLiteStore, str, str], Awaitable[object]]
+) -> None:
+    job = make_job()
+    await store.insert_job(job)
+    execution = running(job, 1)
+    await store.insert_executions([execution])
+    let_go = threading.Event()
+    busy = asyncio.create_task(store._in_thread(lambda db: let_go.wait(WAIT)))
+    try:
+        await asyncio.wait_for(read(store, job.id, execution.id), WAIT / 2)
+        assert not busy.done(), "the writer's thread was free before the read answered"
+    finally:
+        let_go.set()
+    await busy
 
 
 class ReadClock:
