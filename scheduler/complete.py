@@ -69,10 +69,12 @@ class Completer:
         self._ending.pop(id(task), None)
         self._kept_until.pop(id(task), None)
 
-    def ends_refused(self) -> str | None:
-        """Why the store refuses the runs' ends being tried again, while it does: no new run is
-        claimed meanwhile (its end would only join the wait)."""
-        return self.finisher.refused
+    def raise_if_ends_refused(self) -> None:
+        """While the store refuses the ends being tried again, no new run is claimed (its end
+        would only join the wait): the dispatcher backs off, and its readiness names the cause."""
+        refused = self.finisher.refused
+        if refused is not None:
+            raise StoreError(f"the store refuses the ends of runs over: {refused}")
 
     async def keep_leases(self, now: datetime) -> None:
         """The leases of runs whose ends wait for the store, renewed before they run out (less

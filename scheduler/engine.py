@@ -174,8 +174,7 @@ class Engine:
             await self.firing.let_fired_start()
         await self.runner.completer.keep_leases(now)  # before the reaper takes them for expired
         self.fetcher.give_back(await self.leases.reap_if_due(now, busy=fired.released > 0))
-        if self.runner.completer.ends_refused():  # a run claimed now would only join the wait
-            return Tick(fetched=0, claimed=0, full=False, fired=fired.released)
+        self.runner.completer.raise_if_ends_refused()  # a run claimed now would join the wait
         fetched = await self.fetcher.fetch(now)
         if fetched is None:  # no room
             return Tick(fetched=0, claimed=0, full=True, fired=fired.released)
