@@ -105,13 +105,18 @@ class StatsOut(BaseModel):
     lag_measured: int = Field(description="Occurrences the lag percentiles are of")
     buckets: list[Bucket]
     complete: bool = Field(
+        default=True,
         description="False when the store stopped its read at its time limit: every figure "
-        "of the executions (totals, lag, buckets) is then of those due since counted_since only"
+        "of the executions (totals, lag, buckets) is then of those due since counted_since only",
     )
-    counted_since: datetime = Field(
-        description="The executions due from here on are counted: the window's start if complete"
+    counted_since: datetime | None = Field(
+        default=None,
+        description="When not complete, the executions due from here on are counted, those due "
+        "before it are not; null when complete",
     )
-    partial_reason: str | None = Field(description="Why the figures are partial; null if whole")
+    partial_reason: str | None = Field(
+        default=None, description="Why the figures are partial; null when complete"
+    )
     open_dead_letters: int
     attention: AttentionOut
 
@@ -140,7 +145,7 @@ async def stats(call: Call[StatsQuery, None]) -> Reply:
             lag_measured=figures.lag.measured,
             buckets=buckets(figures, since, bucket_seconds),
             complete=figures.counted_since is None,
-            counted_since=figures.counted_since or since,
+            counted_since=figures.counted_since,
             partial_reason=partial_reason(figures, since),
             open_dead_letters=attention.dead_letters_total,
             attention=attention_out(attention, now),
