@@ -3,18 +3,31 @@ last retry) is marked on its execution record, so listing them is a query and co
 extra write; its job's re-drive policy may queue the next re-drive in the same batch.
 
 A sharded occurrence's shard that failed for good is a dead letter of its own: its re-drive runs
-that shard alone. An abandoned run is no dead letter: its occurrence runs again anyway. A run that
-re-ran its occurrence (any run request) settles the occurrence's earlier dead letters (of its
-shard), whatever its outcome: a success ends the story, a new failure is the occurrence's dead
-letter from then on.
+that shard alone. A run abandoned because its worker or instance died (its lease expired) runs
+again, within its job's retries: the store counts an occurrence's abandonments, and the one past
+max_retries + 1 attempts is the occurrence's dead letter (`abandoned_for_good`), so a run that
+kills its worker every time is not run for ever. A run abandoned at a graceful shutdown is no
+dead letter and does not count: tickd stopped it, not the run, and a deploy must not use up a
+job's retries. A run that re-ran its occurrence (any run request) settles the occurrence's
+earlier dead letters (of its shard), whatever its outcome: a success ends the story, a new
+failure is the occurrence's dead letter from then on.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from tickd.scheduler.model import DeadLetter, Execution, Job, Status, new_id
+from tickd.scheduler.model import (
+    DeadLetter,
+    Execution,
+    ExecutionError,
+    Job,
+    Status,
+    new_id,
+)
+from tickd.scheduler.planning import advance_after, keep_schedule, plan_run
 from tickd.scheduler.ports import Advance, Finish, JobChange, RunRequest
 
 REDRIVE = "redrive"
@@ -29,6 +42,18 @@ def finish_of(
     settles = request is not None and execution.status is not Status.ABANDONED
     if not execution.status.is_failure:
         return Finish(execution, advance, settles=settles)
+    return _dead_letter(job, request, execution, advance, settles=settles)
+
+
+def _dead_letter(
+    job: Job,
+    request: RunRequest | None,
+    execution: Execution,
+    advance: Advance | None,
+    *,
+    settles: bool,
+) -> Finish:
+    """An occurrence's end for good: open, or re-driven now by its job's policy."""
     assert execution.finished_at is not None
     done = request.redrives if request is not None and request.reason == REDRIVE else 0
     policy = job.redrive
@@ -42,6 +67,37 @@ def finish_of(
         settles=settles,
         redrive=redrive,
     )
+
+
+ABANDONED_ERROR_TYPE = "Abandoned"
+
+
+def abandoned_for_good(
+    job: Job, request: RunRequest | None, execution: Execution, abandonments: int
+) -> Finish | None:
+    """What becomes of a run its lease's expiry abandoned, its occurrence's `abandonments`th
+    (this one included): None while its job's retries allow another attempt (the occurrence
+    runs again); past them, its end as a dead letter, with the job's schedule moved on as
+    after any run that failed for good (a once-job is done) and the failure counted; a
+    requested run's leaves the schedule alone, and leaves the queue."""
+    if abandonments <= job.max_retries:
+        return None
+    assert execution.finished_at is not None
+    error = ExecutionError(
+        type=ABANDONED_ERROR_TYPE,
+        message=f"the run was abandoned {abandonments} times: "
+        "its worker or instance died each time",
+    )
+    ended = replace(execution, status=Status.ABANDONED, error=error, attempts=abandonments)
+    summary = ended.summary()
+    if request is not None or job.next_run_at is None:
+        advance = keep_schedule(job, summary)
+    else:
+        plan = plan_run(job, execution.finished_at)
+        advance = advance_after(job, plan, summary, breaker_threshold=0, rng=random.Random())
+        advance = replace(advance, consecutive_failures=job.consecutive_failures + 1)
+    finish = _dead_letter(job, request, ended, advance, settles=request is not None)
+    return replace(finish, request_id=None if request is None else request.id)
 
 
 def automatic_redrive(

@@ -123,8 +123,16 @@ class DispatchStore(Protocol):
         self, now: datetime, *, instance: str | None = None, event_source: str | None = None
     ) -> list[Execution]:
         """Clear the job leases that may be taken over and mark the execution each guarded
-        `abandoned`. The job keeps its next_run_at, so it runs again. Returns those executions.
-        With `event_source`, their `abandoned` events go to the outbox with them.
+        `abandoned` (error LeaseExpired). The job keeps its next_run_at, so it runs again, within
+        its retries: the store counts how many times each occurrence (the job and scheduled_at
+        of a plain run) was abandoned so since it last ended for good, and the run that takes
+        the count past the job's max_retries + 1 attempts is written as the end
+        `dead_letters.abandoned_for_good` gives it, as finish_executions writes a run's end (a
+        dead letter, or re-driven by the job's policy; its schedule moved on, a requested
+        run's request off the queue): its occurrence does not run again. A graceful shutdown's
+        abandoned runs (error Shutdown) do not count. Returns those executions, as written.
+        With `event_source`, their `abandoned` events go to the outbox with them. A reap that
+        stops before a dead letter is written leaves its lease held: the next reap ends it.
 
         A lease may be taken over when it was ended (`end_leases`: its instance was found dead),
         or when its expiry is before `now` and its owner is the caller, `instance` (its own

@@ -139,7 +139,9 @@ async def test_a_run_fenced_off_that_then_fails_queues_no_redrive(
 
     policy = RedrivePolicy(max_attempts=3, backoff_seconds=1)
     stalled = make_engine({"work": slow_then_fails}, instance_id="stalled", lease_margin_seconds=1)
-    job = await stalled.add(make_job("work", "work", redrive=policy, next_run_at=T0))
+    # One retry: the run abandoned while it stalled runs again, rather than a dead letter.
+    work = make_job("work", "work", redrive=policy, next_run_at=T0, max_retries=1)
+    job = await stalled.add(work)
     stalled.engine.start()
     await stalled.engine.tick()
     await asyncio.wait_for(started.wait(), WAIT)

@@ -430,7 +430,8 @@ async def crashed_mid_run(make_engine: EngineFactory) -> Job:
         return None
 
     crashed = make_engine({"work": hang}, instance_id="crashed", lease_margin_seconds=30)
-    job = await crashed.add(make_job("work", "work", timeout_seconds=60))
+    # A retry left: the run its instance's death abandons runs again.
+    job = await crashed.add(make_job("work", "work", timeout_seconds=60, max_retries=1))
     crashed.engine.start()
     assert (await crashed.engine.tick()).claimed == 1
     return job
@@ -445,7 +446,8 @@ async def died_after_beating(make_engine: EngineFactory, **overrides: Any) -> Jo
         return None
 
     crashed = make_engine({"work": hang}, instance_id="crashed", **overrides)
-    job = await crashed.add(make_job("work", "work", timeout_seconds=3600))
+    # A retry left: the run its instance's death abandons runs again.
+    job = await crashed.add(make_job("work", "work", timeout_seconds=3600, max_retries=1))
     await crashed.engine.heartbeat.beat(T0)
     crashed.engine.start()
     assert (await crashed.engine.tick()).claimed == 1
@@ -488,7 +490,9 @@ async def test_a_triggered_run_whose_instance_crashed_runs_again_on_another(
 
     crashed = make_engine({"work": hang}, instance_id="crashed", lease_margin_seconds=30)
     later = T0 + timedelta(days=1)  # not due by its schedule: only the trigger runs it
-    job = await crashed.add(make_job("work", "work", timeout_seconds=60, next_run_at=later))
+    job = await crashed.add(
+        make_job("work", "work", timeout_seconds=60, next_run_at=later, max_retries=1)
+    )
     trigger = RunRequest(
         id=new_id(), job_id=job.id, scheduled_at=T0, reason="trigger", not_before=T0, created_at=T0
     )
@@ -574,7 +578,9 @@ async def test_runs_stranded_by_a_crash_run_before_the_rest_of_the_backlog(
         return None
 
     crashed = make_engine({"work": hang}, instance_id="crashed", batch_size=3)
-    stranded = [await crashed.add(make_job(f"stranded-{i}", "work")) for i in range(3)]
+    stranded = [
+        await crashed.add(make_job(f"stranded-{i}", "work", max_retries=1)) for i in range(3)
+    ]
     await crashed.engine.heartbeat.beat(T0)
     crashed.engine.start()
     assert (await crashed.engine.tick()).claimed == 3  # then it beats no more, as a dead process
@@ -661,7 +667,7 @@ async def test_a_run_fenced_off_by_a_newer_claim_does_not_advance_the_job(
         return None
 
     old = make_engine({"work": slow}, instance_id="old", lease_margin_seconds=1)
-    job = await old.add(make_job("work", "work", timeout_seconds=3600))
+    job = await old.add(make_job("work", "work", timeout_seconds=3600, max_retries=1))
     old.engine.start()
     await old.engine.tick()
     await asyncio.wait_for(started.wait(), WAIT)

@@ -221,7 +221,7 @@ async def test_finish_applies_the_advance_and_frees_the_job(store: Store) -> Non
 
 
 async def test_finish_with_a_stale_token_changes_nothing_but_its_execution(store: Store) -> None:
-    job = make_job()
+    job = make_job(max_retries=1)  # abandoned once, it runs again
     await store.insert_job(job)
     won = await claimed(store, job)
     token = won.lease.token  # type: ignore[union-attr]
@@ -259,7 +259,7 @@ async def test_renew_lease_needs_the_current_token(store: Store) -> None:
 
 
 async def test_reap_marks_the_guarded_execution_abandoned_and_frees_the_job(store: Store) -> None:
-    expiring, live = make_job("expiring"), make_job("live")
+    expiring, live = make_job("expiring", max_retries=1), make_job("live")
     for job in (expiring, live):
         await store.insert_job(job)
     [won_expiring] = await store.claim_jobs(
@@ -717,7 +717,8 @@ async def test_a_constraint_violation_is_a_store_error_that_is_not_transient(sto
 async def test_a_batch_of_ends_says_which_applied_in_order(store: Store) -> None:
     """One call ends many runs; each is fenced by its own token, and a change ops made during a
     run keeps its schedule while the run's record still lands."""
-    ours, taken_over, paused = (make_job(n) for n in ("ours", "taken-over", "paused-meanwhile"))
+    names = ("ours", "taken-over", "paused-meanwhile")
+    ours, taken_over, paused = (make_job(n, max_retries=1) for n in names)
     for job in (ours, taken_over, paused):
         await store.insert_job(job)
     short = T0 + timedelta(seconds=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import cast
 
 from pymongo import (
     ASCENDING,
@@ -28,6 +29,7 @@ from tickd.scheduler.store.mongodb.documents import (
     execution_document,
     execution_from_document,
 )
+from tickd.scheduler.store.mongodb.housekeeping import abandoned_for_good_in
 from tickd.scheduler.store.mongodb.requests import MongoRequests
 from tickd.scheduler.store.mongodb.statements import (
     abandon_running,
@@ -40,6 +42,7 @@ from tickd.scheduler.store_kit.mongodb import (
     insert_ignoring_duplicates,
     translating_errors,
 )
+from tickd.scheduler.store_roles_engine import CompletionStore
 
 
 class MongoDispatch(MongoRequests):
@@ -108,9 +111,16 @@ class MongoDispatch(MongoRequests):
         # outbox: before the leases go, so a crash in between writes them at the next reap
         await self._write_events(await self._abandoned_by(expired), event_source)
         ended = await self._roll_forward(expired)
-        released = [lease for lease in expired if lease not in ended]
+        # Those abandoned past their retries keep their leases until their ends are written.
+        given_up = await abandoned_for_good_in(self, expired)
+        held = ended | {(f.execution.job_id, f.execution.token) for f in given_up}
+        released = [lease for lease in expired if lease not in held]
         await self._update_each(self.jobs, [release_lease(job, token) for job, token in released])
-        return await self._abandoned_at(now, expired)
+        abandoned = await self._abandoned_at(now, expired)
+        if given_up:
+            await cast(CompletionStore, self).finish_executions(given_up, event_source=event_source)
+        dead = {finish.execution.id: finish.execution for finish in given_up}
+        return [dead.get(execution.id, execution) for execution in abandoned]
 
     async def _roll_forward(self, leases: list[tuple[str, int]]) -> set[tuple[str, int]]:
         """The runs that ended, whose job update a crash kept from being written (a run's end

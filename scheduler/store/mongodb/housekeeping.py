@@ -1,8 +1,10 @@
 """The job store's housekeeping on MongoDB (the store's HousekeepingStore role): the counts
-behind the gauges, and retention of history (executions: retention.py), off the hot path."""
+behind the gauges, and retention of history (executions: retention.py), off the hot path; and
+the judgement of the runs a reap abandoned (`abandoned_for_good_in`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from pymongo import (
@@ -14,9 +16,18 @@ from tickd.scheduler.codec import (
     Doc,
     exact_micros,
 )
-from tickd.scheduler.model import DeadLetter
+from tickd.scheduler.dead_letters import abandoned_for_good
+from tickd.scheduler.model import DeadLetter, Execution, Status
 from tickd.scheduler.ports import (
     Backlog,
+    Finish,
+)
+from tickd.scheduler.store.mongodb.base import MongoCollections
+from tickd.scheduler.store.mongodb.documents import (
+    LEASE_EXPIRED,
+    execution_from_document,
+    job_from_document,
+    request_from_document,
 )
 from tickd.scheduler.store.mongodb.retention import MongoRetention
 from tickd.scheduler.store.mongodb.statements import (
@@ -79,6 +90,66 @@ class MongoHousekeeping(MongoRetention):
             )
             newest[job_id] = int(last["at_us"]) if last else 0
         return newest
+
+
+async def abandoned_for_good_in(
+    store: MongoCollections, leases: Sequence[tuple[str, int]]
+) -> list[Finish]:
+    """The dead letters of the runs these expired leases guarded whose occurrences were
+    abandoned past their jobs' retries (dead_letters.abandoned_for_good): the runs a reap
+    abandoned under them and not yet judged, this reap's or those of one that stopped before
+    their dead letters were written. One read a lease, by the job, as the reap's own."""
+    finishes = []
+    for job_id, token in leases:
+        unjudged = {
+            "job_id": job_id,
+            "token": token,
+            "status": Status.ABANDONED.value,
+            "shards": 1,
+            "dead_letter": None,
+            "error.type": LEASE_EXPIRED["type"],
+        }
+        async for doc in store.executions.find(unjudged):
+            finish = await _judged(store, execution_from_document(doc))
+            finishes += [finish] if finish is not None else []
+    return finishes
+
+
+async def _judged(store: MongoCollections, execution: Execution) -> Finish | None:
+    job = await store.jobs.find_one({"_id": execution.job_id})
+    if job is None:
+        return None
+    request = await store.requests.find_one(
+        {"job_id": execution.job_id, "taken": execution.token, "occurrence": None}
+    )
+    abandonments = await _abandonments(store, execution)
+    return abandoned_for_good(
+        job_from_document(job),
+        None if request is None else request_from_document(request),
+        execution,
+        abandonments,
+    )
+
+
+async def _abandonments(store: MongoCollections, execution: Execution) -> int:
+    """How many times the execution's occurrence (job, scheduled_at, a plain run) was
+    abandoned by a reap since it last ended for good (a dead letter: its re-drive has a
+    budget of its own). Read and counted here, by the job (the executions_by_job index)."""
+    occurrence: Doc = {
+        "job_id": execution.job_id,
+        "scheduled_at_us": exact_micros(execution.scheduled_at),
+        "shards": 1,
+    }
+    cutoff = -1
+    async for doc in store.executions.find({**occurrence, "dead_letter": {"$ne": None}}):
+        cutoff = max(cutoff, int(doc.get("finished_at_us") or -1))
+    abandoned = {
+        **occurrence,
+        "status": Status.ABANDONED.value,
+        "error.type": LEASE_EXPIRED["type"],
+    }
+    times = [doc.get("finished_at_us") async for doc in store.executions.find(abandoned)]
+    return sum(1 for at in times if int(at or -1) > cutoff)
 
 
 def _after(doc: Doc, field: str) -> list[Doc]:

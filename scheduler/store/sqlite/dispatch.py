@@ -8,7 +8,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from tickd.scheduler.codec import (
     micros,
@@ -17,6 +17,7 @@ from tickd.scheduler.codec import (
 from tickd.scheduler.model import Execution, ExecutionError, Job, Priority, Status
 from tickd.scheduler.ports import (
     Claim,
+    Finish,
 )
 from tickd.scheduler.store.sqlite.base import SQLiteTables
 from tickd.scheduler.store.sqlite.rows import (
@@ -33,11 +34,13 @@ from tickd.scheduler.store.sqlite.schema import (
 )
 from tickd.scheduler.store.sqlite.statements import (
     TAKEABLE_JOB_LEASE,
+    abandoned_for_good_in,
     insert_sql,
     takeable_args,
     write_events,
 )
 from tickd.scheduler.store_kit.sqlite import AT_ONCE_MAX_ROWS
+from tickd.scheduler.store_roles_engine import CompletionStore
 
 PRIORITIES = f"({', '.join(str(int(p)) for p in Priority)})"
 
@@ -161,7 +164,7 @@ class SQLiteDispatch(SQLiteTables):
         error_json = json.dumps(to_json_ready({"type": error.type, "message": error.message}))
         at = micros(now)
 
-        def reap(db: sqlite3.Connection) -> list[sqlite3.Row]:
+        def reap(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[Finish]]:
             expired = db.execute(
                 "SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL "
                 f"AND {TAKEABLE_JOB_LEASE}",
@@ -181,16 +184,24 @@ class SQLiteDispatch(SQLiteTables):
                         Status.RUNNING,
                     ),
                 ).fetchall()
+            leases = [(job["id"], job["lease_token"]) for job in expired]
+            # Those abandoned past their retries keep their leases until their ends are written.
+            given_up = abandoned_for_good_in(db, leases)
+            held = {(f.execution.job_id, f.execution.token) for f in given_up}
             db.executemany(
                 "UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_until = NULL "
                 "WHERE id = ? AND lease_token = ?",
-                [(job["id"], job["lease_token"]) for job in expired],
+                [lease for lease in leases if lease not in held],
             )
             # outbox: the abandoned executions' events, in this transaction
             write_events(db, [execution_from_row(row) for row in abandoned], event_source)
-            return abandoned
+            return abandoned, given_up
 
-        return [execution_from_row(row) for row in await self._run(reap)]
+        rows, given_up = await self._run(reap)
+        if given_up:
+            await cast(CompletionStore, self).finish_executions(given_up, event_source=event_source)
+        dead = {finish.execution.id: finish.execution for finish in given_up}
+        return [dead.get(row["id"], execution_from_row(row)) for row in rows]
 
 
 def read_due(

@@ -18,6 +18,7 @@ from tickd.scheduler.codec import (
     summary_to_doc,
     to_json_ready,
 )
+from tickd.scheduler.dead_letters import abandoned_for_good
 from tickd.scheduler.events import event_time, execution_event
 from tickd.scheduler.model import (
     Execution,
@@ -28,10 +29,16 @@ from tickd.scheduler.ports import (
     ENDED_LEASE_UNTIL,
     Advance,
     ExecutionQuery,
+    Finish,
     JobChange,
     JobQuery,
 )
-from tickd.scheduler.store.sqlite.rows import to_row
+from tickd.scheduler.store.sqlite.rows import (
+    execution_from_row,
+    job_from_row,
+    request_from_row,
+    to_row,
+)
 from tickd.scheduler.store.sqlite.schema import CHANGE_COLUMNS, EXECUTION_COLUMNS
 
 
@@ -66,6 +73,58 @@ TAKEABLE_JOB_LEASE = (
 
 def takeable_args(now: datetime, instance: str | None) -> tuple[object, ...]:
     return (micros(now), micros(ENDED_LEASE_UNTIL), instance)
+
+
+# The error a reap marks the run of an expired lease with.
+LEASE_EXPIRED_TYPE = "LeaseExpired"
+
+# The runs a reap abandoned under these leases, (job id, token) each, not yet judged: this
+# reap's, or those of a reap that stopped before their dead letter was written.
+_UNJUDGED_SQL = (
+    "SELECT * FROM executions WHERE job_id = ? AND token = ? AND status = ? AND shards = 1 "
+    "AND dead_letter IS NULL AND json_extract(error, '$.type') = ?"
+)
+# How many times an occurrence (job, scheduled_at, a plain run) was abandoned by a reap since
+# it last ended for good (a dead letter: its re-drive has a budget of its own).
+_ABANDONMENTS_SQL = (
+    "SELECT count(*) FROM executions WHERE job_id = ?1 AND scheduled_at = ?2 AND shards = 1 "
+    "AND status = ?3 AND json_extract(error, '$.type') = ?4 AND finished_at > coalesce(("
+    "SELECT max(finished_at) FROM executions WHERE job_id = ?1 AND scheduled_at = ?2 "
+    "AND shards = 1 AND dead_letter IS NOT NULL), -1)"
+)
+
+
+def abandoned_for_good_in(
+    db: sqlite3.Connection, leases: Sequence[tuple[str, int]]
+) -> list[Finish]:
+    """The dead letters of the runs these expired leases guarded whose occurrences were
+    abandoned past their jobs' retries (dead_letters.abandoned_for_good)."""
+    finishes = []
+    for job_id, token in leases:
+        args = (job_id, token, Status.ABANDONED, LEASE_EXPIRED_TYPE)
+        for row in db.execute(_UNJUDGED_SQL, args).fetchall():
+            finish = _judged(db, execution_from_row(row))
+            finishes += [finish] if finish is not None else []
+    return finishes
+
+
+def _judged(db: sqlite3.Connection, execution: Execution) -> Finish | None:
+    job_row = db.execute("SELECT * FROM jobs WHERE id = ?", (execution.job_id,)).fetchone()
+    if job_row is None:
+        return None
+    count_args = (
+        execution.job_id,
+        micros(execution.scheduled_at),
+        Status.ABANDONED,
+        LEASE_EXPIRED_TYPE,
+    )
+    [abandonments] = db.execute(_ABANDONMENTS_SQL, count_args).fetchone()
+    request_row = db.execute(
+        "SELECT * FROM run_requests WHERE job_id = ? AND taken = ? AND occurrence IS NULL",
+        (execution.job_id, execution.token),
+    ).fetchone()
+    request = None if request_row is None else request_from_row(request_row)
+    return abandoned_for_good(job_from_row(job_row), request, execution, int(abandonments))
 
 
 def shard_end_sql(execution: Execution) -> tuple[str, tuple[Any, ...]]:
