@@ -1,5 +1,6 @@
 """The leases a dispatcher looks after besides its claims: expired ones reaped, so that their
-occurrences run again, and its own renewed when the wall clock steps forward."""
+occurrences run again within their jobs' retries (past them, each is a dead letter), and its own
+renewed when the wall clock steps forward."""
 
 from __future__ import annotations
 
@@ -35,10 +36,12 @@ class Leases:
 
     async def reap_if_due(self, now: datetime, *, busy: bool) -> list[str]:
         """Give back the runs whose leases expired; returns the ids of the jobs whose scheduled
-        occurrences are due again. Expired leases are rare (an instance died, a run overran
-        its lease): looked for once a tick interval, not in every batch of a busy dispatcher,
-        or at once when asked; and not while runs fired at their time start (`busy`), unless a
-        tick overdue: the store's thread is theirs then."""
+        occurrences are due again. A run abandoned past its job's retries (its worker or
+        instance died each time) is not given back: the store ends it as a dead letter.
+        Expired leases are rare (an instance died, a run overran its lease): looked for once a
+        tick interval, not in every batch of a busy dispatcher, or at once when asked; and not
+        while runs fired at their time start (`busy`), unless a tick overdue: the store's
+        thread is theirs then."""
         real = self._ports.clock.monotonic()
         patience = self._settings.tick_seconds if busy else 0.0
         if self._next_reap is not None and real < self._next_reap + patience:
@@ -53,8 +56,21 @@ class Leases:
         )
         for execution in reaped:
             self._observer.reaped(execution)
+            if execution.dead_letter is not None:
+                log_event(
+                    log,
+                    "run.abandoned_for_good",
+                    level=logging.WARNING,
+                    job=execution.job_name,
+                    execution=execution.id,
+                    abandoned=execution.attempts,
+                )
         # A shard is due again as a request, which goes first anyway.
-        return [execution.job_id for execution in reaped if execution.shards == 1]
+        return [
+            execution.job_id
+            for execution in reaped
+            if execution.shards == 1 and execution.dead_letter is None
+        ]
 
     async def follow_clock_jump(
         self, now: datetime, own_runs: Callable[[], Sequence[DueRun]]
