@@ -179,3 +179,33 @@ async def test_a_requested_run_abandoned_past_its_retries_leaves_the_queue_and_t
     assert await store.due_run_requests(T0 + timedelta(minutes=1), 10) == []
     after = await store.get_job(job.id)
     assert after is not None and after.lease is None and after.next_run_at == later
+
+
+async def test_a_reap_stopped_before_its_dead_letter_was_written_is_finished_by_the_next(
+    store: Store,
+) -> None:
+    """The run is marked abandoned and its lease still held (the reaper's instance died in
+    between): the next reap writes the dead letter rather than give the occurrence back."""
+    job = make_job("reaper-died", max_retries=0)
+    await store.insert_job(job)
+    [won] = await store.claim_jobs(
+        [Claim(job_id=job.id, revision=1, next_run_at=T0, owner="instance-a", until=T0 + LEASE)],
+        T0,
+    )
+    assert won.lease is not None
+    marked = replace(
+        running(won, won.lease.token, T0),
+        status=Status.ABANDONED,
+        finished_at=T0 + LEASE + timedelta(seconds=1),
+        error=ExecutionError(type="LeaseExpired", message="the lease expired before the run ended"),
+    )
+    await store.insert_executions([marked])
+
+    later = T0 + LEASE + timedelta(seconds=30)
+    assert await store.reap_expired_leases(later) == [], "nothing newly abandoned"
+
+    stored = await store.get_execution(marked.id)
+    assert stored is not None and stored.dead_letter is DeadLetter.OPEN
+    assert await store.due_jobs(later, 10) == [], "the occurrence does not run again"
+    after = await store.get_job(job.id)
+    assert after is not None and after.lease is None and after.next_run_at != T0
