@@ -264,7 +264,8 @@ def sleeping_jobs(
 ) -> list[Job]:
     """`count` jobs of the `sleep` handler: one-shot at `once_at`, or else on `cron` from `first`.
     The long timeout keeps their leases for ten minutes: a run a crash left behind and run again
-    within seconds was given back by the heartbeat, not by its lease running out."""
+    within seconds was given back by the heartbeat, not by its lease running out. One retry: a
+    run a crash abandons runs again, rather than end as a dead letter."""
     when = once_at or first
     assert when is not None, "a one-shot time or a first occurrence"
     schedule = OnceSchedule(at=when) if once_at else CronSchedule(expr=cron)
@@ -276,6 +277,7 @@ def sleeping_jobs(
             schedule=schedule,
             next_run_at=when,
             timeout_seconds=timeout_seconds,
+            max_retries=1,
         )
         for i in range(count)
     ]
