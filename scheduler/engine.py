@@ -353,6 +353,7 @@ class Engine:
     async def shutdown(self) -> None:
         """Stop taking work; let running executions finish within the grace period; cancel and
         record the rest as abandoned, giving their occurrences back so they run after a restart."""
+        self.runner.finisher.closing()  # a store refusing the ends must not hold the stop up
         await self._give_back_armed()
         for task in [*self.firing.take_staged(), *self.pool.take_queued()]:
             abandoned = Outcome(

@@ -158,10 +158,15 @@ class Finisher:
         while self._flushing is not None:
             await asyncio.shield(self._flushing)
 
+    def closing(self) -> None:
+        """A shutdown has begun: a store that keeps refusing gets CLOSING_ATTEMPTS more tries
+        in all, for the ends pending and those still to come."""
+        if self._closing_tries is None:
+            self._closing_tries = 0
+
     async def close(self) -> None:
-        """Write what is pending (shutdown); a store that keeps refusing gets CLOSING_ATTEMPTS
-        more tries in all."""
-        self._closing_tries = 0
+        """Write what is pending (shutdown), within CLOSING_ATTEMPTS tries of a refusing store."""
+        self.closing()
         await self.settled()
 
     async def _flush(self) -> None:

@@ -339,3 +339,30 @@ async def test_no_new_run_is_claimed_while_the_store_refuses_the_ends_of_the_las
         ("first", Status.SUCCESS),
         ("second", Status.SUCCESS),
     ]
+
+
+async def test_a_shutdown_while_the_store_refuses_the_ends_is_not_held_up_for_good(
+    make_engine: EngineFactory, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs queued at a shutdown are recorded abandoned; a store that refuses those ends gets a
+    few tries, then the daemon stops anyway (their leases expire and a live instance gives
+    their occurrences back)."""
+    release = asyncio.Event()
+
+    async def busy(ctx: HandlerContext) -> Result:
+        await release.wait()
+        return None
+
+    h = make_engine({"busy": busy}, workers=1, queue_size=1, shutdown_grace_seconds=0.01)
+    for name in ("running", "queued"):
+        await h.add(make_job(name, "busy"))
+    h.engine.start()
+    assert (await h.engine.tick()).claimed == 2
+    await asyncio.wait_for(until(lambda: h.engine.pool.busy == 1), WAIT)
+    refuse_writes(monkeypatch, store, lambda: True)
+    try:
+        await asyncio.wait_for(h.engine.shutdown(), WAIT)
+    finally:
+        release.set()
+    statuses = {e.job_name: e.status for e in await store.list_executions(ExecutionQuery())}
+    assert statuses == {"running": Status.RUNNING, "queued": Status.RUNNING}, "nothing written"
