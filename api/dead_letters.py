@@ -37,7 +37,7 @@ from tickd.api.runs import run_request_out
 from tickd.api.v1 import execution_out, state, time_cursor
 from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
 from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
-from tickd.scheduler.ports import ExecutionQuery, JobChange, RunRequest
+from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, RunRequest
 
 MAX_REDRIVE_BATCH = 100
 JOB_DELETED = "its job was deleted: nothing would run it (discard it instead)"

@@ -20,8 +20,8 @@ from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
-from tickd.scheduler.outcomes import without_install_paths
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.ports.backends import ExecutionQuery
+from tickd.scheduler.run.outcomes import without_install_paths
 
 
 class RunErrorOut(ErrorOut):

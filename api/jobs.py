@@ -28,7 +28,7 @@ from tickd.api.models import (
 )
 from tickd.api.problems import ApiError, field_error, validation_problems
 from tickd.scheduler.codec import job_to_doc, schedule_from_doc, to_json_ready
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.jobspec import JobRules, JobSpec
 from tickd.scheduler.model import (
     Job,
@@ -41,10 +41,10 @@ from tickd.scheduler.model import (
     ValidationError,
     new_id,
 )
-from tickd.scheduler.ports import JobChange, JobOrder, JobSearch
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.schedules import first_fire, next_fire
-from tickd.scheduler.secrets import MASK, is_secret_name, mask, restore_masked
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import JobChange, JobOrder, JobSearch
+from tickd.scheduler.schedule.schedules import first_fire, next_fire
+from tickd.scheduler.secrets.masking import MASK, is_secret_name, mask, restore_masked
 
 T = TypeVar("T")
 

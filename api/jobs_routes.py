@@ -42,7 +42,7 @@ from tickd.api.v1 import (
 )
 from tickd.scheduler.codec import to_json_ready
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import DuplicateJobName, JobOrder, UnstorableValue
+from tickd.scheduler.ports.backends import DuplicateJobName, JobOrder, UnstorableValue
 
 
 async def list_jobs(call: Call[JobSearchQuery, None]) -> Reply:

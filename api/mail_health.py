@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.message import EmailMessage
 
-from tickd.scheduler.clock import Clock
-from tickd.scheduler.ports import Mailer, MailError
+from tickd.scheduler.ports.backends import Mailer, MailError
+from tickd.scheduler.ports.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from pydantic import ValidationError as PydanticError
 
 from tickd.scheduler.logs import RepeatedErrors, log_event
 from tickd.scheduler.model import ValidationError
-from tickd.scheduler.store_kit import StoreError
-from tickd.scheduler.store_kit.patience import is_disk_full, refuses_for_now
+from tickd.scheduler.store.kit import StoreError
+from tickd.scheduler.store.kit.patience import is_disk_full, refuses_for_now
 
 log = logging.getLogger("tickd.api")
 PROBLEM_JSON = "application/problem+json"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from tickd.api import safejson
 from tickd.api.problems import ApiError, field_error, from_pydantic
-from tickd.scheduler.api_tokens import SCOPES, ApiToken
+from tickd.scheduler.config.api_tokens import SCOPES, ApiToken
 
 # A route's query and body models; None where it takes no query or no body.
 Q = TypeVar("Q", bound=BaseModel | None)

@@ -16,8 +16,8 @@ from tickd.api.v1 import JOB, load_job, state
 from tickd.scheduler.codec import to_json_ready
 from tickd.scheduler.dead_letters import rerun_of
 from tickd.scheduler.model import Execution, IntervalSchedule, Job, Status, new_id
-from tickd.scheduler.ports import ExecutionQuery, RunRequest
-from tickd.scheduler.schedules import NoFireTime, next_fire, occurrences
+from tickd.scheduler.ports.backends import ExecutionQuery, RunRequest
+from tickd.scheduler.schedule.schedules import NoFireTime, next_fire, occurrences
 
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.ABANDONED)
 MAX_BACKFILL = 1000

@@ -10,7 +10,7 @@ from tickd.api.models import FireTime, JobPreviewQuery, PreviewOut, PreviewReque
 from tickd.api.routing import Call, Reply, Route
 from tickd.api.v1 import JOB, load_job, state
 from tickd.scheduler.model import CronSchedule, Schedule
-from tickd.scheduler.schedules import NoFireTime, clock_changed, next_fire, zone
+from tickd.scheduler.schedule.schedules import NoFireTime, clock_changed, next_fire, zone
 
 
 async def preview_job(call: Call[JobPreviewQuery, None]) -> Reply:

@@ -19,7 +19,7 @@ from tickd.api.models import ErrorOut, Strict
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import state
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import Attention, ExecutionStats, JobTrouble, LagPercentiles
+from tickd.scheduler.ports.backends import Attention, ExecutionStats, JobTrouble, LagPercentiles
 
 # One chart point per bucket: about 60 points whatever the window.
 BUCKETS = 60

@@ -32,7 +32,7 @@ from tickd.api.problems import ApiError
 from tickd.api.v1 import STATE
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.alert_scanner.tokens import ForgedToken, MalformedToken, Unsubscribe, verify
-from tickd.scheduler.store_kit import StoreError
+from tickd.scheduler.store.kit import StoreError
 
 PATH = "/unsubscribe"
 PUBLIC_PATHS = frozenset({PATH})

@@ -27,14 +27,14 @@ from tickd.api.models import ExecutionOut, JobOut
 from tickd.api.problems import ApiError, field_error
 from tickd.api.routing import B, Call, Q, Reply
 from tickd.handlers.product_store import ProductStore
-from tickd.scheduler.clock import Clock
 from tickd.scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.maintenance.relay import RelayState
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Job, Priority
-from tickd.scheduler.ports import Store
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.relay import RelayState
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.ports.clock import Clock
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,8 +37,8 @@ from pymongo import AsyncMongoClient
 
 from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan, scan_until_done
 from tickd.handlers.product_store import Doc, ProductStore, open_product_store
-from tickd.scheduler.clock import SystemClock
 from tickd.scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.ports.clock import SystemClock
 
 RULE_KINDS = [
     ("price_change", "gt", 10),

@@ -28,8 +28,8 @@ from tickd.handlers.catalogue_walk.settings import WalkSettings
 from tickd.handlers.catalogue_walk.vendor import Priced, VendorClient
 from tickd.handlers.catalogue_walk.walk import Walk
 from tickd.handlers.product_store import Doc
-from tickd.scheduler.clock import SystemClock
-from tickd.scheduler.http import safe_client_session
+from tickd.scheduler.plugin.http import safe_client_session
+from tickd.scheduler.ports.clock import SystemClock
 
 API_KEY = "bench-key-0123456789"
 

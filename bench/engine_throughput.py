@@ -23,14 +23,14 @@ from datetime import UTC, datetime
 from bench.floor import due_jobs, store_floor
 from tickd.app import build_engine
 from tickd.handlers.noop import noop
-from tickd.scheduler.clock import SystemClock
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.events.log import NullPublisher
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.ports import Ports, Store
-from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import Ports, Store
+from tickd.scheduler.ports.clock import SystemClock
 from tickd.scheduler.store import open_store
 
 

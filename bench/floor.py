@@ -29,7 +29,7 @@ from pymongo import monitoring
 from bench.stack import Stack, embedded_stack, real_stack
 from bench.trial import insert_jobs
 from tickd.scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
-from tickd.scheduler.ports import Advance, Claim, Finish, Store
+from tickd.scheduler.ports.backends import Advance, Claim, Finish, Store
 from tickd.scheduler.store import open_store
 from tickd.scheduler.store.sqlite import SQLiteStore
 

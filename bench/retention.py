@@ -2,12 +2,12 @@
 
 Fills a database of its own with `--executions` finished executions over `--jobs` jobs, spread
 evenly over `--days` days up to now (half the jobs run three times as often as the other half, so
-that a bound per job has something to prune), then times one housekeeping pass of executions as
-scheduler/retention.py runs it (batches of BATCH_SIZE, at most MAX_BATCHES_PER_PASS) for each
-retention in turn, on a fresh copy of the data each: `--keep-days` days (no count bound), then
-`--keep-per-job` per job (no age bound). Per pass: its wall time, what it deleted, and its slowest
-store call and its slowest round trip (one over the client's 5 s socket timeout fails the pass:
-"retention.failed").
+that a bound per job has something to prune), then times one housekeeping pass of executions
+as scheduler/maintenance/retention.py runs it (batches of BATCH_SIZE, at most
+MAX_BATCHES_PER_PASS) for each retention in turn, on a fresh copy of the data each: `--keep-days`
+days (no count bound), then `--keep-per-job` per job (no age bound). Per pass: its wall time,
+what it deleted, and its slowest store call and its slowest round trip (one over the client's
+5 s socket timeout fails the pass: "retention.failed").
 The first pass after the store opens, the next (a minute later), then passes a minute apart until
 the backlog is gone (`passes_to_catch_up`, the first two included), and one more: `steady_pass`.
 
@@ -34,9 +34,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pymongo import AsyncMongoClient, monitoring
 
+from tickd.scheduler.maintenance.retention import BATCH_SIZE, MAX_BATCHES_PER_PASS
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import Retention, StoreError
-from tickd.scheduler.retention import BATCH_SIZE, MAX_BATCHES_PER_PASS
+from tickd.scheduler.ports.backends import Retention, StoreError
 from tickd.scheduler.store.mongodb import MongoStore
 
 INSERT_BATCH = 1000

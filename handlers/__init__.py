@@ -1,1 +1,1 @@
-"""Handlers shipped with tickd. Each imports only `scheduler.handler_api`."""
+"""Handlers shipped with tickd. Each imports only `scheduler.plugin.api`."""

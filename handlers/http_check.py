@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from tickd.scheduler.handler_api import (
+from tickd.scheduler.plugin.api import (
     DestinationPolicy,
     HandlerContext,
     InvalidParams,
@@ -26,7 +26,7 @@ from tickd.scheduler.handler_api import (
     read_prefix,
     request_refusal,
 )
-from tickd.scheduler.http import TimeLimit
+from tickd.scheduler.plugin.http import TimeLimit
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Below this no check gets an answer: a timeout that fails every attempt.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
 
 
 @handler(params_schema={"type": "object", "additionalProperties": False})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
 
 PARAMS = {
     "type": "object",

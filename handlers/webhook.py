@@ -11,7 +11,7 @@ whose values are secret go in `secret_headers` (masked as a whole wherever param
 values of secret-named `headers` (Authorization, X-Api-Key...) are masked by name. Neither
 value, nor the URL's password, appears in a result or an error, even when the endpoint echoes
 it back in its body, as it is or encoded (JSON escapes, percent-encoding, base64, Basic
-credentials: see scheduler/secret_echoes.py).
+credentials: see scheduler/secrets/echoes.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDict
 
-from tickd.scheduler.handler_api import (
+from tickd.scheduler.plugin.api import (
     DestinationPolicy,
     HandlerContext,
     InvalidParams,
@@ -38,8 +38,8 @@ from tickd.scheduler.handler_api import (
     read_prefix,
     request_refusal,
 )
-from tickd.scheduler.http import TimeLimit
-from tickd.scheduler.secret_echoes import longest_echo, mask_echoes, secret_values
+from tickd.scheduler.plugin.http import TimeLimit
+from tickd.scheduler.secrets.echoes import longest_echo, mask_echoes, secret_values
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Below this no request gets an answer: a timeout that fails every attempt.

@@ -28,7 +28,7 @@ from tickd.scheduler.model import (
     Status,
     ValidationError,
 )
-from tickd.scheduler.ports import RunRequest
+from tickd.scheduler.ports.backends import RunRequest
 
 Doc = dict[str, Any]
 

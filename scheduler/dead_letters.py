@@ -27,8 +27,8 @@ from tickd.scheduler.model import (
     Status,
     new_id,
 )
-from tickd.scheduler.planning import advance_after, keep_schedule, plan_run
-from tickd.scheduler.ports import Advance, Finish, JobChange, RunRequest
+from tickd.scheduler.ports.backends import Advance, Finish, JobChange, RunRequest
+from tickd.scheduler.schedule.planning import advance_after, keep_schedule, plan_run
 
 REDRIVE = "redrive"
 # Who the history names for what the engine does on its own.

@@ -17,9 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from tickd.scheduler.config import Settings
-from tickd.scheduler.handler_api import ParamsCheck
-from tickd.scheduler.http import DestinationPolicy
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.model import (
     CronSchedule,
     IntervalSchedule,
@@ -31,9 +29,11 @@ from tickd.scheduler.model import (
     Schedule,
     ValidationError,
 )
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.schedules import first_fire, next_fire, shortest_gap, validate
-from tickd.scheduler.secrets import is_secret_name, scrub_text, scrub_values, secret_values
+from tickd.scheduler.plugin.api import ParamsCheck
+from tickd.scheduler.plugin.http import DestinationPolicy
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.schedule.schedules import first_fire, next_fire, shortest_gap, validate
+from tickd.scheduler.secrets.masking import is_secret_name, scrub_text, scrub_values, secret_values
 
 # The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
@@ -67,7 +67,7 @@ class JobSpec:
     jitter_seconds: float = 0.0
     # Dead letters re-driven automatically (None: by hand only).
     redrive: RedrivePolicy | None = None
-    # Each occurrence runs as this many executions (scheduler/shards.py).
+    # Each occurrence runs as this many executions (scheduler/run/shards.py).
     shards: int = 1
     system: bool = False
     managed_by: str | None = None

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tickd.scheduler.secrets import mask, scrub_text
+from tickd.scheduler.secrets.masking import mask, scrub_text
 
 FIELDS = "tickd_fields"
 

@@ -22,7 +22,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tickd.scheduler.store_kit.operations import STORE_OPERATIONS
+from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 
 # Fire lag is what users feel: most runs should start within milliseconds of their time.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -30,7 +30,8 @@ DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 360
 
 
 class StoreOperationsCollector(Collector):
-    """The process's store round trips, read at each scrape (scheduler/store_kit/operations.py)."""
+    """The process's store round trips, read at each scrape
+    (scheduler/ports/store_operations.py)."""
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(

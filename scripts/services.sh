@@ -58,7 +58,7 @@ MONGO_URL="mongodb://${HOST}:${MONGO_PORT}/"
 # update command until the command ends and waits forever for more once its
 # pool (pool_max_conns, default 50) is spent: a bulk write of 50 updates never
 # answers. A larger pool moves that wall; tickd still sends at most 40
-# statements per command (scheduler/store_kit/mongodb.py), so several commands in
+# statements per command (scheduler/store/kit/mongodb.py), so several commands in
 # flight at once stay clear of it. max_connections leaves room for the pool and
 # for this script's own checks.
 POSTGRES_USER="postgres"

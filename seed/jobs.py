@@ -16,7 +16,7 @@ from datetime import datetime
 from tickd.scheduler.jobspec import JobRules, JobSpec
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.model import Job, ValidationError
-from tickd.scheduler.ports import Store
+from tickd.scheduler.ports.backends import Store
 
 log = logging.getLogger("tickd.seed")
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from tickd.scheduler.handler_api import Handler, SystemJob
 from tickd.scheduler.jobspec import JobRules, JobSpec
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.model import Job
+from tickd.scheduler.plugin.api import Handler, SystemJob
 from tickd.seed.jobs import seed_job
 
 log = logging.getLogger("tickd.seed")

@@ -1,5 +1,5 @@
 """The clock changes of every time zone, found from the zone's UTC offsets alone (a day-by-day walk,
-then bisection to the second): independent of how scheduler/schedules.py finds them."""
+then bisection to the second): independent of how scheduler/schedule/schedules.py finds them."""
 
 from __future__ import annotations
 

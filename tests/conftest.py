@@ -26,17 +26,17 @@ from tests.fixtures.services import MONGODB_URL, REDIS_URL, service_missing
 from tests.fixtures.times import T0 as T0
 from tickd.app import build_engine
 from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.config import Settings
-from tickd.scheduler.engine import Engine
-from tickd.scheduler.handler_api import Handler, HandlerFunc
+from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.dispatcher import Engine
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, IntervalSchedule, Job, Schedule
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.ports import CloudEvent, Ports, Store
-from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.plugin.api import Handler, HandlerFunc
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import CloudEvent, Ports, Store
+from tickd.scheduler.ports.clock import FakeClock
 
 # One module of fixtures per port, each parametrised over that port's backends.
 pytest_plugins = [

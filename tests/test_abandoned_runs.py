@@ -7,9 +7,9 @@ import asyncio
 from datetime import timedelta
 
 from tests.conftest import T0, EngineFactory, make_job
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import DeadLetter, Execution, Job, Status, new_id
-from tickd.scheduler.ports import ExecutionQuery, RunRequest, Store
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import ExecutionQuery, RunRequest, Store
 
 WAIT = 10.0
 TIMEOUT = 60

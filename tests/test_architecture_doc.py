@@ -1,4 +1,4 @@
-"""docs/architecture.md draws a run's states as scheduler/run_states.py names them: the same
+"""docs/architecture.md draws a run's states as scheduler/run/states.py names them: the same
 transitions, each made by a function that exists, and only files that exist."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import importlib
 import re
 from pathlib import Path
 
-from tickd.scheduler.run_states import FIRST, LAST, TRANSITIONS, RunState
+from tickd.scheduler.run.states import FIRST, LAST, TRANSITIONS, RunState
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "architecture.md").read_text()
@@ -46,10 +46,9 @@ def test_every_state_is_reached_and_every_state_ends() -> None:
 
 
 def test_every_file_the_document_names_exists() -> None:
-    """A bare file name is one of scheduler/'s, as the stage table writes them."""
+    """A path is the repository's or, as the stage table writes them, scheduler/'s."""
     for name in re.findall(r"`([\w/]+\.py)`", DOC):
-        path = ROOT / name if "/" in name else ROOT / "scheduler" / name
-        assert path.exists(), name
+        assert (ROOT / name).exists() or (ROOT / "scheduler" / name).exists(), name
 
 
 def test_no_module_of_the_core_is_over_400_lines() -> None:
@@ -60,3 +59,17 @@ def test_no_module_of_the_core_is_over_400_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > 400
     }
     assert long == {}
+
+
+def test_the_core_is_a_few_modules_beside_folders_that_say_what_lives_in_them() -> None:
+    """scheduler/ is read by its folders: at most 12 modules beside them, and each folder's
+    __init__.py opens with a docstring saying what it holds."""
+    core = ROOT / "scheduler"
+    modules = [path.name for path in core.glob("*.py") if path.name != "__init__.py"]
+    assert len(modules) <= 12, sorted(modules)
+    for folder in sorted(path for path in core.iterdir() if path.is_dir()):
+        if folder.name == "__pycache__":
+            continue
+        init = folder / "__init__.py"
+        assert init.exists(), folder.name
+        assert init.read_text().startswith('"""'), f"{folder.name}/__init__.py says nothing"

@@ -12,8 +12,6 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import _until
-from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import (
     CronSchedule,
     Execution,
@@ -23,7 +21,9 @@ from tickd.scheduler.model import (
     OnceSchedule,
     Status,
 )
-from tickd.scheduler.ports import ExecutionQuery, Store
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import ExecutionQuery, Store
+from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
 
 WAIT = 5.0
 HOUR = 3600.0

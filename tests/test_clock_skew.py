@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import Execution, IntervalSchedule, Job, Status
-from tickd.scheduler.ports import OCCURRENCE_OWNER, ExecutionQuery
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import OCCURRENCE_OWNER, ExecutionQuery
+from tickd.scheduler.ports.clock import FakeClock
 
 WAIT = 5.0
 HOUR = 3600.0

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tickd.scheduler.config import ConfigError, Settings, load_settings
-from tickd.scheduler.config_sources import OTHER_TOOLS_VARIABLES
+from tickd.scheduler.config.settings import ConfigError, Settings, load_settings
+from tickd.scheduler.config.sources import OTHER_TOOLS_VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,11 +15,11 @@ from cronsim import CronSim, CronSimError
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-import tickd.scheduler.cron as cron_module
+import tickd.scheduler.schedule.cron as cron_module
 from tests.clock_changes import changes
 from tests.properties import examples
 from tickd.scheduler.model import CronSchedule, ValidationError
-from tickd.scheduler.schedules import next_fire, validate
+from tickd.scheduler.schedule.schedules import next_fire, validate
 
 ZONES = [
     "UTC",

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.ports.backends import ExecutionQuery
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_daemon import STOP_WITHIN, free_port, start_daemon
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.ports.backends import ExecutionQuery
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 # Far more than starting, or a two-second run, takes: a test that waits this long has failed.

@@ -9,10 +9,10 @@ from datetime import timedelta
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, noop
-from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.maintenance.retention import Housekeeper
 from tickd.scheduler.model import DeadLetter, Execution, OnceSchedule, RedrivePolicy, Status
-from tickd.scheduler.ports import ExecutionQuery, Store
-from tickd.scheduler.retention import Housekeeper
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import ExecutionQuery, Store
 
 
 async def runs(store: Store, job_id: str) -> list[Execution]:

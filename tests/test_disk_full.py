@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import CronSchedule, Status
-from tickd.scheduler.ports import ExecutionQuery, Finish, Store, StoreError
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import ExecutionQuery, Finish, Store, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 WAIT = 5.0

@@ -12,9 +12,9 @@ import pytest
 
 from tests.conftest import EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import Execution, Job
-from tickd.scheduler.ports import Store
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import Store
 
 
 def count_reaps(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[datetime]:

@@ -15,10 +15,6 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
-from tickd.scheduler.claiming import CLAIM_LOCK_SECONDS
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
 from tickd.scheduler.lock import lock_key
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import (
@@ -35,9 +31,13 @@ from tickd.scheduler.model import (
     new_id,
 )
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.ports import ExecutionQuery, JobChange, JobQuery, RunRequest, Store
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
+from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, JobQuery, RunRequest, Store
+from tickd.scheduler.ports.clock import FakeClock
+from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
+from tickd.scheduler.run.claim import CLAIM_LOCK_SECONDS
+from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
 from tickd.scheduler.store.sqlite import SQLiteStore
-from tickd.scheduler.store_kit.operations import STORE_OPERATIONS
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0

@@ -13,13 +13,13 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.finishing import CLOSING_ATTEMPTS, Finisher
-from tickd.scheduler.fired_runs import FiredRuns
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
-from tickd.scheduler.ports import Finish, Store, StoreError
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import Finish, Store, StoreError
+from tickd.scheduler.ports.clock import FakeClock
+from tickd.scheduler.run.fired_runs import FiredRuns
+from tickd.scheduler.run.write import CLOSING_ATTEMPTS, Finisher
 
 
 @pytest.fixture

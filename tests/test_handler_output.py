@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 
 from tests.conftest import EngineFactory, Harness, make_job
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.outcomes import outcome_of
-from tickd.scheduler.ports import ExecutionQuery
-from tickd.scheduler.secrets import MASK
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
+from tickd.scheduler.ports.backends import ExecutionQuery
+from tickd.scheduler.run.outcomes import outcome_of
+from tickd.scheduler.secrets.masking import MASK
 
 PROJECT = str(Path(__file__).resolve().parents[1])
 

@@ -12,10 +12,10 @@ import pytest
 
 from tests.conftest import T0, make_job
 from tests.contract.test_store import claim_of
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.heartbeat import Heartbeat
 from tickd.scheduler.lock.memory import MemoryLock
-from tickd.scheduler.ports import Store
+from tickd.scheduler.maintenance.heartbeat import Heartbeat
+from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.ports.clock import FakeClock
 
 HOUR = 3600.0
 WAIT = 5.0

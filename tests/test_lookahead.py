@@ -14,10 +14,10 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
-from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
-from tickd.scheduler.ports import Finish, Store, StoreError
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import Finish, Store, StoreError
+from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
 
 DUE = T0 + timedelta(seconds=5)
 # A bound, not a measure, for draining hundreds of runs: FerretDB writes some 40 runs a

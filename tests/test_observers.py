@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, make_job
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.logs import FIELDS
 from tickd.scheduler.model import Execution, ExecutionError, Job, Status
 from tickd.scheduler.observers.logs import BUSY_RUNS, LogObserver
+from tickd.scheduler.ports.clock import FakeClock
 
 
 class Alarms:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from tickd import docs
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
 
 
 def test_the_reference_in_docs_operations_md_is_in_step_with_the_settings() -> None:
@@ -21,7 +21,9 @@ def test_every_setting_is_listed_with_its_variable_and_a_description() -> None:
     described = docs.field_comments()
     for f in dataclasses.fields(Settings):
         assert f"| `{f.name}` |" in table
-        assert described.get(f.name), f"{f.name} has no comment above it in scheduler/config.py"
+        assert described.get(f.name), (
+            f"{f.name} has no comment above it in scheduler/config/settings.py"
+        )
     assert "`TICKD_STORE_URL`" in table and "`sqlite:///var/tickd.db`" in table
 
 

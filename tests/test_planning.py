@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from tests.conftest import T0, make_job
-from tickd.scheduler.backoff import backoff_delay
 from tickd.scheduler.model import (
     CronSchedule,
     ExecutionSummary,
@@ -19,7 +18,8 @@ from tickd.scheduler.model import (
     Schedule,
     Status,
 )
-from tickd.scheduler.planning import MAX_SKIPPED_RECORDS, advance_after, plan_run
+from tickd.scheduler.schedule.backoff import backoff_delay
+from tickd.scheduler.schedule.planning import MAX_SKIPPED_RECORDS, advance_after, plan_run
 
 EVERY_MINUTE = CronSchedule(expr="0 * * * * *")
 RNG = random.Random(7)

@@ -8,9 +8,9 @@ import asyncio
 from tests.conftest import T0, make_job
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.planning import Plan
-from tickd.scheduler.pool import WorkerPool
-from tickd.scheduler.runner import Runner, Task
+from tickd.scheduler.run.pool import WorkerPool
+from tickd.scheduler.run.runner import Runner, Task
+from tickd.scheduler.schedule.planning import Plan
 
 WAIT = 5.0
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
-from tickd.scheduler.registry import ENTRY_POINT_GROUP, HandlerRegistry, RegistryError
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
+from tickd.scheduler.plugin.registry import ENTRY_POINT_GROUP, HandlerRegistry, RegistryError
 
 GROUP = "tickd.handlers.test"
 

@@ -9,12 +9,17 @@ from dataclasses import replace
 from datetime import timedelta
 
 from tests.conftest import T0, make_job
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.maintenance.relay import (
+    COUNT_UNSENT_EVERY,
+    KEEP_SENT_SECONDS,
+    RELAY_TURN_SECONDS,
+    Relay,
+)
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import CloudEvent, Finish, OutboxBacklog, Store
-from tickd.scheduler.relay import COUNT_UNSENT_EVERY, KEEP_SENT_SECONDS, RELAY_TURN_SECONDS, Relay
+from tickd.scheduler.ports.backends import CloudEvent, Finish, OutboxBacklog, Store
+from tickd.scheduler.ports.clock import FakeClock
 
 
 class FlakyPublisher:

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from tickd.scheduler.logs import RepeatedErrors, TextFormatter
-from tickd.scheduler.store_kit import StoreError
+from tickd.scheduler.store.kit import StoreError
 
 LOG = logging.getLogger("tickd.storage.test")
 

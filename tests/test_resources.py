@@ -10,11 +10,11 @@ import pytest
 
 from tests.conftest import EngineFactory, make_job
 from tickd.app import declared_resources, opened_resources
-from tickd.scheduler.config import ConfigError, Settings, load_settings
-from tickd.scheduler.handler_api import HandlerContext, Resource, ResourceEnv, Result, handler
+from tickd.scheduler.config.settings import ConfigError, Settings, load_settings
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery
-from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.plugin.api import HandlerContext, Resource, ResourceEnv, Result, handler
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import ExecutionQuery
 
 
 class Client:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tests.conftest import T0, EngineFactory, make_job
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
 from tickd.scheduler.model import Execution, Status, new_id
-from tickd.scheduler.ports import ExecutionQuery, RunRequest, Store
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
+from tickd.scheduler.ports.backends import ExecutionQuery, RunRequest, Store
 
 
 async def executions(store: Store, job_id: str | None = None) -> list[Execution]:

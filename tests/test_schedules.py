@@ -16,12 +16,18 @@ from tests.clock_changes import Change, every_change
 from tests.conftest import make_job
 from tests.properties import examples
 from tickd.handlers.noop import noop
-from tickd.scheduler.config import Settings
-from tickd.scheduler.cron import parse
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.model import CronSchedule, IntervalSchedule, OnceSchedule, ValidationError
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.schedules import first_fire, next_fire, occurrences, six_fields, validate
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.schedule.cron import parse
+from tickd.scheduler.schedule.schedules import (
+    first_fire,
+    next_fire,
+    occurrences,
+    six_fields,
+    validate,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import EngineFactory, make_job
 from tickd.scheduler.model import Execution
-from tickd.scheduler.ports import ExecutionQuery, JobQuery
-from tickd.scheduler.secret_echoes import longest_echo, mask_echoes
-from tickd.scheduler.secrets import MASK, scrub_values
+from tickd.scheduler.ports.backends import ExecutionQuery, JobQuery
+from tickd.scheduler.secrets.echoes import longest_echo, mask_echoes
+from tickd.scheduler.secrets.masking import MASK, scrub_values
 
 
 def json_escaped(secret: str) -> str:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tickd.scheduler.logs import JsonFormatter, TextFormatter, log_event
-from tickd.scheduler.secrets import (
+from tickd.scheduler.secrets.masking import (
     MASK,
     is_secret_name,
     mask,

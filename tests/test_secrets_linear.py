@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tickd.handlers.alert_scanner.normalize import email_address
-from tickd.scheduler.secret_echoes import mask_echoes
-from tickd.scheduler.secrets import (
+from tickd.scheduler.secrets.echoes import mask_echoes
+from tickd.scheduler.secrets.masking import (
     is_secret_name,
     mask,
     restore_masked,

@@ -18,8 +18,11 @@ import tickd.cli
 import tickd.daemon
 from tests.conftest import T0
 from tickd.handlers.sleep import attempt_fails
-from tickd.scheduler.config import Settings
-from tickd.scheduler.handler_api import (
+from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.jobspec import JobRules
+from tickd.scheduler.logs import FIELDS
+from tickd.scheduler.model import Execution, Job, Status, ValidationError
+from tickd.scheduler.plugin.api import (
     CronSchedule,
     Handler,
     HandlerContext,
@@ -28,12 +31,9 @@ from tickd.scheduler.handler_api import (
     SystemJob,
     handler,
 )
-from tickd.scheduler.jobspec import JobRules
-from tickd.scheduler.logs import FIELDS
-from tickd.scheduler.model import Execution, Job, Status, ValidationError
-from tickd.scheduler.ports import Store
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.schedules import next_fire
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.schedule.schedules import next_fire
 from tickd.seed.demo import demo_jobs
 from tickd.seed.jobs import SeedError, seed_jobs
 from tickd.seed.system import system_jobs

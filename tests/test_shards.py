@@ -1,6 +1,6 @@
 """Sharded jobs end to end on every store, with a fake clock and drain mode: an occurrence runs
 as N shard executions, claimed once, each shard taken by any instance under its own lock and
-fencing token, ended once by its last shard (scheduler/shards.py)."""
+fencing token, ended once by its last shard (scheduler/run/shards.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from datetime import datetime, timedelta
 
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT, _until, executions, noop
-from tickd.scheduler.due import RECORDED_AHEAD_SECONDS
-from tickd.scheduler.handler_api import HandlerContext, Result
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import (
@@ -23,8 +21,10 @@ from tickd.scheduler.model import (
     Status,
     new_id,
 )
-from tickd.scheduler.ports import JobChange, RunRequest
-from tickd.scheduler.testing import handler_context
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.plugin.testing import handler_context
+from tickd.scheduler.ports.backends import JobChange, RunRequest
+from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
 
 EVERY_MINUTE = CronSchedule(expr="0 * * * * *")
 

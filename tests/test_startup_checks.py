@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tickd.app import check_against_handlers, load_registry
-from tickd.scheduler.config import ConfigError, Settings, load_settings
+from tickd.scheduler.config.settings import ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

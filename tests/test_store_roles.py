@@ -9,7 +9,7 @@ from typing import Protocol
 
 import pytest
 
-from tickd.scheduler.ports import Store
+from tickd.scheduler.ports.backends import Store
 
 MOST_METHODS_IN_A_ROLE = 15
 ROLES = [base for base in Store.__bases__ if base is not Protocol]

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from tests.conftest import EngineFactory, make_job
-from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.maintenance.watchdog import LoopWatchdog
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.watchdog import LoopWatchdog
+from tickd.scheduler.plugin.api import HandlerContext, Result
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0

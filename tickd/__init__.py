@@ -11,7 +11,7 @@ built-in handlers), `tickd.api` (the REST API and the dashboard), `tickd.seed` (
 jobs), and the composition root (`tickd.app`, `tickd.cli`, `tickd.daemon`), which wires them.
 """
 
-from tickd.scheduler import handler_api
-from tickd.scheduler.handler_api import *  # noqa: F403 - tickd exports the handler API, all of it
+from tickd.scheduler.plugin import api as handler_api
+from tickd.scheduler.plugin.api import *  # noqa: F403 - tickd exports the handler API, all of it
 
 __all__ = handler_api.__all__

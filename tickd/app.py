@@ -23,24 +23,24 @@ from tickd.api.v1 import ApiState
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.catalogue_walk import settings as walk_settings
 from tickd.handlers.product_store import PRODUCTS
-from tickd.scheduler.clock import Clock, SystemClock
-from tickd.scheduler.config import ConfigError, Settings
-from tickd.scheduler.config_sources import did_you_mean
-from tickd.scheduler.engine import Engine
+from tickd.scheduler.config.settings import ConfigError, Settings
+from tickd.scheduler.config.sources import did_you_mean
+from tickd.scheduler.dispatcher import Engine
 from tickd.scheduler.events import open_publisher
-from tickd.scheduler.handler_api import Resource, ResourceEnv
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.lock import open_lock
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.mail import open_mailer
+from tickd.scheduler.maintenance.retention import Housekeeper
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.ports import EventPublisher, Lock, Ports
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.retention import Housekeeper
-from tickd.scheduler.secrets import scrub_text
+from tickd.scheduler.plugin.api import Resource, ResourceEnv
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import EventPublisher, Lock, Ports
+from tickd.scheduler.ports.clock import Clock, SystemClock
+from tickd.scheduler.secrets.masking import scrub_text
 from tickd.scheduler.store import open_store
-from tickd.scheduler.store_kit import StartupAborted, open_patiently
+from tickd.scheduler.store.kit import StartupAborted, open_patiently
 from tickd.seed.demo import demo_jobs
 from tickd.seed.demo_products import demo_scan_job, seed_demo_products
 from tickd.seed.jobs import seed_jobs
@@ -292,7 +292,8 @@ def build_api(
         # The events the store writes with the executions (the outbox), to the publisher.
         # What the relay has not sent at shutdown stays in the store, to go out after a restart.
         app.cleanup_ctx.append(running_beside("relay", engine.relay.run))
-        # A handler that blocks the event loop is noticed, and named (scheduler/watchdog.py).
+        # A handler that blocks the event loop is noticed, and named
+        # (scheduler/maintenance/watchdog.py).
         app.cleanup_ctx.append(running_beside("watchdog", engine.watchdog.run))
         # Retention and the dead-letter gauge, on their own slow timer beside the dispatcher.
         housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)

@@ -77,7 +77,7 @@ from tickd.api.models import (
     RunRequestOut,
 )
 from tickd.api.stats import SessionOut, StatsOut, StatsQuery
-from tickd.scheduler.secrets import MASK, scrub_text
+from tickd.scheduler.secrets.masking import MASK, scrub_text
 
 __all__ = [
     "OPERATIONS",

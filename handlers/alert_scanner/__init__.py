@@ -28,7 +28,7 @@ from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits, scan_until_done
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.product_store import PRODUCTS
-from tickd.scheduler.handler_api import HandlerContext, IntervalSchedule, Result, SystemJob, handler
+from tickd.scheduler.plugin.api import HandlerContext, IntervalSchedule, Result, SystemJob, handler
 
 
 def _bounded(default: int, maximum: int) -> dict[str, Any]:

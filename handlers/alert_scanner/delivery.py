@@ -43,7 +43,7 @@ from tickd.handlers.alert_scanner.errors import unforeseen
 from tickd.handlers.alert_scanner.normalize import NormalizationError
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.product_store import Bounce, Notification, ProductStore, Unreadable, bounce_key
-from tickd.scheduler.handler_api import Clock, Mailer, MailError
+from tickd.scheduler.plugin.api import Clock, Mailer, MailError
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 RETRY_BASE_SECONDS = 1.0

@@ -67,8 +67,8 @@ from tickd.handlers.product_store import (
     RuleUpdate,
     is_true,
 )
-from tickd.scheduler.handler_api import Clock, Mailer
 from tickd.scheduler.logs import FIELDS, log_event
+from tickd.scheduler.plugin.api import Clock, Mailer
 
 log = logging.getLogger("tickd.handler.alert_scanner")
 # Error messages kept in a scan's result (all of them are on their rules).

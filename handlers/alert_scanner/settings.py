@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tickd.scheduler.handler_api import is_loopback
+from tickd.scheduler.plugin.api import is_loopback
 
 CONFIG_TABLE = "handler_settings.alert_scanner"
 MIN_SECRET_CHARS = 32

@@ -33,7 +33,7 @@ from tickd.handlers.catalogue_walk.settings import PARAMS, WalkSettings
 from tickd.handlers.catalogue_walk.vendor import VendorClient
 from tickd.handlers.catalogue_walk.walk import Walk
 from tickd.handlers.product_store import PRODUCTS
-from tickd.scheduler.handler_api import CronSchedule, HandlerContext, Result, SystemJob, handler
+from tickd.scheduler.plugin.api import CronSchedule, HandlerContext, Result, SystemJob, handler
 
 SYSTEM_JOB = SystemJob(
     schedule=CronSchedule(expr="0 30 0 * * *"), timeout_seconds=3600, max_retries=2

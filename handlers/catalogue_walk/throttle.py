@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
-from tickd.scheduler.handler_api import Clock
+from tickd.scheduler.plugin.api import Clock
 
 MAX_BACKOFF_SECONDS = 60.0
 # No wait is taken longer than this, whatever the vendor says (and no timedelta overflows).

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import aiohttp
 
 from tickd.handlers.catalogue_walk.settings import as_number
-from tickd.scheduler.handler_api import MASK, failure_reason, read_prefix
+from tickd.scheduler.plugin.api import MASK, failure_reason, read_prefix
 
 # An answer larger than this is not a price.
 MAX_ANSWER_BYTES = 64 * 1024

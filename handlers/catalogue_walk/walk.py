@@ -51,7 +51,7 @@ from tickd.handlers.catalogue_walk.vendor import (
     VendorClient,
 )
 from tickd.handlers.product_store import Doc, PriceCheck, ProductStore
-from tickd.scheduler.handler_api import Clock
+from tickd.scheduler.plugin.api import Clock
 
 # Kept back from the deadline to record the last page's answers, at least; twice the longest
 # recording so far, if that is more.

@@ -3,7 +3,7 @@
 Alerts (a user's watch on a part, with its rules), parts (their current values), notifications
 (what the alert scanner produced), the parts' price history and vendors' daily quotas (what the
 catalogue walk writes), in the shape the product's TypeScript backend writes them: camelCase
-documents. It is a resource (scheduler.handler_api.Resource) of the handlers that use it, the
+documents. It is a resource (scheduler.plugin.api.Resource) of the handlers that use it, the
 alert scanner and the catalogue walk: `PRODUCTS`, opened once by the daemon on
 `[resource_urls] products` (TICKD_RESOURCE_URLS__PRODUCTS), by default the job store's URL.
 Backends, chosen by that URL:
@@ -18,7 +18,7 @@ Backends, chosen by that URL:
 The store never interprets a rule: it hands alerts and parts over as stored, and writes back what
 the scanner computed, each write conditional on the state that was read. Every method takes or
 returns a batch, one round trip per batch (on FerretDB, updates go out in bounded commands).
-Failures are StoreError (scheduler.store_kit), `transient` when worth retrying.
+Failures are StoreError (scheduler.store.kit), `transient` when worth retrying.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from datetime import date, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from tickd.scheduler.handler_api import Resource, ResourceEnv
-from tickd.scheduler.store_kit import open_patiently
+from tickd.scheduler.plugin.api import Resource, ResourceEnv
+from tickd.scheduler.store.kit import open_patiently
 
 Doc = dict[str, Any]
 # A rule by its alert's id and its position in the alert's `rules` as read.

@@ -18,7 +18,7 @@ from tickd.handlers.product_store import (
     Unreadable,
     is_true,
 )
-from tickd.scheduler.store_kit import as_datetime, exact_micros
+from tickd.scheduler.store.kit import as_datetime, exact_micros
 
 
 def notification_to_doc(notification: Notification) -> Doc:

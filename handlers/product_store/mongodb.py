@@ -96,7 +96,7 @@ from tickd.handlers.product_store.mongodb_queries import (
     reschedule_write,
     written_by,
 )
-from tickd.scheduler.store_kit.mongodb import (
+from tickd.scheduler.store.kit.mongodb import (
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,

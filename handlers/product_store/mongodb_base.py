@@ -28,7 +28,7 @@ from tickd.handlers.product_store.mongodb_queries import (
     Documents,
     product_client_options,
 )
-from tickd.scheduler.store_kit.mongodb import (
+from tickd.scheduler.store.kit.mongodb import (
     MongoDatabase,
     chunks,
 )

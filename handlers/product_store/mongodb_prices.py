@@ -32,7 +32,7 @@ from tickd.handlers.product_store.mongodb_queries import (
     quota_slot,
     to_price,
 )
-from tickd.scheduler.store_kit.mongodb import (
+from tickd.scheduler.store.kit.mongodb import (
     in_one_batch,
     insert_ignoring_duplicates,
     translating_errors,

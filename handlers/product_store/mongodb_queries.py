@@ -32,7 +32,7 @@ from tickd.handlers.product_store.documents import (
     rule_conditions,
     rule_fields,
 )
-from tickd.scheduler.store_kit.mongodb import (
+from tickd.scheduler.store.kit.mongodb import (
     client_options,
 )
 

@@ -51,8 +51,8 @@ from tickd.handlers.product_store.documents import (
     rule_is_as_read,
     rules_sending_email,
 )
-from tickd.scheduler.store_kit import StoreError, as_datetime, micros, to_json_ready
-from tickd.scheduler.store_kit.sqlite import SQLiteFile
+from tickd.scheduler.store.kit import StoreError, as_datetime, micros, to_json_ready
+from tickd.scheduler.store.kit.sqlite import SQLiteFile
 
 log = logging.getLogger("tickd.products")
 T = TypeVar("T")

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import CloudEvent, EventPublisher, Ports
+from tickd.scheduler.ports.backends import CloudEvent, EventPublisher, Ports
 
 if TYPE_CHECKING:
     from tickd.scheduler.metrics import Metrics

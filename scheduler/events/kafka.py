@@ -46,7 +46,7 @@ from tickd.scheduler.events.kafka_topic import (
 )
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.ports import CloudEvent
+from tickd.scheduler.ports.backends import CloudEvent
 
 log = logging.getLogger("tickd.events.kafka")
 # librdkafka's own lines (connection failures and the like), under a name of their own.

@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-from tickd.scheduler.ports import CloudEvent
+from tickd.scheduler.ports.backends import CloudEvent
 
 log = logging.getLogger("tickd.events")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tickd.scheduler.ports import Lock
+from tickd.scheduler.ports.backends import Lock
 
 
 def open_lock(url: str) -> Lock:

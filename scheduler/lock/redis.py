@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from tickd.scheduler.ports import LockUnavailable
+from tickd.scheduler.ports.backends import LockUnavailable
 
 # Redis answers a healthy batch in milliseconds; one that takes a second is treated as down.
 SOCKET_TIMEOUT_SECONDS = 1.0

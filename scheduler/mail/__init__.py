@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tickd.scheduler.ports import Mailer
+from tickd.scheduler.ports.backends import Mailer
 from tickd.scheduler.urls import local_path
 
 

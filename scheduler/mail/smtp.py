@@ -27,8 +27,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiosmtplib
 
-from tickd.scheduler.ports import MailError
-from tickd.scheduler.secrets import MASK, scrub_text
+from tickd.scheduler.ports.backends import MailError
+from tickd.scheduler.secrets.masking import MASK, scrub_text
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 OPTIONS = ("starttls", "from", "timeout", "cafile")

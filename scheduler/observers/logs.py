@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tickd.scheduler.clock import Clock, SystemClock
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.model import Execution, Job, Status
 from tickd.scheduler.observers import RunObserver
+from tickd.scheduler.ports.clock import Clock, SystemClock
 
 log = logging.getLogger("tickd.runner")
 

@@ -1,10 +1,12 @@
-"""The store port: jobs and executions. Backends: `sqlite:///path` (embedded), `mongodb://...`."""
+"""The store port: jobs and executions. Backends, a folder each with a file per role:
+`sqlite:///path` (embedded, sqlite/), `mongodb://...` (mongodb/); what every store shares,
+plug-ins' own stores included, in kit/."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tickd.scheduler.ports import Store
+from tickd.scheduler.ports.backends import Store
 
 
 def open_store(url: str) -> Store:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from tickd.scheduler.model import ExecutionError, Status
-from tickd.scheduler.ports import ExecutionStats, JobTrouble, LagPercentiles
+from tickd.scheduler.ports.backends import ExecutionStats, JobTrouble, LagPercentiles
 
 # The distinct (status, error) pairs a trouble group keeps, newest first.
 ERRORS_KEPT = 3

@@ -22,8 +22,8 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from tests.fixtures.products import ProductDatabase as ProductDatabase  # the tests' import
 from tests.fixtures.times import T0
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.mail.outbox import OutboxMailer
+from tickd.scheduler.ports.clock import FakeClock
 
 SMTP_USER = "alerts"
 SMTP_PASSWORD = "s3cr3t-Pa55w0rd"

@@ -14,11 +14,11 @@ from tests.fixtures.times import T0
 from tickd.handlers.alert_scanner import alert_scanner
 from tickd.handlers.alert_scanner.scan import ScanLimits, scan_until_done
 from tickd.handlers.product_store import PRODUCTS, Alert, Doc, ProductStore
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.jobspec import JobRules
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.testing import handler_context
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.plugin.testing import handler_context
+from tickd.scheduler.ports.clock import FakeClock
 from tickd.seed.system import system_jobs
 
 

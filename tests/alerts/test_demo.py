@@ -7,11 +7,11 @@ from tests.alerts.conftest import Outbox
 from tests.fixtures.times import T0
 from tickd.handlers.alert_scanner.scan import scan
 from tickd.handlers.product_store import ProductStore
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.model import IntervalSchedule
-from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.clock import FakeClock
 from tickd.seed.demo_products import (
     DEMO_SCAN_EVERY_SECONDS,
     demo_alerts,

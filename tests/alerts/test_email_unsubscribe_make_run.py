@@ -21,9 +21,9 @@ from tickd.app import build_api
 from tickd.handlers.alert_scanner import limits_from
 from tickd.handlers.alert_scanner.scan import scan
 from tickd.handlers.product_store import ProductStore, open_product_store
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.config import Settings, load_settings
-from tickd.scheduler.ports import Store
+from tickd.scheduler.config.settings import Settings, load_settings
+from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.ports.clock import FakeClock
 from tickd.seed.demo_products import DEMO_FROM_ADDRESS, seed_demo_products
 
 MAKE_RUN_CONFIG = Path(__file__).resolve().parents[2] / "config" / "tickd.toml"

@@ -14,13 +14,13 @@ from tickd.handlers.alert_scanner import PARAMS, alert_scanner, limits_from
 from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits
 from tickd.handlers.product_store import PRODUCTS, open_product_store
-from tickd.scheduler.config import Settings
-from tickd.scheduler.handler_api import SystemJob
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.model import IntervalSchedule
-from tickd.scheduler.ports import Store
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.testing import handler_context
+from tickd.scheduler.plugin.api import SystemJob
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.plugin.testing import handler_context
+from tickd.scheduler.ports.backends import Store
 from tickd.seed.demo_products import seed_demo_products
 from tickd.seed.jobs import seed_jobs
 from tickd.seed.system import system_jobs

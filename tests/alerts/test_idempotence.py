@@ -20,8 +20,8 @@ from tests.alerts.conftest import Outbox, ProductDatabase
 from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
 from tickd.handlers.product_store import Doc, ProductStore
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.ports import Mailer
+from tickd.scheduler.ports.backends import Mailer
+from tickd.scheduler.ports.clock import FakeClock
 
 USERS = ("ada", "grace", "linus")
 

@@ -20,8 +20,8 @@ from tests.alerts.conftest import Outbox, SmtpServer
 from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits, scan
 from tickd.handlers.product_store import Doc, ProductStore
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.mail.smtp import SmtpMailer
+from tickd.scheduler.ports.clock import FakeClock
 
 # How long one in-flight call may wait for the others: far more than they need to arrive.
 WAIT_SECONDS = 10

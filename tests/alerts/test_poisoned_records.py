@@ -22,8 +22,8 @@ from tests.fixtures.times import T0
 from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
 from tickd.handlers.product_store import Notification, ProductStore
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.codec import Doc
+from tickd.scheduler.ports.clock import FakeClock
 
 # Past Python's default limit on the digits of an int read from text (4300).
 HUGE_INT = "1" * 5000

@@ -20,7 +20,7 @@ from tickd.handlers.alert_scanner import emails
 from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
 from tickd.handlers.product_store import Notification, ProductStore, open_product_store
-from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.ports.clock import FakeClock
 
 # Embeddings, overrides, isolates and marks: what could make a name read as something else.
 BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")

@@ -12,7 +12,7 @@ from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.normalize import timestamp
 from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
 from tickd.handlers.product_store import Doc, ProductStore
-from tickd.scheduler.clock import FakeClock
+from tickd.scheduler.ports.clock import FakeClock
 
 
 async def run(

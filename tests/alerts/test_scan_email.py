@@ -11,8 +11,8 @@ from tests.fixtures.times import T0
 from tickd.handlers.alert_scanner.delivery import EmailPolicy
 from tickd.handlers.alert_scanner.scan import ScanLimits, ScanResult, scan
 from tickd.handlers.product_store import Notification, ProductStore
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.mail.smtp import SmtpMailer
+from tickd.scheduler.ports.clock import FakeClock
 
 FROM = "alerts@tickd.example"
 

@@ -12,8 +12,8 @@ from tests.alerts.builders import alert, part, price_rule, rule
 from tests.alerts.conftest import Outbox
 from tickd.handlers.alert_scanner.scan import ScanResult, scan
 from tickd.handlers.product_store import Doc, ProductStore
-from tickd.scheduler.clock import FakeClock
 from tickd.scheduler.logs import FIELDS, JsonFormatter
+from tickd.scheduler.ports.clock import FakeClock
 
 SCANNER_LOG = "tickd.handler.alert_scanner"
 UNDEFINED_PAIR = "operator gt is not defined for compliance rules"

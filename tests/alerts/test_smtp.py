@@ -12,7 +12,7 @@ import pytest
 from tests.alerts.conftest import SMTP_PASSWORD, SMTP_USER, Certificate, StartSmtp
 from tickd.scheduler.mail import open_mailer
 from tickd.scheduler.mail.smtp import SmtpMailer, SmtpSettings
-from tickd.scheduler.ports import MailError
+from tickd.scheduler.ports.backends import MailError
 
 LOGIN = f"{SMTP_USER}:{SMTP_PASSWORD}@"
 

@@ -14,12 +14,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.conftest import EngineFactory, Harness
 from tickd.app import build_api
 from tickd.handlers.sleep import sleep
-from tickd.scheduler.api_tokens import ApiToken
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result, handler
-from tickd.scheduler.ports import Store
+from tickd.scheduler.config.api_tokens import ApiToken
+from tickd.scheduler.plugin.api import Handler, HandlerContext, HandlerFunc, Result, handler
+from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.ports.clock import FakeClock
 
-# Random, as configured tokens must be (scheduler/api_tokens.py refuses placeholders).
+# Random, as configured tokens must be (scheduler/config/api_tokens.py refuses placeholders).
 READ = "read-wtNTScKPlO_QXKa38qNlRhsJKMOc"
 WRITE = "write-q92mXuWVxt2ZvXJbq8kMk5GuszSY"
 ADMIN = "admin-1qkJCPC7Om2NHQwdJ9s454rHnghM"

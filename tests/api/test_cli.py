@@ -21,8 +21,8 @@ from aiohttp import web
 from tests.api.conftest import ADMIN, READ, api_app
 from tests.conftest import EngineFactory, Harness
 from tickd import cli
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.ports import ExecutionQuery, JobQuery, Store
+from tickd.scheduler.ports.backends import ExecutionQuery, JobQuery, Store
+from tickd.scheduler.ports.clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "not-the-token-" + "x" * 12

@@ -11,7 +11,7 @@ from tests.api.conftest import READ, WRITE, Api
 from tests.conftest import make_job
 from tickd.api.dead_letters import JOB_DELETED
 from tickd.scheduler.model import DeadLetter, Execution, ExecutionError, Job, Status
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.ports.backends import ExecutionQuery
 
 FAILING: dict[str, Any] = {
     "handler": "boom",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import WRITE, Api
-from tickd.scheduler.ports import JobQuery
+from tickd.scheduler.ports.backends import JobQuery
 
 JOB: dict[str, Any] = {
     "name": "nightly",

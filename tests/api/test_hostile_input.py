@@ -18,7 +18,7 @@ from tickd.api import safejson
 from tickd.api.models import JobCreate
 from tickd.api.problems import ApiError
 from tickd.api.routing import parse_body
-from tickd.scheduler.ports import JobQuery
+from tickd.scheduler.ports.backends import JobQuery
 
 # Far more than any answer needs: a test that waits this long has failed.
 ANSWER_TIMEOUT_SECONDS = 10

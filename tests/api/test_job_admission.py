@@ -17,9 +17,9 @@ from tickd.handlers.alert_scanner import alert_scanner
 from tickd.handlers.http_check import http_check
 from tickd.handlers.noop import noop
 from tickd.handlers.webhook import webhook
-from tickd.scheduler.handler_api import HandlerContext, Result, handler
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery, JobQuery
+from tickd.scheduler.plugin.api import HandlerContext, Result, handler
+from tickd.scheduler.ports.backends import ExecutionQuery, JobQuery
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 HANDLERS = {

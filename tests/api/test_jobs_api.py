@@ -16,7 +16,7 @@ from tests.api.conftest import ADMIN, READ, WRITE, Api
 from tests.conftest import T0, make_job
 from tickd.api.jobs_routes import MAX_WRITE_ATTEMPTS
 from tickd.scheduler.model import ExecutionSummary, Status
-from tickd.scheduler.ports import Claim, ExecutionQuery, JobQuery, RunRequest
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, JobQuery, RunRequest
 
 CRON_JOB: dict[str, Any] = {
     "name": "nightly-ping",

@@ -59,9 +59,8 @@ from tickd.handlers.noop import noop
 from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
 from tickd.handlers.sleep import sleep
 from tickd.handlers.webhook import webhook
-from tickd.scheduler.api_tokens import ApiToken
-from tickd.scheduler.clock import SystemClock
-from tickd.scheduler.config import Settings
+from tickd.scheduler.config.api_tokens import ApiToken
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.events.log import NullPublisher
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
@@ -76,8 +75,9 @@ from tickd.scheduler.model import (
     Status,
     new_id,
 )
-from tickd.scheduler.ports import Ports, Store
-from tickd.scheduler.registry import HandlerRegistry
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import Ports, Store
+from tickd.scheduler.ports.clock import SystemClock
 from tickd.scheduler.store import open_store
 
 T = TypeVar("T")

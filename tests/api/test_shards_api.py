@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.api.conftest import READ, Api, serving
 from tests.conftest import EngineFactory
-from tickd.scheduler.handler_api import HandlerContext, Result
+from tickd.scheduler.plugin.api import HandlerContext, Result
 
 EVERY_MINUTE = {"kind": "cron", "expr": "0 * * * * *"}
 

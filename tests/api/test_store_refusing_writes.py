@@ -16,9 +16,9 @@ from tests.api.conftest import Api, serving
 from tests.api.test_jobs_api import CRON_JOB
 from tests.conftest import EngineFactory
 from tests.test_disk_full import refuse_writes
-from tickd.scheduler.ports import JobQuery, Store
+from tickd.scheduler.ports.backends import JobQuery, Store
+from tickd.scheduler.store.kit.mongodb import store_errors
 from tickd.scheduler.store.sqlite import SQLiteStore
-from tickd.scheduler.store_kit.mongodb import store_errors
 
 
 @pytest.fixture

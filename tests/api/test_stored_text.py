@@ -17,9 +17,9 @@ import pytest
 from tests.api.conftest import READ, Api, serving
 from tests.conftest import T0, EngineFactory, make_job
 from tickd.cli import output
-from tickd.scheduler.handler_api import Handler, HandlerContext, HandlerFunc, Result
 from tickd.scheduler.model import DeadLetter, Execution, ExecutionError, Status
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.plugin.api import Handler, HandlerContext, HandlerFunc, Result
+from tickd.scheduler.ports.backends import ExecutionQuery
 
 
 async def returns_a_surrogate(ctx: HandlerContext) -> Result:

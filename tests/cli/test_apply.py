@@ -15,7 +15,7 @@ from tickd.api.models import JobPatch
 from tickd.cli import jobs_as_code
 from tickd.client import Client
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import JobQuery
+from tickd.scheduler.ports.backends import JobQuery
 
 # The `tickd` command in a subprocess, against a real port: left out of `make quick`.
 pytestmark = pytest.mark.slow

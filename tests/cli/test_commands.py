@@ -21,7 +21,7 @@ from tickd import cli
 from tickd.cli.completion import command_words, completion_script
 from tickd.cli.parser import build_parser
 from tickd.cli.reads import NOT_VERBS, VERBS
-from tickd.scheduler.ports import JobQuery
+from tickd.scheduler.ports.backends import JobQuery
 
 # The `tickd` command in a subprocess, against a real port: left out of `make quick`.
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from tickd.app import build_api
 from tickd.client import AsyncClient, Client, Retry
 from tickd.handlers.noop import noop
 from tickd.handlers.sleep import sleep
-from tickd.scheduler.ports import Store
+from tickd.scheduler.ports.backends import Store
 
 # Tests fail at once rather than wait out a backoff.
 NO_WAIT = Retry(attempts=3, backoff_seconds=0.0)

@@ -16,7 +16,7 @@ from tickd.scheduler.model import (
     OnceSchedule,
     Status,
 )
-from tickd.scheduler.ports import Claim, ExecutionQuery, Finish, RunRequest, Store
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, Finish, RunRequest, Store
 
 LEASE = timedelta(seconds=5)
 # A run that kills its worker every time is never run more often than this, whatever its job.

@@ -9,7 +9,7 @@ from datetime import timedelta
 from tests.conftest import T0, make_job
 from tests.contract.test_store import ended, stored_ids
 from tickd.scheduler.model import DeadLetter, Status
-from tickd.scheduler.ports import ExecutionQuery, Retention, Store
+from tickd.scheduler.ports.backends import ExecutionQuery, Retention, Store
 
 
 async def test_deleting_a_job_discards_its_unhandled_dead_letters_and_retention_prunes_them(

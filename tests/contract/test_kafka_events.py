@@ -25,7 +25,7 @@ from tickd.scheduler.events.kafka_counts import EventCounts
 from tickd.scheduler.events.kafka_settings import KafkaSettings
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import CloudEvent
+from tickd.scheduler.ports.backends import CloudEvent
 
 # Handing one event over must never come near a dispatcher tick.
 PUBLISH_SECONDS = 0.05

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tickd.scheduler.ports import Lock
+from tickd.scheduler.ports.backends import Lock
 
 # Real backends expire keys on their own clock; waits for that are short and bounded.
 EXPIRY_WAIT_SECONDS = 5.0

@@ -18,8 +18,8 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.errors import InvalidOperation
 
+import tickd.scheduler.store.kit.mongodb as mongodb_module
 import tickd.scheduler.store.mongodb.base as mongodb_base_module
-import tickd.scheduler.store_kit.mongodb as mongodb_module
 from tests.conftest import T0, make_job
 from tests.contract.test_store import (
     SOURCE,
@@ -37,9 +37,9 @@ from tickd.handlers.product_store.mongodb import MongoProductStore
 from tickd.handlers.product_store.mongodb_queries import ALERT_INDEXES
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Job, Status
-from tickd.scheduler.ports import Claim, Finish, Retention, RunRequest, StoreError
+from tickd.scheduler.ports.backends import Claim, Finish, Retention, RunRequest, StoreError
+from tickd.scheduler.store.kit.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from tickd.scheduler.store.mongodb import MongoStore
-from tickd.scheduler.store_kit.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 
 # The module's `server` fixture is a fresh database on the real server.
 pytestmark = pytest.mark.mongodb

@@ -16,7 +16,7 @@ from tests.fixtures.locks import clear_prefix
 from tests.fixtures.services import REDIS_URL
 from tickd.scheduler.lock import open_lock
 from tickd.scheduler.lock.redis import RedisLock, ttl_milliseconds
-from tickd.scheduler.ports import LockUnavailable
+from tickd.scheduler.ports.backends import LockUnavailable
 
 BATCH = {f"job:{n}": 30.0 for n in range(100)}
 # A dead Redis must not hold up a dispatcher tick for longer than this.

@@ -23,10 +23,10 @@ from tests.api.conftest import READ, Api, serving
 from tests.conftest import T0, EngineFactory, make_job
 from tests.contract.test_store import advance_to, claimed, finish_one, running
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import StoreError
+from tickd.scheduler.ports.backends import StoreError
+from tickd.scheduler.ports.store_values import ExecutionQuery, JobQuery, JobSearch
+from tickd.scheduler.store.kit import sqlite as kit
 from tickd.scheduler.store.sqlite import SQLiteStore
-from tickd.scheduler.store_kit import sqlite as kit
-from tickd.scheduler.store_values import ExecutionQuery, JobQuery, JobSearch
 
 WEEK = 604800  # /v1/stats?window=604800
 BUCKET_SECONDS = 10080  # the API's bucket for that window: 60 of them

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+import tickd.scheduler.store.kit.sqlite as store_kit_sqlite
 import tickd.scheduler.store.sqlite.completion as completion_module
 import tickd.scheduler.store.sqlite.dispatch as dispatch_module
-import tickd.scheduler.store_kit.sqlite as store_kit_sqlite
 from tests.conftest import T0, make_job
 from tickd.scheduler.model import Execution, Job, Priority, Status
-from tickd.scheduler.ports import Claim, ExecutionQuery, Finish, StoreError
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, Finish, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
 from tickd.scheduler.store.sqlite.rows import job_from_row
 

@@ -14,9 +14,9 @@ import pytest
 
 from tests.conftest import T0, make_job
 from tickd.scheduler.model import ExecutionSummary, Job, Status
-from tickd.scheduler.ports import JobOrder, JobSearch
+from tickd.scheduler.ports.backends import JobOrder, JobSearch
+from tickd.scheduler.store.kit import sqlite as kit
 from tickd.scheduler.store.sqlite import SQLiteStore
-from tickd.scheduler.store_kit import sqlite as kit
 
 PAGE = 50
 SEARCHES = {

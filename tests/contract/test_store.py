@@ -24,7 +24,7 @@ from tickd.scheduler.model import (
     Status,
     new_id,
 )
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Advance,
     Backlog,
@@ -41,7 +41,7 @@ from tickd.scheduler.ports import (
     StoreError,
     shard_fence,
 )
-from tickd.scheduler.shards import shard_entries
+from tickd.scheduler.run.shards import shard_entries
 from tickd.scheduler.store.mongodb import MongoStore
 from tickd.scheduler.store.sqlite import SQLiteStore
 
@@ -1246,7 +1246,7 @@ async def test_requests_of_handlers_at_their_limit_are_left_out_before_the_limit
     assert len(await store.due_run_requests(T0, 10)) == 3
 
 
-# -- sharded occurrences (scheduler/shards.py) ----------------------------------------------------
+# -- sharded occurrences (scheduler/run/shards.py) ------------------------------------------------
 
 
 async def test_shards_round_trip_on_jobs_executions_and_run_requests(store: Store) -> None:

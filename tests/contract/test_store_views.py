@@ -16,7 +16,7 @@ from tickd.scheduler.model import (
     Job,
     Status,
 )
-from tickd.scheduler.ports import JobOrder, JobSearch, Store
+from tickd.scheduler.ports.backends import JobOrder, JobSearch, Store
 
 
 def ran(job: Job, status: Status) -> Job:

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from tickd.scheduler.http import safe_client_session
+from tickd.scheduler.plugin.http import safe_client_session
 
 LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
 LOOPBACK_V6 = ipaddress.ip_address("::1")

@@ -32,12 +32,12 @@ from tickd.handlers.catalogue_walk.vendor import retry_after_seconds
 from tickd.handlers.catalogue_walk.walk import WalkFailed
 from tickd.handlers.product_store import PRODUCTS, Doc, ProductStore
 from tickd.handlers.product_store.mongodb import MongoProductStore
-from tickd.scheduler.clock import FakeClock
-from tickd.scheduler.handler_api import HandlerContext
 from tickd.scheduler.mail.outbox import OutboxMailer
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery, StoreError
-from tickd.scheduler.testing import handler_context
+from tickd.scheduler.plugin.api import HandlerContext
+from tickd.scheduler.plugin.testing import handler_context
+from tickd.scheduler.ports.backends import ExecutionQuery, StoreError
+from tickd.scheduler.ports.clock import FakeClock
 
 API_KEY = "vendor-key-0123456789abcdef"
 # The walk's first day, mid-morning UTC.

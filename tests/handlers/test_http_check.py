@@ -11,7 +11,7 @@ from aiohttp import web
 
 from tests.handlers.conftest import Dials, Serve, StartListener, StaticResolver
 from tickd.handlers.http_check import PARAMS, CheckFailed, CheckParams, check, http_check
-from tickd.scheduler.http import UNREACHABLE, safe_client_session
+from tickd.scheduler.plugin.http import UNREACHABLE, safe_client_session
 
 SLOW_SECONDS = 2.0
 

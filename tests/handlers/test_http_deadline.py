@@ -14,9 +14,9 @@ from tests.conftest import T0, EngineFactory, make_job
 from tests.handlers.conftest import Serve
 from tickd.handlers.http_check import CheckFailed, CheckParams, check, http_check
 from tickd.handlers.webhook import Occurrence, WebhookFailed, WebhookParams, call, webhook
-from tickd.scheduler.http import TimeLimit
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import ExecutionQuery
+from tickd.scheduler.plugin.http import TimeLimit
+from tickd.scheduler.ports.backends import ExecutionQuery
 
 CUT_BY_THE_DEADLINE = "no response within 0.5 s, the time left before the run's deadline"
 

@@ -18,7 +18,7 @@ from tests.handlers.conftest import (
     StartListener,
     StaticResolver,
 )
-from tickd.scheduler.http import AddressNotAllowed, DestinationPolicy, safe_client_session
+from tickd.scheduler.plugin.http import AddressNotAllowed, DestinationPolicy, safe_client_session
 
 SHORT = aiohttp.ClientTimeout(total=5)
 

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from tickd.handlers.sleep import attempt_fails, sleep
-from tickd.scheduler.testing import handler_context
+from tickd.scheduler.plugin.testing import handler_context
 
 KEY = "test-job-id:2026-01-01T00:00:00Z"
 

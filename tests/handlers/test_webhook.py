@@ -26,10 +26,10 @@ from tickd.handlers.webhook import (
     call,
     webhook,
 )
-from tickd.scheduler.http import UNREACHABLE, safe_client_session
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports import ExecutionQuery
-from tickd.scheduler.secrets import MASK, mask
+from tickd.scheduler.plugin.http import UNREACHABLE, safe_client_session
+from tickd.scheduler.ports.backends import ExecutionQuery
+from tickd.scheduler.secrets.masking import MASK, mask
 
 SCHEDULED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SECRET = "whsec-7f3a9c1e5b"

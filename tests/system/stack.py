@@ -39,8 +39,8 @@ from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_m
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.events.kafka_settings import KafkaSettings
 from tickd.scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
+from tickd.scheduler.store.kit.mongodb import from_micros
 from tickd.scheduler.store.mongodb import MongoStore
-from tickd.scheduler.store_kit.mongodb import from_micros
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "services.sh"

@@ -22,7 +22,7 @@ from tests.fixtures.services import service_missing
 from tests.fixtures.stores import opened
 from tickd.app import build_api
 from tickd.handlers.sleep import sleep
-from tickd.scheduler.ports import Store
+from tickd.scheduler.ports.backends import Store
 
 # A laptop screen.
 VIEWPORT: ViewportSize = {"width": 1440, "height": 900}

@@ -17,7 +17,7 @@ import threading
 
 from tickd.cli.completion import run_completion
 from tickd.cli.parser import build_parser
-from tickd.scheduler.config import ConfigError, Settings, load_settings
+from tickd.scheduler.config.settings import ConfigError, Settings, load_settings
 from tickd.scheduler.logs import configure_logging
 
 
@@ -54,7 +54,7 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
     # The daemon's imports (aiohttp, the backends' drivers) only for the commands that need them.
     from tickd.app import check_against_handlers, load_registry
     from tickd.daemon import daemon_loop, end_past_leftover_threads, run_daemon, stop_on_signals
-    from tickd.scheduler.registry import RegistryError
+    from tickd.scheduler.plugin.registry import RegistryError
     from tickd.seed.jobs import SeedError
 
     try:
@@ -82,7 +82,7 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
 
 def _list_handlers() -> int:
     from tickd.app import load_registry
-    from tickd.scheduler.registry import RegistryError
+    from tickd.scheduler.plugin.registry import RegistryError
 
     try:
         registry = load_registry()

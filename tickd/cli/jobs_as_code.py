@@ -35,7 +35,7 @@ from tickd.cli import job_files
 from tickd.cli.job_files import DefinitionError as DefinitionError
 from tickd.cli.output import Json, dumped
 from tickd.client import ApiError, Client
-from tickd.scheduler.secrets import mask
+from tickd.scheduler.secrets.masking import mask
 
 MAX_OWNER = 100  # the longest mark the API takes (MANAGED_BY_PATTERN)
 # The fields of a definition, as JobCreate has them; `managed_by` is the owner mark.

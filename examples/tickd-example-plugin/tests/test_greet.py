@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from tickd_example_plugin.handlers import PARAMS, compose, greet
 
 from tickd import HandlerContext, Result
-from tickd.scheduler.registry import HandlerRegistry
-from tickd.scheduler.testing import handler_context
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.plugin.testing import handler_context
 
 SCHEDULED = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 

@@ -22,7 +22,15 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import Execution, Job
-from tickd.scheduler.ports import ENDED_LEASE_UNTIL, Claim
+from tickd.scheduler.ports.backends import ENDED_LEASE_UNTIL, Claim
+from tickd.scheduler.store.kit.mongodb import (
+    INDEX_BUILD_SECONDS,
+    MongoDatabase,
+    chunks,
+    in_one_batch,
+    insert_ignoring_duplicates,
+    translating_errors,
+)
 from tickd.scheduler.store.mongodb.documents import (
     CHANGE_INDEXES,
     EXECUTION_INDEXES,
@@ -33,14 +41,6 @@ from tickd.scheduler.store.mongodb.documents import (
     event_document,
     finish_buckets,
     job_from_document,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    INDEX_BUILD_SECONDS,
-    MongoDatabase,
-    chunks,
-    in_one_batch,
-    insert_ignoring_duplicates,
-    translating_errors,
 )
 
 Client = AsyncMongoClient[Doc]

@@ -11,8 +11,13 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import DeadLetter, new_id
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Finish,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    in_one_batch,
+    insert_ignoring_duplicates,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.documents import (
     change_document,
@@ -25,11 +30,6 @@ from tickd.scheduler.store.mongodb.statements import (
     held_by,
     settle_dead_letters,
     shard_held_by,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    in_one_batch,
-    insert_ignoring_duplicates,
-    translating_errors,
 )
 
 

@@ -17,9 +17,14 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import Execution, Job, Status, new_id
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Claim,
+)
+from tickd.scheduler.ports.store_engine import CompletionStore
+from tickd.scheduler.store.kit.mongodb import (
+    insert_ignoring_duplicates,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.documents import (
     LEASE_EXPIRED,
@@ -38,11 +43,6 @@ from tickd.scheduler.store.mongodb.statements import (
     release_lease,
     rolled_forward,
 )
-from tickd.scheduler.store_kit.mongodb import (
-    insert_ignoring_duplicates,
-    translating_errors,
-)
-from tickd.scheduler.store_roles_engine import CompletionStore
 
 
 class MongoDispatch(MongoRequests):

@@ -30,14 +30,14 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.events import event_time, execution_event
 from tickd.scheduler.model import DeadLetter, Execution, Job, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     DuplicateJobName,
     JobChange,
     OutboxEvent,
     RunRequest,
     StoreError,
 )
-from tickd.scheduler.store_kit.mongodb import (
+from tickd.scheduler.store.kit.mongodb import (
     from_micros,
     with_exact_times,
     without_exact_times,

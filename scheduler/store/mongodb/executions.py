@@ -6,8 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tickd.scheduler.model import DeadLetter, Execution
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     ExecutionQuery,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    in_one_batch,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
@@ -16,10 +20,6 @@ from tickd.scheduler.store.mongodb.documents import (
 )
 from tickd.scheduler.store.mongodb.statements import (
     executions_filter,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    in_one_batch,
-    translating_errors,
 )
 
 

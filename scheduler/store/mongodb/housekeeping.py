@@ -18,9 +18,14 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.dead_letters import abandoned_for_good
 from tickd.scheduler.model import DeadLetter, Execution, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Backlog,
     Finish,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    from_micros,
+    in_one_batch,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
@@ -32,11 +37,6 @@ from tickd.scheduler.store.mongodb.documents import (
 from tickd.scheduler.store.mongodb.retention import MongoRetention
 from tickd.scheduler.store.mongodb.statements import (
     due_filter,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    from_micros,
-    in_one_batch,
-    translating_errors,
 )
 
 

@@ -14,16 +14,16 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import new_id
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     ENDED_LEASE_UNTIL,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    from_micros,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
     LEASED,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    from_micros,
-    translating_errors,
 )
 
 

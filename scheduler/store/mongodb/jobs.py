@@ -16,11 +16,17 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     DuplicateJobName,
     JobChange,
     JobQuery,
     unchanged_state,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    in_one_batch,
+    insert_ignoring_duplicates,
+    is_duplicate_key,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
@@ -33,12 +39,6 @@ from tickd.scheduler.store.mongodb.documents import (
 )
 from tickd.scheduler.store.mongodb.statements import (
     jobs_filter,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    in_one_batch,
-    insert_ignoring_duplicates,
-    is_duplicate_key,
-    translating_errors,
 )
 
 

@@ -10,9 +10,15 @@ from datetime import datetime
 from tickd.scheduler.codec import (
     exact_micros,
 )
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OutboxBacklog,
     OutboxEvent,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    chunks,
+    from_micros,
+    in_one_batch,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
@@ -20,12 +26,6 @@ from tickd.scheduler.store.mongodb.documents import (
     OUTBOX_ORDER,
     UNSENT,
     outbox_event_from_document,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    chunks,
-    from_micros,
-    in_one_batch,
-    translating_errors,
 )
 
 # A prune looks at this many minutes' buckets at most (a relay that was stopped for a day

@@ -17,12 +17,18 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import Execution, Job, Status, new_id
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Advance,
     Claim,
     Finish,
     RunRequest,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    from_micros,
+    in_one_batch,
+    insert_ignoring_duplicates,
+    translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
@@ -43,12 +49,6 @@ from tickd.scheduler.store.mongodb.statements import (
     shard_claim,
     shard_end,
     shard_held_by,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    from_micros,
-    in_one_batch,
-    insert_ignoring_duplicates,
-    translating_errors,
 )
 
 

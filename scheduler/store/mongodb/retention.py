@@ -30,7 +30,8 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Status
-from tickd.scheduler.ports import Retention
+from tickd.scheduler.ports.backends import Retention
+from tickd.scheduler.store.kit.mongodb import translating_errors
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
     FINISH_BUCKETS,
@@ -41,7 +42,6 @@ from tickd.scheduler.store.mongodb.documents import (
     finish_buckets,
 )
 from tickd.scheduler.store.mongodb.statements import retention_scope
-from tickd.scheduler.store_kit.mongodb import translating_errors
 
 # Documents a read of a bucket or of the first scan fetches a round trip.
 PAGE = 1000

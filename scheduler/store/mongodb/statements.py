@@ -20,7 +20,7 @@ from tickd.scheduler.codec import (
     summary_to_doc,
 )
 from tickd.scheduler.model import DeadLetter, Execution, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Advance,
     Claim,
     ExecutionQuery,
@@ -28,6 +28,9 @@ from tickd.scheduler.ports import (
     JobQuery,
     Retention,
     RunRequest,
+)
+from tickd.scheduler.store.kit.mongodb import (
+    with_exact_times,
 )
 from tickd.scheduler.store.mongodb.documents import (
     ADVANCE_TIMES,
@@ -37,9 +40,6 @@ from tickd.scheduler.store.mongodb.documents import (
     UNHANDLED,
     execution_document,
     finish_buckets,
-)
-from tickd.scheduler.store_kit.mongodb import (
-    with_exact_times,
 )
 
 

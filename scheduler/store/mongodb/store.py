@@ -5,7 +5,7 @@ strings, times as BSON dates with exact `_us` twins, collections `jobs`, `execut
 `job_changes` and `run_requests`. The database is the URL's path (default `tickd`); a store built
 on a client it was handed uses that client's default database and never closes it. What every
 MongoDB store shares (errors, FerretDB's limits, clients, indexes) is
-scheduler/store_kit/mongodb.py.
+scheduler/store/kit/mongodb.py.
 
 Compare-and-set without transactions. Each statement is atomic on its document, which is all a
 claim needs: the filter holds everything the claim read (revision, next_run_at, no lease, enabled)
@@ -50,5 +50,5 @@ class MongoStore(
     MongoViews,
 ):
     """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands.
-    A mixin per role of the store (scheduler/store_roles_engine.py, store_roles_api.py), a file
+    A mixin per role of the store (scheduler/ports/store_engine.py, store_api.py), a file
     each."""

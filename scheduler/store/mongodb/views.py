@@ -18,13 +18,14 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import DeadLetter, ExecutionError, Job, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Attention,
     ExecutionStats,
     JobOrder,
     JobSearch,
     JobTrouble,
 )
+from tickd.scheduler.store.kit.mongodb import from_micros, translating_errors
 from tickd.scheduler.store.mongodb.base import MongoCollections
 from tickd.scheduler.store.mongodb.documents import (
     CHANGE_INDEXES,
@@ -41,7 +42,6 @@ from tickd.scheduler.store.views import (
     bucket_count,
     group_by_job,
 )
-from tickd.scheduler.store_kit.mongodb import from_micros, translating_errors
 
 BY_NAME = [("name", ASCENDING)]
 BY_NEXT_RUN = [("next_run_at_us", ASCENDING), ("name", ASCENDING)]

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     StoreError,
 )
-from tickd.scheduler.store.sqlite.rows import job_from_row
-from tickd.scheduler.store.sqlite.schema import SCHEMA, add_missing_columns
-from tickd.scheduler.store_kit.sqlite import (
+from tickd.scheduler.store.kit.sqlite import (
     SQLiteFile,
     read_stopped,
 )
+from tickd.scheduler.store.sqlite.rows import job_from_row
+from tickd.scheduler.store.sqlite.schema import SCHEMA, add_missing_columns
 
 T = TypeVar("T")
 

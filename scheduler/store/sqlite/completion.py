@@ -13,9 +13,10 @@ from tickd.scheduler.codec import (
     micros,
 )
 from tickd.scheduler.model import DeadLetter
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Finish,
 )
+from tickd.scheduler.store.kit.sqlite import AT_ONCE_MAX_ROWS
 from tickd.scheduler.store.sqlite.base import SQLiteTables
 from tickd.scheduler.store.sqlite.rows import (
     execution_row,
@@ -35,7 +36,6 @@ from tickd.scheduler.store.sqlite.statements import (
     shard_end_sql,
     write_events,
 )
-from tickd.scheduler.store_kit.sqlite import AT_ONCE_MAX_ROWS
 
 
 class SQLiteCompletion(SQLiteTables):

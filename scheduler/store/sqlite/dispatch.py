@@ -15,10 +15,12 @@ from tickd.scheduler.codec import (
     to_json_ready,
 )
 from tickd.scheduler.model import Execution, ExecutionError, Job, Priority, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Claim,
     Finish,
 )
+from tickd.scheduler.ports.store_engine import CompletionStore
+from tickd.scheduler.store.kit.sqlite import AT_ONCE_MAX_ROWS
 from tickd.scheduler.store.sqlite.base import SQLiteTables
 from tickd.scheduler.store.sqlite.rows import (
     claim_part,
@@ -39,8 +41,6 @@ from tickd.scheduler.store.sqlite.statements import (
     takeable_args,
     write_events,
 )
-from tickd.scheduler.store_kit.sqlite import AT_ONCE_MAX_ROWS
-from tickd.scheduler.store_roles_engine import CompletionStore
 
 PRIORITIES = f"({', '.join(str(int(p)) for p in Priority)})"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tickd.scheduler.model import DeadLetter, Execution
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     ExecutionQuery,
 )
 from tickd.scheduler.store.sqlite.base import SQLiteTables

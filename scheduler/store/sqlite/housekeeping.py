@@ -12,7 +12,7 @@ from tickd.scheduler.codec import (
     micros,
 )
 from tickd.scheduler.model import DeadLetter
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Backlog,
     Retention,
 )

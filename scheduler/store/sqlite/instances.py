@@ -12,7 +12,7 @@ from tickd.scheduler.codec import (
     exact_micros,
     micros,
 )
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     ENDED_LEASE_UNTIL,
 )
 from tickd.scheduler.store.sqlite.base import SQLiteTables

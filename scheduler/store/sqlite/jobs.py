@@ -11,7 +11,7 @@ from tickd.scheduler.codec import (
     micros,
 )
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     DuplicateJobName,
     JobChange,
     JobQuery,

@@ -9,7 +9,7 @@ from datetime import datetime
 from tickd.scheduler.codec import (
     micros,
 )
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OutboxBacklog,
     OutboxEvent,
 )

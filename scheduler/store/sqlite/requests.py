@@ -13,7 +13,7 @@ from tickd.scheduler.codec import (
     to_json_ready,
 )
 from tickd.scheduler.model import Execution, Job, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Advance,
     Claim,

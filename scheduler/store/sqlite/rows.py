@@ -38,7 +38,7 @@ from tickd.scheduler.model import (
     RedrivePolicy,
     Schedule,
 )
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     OutboxEvent,
     RunRequest,
 )

@@ -25,7 +25,7 @@ from tickd.scheduler.model import (
     ExecutionSummary,
     Status,
 )
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     ENDED_LEASE_UNTIL,
     Advance,
     ExecutionQuery,

@@ -33,4 +33,4 @@ class SQLiteStore(
     SQLiteViews,
 ):
     """Jobs and executions in one SQLite file: a batch of the engine is one transaction. A mixin
-    per role of the store (scheduler/store_roles_engine.py, store_roles_api.py), a file each."""
+    per role of the store (scheduler/ports/store_engine.py, store_api.py), a file each."""

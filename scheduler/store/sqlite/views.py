@@ -13,13 +13,14 @@ from typing import Any
 
 from tickd.scheduler.codec import exact_micros, micros
 from tickd.scheduler.model import DeadLetter, ExecutionError, Job, Status
-from tickd.scheduler.ports import (
+from tickd.scheduler.ports.backends import (
     Attention,
     ExecutionStats,
     JobOrder,
     JobSearch,
     JobTrouble,
 )
+from tickd.scheduler.store.kit.sqlite import read_stopped
 from tickd.scheduler.store.sqlite.base import SQLiteTables
 from tickd.scheduler.store.sqlite.rows import from_micros, job_from_row
 from tickd.scheduler.store.sqlite.schema import FREE
@@ -31,7 +32,6 @@ from tickd.scheduler.store.views import (
     group_by_job,
     lag_percentiles,
 )
-from tickd.scheduler.store_kit.sqlite import read_stopped
 
 LAST_STATUS = "json_extract(last_execution, '$.status')"
 # No index leads with `enabled`: a boolean narrows little, and SQLite's planner would take one
