@@ -9,19 +9,17 @@ read's clock past its limit."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.api.conftest import READ, Api, serving
 from tests.conftest import T0, EngineFactory, make_job
 from tests.contract.test_store import advance_to, claimed, finish_one, running
+from tests.fixtures.stores import on_each_connection
 from tickd.scheduler.model import Execution, Status
 from tickd.scheduler.ports.backends import StoreError
 from tickd.scheduler.ports.store_values import ExecutionQuery, JobQuery, JobSearch
@@ -38,22 +36,9 @@ WAIT = 10.0  # seconds: the most any step of a test waits for another
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(f"sqlite:///{tmp_path}/tickd.db")
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def on_every_connection(store: SQLiteStore, fn: Callable[[sqlite3.Connection], Any]) -> None:
-    """`fn` applied to each of the store's connections, on the thread that owns it."""
-    await store._in_thread(fn)
-    if store._loop_db is not None:
-        fn(store._loop_db)
-    for reader in store._readers:
-        await reader.call(fn)
+def store(sqlite_store: SQLiteStore) -> SQLiteStore:
+    """Every test here is of the SQLite store alone."""
+    return sqlite_store
 
 
 class HeldStatement:
@@ -99,7 +84,7 @@ async def test_the_engine_claims_and_finishes_while_a_week_of_stats_is_being_rea
     await store.insert_job(job)
     await store.insert_executions(executions(range(3), each=5))
     held = HeldStatement(COUNTING)
-    await on_every_connection(store, lambda db: db.set_trace_callback(held.traced))
+    await on_each_connection(store, lambda db: db.set_trace_callback(held.traced))
     read = asyncio.create_task(store.execution_stats(SINCE, UNTIL, BUCKET_SECONDS))
     try:
         assert await asyncio.to_thread(held.started.wait, WAIT), "the stats read never started"
@@ -178,7 +163,7 @@ async def a_stats_read_stopped_in_its_third_bucket(
     monkeypatch.setattr(kit, "READ_CHECK_STEPS", 10)  # a few rows a bucket make enough steps
     clock = ReadClock(nth=3)
     monkeypatch.setattr(store, "read_clock", clock)
-    await on_every_connection(store, lambda db: db.set_trace_callback(clock.traced))
+    await on_each_connection(store, lambda db: db.set_trace_callback(clock.traced))
     await store.insert_executions(executions(range(4), each=20))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import tickd.scheduler.store.kit.sqlite as store_kit_sqlite
 import tickd.scheduler.store.sqlite.completion as completion_module
 import tickd.scheduler.store.sqlite.dispatch as dispatch_module
 from tests.conftest import T0, make_job
+from tests.fixtures.stores import on_each_connection
 from tickd.scheduler.model import Execution, Job, Priority, Status
 from tickd.scheduler.ports.backends import Claim, ExecutionQuery, Finish, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
@@ -25,23 +26,6 @@ from tickd.scheduler.store.sqlite.rows import job_from_row
 
 # The handler is called every this many VM steps: fine enough to tell 10 rows from 1,000.
 STEPS_PER_CALL = 10
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(f"sqlite:///{tmp_path}/tickd.db")
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def on_each_connection(store: SQLiteStore, fn: Callable[[sqlite3.Connection], Any]) -> None:
-    """`fn` applied to each of the store's connections, on the thread that owns it."""
-    await store._in_thread(fn)
-    if store._loop_db is not None:
-        fn(store._loop_db)
 
 
 async def steps_of(store: SQLiteStore, call: Callable[[], Awaitable[Any]]) -> int:

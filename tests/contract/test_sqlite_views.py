@@ -5,10 +5,9 @@ clock every READ_CHECK_STEPS steps, and the test's clock counts the looks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -28,16 +27,6 @@ SEARCHES = {
     "a page further on": JobSearch(order=JobOrder.NEXT_RUN, limit=PAGE, after_name="j-00100",
                                    after_next_run_at=T0 + timedelta(seconds=100)),
 }  # fmt: skip
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(f"sqlite:///{tmp_path}/tickd.db")
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 STEPS_PER_LOOK = 10
