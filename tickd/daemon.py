@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures.thread
+import contextlib
+import errno
 import gc
 import logging
 import os
@@ -11,6 +13,7 @@ import selectors
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +54,7 @@ async def run_daemon(
     """Serve the API and, unless `dispatcher` is False (`tickd api`), run the engine, until
     `stop` is set. One process, one port: /v1, /metrics, /healthz, /readyz."""
     check_exposure(settings)
+    await check_port_free(settings)
     log_event(
         log,
         "daemon.starting",
@@ -118,6 +122,32 @@ def check_exposure(settings: Settings) -> None:
         )
 
 
+async def check_port_free(settings: Settings) -> None:
+    """The API's port, tried and let go before anything is opened or seeded: a port that is
+    taken stops startup in one line (ConfigError) with the store untouched."""
+    if not settings.api_port:
+        return
+    loop = asyncio.get_running_loop()
+    with api_port_refusals(settings):
+        server = await loop.create_server(asyncio.Protocol, settings.api_host, settings.api_port)
+        server.close()
+        await server.wait_closed()
+
+
+@contextlib.contextmanager
+def api_port_refusals(settings: Settings) -> Iterator[None]:
+    """A port the system refuses (taken, privileged, an address not of this host) as one line
+    naming the setting, the port and where it is set."""
+    try:
+        yield
+    except OSError as exc:
+        where = f"{settings.api_port} is in use on {settings.api_host}"
+        if exc.errno != errno.EADDRINUSE:
+            reason = exc.strerror or type(exc).__name__
+            where = f"{settings.api_port} on {settings.api_host} cannot be listened on: {reason}"
+        raise ConfigError("api_port", f"{where} (TICKD_API_PORT / api_port)") from None
+
+
 async def serve(
     app: web.Application,
     settings: Settings,
@@ -127,7 +157,9 @@ async def serve(
     limits = limits or ServerLimits()
     async with running(app, limits) as runner:
         if settings.api_port:
-            await GuardedSite(runner, settings.api_host, settings.api_port, limits).start()
+            site = GuardedSite(runner, settings.api_host, settings.api_port, limits)
+            with api_port_refusals(settings):  # taken since check_port_free let it go
+                await site.start()
             url = f"http://{settings.api_host}:{settings.api_port}"
             log_event(log, "api.listening", url=url, docs=f"{url}/docs")
         await stop.wait()
