@@ -21,6 +21,7 @@ from tickd.handlers.sleep import attempt_fails
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.logs import FIELDS
+from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Job, Status, ValidationError
 from tickd.scheduler.plugin.api import (
     CronSchedule,
@@ -242,3 +243,67 @@ def bounded(run: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
             await run(*args, **kwargs)
 
     return run_within
+
+
+async def seeded_at_boot(tmp_path: Path, **settings: object) -> list[Job]:
+    """The jobs a daemon with the shipped handlers seeds at boot on these settings, with the
+    alert emails' settings checked as at boot."""
+    config = Settings(
+        store_url=f"sqlite:///{tmp_path}/tickd.db",
+        mail_url=f"outbox:///{tmp_path}/outbox",
+        api_port=0,
+        **settings,  # type: ignore[arg-type]
+    )
+    handlers = builtin()
+    tickd.app.log_alert_email_settings(handlers, config)
+    async with (
+        tickd.app.opened_ports(config, Metrics()) as ports,
+        tickd.app.opened_resources(tickd.app.declared_resources(handlers), config) as resources,
+    ):
+        await tickd.app.seed_at_boot(ports, handlers, config, resources)
+        return await ports.store.list_jobs()
+
+
+ALERT_SETTINGS = {
+    "alert_scanner": {
+        "public_base_url": "https://tickd.example",
+        "unsubscribe_secret": "an-unsubscribe-key-of-32-characters-or-more",
+    }
+}
+
+
+async def test_a_daemon_without_alert_settings_seeds_no_alert_job_and_warns_of_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+
+    jobs = await seeded_at_boot(tmp_path, seed_demo=False)
+
+    assert [job.name for job in jobs] == []
+    logged = {record.msg for record in caplog.records}
+    assert "seed.system_job_not_configured" not in logged, "catalogue_walk is not in use"
+    assert not {"alert_emails.no_unsubscribe", "alert_emails.misconfigured"} & logged
+
+
+async def test_a_daemon_with_alert_settings_seeds_the_alert_scanner(tmp_path: Path) -> None:
+    jobs = await seeded_at_boot(tmp_path, seed_demo=False, handler_settings=ALERT_SETTINGS)
+
+    assert [(job.name, job.system) for job in jobs] == [("alert_scanner", True)]
+
+
+async def test_the_demo_seeds_the_alert_scanner_without_its_settings(tmp_path: Path) -> None:
+    jobs = await seeded_at_boot(tmp_path, seed_demo=True)
+
+    assert "alert_scanner" in {job.name for job in jobs if job.system}
+
+
+def test_a_partly_configured_vendor_is_named_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+
+    system_jobs(rules(builtin()), T0, {"catalogue_walk": {"base_url": "https://v.example"}})
+
+    [record] = [r for r in caplog.records if r.msg == "seed.system_job_not_configured"]
+    assert getattr(record, FIELDS)["missing"] == [
+        "handler_settings.catalogue_walk.api_key",
+        "handler_settings.catalogue_walk.daily_quota",
+    ]

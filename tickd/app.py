@@ -93,17 +93,22 @@ async def opened_ports(
 @dataclasses.dataclass(frozen=True)
 class HandlerSettings:
     """What one of tickd's own handlers reads from `[handler_settings.<name>]`: the names, and
-    a check of the table that raises ValueError naming the setting at fault."""
+    a check of the table that raises ValueError naming the setting at fault. An opt-in
+    feature's system job is seeded, and its settings checked in the log, only once its table
+    is configured (or the demo runs it)."""
 
     names: frozenset[str] = frozenset()
     check: Callable[[Mapping[str, Any]], object] | None = None
+    opt_in: bool = False
 
 
 # The settings tickd's own handlers take. A plug-in's handler declares none here: its table is
 # handed to it as written (it reads what it documents).
 OWN_HANDLER_SETTINGS: Mapping[str, HandlerSettings] = {
     "alert_scanner": HandlerSettings(
-        frozenset(f.name for f in dataclasses.fields(EmailSettings)), EmailSettings.parse
+        frozenset(f.name for f in dataclasses.fields(EmailSettings)),
+        EmailSettings.parse,
+        opt_in=True,
     ),
     "catalogue_walk": HandlerSettings(
         frozenset(walk_settings.PARAMS["properties"]), walk_settings.check_config
@@ -170,7 +175,7 @@ def api_resources(registry: HandlerRegistry) -> list[Resource[Any]]:
 
 def log_alert_email_settings(registry: HandlerRegistry, settings: Settings) -> None:
     """Say at boot what the alert emails will lack: unsubscribe links need two settings."""
-    if "alert_scanner" not in registry:
+    if "alert_scanner" not in registry or "alert_scanner" in unused_features(settings):
         return
     try:
         email = EmailSettings.parse(settings.handler_settings.get("alert_scanner", {}))
@@ -185,6 +190,17 @@ def log_alert_email_settings(registry: HandlerRegistry, settings: Settings) -> N
             reason="alert emails carry no unsubscribe link nor List-Unsubscribe header",
             missing=missing,
         )
+
+
+def unused_features(settings: Settings) -> frozenset[str]:
+    """The opt-in handlers this daemon has no settings table for; the demo uses them all."""
+    if settings.seed_demo:
+        return frozenset()
+    return frozenset(
+        name
+        for name, own in OWN_HANDLER_SETTINGS.items()
+        if own.opt_in and name not in settings.handler_settings
+    )
 
 
 def opened(resources: Resources, declared: Resource[T]) -> T | None:
@@ -340,11 +356,15 @@ def _dispatcher_ended(task: asyncio.Task[None]) -> None:
 async def seed_at_boot(
     ports: Ports, registry: HandlerRegistry, settings: Settings, resources: Resources
 ) -> None:
-    """System jobs always; with `seed_demo`, the demo jobs and, where the alert scanner runs,
-    the demo product data it scans. A seeded job that fails the checks raises SeedError."""
+    """System jobs always (an opt-in feature's once it is configured); with `seed_demo`, the
+    demo jobs and, where the alert scanner runs, the demo product data it scans. A seeded job
+    that fails the checks raises SeedError."""
     now = ports.clock.now()
     rules = JobRules(registry, settings)  # a seeded job is checked as the API checks one
-    await seed_jobs(ports.store, system_jobs(rules, now, settings.handler_settings))
+    system = system_jobs(
+        rules, now, settings.handler_settings, when_configured=unused_features(settings)
+    )
+    await seed_jobs(ports.store, system)
     if not settings.seed_demo:
         return
     await seed_jobs(ports.store, demo_jobs(rules, now))

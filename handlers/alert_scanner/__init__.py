@@ -1,13 +1,14 @@
 """`alert_scanner`: evaluates users' alert rules on parts and tells them, in the app and by email,
 when something they care about happened.
 
-A system job: seeded at boot as `alert_scanner`, every five minutes (so it first runs five
-minutes after a new deployment starts), a ten-minute timeout and no retries (the next run is the
-retry; a scan is idempotent, so a retry would be harmless but is not needed). A run scans back to
-back while more is due (scan.scan_until_done), in the first half of its time, then sends the
-emails: a backlog is worked off run after run, and a run with nothing due costs two indexed
-queries. The work is in scan.py, which takes its ports explicitly and is tested without the
-engine; the rule semantics are in rules.py and docs/alert-rules.md.
+A system job: seeded at boot as `alert_scanner` once `[handler_settings.alert_scanner]` is
+configured or the demo runs (an unused feature stays out of the way), every five minutes (so it
+first runs five minutes after a new deployment starts), a ten-minute timeout and no retries (the
+next run is the retry; a scan is idempotent, so a retry would be harmless but is not needed). A
+run scans back to back while more is due (scan.scan_until_done), in the first half of its time,
+then sends the emails: a backlog is worked off run after run, and a run with nothing due costs
+two indexed queries. The work is in scan.py, which takes its ports explicitly and is tested
+without the engine; the rule semantics are in rules.py and docs/alert-rules.md.
 
 Params (all optional; the defaults are the seed's numbers): `alerts_per_scan`, `max_rules`,
 `lookup_concurrency`, `parts_per_lookup`, `scans_per_run`, `smtp_concurrency`,
