@@ -59,8 +59,13 @@ def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application
     app[DOCUMENT] = openapi_document(ALL_ROUTES, version=_version())
     add_routes(app, ALL_ROUTES)
     add_ui_routes(app)  # the dashboard: static files, its data from /v1 with the same tokens
+    app.router.add_get("/", to_the_dashboard)  # a browser pointed at the address alone
     add_unsubscribe_routes(app)  # outside /v1, no bearer token: see api/unsubscribe.py
     return app
+
+
+async def to_the_dashboard(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/ui")
 
 
 def _version() -> str:

@@ -150,19 +150,82 @@ def _problem_statuses(route: Route[Any, Any]) -> list[tuple[str, str]]:
 
 
 def docs_page(document: dict[str, Any]) -> str:
-    """A readable list of the operations, with no script and nothing fetched from elsewhere."""
+    """A readable list of the operations, each linked to the schemas of what it takes and
+    gives, then those schemas field by field; no script and nothing fetched from elsewhere."""
     rows = []
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
             rows.append(
                 f"<tr><td><code>{method.upper()}</code></td><td><code>{html.escape(path)}</code>"
-                f"</td><td>{html.escape(operation['summary'])}</td></tr>"
+                f"</td><td>{html.escape(operation['summary'])}</td>"
+                f"<td>{_schema_link(_body_ref(operation))}</td>"
+                f"<td>{_schema_link(_response_ref(operation))}</td></tr>"
             )
+    schemas = document["components"]["schemas"]
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>tickd API</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td{padding:.2em 1em}</style></head>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:.2em 1em;text-align:left;"
+        "vertical-align:top}section{margin-top:2em}</style></head>"
         "<body><h1>tickd API</h1><p>The full description is at "
         "<a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1).</p><table>"
+        "<tr><th>method</th><th>path</th><th>what it does</th><th>takes</th><th>gives</th></tr>"
         + "".join(rows)
-        + "</table></body></html>"
+        + "</table><h2>Schemas</h2>"
+        + "".join(_schema_section(name, schemas[name]) for name in sorted(schemas))
+        + "</body></html>"
     )
+
+
+def _body_ref(operation: dict[str, Any]) -> str | None:
+    content = operation.get("requestBody", {}).get("content", {})
+    ref: str | None = content.get("application/json", {}).get("schema", {}).get("$ref")
+    return ref
+
+
+def _response_ref(operation: dict[str, Any]) -> str | None:
+    for status, response in sorted(operation["responses"].items()):
+        if status.startswith("2"):
+            content = response.get("content", {}).get("application/json", {})
+            ref: str | None = content.get("schema", {}).get("$ref")
+            if ref:
+                return ref
+    return None
+
+
+def _schema_link(ref: str | None) -> str:
+    if not ref:
+        return ""
+    name = html.escape(ref.rpartition("/")[2])
+    return f"<a href='#{name}'>{name}</a>"
+
+
+def _schema_section(name: str, schema: dict[str, Any]) -> str:
+    required = set(schema.get("required", []))
+    fields = "".join(
+        f"<tr><td><code>{html.escape(field)}</code></td><td>{_type_of(prop)}</td>"
+        f"<td>{'required' if field in required else ''}</td>"
+        f"<td>{html.escape(str(prop.get('description', '')))}</td></tr>"
+        for field, prop in schema.get("properties", {}).items()
+    )
+    description = html.escape(str(schema.get("description", "")))
+    return (
+        f"<section id='{html.escape(name)}'><h3>{html.escape(name)}</h3><p>{description}</p>"
+        + (f"<table>{fields}</table>" if fields else "")
+        + "</section>"
+    )
+
+
+def _type_of(prop: dict[str, Any]) -> str:
+    """A field's type in words: a type name, a link to a schema, an array's items, or the
+    choices of anyOf/oneOf."""
+    if "$ref" in prop:
+        return _schema_link(prop["$ref"])
+    for choice in ("anyOf", "oneOf"):
+        if choice in prop:
+            return " or ".join(_type_of(option) for option in prop[choice])
+    if "enum" in prop:
+        return " | ".join(f"<code>{html.escape(repr(value))}</code>" for value in prop["enum"])
+    kind = prop.get("type", "any")
+    if kind == "array":
+        return f"array of {_type_of(prop.get('items', {}))}"
+    return html.escape(" or ".join(kind) if isinstance(kind, list) else str(kind))

@@ -161,7 +161,7 @@ async def serve(
             with api_port_refusals(settings):  # taken since check_port_free let it go
                 await site.start()
             url = f"http://{settings.api_host}:{settings.api_port}"
-            log_event(log, "api.listening", url=url, docs=f"{url}/docs")
+            log_event(log, "api.listening", url=url, dashboard=f"{url}/ui", docs=f"{url}/docs")
         await stop.wait()
 
 
