@@ -1,4 +1,5 @@
-"""Helpers for testing a handler without a daemon: a real context on throwaway backends.
+"""A handler's context without a daemon, on throwaway backends; plug-ins import it from
+`tickd.testing`, beside `run_handler`, which runs a handler as the daemon does.
 
     async with handler_context(params={"name": "Ada"}) as ctx:
         result = await my_handler(ctx)
@@ -20,7 +21,7 @@ from typing import Any
 
 from tickd.scheduler.mail.outbox import OutboxMailer
 from tickd.scheduler.plugin.api import HandlerContext, Resource
-from tickd.scheduler.plugin.http import safe_client_session
+from tickd.scheduler.plugin.http import DEFAULT_PORTS, safe_client_session
 from tickd.scheduler.ports.clock import FakeClock
 
 
@@ -33,17 +34,18 @@ async def handler_context(
     attempt: int = 1,
     timeout_seconds: float = 60.0,
     http_allow: Collection[str] = (),
+    http_ports: Collection[int] = DEFAULT_PORTS,
     outbox: str | None = None,
     config: Mapping[str, Any] | None = None,
     resources: Mapping[Resource[Any], object] | None = None,
     shard: int = 0,
     shards: int = 1,
 ) -> AsyncIterator[HandlerContext]:
-    """`config` is the handler's own settings (`ctx.config`); `resources` the opened resources
-    it may ask for (left open: they are the caller's); `shard` of `shards`, a sharded job's
-    run."""
+    """`http_ports` are the public ports `ctx.http` reaches; `config` is the handler's own
+    settings (`ctx.config`); `resources` the opened resources it may ask for (left open: they
+    are the caller's); `shard` of `shards`, a sharded job's run."""
     clock = FakeClock(scheduled_at or datetime(2026, 1, 1, tzinfo=UTC))
-    http = safe_client_session(allow=tuple(http_allow))
+    http = safe_client_session(allow=tuple(http_allow), ports=http_ports)
     try:
         yield HandlerContext(
             job_id=f"{job_name}-id",
