@@ -5,7 +5,8 @@ are clients of a running API and read neither settings nor handlers. parser.py d
 command and option; the client commands talk to the API through tickd.client, as any
 application does (connect.py: where, and how a failure is printed), one module of actions per
 family of commands: jobs.py, runs.py (executions, dead letters), apply.py (jobs as code),
-reads.py (the rest); only a client command loads them. completion.py: `tickd completion`.
+reads.py (the rest); only a client command loads them. handlers.py: `tickd handlers` (and
+`handlers run`); completion.py: `tickd completion`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(level=settings.log_level, json_lines=settings.log_format == "json")
     if args.command == "handlers":
-        return _list_handlers()
+        from tickd.cli.handlers import handlers_command
+
+        return handlers_command(args, settings)
     return _run(settings, dispatcher=args.command == "run")
 
 
@@ -77,20 +80,6 @@ def _run(settings: Settings, *, dispatcher: bool) -> int:
         print(f"tickd: {exc}", file=sys.stderr)
         return 2
     end_past_leftover_threads(threads_before, code=0)
-    return 0
-
-
-def _list_handlers() -> int:
-    from tickd.app import load_registry
-    from tickd.scheduler.plugin.registry import RegistryError
-
-    try:
-        registry = load_registry()
-    except RegistryError as exc:
-        print(f"tickd: {exc}", file=sys.stderr)
-        return 2
-    for registered in registry:
-        print(f"{registered.name}\t{registered.origin}")
     return 0
 
 

@@ -122,6 +122,18 @@ def seconds_text(seconds: Any) -> str:
     return "".join(parts)
 
 
+def duration_text(seconds: Any) -> str:
+    """A measured time as people read it: 0.001342 -> 1.3 ms, 2.5 -> 2.5 s, 5400 -> 1h30m."""
+    if not isinstance(seconds, int | float):
+        return "-"
+    if seconds < 1:
+        millis = seconds * 1000
+        return f"{millis:.1f} ms" if millis < 100 else f"{millis:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return seconds_text(seconds)
+
+
 def millis_text(millis: Any) -> str:
     if not isinstance(millis, int | float):
         return "-"

@@ -79,10 +79,45 @@ def add_daemon_commands(commands: Subparsers, common: argparse.ArgumentParser) -
     handlers = commands.add_parser(
         "handlers",
         parents=[common],
-        help="list the registered handlers and where they come from (--api: the API's)",
+        help="list the registered handlers and where they come from (--api: the API's); "
+        "run one once, here",
     )
     handlers.add_argument(
         "--api", action="store_true", help="those of the API at --url, not of this install"
+    )
+    add_handler_run_command(handlers, common)
+
+
+def add_handler_run_command(handlers: argparse.ArgumentParser, common: Any) -> None:
+    """`tickd handlers run NAME`: one run of an installed handler, here, without a daemon."""
+    actions = handlers.add_subparsers(dest="action", metavar="ACTION")
+    run = actions.add_parser(
+        "run",
+        parents=[common],
+        help="run an installed handler once, here, and print its result, logs and duration",
+        description="Runs the handler as the daemon would (its params checked against its "
+        "schema first, its result checked as an execution records it) on throwaway backends, "
+        "without a daemon. Exit codes: 0 the run succeeded; 1 it failed (its error printed); "
+        "2 a usage error or params the handler refuses (the param named).",
+    )
+    run.add_argument("name", metavar="NAME", help="the handler's name (`tickd handlers`)")
+    run.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a param, repeatable; VALUE is read as JSON when it is JSON (0.5, true, [1,2], "
+        '"007"), else taken as a string',
+    )
+    run.add_argument(
+        "--params-json", metavar="JSON", help="the params as a JSON object (--param adds to it)"
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="cut the run off after this long (default 60)",
     )
 
 
