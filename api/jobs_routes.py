@@ -24,6 +24,7 @@ from tickd.api.models import (
     JobOut,
     JobPatch,
     PageQuery,
+    WriteQuery,
 )
 from tickd.api.problems import ApiError, field_error
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
@@ -86,11 +87,14 @@ def _cursor_after(job: Job, order: JobOrder) -> str:
     return encode_cursor(after_name=job.name, after_next_run_at=at)
 
 
-async def create_job(call: Call[None, JobCreate]) -> Reply:
+async def create_job(call: Call[WriteQuery, JobCreate]) -> Reply:
     s = state(call)
     now = s.clock.now()
     job = s.builder.create(call.body, now)
     guard_system(job, call.scope, s.registry)
+    if call.query.dry_run:
+        await _check_name_free(call, job)
+        return job_reply(job, call, 201)
     try:
         await s.store.insert_job(
             job, change_entry("create", None, job, call.actor, now, s.registry)
@@ -104,18 +108,35 @@ async def create_job(call: Call[None, JobCreate]) -> Reply:
     return replace(reply, headers={**(reply.headers or {}), "Location": f"/v1/jobs/{job.id}"})
 
 
+async def _check_name_free(call: Call[Q, B], job: Job) -> None:
+    """The store's unique name, checked ahead for a dry run: the 409 the write would get."""
+    holder = await state(call).store.get_job_by_name(job.name)
+    if holder is not None and holder.id != job.id:
+        raise field_error("name", f"a job named {job.name!r} exists already", 409)
+
+
 async def get_job(call: Call[None, None]) -> Reply:
     return job_reply(await load_job(call), call)
 
 
-async def put_job(call: Call[None, JobCreate]) -> Reply:
+async def put_job(call: Call[WriteQuery, JobCreate]) -> Reply:
     builder = state(call).builder
-    return await write_job(call, "update", lambda job, now: builder.replace(job, call.body, now))
+    return await write_job(
+        call,
+        "update",
+        lambda job, now: builder.replace(job, call.body, now),
+        dry_run=call.query.dry_run,
+    )
 
 
-async def patch_job(call: Call[None, JobPatch]) -> Reply:
+async def patch_job(call: Call[WriteQuery, JobPatch]) -> Reply:
     builder = state(call).builder
-    return await write_job(call, "update", lambda job, now: builder.patch(job, call.body, now))
+    return await write_job(
+        call,
+        "update",
+        lambda job, now: builder.patch(job, call.body, now),
+        dry_run=call.query.dry_run,
+    )
 
 
 async def pause_job(call: Call[None, None]) -> Reply:
@@ -151,10 +172,20 @@ def _turn(job_id: str) -> asyncio.Lock:
     return lock
 
 
-async def write_job(call: Call[Q, B], action: str, change: Callable[[Job, datetime], Job]) -> Reply:
+async def write_job(
+    call: Call[Q, B],
+    action: str,
+    change: Callable[[Job, datetime], Job],
+    *,
+    dry_run: bool = False,
+) -> Reply:
     """Apply `change` to the job as stored. With If-Match naming a revision, only to that
     revision: a concurrent change is a 412. Without it, last writer wins: a write that loses
-    the compare-and-set reads the job again and applies `change` to what it finds."""
+    the compare-and-set reads the job again and applies `change` to what it finds.
+    `dry_run`: every check, and the answer the write would give, with nothing written."""
+    if dry_run:
+        before = await load_job(call)
+        return await rehearse(call, before, change(before, state(call).clock.now()), action)
     async with _turn(call.path("job_id")):
         for _ in range(MAX_WRITE_ATTEMPTS):
             before = await load_job(call)
@@ -205,6 +236,19 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply 
     return job_reply(stored, call)
 
 
+async def rehearse(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply:
+    """What `save` would answer, from the checks it and the store make, writing nothing."""
+    s = state(call)
+    guard_system(before, call.scope, s.registry)
+    guard_system(after, call.scope, s.registry)
+    if_match(call, before)
+    if action == "update" and not definition_changed(before, after):
+        return job_reply(before, call)
+    if after.name != before.name:
+        await _check_name_free(call, after)
+    return job_reply(replace(after, revision=before.revision + 1), call)
+
+
 async def delete_job(call: Call[None, None]) -> Reply:
     """Deleted at the revision the client saw (If-Match: a job changed meanwhile is a 412), or,
     without If-Match, as stored: a delete that loses the compare-and-set to another instance's
@@ -251,10 +295,38 @@ JOB_ROUTES: Routes = [
         JobListPage,
         query=JobSearchQuery,
     ),
-    Route("POST", "/v1/jobs", create_job, "Create a job", "write", JobOut, 201, body=JobCreate),
+    Route(
+        "POST",
+        "/v1/jobs",
+        create_job,
+        "Create a job",
+        "write",
+        JobOut,
+        201,
+        query=WriteQuery,
+        body=JobCreate,
+    ),
     Route("GET", JOB, get_job, "Read a job", "read", JobOut),
-    Route("PUT", JOB, put_job, "Replace a job's definition", "write", JobOut, body=JobCreate),
-    Route("PATCH", JOB, patch_job, "Change some of a job's fields", "write", JobOut, body=JobPatch),
+    Route(
+        "PUT",
+        JOB,
+        put_job,
+        "Replace a job's definition",
+        "write",
+        JobOut,
+        query=WriteQuery,
+        body=JobCreate,
+    ),
+    Route(
+        "PATCH",
+        JOB,
+        patch_job,
+        "Change some of a job's fields",
+        "write",
+        JobOut,
+        query=WriteQuery,
+        body=JobPatch,
+    ),
     Route("DELETE", JOB, delete_job, "Delete a job", "write", None, 204),
     Route("POST", JOB + "/pause", pause_job, "Pause a job", "write", JobOut),
     Route("POST", JOB + "/resume", resume_job, "Resume a job from now", "write", JobOut),

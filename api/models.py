@@ -393,6 +393,14 @@ class PageQuery(Strict):
     cursor: str | None = Field(default=None, max_length=500)
 
 
+class WriteQuery(Strict):
+    dry_run: bool = Field(
+        default=False,
+        description="Run every check of the write and answer as it would (the job as it would "
+        "be, or the same problem), changing nothing: no job, no history entry, no event",
+    )
+
+
 class JobListQuery(PageQuery):
     handler: str | None = Field(default=None, max_length=200)
     enabled: bool | None = None

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from aiohttp import web
 from pydantic import ValidationError as PydanticError
 
+from tickd.scheduler.jobspec import Refusals
 from tickd.scheduler.logs import RepeatedErrors, log_event
 from tickd.scheduler.model import ValidationError
 from tickd.scheduler.store.kit import StoreError
@@ -48,7 +49,12 @@ def field_error(field: str, reason: str, status: int = 422) -> ApiError:
 
 
 def from_validation(exc: ValidationError, prefix: str = "") -> ApiError:
-    return field_error(prefix + exc.field, exc.reason)
+    """A 422 naming the field at fault, or each of them (Refusals)."""
+    if not isinstance(exc, Refusals):
+        return field_error(prefix + exc.field, exc.reason)
+    errors = [(prefix + error.field, error.reason) for error in exc.errors]
+    detail = "; ".join(f"{name}: {reason}" for name, reason in errors)
+    return ApiError(422, "Invalid request", detail, errors)
 
 
 @contextmanager

@@ -4,13 +4,15 @@ its request models into a JobSpec) and the seeds (the system jobs handlers decla
 `JobRules.build` checks what needs the registry, the settings or the clock (a schedule that
 parses and fires, a registered handler, params its schema and its own checks accept, a timeout
 under the ceiling, jitter under the period, a once schedule in the future) and the bounds the
-API's models also state. Each failure is a ValidationError naming the field.
+API's models also state. Each failure is a ValidationError naming the field; a definition with
+several is refused with all of them at once (Refusals), so a user fixes them in one go.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +34,14 @@ from tickd.scheduler.model import (
 from tickd.scheduler.plugin.api import ParamsCheck
 from tickd.scheduler.plugin.http import DestinationPolicy
 from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.schedule.schedules import first_fire, next_fire, shortest_gap, validate
+from tickd.scheduler.schedule.cron import parse
+from tickd.scheduler.schedule.schedules import (
+    checked_zone,
+    first_fire,
+    next_fire,
+    shortest_gap,
+    six_fields,
+)
 from tickd.scheduler.secrets.masking import is_secret_name, scrub_text, scrub_values, secret_values
 
 # The bounds of a definition (api/models.py states the same ones in the OpenAPI document).
@@ -49,6 +58,39 @@ MAX_GRACE_SECONDS = 7 * 86400
 NEVER_FIRES_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 
 _NAME = re.compile(NAME_PATTERN)
+
+
+class Refusals(ValidationError):
+    """Every field a definition gets wrong; as a ValidationError, the first of them."""
+
+    def __init__(self, errors: Sequence[ValidationError]) -> None:
+        super().__init__(errors[0].field, errors[0].reason)
+        self.args = ("; ".join(f"{e.field}: {e.reason}" for e in errors),)
+        self.errors = list(errors)
+
+
+class Findings:
+    """The ValidationErrors of independent checks, gathered: one check failing does not hide
+    the next one's."""
+
+    def __init__(self) -> None:
+        self.errors: list[ValidationError] = []
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except Refusals as refusals:
+            self.errors += refusals.errors
+        except ValidationError as error:
+            self.errors.append(error)
+
+    def raise_any(self) -> None:
+        """One error as itself, several as Refusals."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise Refusals(self.errors)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,35 +143,55 @@ class JobRules:
             created_at=now,
             updated_at=now,
         )
-        check_bounds(job)
-        self.check(job, now, new_schedule=True)
+        found = Findings()
+        with found.check():
+            check_bounds(job)
+        with found.check():
+            self.check(job, now, new_schedule=True)
+        found.raise_any()
         return replace(job, next_run_at=first_fire(job.schedule, now, job_name=job.name))
 
     def check(self, job: Job, now: datetime, *, new_schedule: bool) -> None:
-        """A new or changed definition; `new_schedule`: a once schedule must lie ahead."""
-        self.check_schedule(job.schedule, job.name)
-        self.check_handler(job.handler, job.params)
-        self._check_shards(job)
+        """A new or changed definition; `new_schedule`: a once schedule must lie ahead. Every
+        failing check is reported (Refusals); those that need a valid schedule run only on one."""
+        found = Findings()
+        with found.check():
+            self.check_schedule(job.schedule, job.name)
+        schedule_valid = not found.errors
+        with found.check():
+            self.check_handler(job.handler, job.params)
+        with found.check():
+            self._check_shards(job)
+        with found.check():
+            self._check_timeout(job)
+        if schedule_valid:
+            with found.check():
+                _check_ahead(job, now, new_schedule=new_schedule)
+            with found.check():
+                _check_jitter(job.schedule, job.jitter_seconds, job.name, now)
+        found.raise_any()
+
+    def _check_timeout(self, job: Job) -> None:
         if job.timeout_seconds > self.settings.max_timeout_seconds:
             limit = f"{self.settings.max_timeout_seconds:g}"
             raise ValidationError(
                 "timeout_seconds", f"must not exceed {limit} (max_timeout_seconds)"
             )
-        schedule = job.schedule
-        if new_schedule and isinstance(schedule, OnceSchedule) and schedule.at <= now:
-            raise ValidationError("schedule.at", "must be in the future")
-        if new_schedule and isinstance(schedule, CronSchedule):
-            # It fired once, but will it again? Not if its zone's clocks now skip its time
-            # every year (NoFireTime).
-            next_fire(schedule, now, job_name=job.name)
-        _check_jitter(schedule, job.jitter_seconds, job.name, now)
 
     def check_schedule(self, schedule: Schedule, name: str) -> None:
-        validate(schedule, job_name=name)
-        if isinstance(schedule, CronSchedule):
-            # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not
-            # (NoFireTime).
-            next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
+        """A cron schedule's zone and expression, each checked (both reported when both are
+        wrong); then whether it ever fires."""
+        if not isinstance(schedule, CronSchedule):
+            return
+        found = Findings()
+        with found.check():
+            checked_zone(schedule.timezone)
+        with found.check():
+            parse(six_fields(schedule.expr), name)
+        found.raise_any()
+        # It parses, but does it ever fire? `0 0 0 30 2 *` (February 30th) does not
+        # (NoFireTime).
+        next_fire(schedule, NEVER_FIRES_CHECK_FROM, job_name=name)
 
     def check_handler(self, handler: str, params: Mapping[str, Any]) -> None:
         registered = self.registry.get(handler)
@@ -177,21 +239,27 @@ class JobRules:
 
 def check_bounds(job: Job) -> None:
     """What the API's models refuse before anything else, for definitions that come another
-    way (the seeds)."""
+    way (the seeds); every bound crossed is reported."""
+    found = Findings()
+    found.errors += [ValidationError(name, reason) for name, reason in _bounds_crossed(job)]
+    found.raise_any()
+
+
+def _bounds_crossed(job: Job) -> Iterator[tuple[str, str]]:
     if not _NAME.fullmatch(job.name):
-        raise ValidationError("name", f"must match {NAME_PATTERN}")
+        yield "name", f"must match {NAME_PATTERN}"
     if job.timeout_seconds < MIN_TIMEOUT_SECONDS:
-        raise ValidationError("timeout_seconds", f"must be at least {MIN_TIMEOUT_SECONDS:g}")
+        yield "timeout_seconds", f"must be at least {MIN_TIMEOUT_SECONDS:g}"
     if job.max_retries > MAX_RETRIES:
-        raise ValidationError("max_retries", f"must be at most {MAX_RETRIES}")
+        yield "max_retries", f"must be at most {MAX_RETRIES}"
     if job.jitter_seconds > MAX_JITTER_SECONDS:
-        raise ValidationError("jitter_seconds", f"must be at most {MAX_JITTER_SECONDS}")
+        yield "jitter_seconds", f"must be at most {MAX_JITTER_SECONDS}"
     if job.misfire.grace_seconds > MAX_GRACE_SECONDS:
-        raise ValidationError("misfire.grace_seconds", f"must be at most {MAX_GRACE_SECONDS}")
+        yield "misfire.grace_seconds", f"must be at most {MAX_GRACE_SECONDS}"
     if isinstance(job.schedule, IntervalSchedule):
         every = job.schedule.every_seconds
         if not MIN_INTERVAL_SECONDS <= every <= MAX_INTERVAL_SECONDS:
-            raise ValidationError(
+            yield (
                 "schedule.every_seconds",
                 f"must be from {MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS}",
             )
@@ -217,6 +285,16 @@ def _safe_message(
     every_form = sorted({*secrets, *quoted}, key=len, reverse=True)
     masked: str = scrub_values(scrub_text(message), every_form)
     return masked[:300]
+
+
+def _check_ahead(job: Job, now: datetime, *, new_schedule: bool) -> None:
+    schedule = job.schedule
+    if new_schedule and isinstance(schedule, OnceSchedule) and schedule.at <= now:
+        raise ValidationError("schedule.at", "must be in the future")
+    if new_schedule and isinstance(schedule, CronSchedule):
+        # It fired once, but will it again? Not if its zone's clocks now skip its time
+        # every year (NoFireTime).
+        next_fire(schedule, now, job_name=job.name)
 
 
 def _check_jitter(schedule: Schedule, jitter: float, name: str, now: datetime) -> None:

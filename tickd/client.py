@@ -640,6 +640,8 @@ class Request(Generic[T_co]):
     @property
     def repeatable(self) -> bool:
         """Safe to send again: it changes nothing, or only the revision it names."""
+        if self.params.get("dry_run") is True:
+            return True
         if self.method == "PUT":
             return "If-Match" in self.headers
         return self.method in ("GET", "HEAD", "DELETE")
@@ -728,6 +730,11 @@ def _if_match(revision: int | None) -> dict[str, str]:
     return {} if revision is None else {"If-Match": f'"{revision}"'}
 
 
+def _dry_run(dry_run: bool) -> dict[str, Any]:
+    # Sent only when asked: a write without it is the write itself.
+    return {"dry_run": True} if dry_run else {}
+
+
 JOB = "/v1/jobs/{}"
 EXECUTION = "/v1/executions/{}"
 DEAD_LETTER = "/v1/dead-letters/{}"
@@ -744,22 +751,26 @@ class _Operations:
         return _Listing("/v1/jobs", _model(JobListPage), _query(JobSearchQuery, query, fields))
 
     @staticmethod
-    def create_job(job: JobCreate) -> Request[JobOut]:
-        return Request("POST", "/v1/jobs", _model(JobOut), body=_body(job))
+    def create_job(job: JobCreate, dry_run: bool = False) -> Request[JobOut]:
+        return Request("POST", "/v1/jobs", _model(JobOut), _dry_run(dry_run), body=_body(job))
 
     @staticmethod
     def get_job(job_id: str) -> Request[JobOut]:
         return Request("GET", _path(JOB, job_id), _model(JobOut))
 
     @staticmethod
-    def update_job(job_id: str, job: JobCreate, if_match: int | None) -> Request[JobOut]:
-        path, headers = _path(JOB, job_id), _if_match(if_match)
-        return Request("PUT", path, _model(JobOut), body=_body(job), headers=headers)
+    def update_job(
+        job_id: str, job: JobCreate, if_match: int | None, dry_run: bool = False
+    ) -> Request[JobOut]:
+        path, headers, params = _path(JOB, job_id), _if_match(if_match), _dry_run(dry_run)
+        return Request("PUT", path, _model(JobOut), params, body=_body(job), headers=headers)
 
     @staticmethod
-    def patch_job(job_id: str, patch: JobPatch, if_match: int | None) -> Request[JobOut]:
-        path, headers = _path(JOB, job_id), _if_match(if_match)
-        return Request("PATCH", path, _model(JobOut), body=_body(patch), headers=headers)
+    def patch_job(
+        job_id: str, patch: JobPatch, if_match: int | None, dry_run: bool = False
+    ) -> Request[JobOut]:
+        path, headers, params = _path(JOB, job_id), _if_match(if_match), _dry_run(dry_run)
+        return Request("PATCH", path, _model(JobOut), params, body=_body(patch), headers=headers)
 
     @staticmethod
     def delete_job(job_id: str, if_match: int | None) -> Request[None]:
@@ -1028,19 +1039,27 @@ class Client(_Base):
         """Every job the query keeps, page after page."""
         return self._items(_ops.jobs(query, fields))
 
-    def create_job(self, job: JobCreate) -> JobOut:
-        return self.send(_ops.create_job(job))
+    def create_job(self, job: JobCreate, *, dry_run: bool = False) -> JobOut:
+        """Create a job; with `dry_run`, every check of the create and the job as it would be,
+        nothing created."""
+        return self.send(_ops.create_job(job, dry_run))
 
     def get_job(self, job_id: str) -> JobOut:
         return self.send(_ops.get_job(job_id))
 
-    def update_job(self, job_id: str, job: JobCreate, *, if_match: int | None = None) -> JobOut:
-        """Replace the job's definition; with `if_match` (a revision) only if it is current."""
-        return self.send(_ops.update_job(job_id, job, if_match))
+    def update_job(
+        self, job_id: str, job: JobCreate, *, if_match: int | None = None, dry_run: bool = False
+    ) -> JobOut:
+        """Replace the job's definition; with `if_match` (a revision) only if it is current;
+        with `dry_run`, checked and answered as it would be, nothing changed."""
+        return self.send(_ops.update_job(job_id, job, if_match, dry_run))
 
-    def patch_job(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> JobOut:
-        """Change the fields `patch` sets; with `if_match` only if the revision is current."""
-        return self.send(_ops.patch_job(job_id, patch, if_match))
+    def patch_job(
+        self, job_id: str, patch: JobPatch, *, if_match: int | None = None, dry_run: bool = False
+    ) -> JobOut:
+        """Change the fields `patch` sets; with `if_match` only if the revision is current;
+        with `dry_run`, checked and answered as it would be, nothing changed."""
+        return self.send(_ops.patch_job(job_id, patch, if_match, dry_run))
 
     def delete_job(self, job_id: str, *, if_match: int | None = None) -> None:
         self.send(_ops.delete_job(job_id, if_match))
@@ -1271,23 +1290,27 @@ class AsyncClient(_Base):
         """Every job the query keeps, page after page."""
         return self._items(_ops.jobs(query, fields))
 
-    async def create_job(self, job: JobCreate) -> JobOut:
-        return await self.send(_ops.create_job(job))
+    async def create_job(self, job: JobCreate, *, dry_run: bool = False) -> JobOut:
+        """Create a job; with `dry_run`, every check of the create and the job as it would be,
+        nothing created."""
+        return await self.send(_ops.create_job(job, dry_run))
 
     async def get_job(self, job_id: str) -> JobOut:
         return await self.send(_ops.get_job(job_id))
 
     async def update_job(
-        self, job_id: str, job: JobCreate, *, if_match: int | None = None
+        self, job_id: str, job: JobCreate, *, if_match: int | None = None, dry_run: bool = False
     ) -> JobOut:
-        """Replace the job's definition; with `if_match` (a revision) only if it is current."""
-        return await self.send(_ops.update_job(job_id, job, if_match))
+        """Replace the job's definition; with `if_match` (a revision) only if it is current;
+        with `dry_run`, checked and answered as it would be, nothing changed."""
+        return await self.send(_ops.update_job(job_id, job, if_match, dry_run))
 
     async def patch_job(
-        self, job_id: str, patch: JobPatch, *, if_match: int | None = None
+        self, job_id: str, patch: JobPatch, *, if_match: int | None = None, dry_run: bool = False
     ) -> JobOut:
-        """Change the fields `patch` sets; with `if_match` only if the revision is current."""
-        return await self.send(_ops.patch_job(job_id, patch, if_match))
+        """Change the fields `patch` sets; with `if_match` only if the revision is current;
+        with `dry_run`, checked and answered as it would be, nothing changed."""
+        return await self.send(_ops.patch_job(job_id, patch, if_match, dry_run))
 
     async def delete_job(self, job_id: str, *, if_match: int | None = None) -> None:
         await self.send(_ops.delete_job(job_id, if_match))

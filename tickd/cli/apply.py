@@ -1,9 +1,10 @@
 """`tickd apply -f FILE` and `tickd diff -f FILE`: jobs as code (tickd/cli/jobs_as_code.py).
 
-Exit codes: 0 nothing to do, or done; 1 failed (an API error, a job changed meanwhile), or
-refused whole, nothing applied (a job of the file is hand-made, another owner's or a system job:
---adopt takes over the first two, never a system job); 2 a usage error (a file that is no job
-definition); 3 (with --dry-run, and diff) there are changes to make.
+Exit codes: 0 nothing to do, or done; 1 failed (an API error, a job changed meanwhile; with
+--dry-run and diff, a change the server refuses), or refused whole, nothing applied (a job of
+the file is hand-made, another owner's or a system job: --adopt takes over the first two, never
+a system job); 2 a usage error (a file that is no job definition); 3 (with --dry-run, and diff)
+there are changes to make.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def apply_files(client: Client, args: argparse.Namespace) -> int:
     )
     kept = len(definitions) - sum(c.action != "delete" for c in changes)
     if args.dry_run:
-        return _show_plan(changes, kept, args)
+        return _show_plan(changes, jobs_as_code.rehearse(client, changes), kept, args)
     conflicts = [c for c in changes if c.action == "conflict"]
     if conflicts:
         return _refuse(conflicts, kept, args)
@@ -61,16 +62,38 @@ def apply_files(client: Client, args: argparse.Namespace) -> int:
     return 1 if any(o.error for o in outcomes) else 0
 
 
-def _show_plan(changes: list[jobs_as_code.Change], kept: int, args: argparse.Namespace) -> int:
+def _show_plan(
+    changes: list[jobs_as_code.Change],
+    refusals: list[jobs_as_code.Refusal],
+    kept: int,
+    args: argparse.Namespace,
+) -> int:
+    """The server's refusals first (a line per field), then the plan of what apply will do:
+    the refused changes are not in it."""
+    refused = [r.change for r in refusals]
+    planned = [c for c in changes if c not in refused]
     if args.json:
-        print_json({"changes": [jobs_as_code.as_json(c) for c in changes], "unchanged": kept})
+        shown: dict[str, object] = {"changes": [jobs_as_code.as_json(c) for c in planned]}
+        if refusals:
+            shown["refused"] = [_refusal_json(r) for r in refusals]
+        print_json({**shown, "unchanged": kept})
     else:
-        for line in jobs_as_code.describe(changes):
+        for line in jobs_as_code.refusal_lines(refusals):
+            print(f"tickd: refused: {line}", file=sys.stderr)
+        for line in jobs_as_code.describe(planned):
             print(line)
-        print(jobs_as_code.summary(changes, kept))
-    if any(c.action == "conflict" for c in changes):
+        print(jobs_as_code.summary(planned, kept, len(refusals)))
+    if refusals or any(c.action == "conflict" for c in changes):
         return 1
     return EXIT_CHANGES if changes else 0
+
+
+def _refusal_json(refusal: jobs_as_code.Refusal) -> dict[str, object]:
+    return {
+        "action": refusal.change.action,
+        "name": refusal.change.name,
+        "errors": [{"field": f, "reason": r} for f, r in refusal.reasons],
+    }
 
 
 def _refuse(conflicts: list[jobs_as_code.Change], kept: int, args: argparse.Namespace) -> int:

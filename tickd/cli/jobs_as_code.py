@@ -15,6 +15,10 @@ Two rules keep a second apply of the same file a no-op:
   are equal once masked as the API masks them; a new secret alone is no change (it is sent with
   the next change of the job, or set by hand with `tickd jobs patch`);
 - `enabled` is compared only when the file sets it: a job paused by hand stays paused.
+
+A plan shown (`diff`, `apply --dry-run`) is checked by the server first: each create and update
+is sent as a dry run (`?dry_run=true`), so a handler or a zone it does not know is refused
+there, naming the job and the field, and the plan holds only what apply will do.
 """
 
 from __future__ import annotations
@@ -307,6 +311,37 @@ def _shown(key: str, value: Any, declared: frozenset[str]) -> Any:
     return mask(value, declared) if key == "params" else value
 
 
+# -- checking it on the server ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A change the server refuses, and why: (field, reason) for each field it names."""
+
+    change: Change
+    reasons: list[tuple[str, str]]
+
+
+def rehearse(client: Client, changes: Iterable[Change]) -> list[Refusal]:
+    """Each create and update sent as a dry run: every check the write gets, nothing written.
+    The refusals, in the plan's order."""
+    refusals = []
+    for change in changes:
+        if change.action not in ("create", "update"):
+            continue
+        try:
+            _send(client, change, dry_run=True)
+        except ApiError as exc:
+            refusals.append(Refusal(change, _reasons(exc)))
+    return refusals
+
+
+def _reasons(problem: ApiError) -> list[tuple[str, str]]:
+    if problem.errors and problem.status != 412:
+        return [(e.field, e.reason) for e in problem.errors]
+    return [("", _problem_text(problem))]
+
+
 # -- applying it ---------------------------------------------------------------------------------
 
 
@@ -320,18 +355,22 @@ def _apply_one(client: Client, change: Change) -> Outcome:
     if change.action == "conflict":
         return Outcome(change, change.fields["managed_by"][1])
     try:
-        if change.action == "create":
-            client.create_job(JobCreate.model_validate(change.body))
-        elif change.action == "update":
-            assert change.job_id is not None
-            patch = JobPatch.model_validate(change.body)
-            client.patch_job(change.job_id, patch, if_match=change.revision)
-        elif change.action == "delete":
-            assert change.job_id is not None
-            client.delete_job(change.job_id, if_match=change.revision)
+        _send(client, change)
     except ApiError as exc:
         return Outcome(change, _problem_text(exc))
     return Outcome(change)
+
+
+def _send(client: Client, change: Change, *, dry_run: bool = False) -> None:
+    if change.action == "create":
+        client.create_job(JobCreate.model_validate(change.body), dry_run=dry_run)
+    elif change.action == "update":
+        assert change.job_id is not None
+        patch = JobPatch.model_validate(change.body)
+        client.patch_job(change.job_id, patch, if_match=change.revision, dry_run=dry_run)
+    elif change.action == "delete" and not dry_run:
+        assert change.job_id is not None
+        client.delete_job(change.job_id, if_match=change.revision)
 
 
 def _problem_text(problem: ApiError) -> str:
@@ -365,10 +404,22 @@ def describe(changes: Sequence[Change]) -> list[str]:
     return lines
 
 
-def summary(changes: Sequence[Change], kept: int) -> str:
+def summary(changes: Sequence[Change], kept: int, refused: int = 0) -> str:
     counts = {a: sum(c.action == a for c in changes) for a in ("create", "update", "delete")}
     parts = [f"{n} to {a}" for a, n in counts.items() if n]
-    return (", ".join(parts) if parts else "Nothing to change") + f"; {kept} unchanged."
+    shown = ", ".join(parts) if parts else "Nothing to change"
+    if refused:
+        shown += f", {refused} refused"
+    return shown + f"; {kept} unchanged."
+
+
+def refusal_lines(refusals: Sequence[Refusal]) -> list[str]:
+    """A line for each field the server refuses, naming the change's job."""
+    return [
+        f"{r.change.action} {r.change.name}: " + (f"{field}: {reason}" if field else reason)
+        for r in refusals
+        for field, reason in r.reasons
+    ]
 
 
 def as_json(change: Change, error: str | None = None) -> Json:
