@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from tickd.cli import main
 from tickd.scheduler.config.settings import ConfigError, Settings, load_settings
 from tickd.scheduler.config.sources import OTHER_TOOLS_VARIABLES
 
@@ -365,3 +367,31 @@ def test_settings_made_in_code_are_held_to_the_same_ranges() -> None:
         Settings(lookahead_seconds=math.nan)
     with pytest.raises(ConfigError, match="http_allowed_ports"):
         Settings(http_allowed_ports=(443, 0))
+
+
+THREE_BAD_SETTINGS = 'workers = 0\ntick_seconds = -1\nlog_format = "xml"\n'
+
+
+def test_every_bad_setting_of_a_file_is_reported_at_once_a_line_each(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, THREE_BAD_SETTINGS), environ={})
+    assert str(refused.value).splitlines() == [
+        "configuration: 3 settings refused:",
+        "  tick_seconds: must be a number greater than 0 and at most 3,600, got -1",
+        "  workers: must be a whole number from 1 to 10,000, got 0",
+        "  log_format: must be text or json, got 'xml'",
+    ]
+
+
+def test_the_command_names_every_bad_setting_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in [n for n in os.environ if n.startswith("TICKD_")]:
+        monkeypatch.delenv(name)
+
+    code = main(["handlers", "--config", str(write(tmp_path, THREE_BAD_SETTINGS))])
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert all(f"{setting}: must be" in err for setting in ("workers", "tick_seconds"))
+    assert "log_format: " in err

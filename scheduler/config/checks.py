@@ -1,11 +1,13 @@
 """Each setting checked against its type and its range (the `Limits` it is declared with), and a
-URL against the extras installed: the error names the setting and never repeats a secret."""
+URL against the extras installed: the error names the setting and never repeats a secret. Every
+bad setting is reported at once (ConfigErrors), a line each, so one run shows them all."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, get_args, get_origin
 
 from tickd.scheduler.config.api_tokens import ApiToken
@@ -20,6 +22,48 @@ EXTRA_OF_SCHEME = {
     "rediss": ("redis", "redis"),
     "kafka": ("confluent_kafka", "kafka"),
 }
+
+
+class ConfigErrors(ConfigError):
+    """Several settings refused together; as a ConfigError, the first of them."""
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        super().__init__(errors[0].setting, str(errors[0]))
+        lines = [str(e).removeprefix("configuration: ") for e in errors]
+        self.args = (f"configuration: {len(errors)} settings refused:\n  " + "\n  ".join(lines),)
+        self.errors = list(errors)
+
+
+class ConfigFindings:
+    """The ConfigErrors of independent checks, gathered: one failing does not hide the next."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except ConfigErrors as several:
+            self.errors += several.errors
+        except ConfigError as error:
+            self.errors.append(error)
+
+    def raise_any(self) -> None:
+        """One error as itself, several as ConfigErrors."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ConfigErrors(self.errors)
+
+
+def check_settings(settings: Any, hints: Mapping[str, Any]) -> ConfigFindings:
+    """Every setting of a Settings dataclass, each checked; what failed, gathered."""
+    found = ConfigFindings()
+    for f in dataclasses.fields(settings):
+        with found.check():
+            check_setting(f, getattr(settings, f.name), hints[f.name])
+    return found
 
 
 def check_setting(f: dataclasses.Field[Any], value: Any, hint: Any) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
 from tickd.scheduler.config.api_tokens import ApiToken, check_tokens_differ, tokens_from_file
-from tickd.scheduler.config.checks import check_setting
+from tickd.scheduler.config.checks import check_settings
 from tickd.scheduler.config.limits import (
     ANY_URL,
     DAY,
@@ -157,9 +157,8 @@ class Settings:
     resource_urls: Mapping[str, str] = setting(factory=dict, limits=ANY_URL, secret=True)
 
     def __post_init__(self) -> None:
-        hints = _hints()
-        for f in dataclasses.fields(self):
-            check_setting(f, getattr(self, f.name), hints[f.name])
+        found = check_settings(self, _hints())
+        found.raise_any()  # the checks below compare values that must be of their types
         if self.heartbeat_timeout_seconds <= 2 * self.heartbeat_seconds:
             raise ConfigError(
                 "heartbeat_timeout_seconds",
