@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: run test quick lint typecheck unit install services services-stop browser bench faults soak clean
 
 $(STAMP): pyproject.toml examples/tickd-example-plugin/pyproject.toml
+	@echo "tickd: installing tickd and its dependencies into $(VENV) (about a minute, once)..."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'

@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "completion":
         return run_completion(parser, args)
+    if args.command == "init":
+        from tickd.cli.init import write_example_config
+
+        return write_example_config(args.path)
     if args.command == "handlers" and args.api:
         args.act = "reads:list_handlers"
     if hasattr(args, "act"):

@@ -69,7 +69,14 @@ def client_options(*, anywhere: bool) -> argparse.ArgumentParser:
 
 
 def add_daemon_commands(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    """`run`, `api` and `handlers`: the commands that read the settings, not the API."""
+    """`run`, `api` and `handlers`: the commands that read the settings, not the API; `init`,
+    which writes a first settings file."""
+    init = commands.add_parser(
+        "init", help="write the example configuration to PATH (never over a file that is there)"
+    )
+    init.add_argument(
+        "path", metavar="PATH", nargs="?", default="tickd.toml", help="default: ./tickd.toml"
+    )
     commands.add_parser(
         "run", parents=[common], help="run the daemon and its API until SIGTERM or Ctrl-C"
     )
