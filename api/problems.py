@@ -45,7 +45,9 @@ class ApiError(Exception):
 
 
 def field_error(field: str, reason: str, status: int = 422) -> ApiError:
-    return ApiError(status, "Invalid request", f"{field}: {reason}", [(field, reason)])
+    # A field that clashes with what exists (a taken name) is a conflict, not a bad request.
+    title = "Conflict" if status == 409 else "Invalid request"
+    return ApiError(status, title, f"{field}: {reason}", [(field, reason)])
 
 
 def from_validation(exc: ValidationError, prefix: str = "") -> ApiError:

@@ -444,4 +444,8 @@ def add_completion_command(commands: Subparsers) -> None:
         description="bash: `source <(tickd completion bash)`; zsh: `source <(tickd completion "
         "zsh)` (through bashcompinit).",
     )
-    completion.add_argument("shell", choices=("bash", "zsh"))
+    completion.add_argument("shell", choices=("bash", "zsh"), nargs="?")
+    # What the script itself calls for the names of the API's jobs, where a job goes.
+    completion.add_argument("--job-names", metavar="PREFIX", help=argparse.SUPPRESS)
+    for option in ("--url", "--token"):
+        completion.add_argument(option, help=argparse.SUPPRESS, default=argparse.SUPPRESS)

@@ -13,6 +13,7 @@ from tickd.cli.connect import UsageError, given
 from tickd.cli.output import (
     Json,
     dumped,
+    duration_text,
     print_fields,
     print_fire_times,
     print_json,
@@ -108,8 +109,8 @@ def show_stats(client: Client, args: argparse.Namespace) -> None:
         [
             ("window", seconds_text(stats.get("window_seconds"))),
             ("executions", ", ".join(f"{k} {v}" for k, v in totals.items()) or "none"),
-            ("fire lag p50", seconds_text(stats.get("lag_p50_seconds"))),
-            ("fire lag p99", seconds_text(stats.get("lag_p99_seconds"))),
+            ("fire lag p50", duration_text(stats.get("lag_p50_seconds"))),
+            ("fire lag p99", duration_text(stats.get("lag_p99_seconds"))),
             ("due backlog", str(stats.get("due_backlog"))),
             ("busy workers", f"{stats.get('busy_workers', '-')} of {stats.get('workers')}"),
             ("dead letters", str(stats.get("open_dead_letters"))),
