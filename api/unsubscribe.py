@@ -12,9 +12,11 @@ for a person, not a JSON document.
   still waiting), or all of the user's alerts' with an "all" token, in the product store: the
   app shows it, and a user who wants the emails back turns them on there. 200 every time, the
   second as the first (idempotent), also when the alert is gone.
-- A token that is not one is a 400, one whose signature does not match (forged, altered, or
-  signed with an earlier secret) a 403; neither changes anything. Without a secret configured
-  the path is a 404.
+- A token that is not one is a 400, one whose signature does not match (forged, altered, cut
+  short, or signed with an earlier secret) a 403; neither changes anything. Without a secret
+  configured the path is a 404.
+- Every answer is a page for a person, refusals too: it names the part of a single alert's
+  link, and a link that does not work says what to do instead.
 
 The API's edge rules for a tokenless API (loopback Host only, same-origin writes) must not
 apply to PUBLIC_PATHS: the links are opened from the internet, through the proxy that
@@ -23,15 +25,21 @@ apply to PUBLIC_PATHS: the links are opened from the internet, through the proxy
 
 from __future__ import annotations
 
+import functools
 import html
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from string import Template
 
 from aiohttp import web
 
 from tickd.api.problems import ApiError
 from tickd.api.v1 import STATE
+from tickd.handlers.alert_scanner.emails import SUBJECT_PART_CHARS, one_line
+from tickd.handlers.alert_scanner.scan import part_name
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.alert_scanner.tokens import ForgedToken, MalformedToken, Unsubscribe, verify
+from tickd.handlers.product_store import ProductStore
 from tickd.scheduler.store.kit import StoreError
 
 PATH = "/unsubscribe"
@@ -69,19 +77,63 @@ FORM = Template("""\
 """)
 
 
+# What a link that does not work says, by the status it is refused with: what to do instead,
+# never the token's internals.
+BROKEN_LINK = (
+    "This unsubscribe link does not work",
+    "It may have been cut short or changed on its way: some mail programs break long links. "
+    "Open it from the email again, or copy the whole link into your browser's address bar. "
+    "You can also turn the emails off in the app.",
+)
+REFUSALS = {
+    400: BROKEN_LINK,
+    403: BROKEN_LINK,
+    404: ("Unsubscribe links are not set up here", "You can turn the emails off in the app."),
+    503: (
+        "The emails cannot be turned off right now",
+        "Try the link again in a minute, or turn the emails off in the app.",
+    ),
+}
+Route = Callable[[web.Request], Awaitable[web.Response]]
+
+
 def add_unsubscribe_routes(app: web.Application) -> None:
     app.router.add_get(PATH, confirm)
     app.router.add_post(PATH, unsubscribe)
 
 
+def refused_as_pages(route: Route) -> Route:
+    """A refusal is a page, with its status: the link was opened by a person, not a program."""
+
+    @functools.wraps(route)
+    async def answer(request: web.Request) -> web.Response:
+        try:
+            return await route(request)
+        except ApiError as exc:
+            title, text = REFUSALS.get(exc.status, (exc.title, exc.detail or exc.title))
+            return _page(title, text, "", status=exc.status, headers=exc.headers)
+
+    return answer
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a link turns off, in words: as asked ("Stop ...?") and as done ("no more ...")."""
+
+    asked: str
+    done: str
+
+
+@refused_as_pages
 async def confirm(request: web.Request) -> web.Response:
     """A person's click: say what the button will do; change nothing."""
     wanted, token = _unsubscribe_request(request)
-    what = _what(wanted)
-    form = FORM.substitute(token=html.escape(token), button=html.escape(f"Stop {what}"))
-    return _page(f"Stop {what}?", "You can turn them on again in the app at any time.", form)
+    scope = await _scope(request.app[STATE].products, wanted)
+    form = FORM.substitute(token=html.escape(token), button=html.escape(f"Stop {scope.asked}"))
+    return _page(f"Stop {scope.asked}?", "You can turn them on again in the app at any time.", form)
 
 
+@refused_as_pages
 async def unsubscribe(request: web.Request) -> web.Response:
     """The provider's one-click POST, or the confirmation page's button."""
     wanted, _ = _unsubscribe_request(request)
@@ -92,8 +144,9 @@ async def unsubscribe(request: web.Request) -> web.Response:
         await products.turn_off_email(wanted.user_id, wanted.alert_id)
     except StoreError as exc:
         raise ApiError(503, "Service Unavailable", "the product store is unavailable") from exc
+    scope = await _scope(products, wanted)
     text = "Done. You can turn them on again in the app at any time."
-    return _page(f"You will get no more {_what(wanted).removeprefix('the ')}", text, "")
+    return _page(f"You will get no more {scope.done}.", text, "")
 
 
 def _unsubscribe_request(request: web.Request) -> tuple[Unsubscribe, str]:
@@ -126,10 +179,43 @@ def _settings(request: web.Request) -> EmailSettings:
         raise ApiError(503, "Service Unavailable", str(exc)) from None
 
 
-def _what(wanted: Unsubscribe) -> str:
-    return "all your part alert emails" if wanted.alert_id is None else "the emails of this alert"
+async def _scope(products: ProductStore | None, wanted: Unsubscribe) -> Scope:
+    if wanted.alert_id is None:
+        return Scope("all your part alert emails", "part alert emails")
+    part = await _part_watched(products, wanted.user_id, wanted.alert_id)
+    if part is None:
+        return Scope("the emails of this alert", "emails of this alert")
+    return Scope(f"the emails of your alert on {part}", f"emails of your alert on {part}")
 
 
-def _page(title: str, text: str, form: str) -> web.Response:
+async def _part_watched(products: ProductStore | None, user_id: str, alert_id: str) -> str | None:
+    """The name of the part the user's alert watches, as its emails name it; None when the
+    alert is gone, not the user's, or the store cannot say (the page is shown regardless)."""
+    if products is None:
+        return None
+    try:
+        alert = await products.get_alert(alert_id)
+        if alert is None or str(alert.doc.get("userId")) != user_id:
+            return None
+        part_id = str(alert.doc.get("partId"))
+        part = (await products.parts([part_id])).get(part_id, {})
+    except StoreError:
+        return None
+    return one_line(part_name(part, part_id), SUBJECT_PART_CHARS)
+
+
+def _page(
+    title: str,
+    text: str,
+    form: str,
+    *,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     body = PAGE.substitute(title=html.escape(title), text=html.escape(text), form=form)
-    return web.Response(text=body, content_type="text/html", headers=PAGE_HEADERS)
+    return web.Response(
+        text=body,
+        status=status,
+        content_type="text/html",
+        headers={**(headers or {}), **PAGE_HEADERS},
+    )

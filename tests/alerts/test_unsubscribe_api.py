@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -89,7 +91,7 @@ async def test_the_providers_one_click_post_turns_the_alerts_email_off_idempoten
     for _ in range(2):  # a second POST (a retrying provider, a second click) is the same 200
         response = await client.post(f"/unsubscribe?token={token}", data=ONE_CLICK)
         assert response.status == 200
-        assert "no more emails of this alert" in await response.text()
+        assert "You will get no more emails of your alert on part-1" in await response.text()
     assert await email_flags(products) == {**ALL_ON, "a1": [False, False]}
 
 
@@ -161,8 +163,8 @@ async def test_a_forged_or_altered_token_is_refused_and_changes_nothing(
     await seeded(products)
     response = await client.request(method, "/unsubscribe", params={"token": token})
     assert response.status == status
-    problem = await response.json()
-    assert problem["status"] == status and "query.token" in problem["detail"]
+    assert response.content_type == "text/html", "a person opened the link: a page, not JSON"
+    assert "This unsubscribe link does not work" in await response.text()
     assert await email_flags(products) == ALL_ON
 
 
@@ -218,3 +220,66 @@ def test_tickd_api_opens_the_product_store_when_the_alert_scanner_is_installed()
     from tickd.app import api_resources, load_registry
 
     assert [r.name for r in api_resources(load_registry())] == ["products"]
+
+
+async def page_text(response: Any) -> str:
+    """The page's words, without its markup."""
+    assert response.content_type == "text/html"
+    return " ".join(re.sub(r"<[^>]+>", " ", html.unescape(await response.text())).split())
+
+
+@pytest.mark.parametrize(
+    ("alert_id", "asked", "done"),
+    [
+        (
+            "a1",
+            "Stop the emails of your alert on LM317T?",
+            "You will get no more emails of your alert on LM317T.",
+        ),
+        (None, "Stop all your part alert emails?", "You will get no more part alert emails."),
+    ],
+)
+async def test_the_unsubscribe_pages_say_in_plain_words_what_stops(
+    client: Client, products: ProductStore, alert_id: str | None, asked: str, done: str
+) -> None:
+    await seeded(products)
+    await products.upsert_parts([{"_id": "part-1", "name": "LM317T"}])
+    token = tokens.sign(SECRET, "ada", alert_id)
+
+    confirmation = await page_text(await client.get("/unsubscribe", params={"token": token}))
+    finished = await page_text(
+        await client.post("/unsubscribe", params={"token": token}, data=ONE_CLICK)
+    )
+
+    assert confirmation.startswith(asked)
+    assert finished.startswith(done)
+    assert "no more all your" not in finished
+
+
+async def test_an_alert_that_is_gone_is_this_alert(client: Client, products: ProductStore) -> None:
+    token = tokens.sign(SECRET, "ada", "deleted-alert")
+
+    finished = await page_text(
+        await client.post("/unsubscribe", params={"token": token}, data=ONE_CLICK)
+    )
+
+    assert finished.startswith("You will get no more emails of this alert.")
+
+
+@pytest.mark.parametrize("kept", [0.4, 0.7])
+async def test_a_cut_link_shows_a_page_saying_what_to_do(
+    client: Client, products: ProductStore, kept: float
+) -> None:
+    await seeded(products)
+    token = tokens.sign(SECRET, "ada", "a1")
+    cut = token[: int(len(token) * kept)]  # a mail program wrapped the long line
+
+    response = await client.get("/unsubscribe", params={"token": cut})
+
+    assert response.status in (400, 403)
+    assert response.headers["Content-Type"].startswith("text/html")
+    text = await page_text(response)
+    assert text.startswith("This unsubscribe link does not work")
+    assert "copy the whole link" in text and "turn the emails off in the app" in text
+    assert "{" not in text and "query.token" not in text
+    assert await email_flags(products) == ALL_ON
