@@ -70,19 +70,26 @@ async def test_bash_completes_job_names_from_the_api_where_a_job_goes(live: Live
     await live.post("/v1/jobs", NIGHTLY)
     await live.post("/v1/jobs", {**NIGHTLY, "name": "nightly-report"})
     await live.post("/v1/jobs", {**NIGHTLY, "name": "hourly"})
+    await live.post("/v1/jobs", {**NIGHTLY, "name": "team:nightly"})
     api = {"TICKD_URL": live.url, "TICKD_TOKEN": ADMIN}
+    host, port = live.url.removeprefix("http://").split(":")
 
     out, err = await bash(
         completions(
             "tickd jobs show night|3",
             "tickd executions list --job hou|4",
-            "tickd jobs pause --url " + live.url + " nightly-p|5",
+            "tickd jobs show team : ni|5",  # `team:ni`, as bash splits it at ":"
         ),
         api,
     )
+    elsewhere = {"TICKD_URL": "http://127.0.0.1:1", "TICKD_TOKEN": ADMIN}
+    by_url, _ = await bash(
+        completions(f"tickd jobs pause --url http : //{host} : {port} nightly-p|9"), elsewhere
+    )
 
     assert err == ""
-    assert out.splitlines() == ["nightly-ping nightly-report", "hourly", "nightly-ping"]
+    assert out.splitlines() == ["nightly-ping nightly-report", "hourly", "nightly"]
+    assert by_url == "nightly-ping\n"
 
 
 async def test_job_name_completion_is_silent_and_quick_when_the_api_is_not_there() -> None:

@@ -63,18 +63,33 @@ declare -gA _tickd_takes_job=(
 {takes_job}
 )
 _tickd() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" path="{ROOT_PATH}" word words
-    local -a api=()
-    for word in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
+    local prev="" path="{ROOT_PATH}" cur word choices colon i
+    local -a typed=() api=()
+    # Bash splits a word at each ":" (COMP_WORDBREAKS); job names and URLs hold them: joined.
+    for ((i = 0; i <= COMP_CWORD; i++)); do
+        word="${{COMP_WORDS[i]}}"
+        if ((i > 0)) && [[ "$word" == : || "${{COMP_WORDS[i-1]}}" == : ]]; then
+            typed[${{#typed[@]}}-1]+="$word"
+        else
+            typed+=("$word")
+        fi
+    done
+    cur="${{typed[${{#typed[@]}}-1]}}"
+    for word in "${{typed[@]:1:${{#typed[@]}}-2}}"; do
         [[ -n "${{_tickd_words["$path $word"]+set}}" ]] && path="$path $word"
         [[ "$prev" == --url || "$prev" == --token ]] && api+=("$prev" "$word")
         prev="$word"
     done
-    words="${{_tickd_words["$path"]}}"
+    choices="${{_tickd_words["$path"]}}"
     if [[ "$prev" == --job || ( -n "${{_tickd_takes_job["$path"]+set}}" && "$cur" != -* ) ]]; then
-        words="$words $(command tickd completion "${{api[@]}}" --job-names "$cur" 2>/dev/null)"
+        choices="$choices $(command tickd completion "${{api[@]}}" --job-names "$cur" 2>/dev/null)"
     fi
-    COMPREPLY=($(compgen -W "$words" -- "$cur"))
+    COMPREPLY=($(compgen -W "$choices" -- "$cur"))
+    # Bash replaces only the part after the last ":" of the word: the part before it goes.
+    if [[ "$cur" == *:* ]]; then
+        colon="${{cur%"${{cur##*:}}"}}"
+        COMPREPLY=("${{COMPREPLY[@]#"$colon"}}")
+    fi
 }}
 complete -o default -F _tickd tickd
 """
