@@ -1,7 +1,8 @@
 """Demo parts and alerts for `make run`: the alert scanner has something to find at once.
 
 Three users watch five parts with rules of every type. The parts' values arrive in the mixed
-forms the real pipelines produce (`" 0.71 "`, `"HIGH"`, `true` for a flag, `"end of life"`), and
+forms the real pipelines produce (`" 0.71 "`, `"usd"`, `"$2.95"`, `"HIGH"`, `true` for a flag,
+`"end of life"`), each price with its currency (a code, or the symbol of a price string), and
 the rules' cursors hold older values, so the first scan fires most of them: notifications in the
 store and one .eml per user in the outbox. One rule uses an undefined pair (compliance `gt`) and
 shows how a bad rule is reported on itself; one price rule has no baseline and only arms.
@@ -59,6 +60,7 @@ def demo_parts() -> list[Doc]:
             "part-lm317t",
             "LM317T",
             price=" 0.71 ",
+            priceCurrency="USD",
             riskScore="35",
             riskLevel="low",
             compliance={"RoHS": "yes", "REACH": "YES"},
@@ -69,6 +71,7 @@ def demo_parts() -> list[Doc]:
             "part-ne555p",
             "NE555P",
             price=0.45,
+            priceCurrency="usd",
             riskScore=72,
             riskLevel="HIGH",
             compliance={"RoHS": True, "REACH": "no"},
@@ -89,6 +92,7 @@ def demo_parts() -> list[Doc]:
             "part-max232",
             "MAX232CPE",
             price=3.1,
+            priceCurrency="EUR",
             riskScore=88,
             riskLevel="critical",
             compliance={"RoHS": "no", "REACH": "yes"},
@@ -99,6 +103,7 @@ def demo_parts() -> list[Doc]:
             "part-stm32f103",
             "STM32F103C8T6",
             price=4.2,
+            priceCurrency="EUR",
             riskScore=55,
             riskLevel="Medium",
             compliance={"RoHS": "YES"},

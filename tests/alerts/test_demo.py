@@ -3,11 +3,15 @@ seeding again (a restart) changes nothing and fires nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.alerts.conftest import Outbox
 from tests.fixtures.times import T0
-from tickd.handlers.alert_scanner.scan import scan
+from tickd.handlers.alert_scanner.delivery import EmailPolicy
+from tickd.handlers.alert_scanner.scan import ScanLimits, scan
+from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.product_store import ProductStore
-from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.config.settings import Settings, load_settings
 from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.model import IntervalSchedule
 from tickd.scheduler.plugin.registry import HandlerRegistry
@@ -18,6 +22,8 @@ from tickd.seed.demo_products import (
     demo_scan_job,
     seed_demo_products,
 )
+
+SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "config" / "tickd.toml"
 
 
 async def test_the_first_demo_scan_fires_and_emails(
@@ -55,3 +61,22 @@ def test_the_demo_scan_job_runs_the_scanner_every_fifteen_seconds() -> None:
     assert job.schedule == IntervalSchedule(every_seconds=15)
     assert job.params == {"from_address": "alerts@tickd.example"}
     assert job.next_run_at is not None and (job.next_run_at - T0).total_seconds() == 15
+
+
+async def test_the_demo_emails_link_each_part_and_show_prices_in_their_currency(
+    products: ProductStore, outbox: Outbox, clock: FakeClock
+) -> None:
+    """As `make run` sends them: on the shipped configuration's email settings."""
+    shipped = load_settings(SHIPPED_CONFIG, environ={}).handler_settings["alert_scanner"]
+    email = EmailPolicy(settings=EmailSettings.parse(shipped))
+    await seed_demo_products(products)
+
+    await scan(products, outbox.mailer, clock, ScanLimits(email=email))
+
+    [ada] = [m for m in outbox.messages() if m["To"] == "ada@example.com"]
+    text = ada.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    page = ada.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert "LM317T price rose 15% to $0.71" in text
+    assert "before: $0.62" in text
+    for part in ("part-lm317t", "part-ne555p"):
+        assert f'/parts/{part}"' in page, part
