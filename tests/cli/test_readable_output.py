@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from api.stats import StatsOut
 from tests.api.conftest import ADMIN
 from tests.api.test_cli import NIGHTLY, Live
+from tickd.api.stats import StatsOut
 from tickd.cli.completion import completion_script
 from tickd.cli.parser import build_parser
 
