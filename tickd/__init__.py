@@ -6,6 +6,7 @@
     async def ping(ctx: HandlerContext) -> Result:
         ...
 
+Its tests import `tickd.testing` (run a handler once as the daemon does, or build its context).
 Everything else under `tickd` is internal: `tickd.scheduler` (the core), `tickd.handlers` (the
 built-in handlers), `tickd.api` (the REST API and the dashboard), `tickd.seed` (system and demo
 jobs), and the composition root (`tickd.app`, `tickd.cli`, `tickd.daemon`), which wires them.
