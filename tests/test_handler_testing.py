@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 
 import pytest
 from tickd_example_plugin.handlers import greet
@@ -94,3 +95,21 @@ async def test_a_plain_function_runs_too_and_the_context_alone_is_still_there() 
 
     assert run.result == {"attempt": 3}
     assert called is not None and called["message"] == "Hello, Ada!"
+
+
+async def test_a_plain_function_past_its_timeout_is_left_to_finish_on_its_own() -> None:
+    release = threading.Event()
+
+    def blocks(ctx: HandlerContext) -> Result:
+        release.wait(timeout=30)
+        return {"done": True}
+
+    try:
+        run = await run_handler(blocks, timeout_seconds=0.05)
+        still_running = [t for t in threading.enumerate() if t.name == "tickd-handler-blocks"]
+    finally:
+        release.set()
+
+    assert run.status is Status.TIMEOUT
+    # A daemon thread: the process (`tickd handlers run`) exits without waiting for it.
+    assert [thread.daemon for thread in still_running] == [True]

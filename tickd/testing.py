@@ -22,9 +22,11 @@ Install tickd with your tests' tools: `pip install tickd pytest pytest-asyncio`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -175,12 +177,39 @@ async def _attempt(
 async def _called(handler: Handler, ctx: HandlerContext) -> Result:
     func = handler.func
     if not (inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)):
-        # A plain function runs on a thread of its own, as in the daemon.
-        return await asyncio.to_thread(_sync_call, handler, ctx)
+        return await _on_a_thread_of_its_own(handler, ctx)
     try:
         return await cast(Awaitable[Result], handler(ctx))
     except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
         raise HandlerExit(exc) from None
+
+
+def _on_a_thread_of_its_own(handler: Handler, ctx: HandlerContext) -> asyncio.Future[Result]:
+    """A plain function on a thread of its own, as in the daemon: a daemon thread, so that one
+    still running past its timeout is left to finish on its own and keeps no process alive."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Result] = loop.create_future()
+
+    def settle(value: Result, raised: BaseException | None) -> None:
+        if future.done():  # given up on at its timeout
+            return
+        if raised is None:
+            future.set_result(value)
+        else:
+            future.set_exception(raised)
+
+    def work() -> None:
+        value: Result = None
+        raised: BaseException | None = None
+        try:
+            value = _sync_call(handler, ctx)
+        except BaseException as exc:  # whatever it raised goes to the run's outcome
+            raised = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, value, raised)
+
+    threading.Thread(target=work, name=f"tickd-handler-{ctx.job_name}", daemon=True).start()
+    return future
 
 
 def _sync_call(handler: Handler, ctx: HandlerContext) -> Result:
