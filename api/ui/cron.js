@@ -1,6 +1,7 @@
 // A schedule in words: "every 5 minutes", "at 02:30, Monday to Friday (Europe/Berlin)".
 // Six cron fields, seconds first (five mean second 0); H is a value tickd picks from the job's
-// name. What is not recognised is described field by field, never guessed.
+// name. What is not recognised is described field by field, never guessed; a step or a number
+// the server refuses (`*/70` seconds) gets its refusal, never words.
 
 const DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
 const DAY_NAMES = { SUN: 0, MON: 1, TUE: 2, WED: 3, THU: 4, FRI: 5, SAT: 6 };
@@ -40,7 +41,44 @@ export function intervalInWords(total) {
   return plural(Number(total.toFixed(3)), "second");
 }
 
+// The fields whose numbers and steps are checked here, as the server checks them: name, size.
+const CHECKED = [["second", 60], ["minute", 60], ["hour", 24]];
+
+/** Why the server refuses the seconds, minutes or hours of `expr`; null when it takes them. */
+export function cronRefusal(expr) {
+  const fields = String(expr).trim().split(/\s+/);
+  if (fields.length === 5) fields.unshift("0");
+  if (fields.length !== 6) return null;
+  for (const [index, [unit, size]] of CHECKED.entries()) {
+    for (const part of fields[index].split(",")) {
+      const refusal = partRefusal(part, unit, size);
+      if (refusal) return refusal;
+    }
+  }
+  return null;
+}
+
+function partRefusal(part, unit, size) {
+  const [range, by] = part.split("/");
+  if (by !== undefined && /^[0-9]+$/.test(by)) {
+    const n = Number(by);
+    if (n === 0) return `${unit} field: step 0 must be a whole number from 1`;
+    if (n > size) {
+      return `${unit} field: step ${n} is longer than the field, which has ${size} values `
+        + `(0-${size - 1}): it would fire once a cycle, not every ${n}`;
+    }
+  }
+  for (const bound of range.split("-")) {
+    if (/^[0-9]+$/.test(bound) && Number(bound) >= size) {
+      return `${unit} field: ${bound} is out of range 0-${size - 1}`;
+    }
+  }
+  return null;
+}
+
 export function cronInWords(expr) {
+  const refusal = cronRefusal(expr);
+  if (refusal) return `not a valid expression: ${refusal}`;
   const fields = String(expr).trim().split(/\s+/);
   if (fields.length === 5) fields.unshift("0");
   if (fields.length !== 6) return String(expr);

@@ -1,4 +1,5 @@
-// Create or edit a job. The API validates (a 422 names each field at fault, shown beside it);
+// Create or edit a job. The API validates (a 422 names each field at fault, shown beside it,
+// every field's at once: what the request's shape hides, dry runs find);
 // the schedule's next fire times are previewed through the API as it is typed, DST changes marked.
 // An edit sends only the fields the user changed, as a PATCH at the revision read (If-Match):
 // what the form does not show (jitter, the re-drive policy) and what it shows masked (secret
@@ -11,6 +12,15 @@ import { previewList } from "./job.js";
 
 const PREVIEW_COUNT = 8;
 const PREVIEW_DELAY_MS = 300;
+// Dry runs a refused save makes at most, each with the fields refused so far put back as read,
+// to find the errors the first refusal hid: the server checks a request's shape (a name, a
+// number's range) before the handler, the zone and the expression.
+const MAX_PROBES = 3;
+// The name a probe sends when the refused name is a new job's, still empty as read.
+const PROBE_NAME = "dry-run-probe";
+// The names the API takes (scheduler/jobspec.py's NAME_PATTERN): the preview hashes `H` with the
+// name typed only once it is one, so a name still being fixed never hides the schedule's errors.
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._:\/-]{0,199}$/;
 
 function field(key, label, input, hint) {
   return h("div", { class: "field", "data-field": key },
@@ -117,10 +127,13 @@ export async function formView(main, id) {
       if (box) {
         box.classList.add("invalid");
         const text = box.querySelector(".field-error");
-        text.textContent = text.textContent ? `${text.textContent}; ${error.reason}` : error.reason;
+        // A preview landing after a save names the schedule's errors again: each is shown once.
+        if (!text.textContent.includes(error.reason)) {
+          text.textContent = text.textContent ? `${text.textContent}; ${error.reason}` : error.reason;
+        }
       } else unplaced.push(`${error.field}: ${error.reason}`);
     }
-    general.textContent = unplaced.join("; ");
+    if (unplaced.length) general.textContent = unplaced.join("; ");
   }
 
   let timer = null;
@@ -130,7 +143,8 @@ export async function formView(main, id) {
     timer = setTimeout(async () => {
       const ticket = ++asked;
       try {
-        const data = await post("/v1/schedules/preview", { schedule: scheduleBody(), name: inputs.name.value.trim() || "preview", count: PREVIEW_COUNT });
+        const name = NAME.test(inputs.name.value.trim()) ? inputs.name.value.trim() : "preview";
+        const data = await post("/v1/schedules/preview", { schedule: scheduleBody(), name, count: PREVIEW_COUNT });
         if (ticket !== asked) return;
         clearErrors("schedule");
         replace(preview, previewList(data.times));
@@ -138,7 +152,11 @@ export async function formView(main, id) {
         if (ticket !== asked) return;
         clearErrors("schedule");
         replace(preview, h("p", { class: "muted" }, "No preview: the schedule is not valid yet."));
-        if (err instanceof ApiError) showErrors({ errors: err.errors.filter((e) => e.field.startsWith("schedule")), message: err.message });
+        if (!(err instanceof ApiError)) return;
+        const scheduleErrors = err.errors.filter((e) => e.field.startsWith("schedule"));
+        if (scheduleErrors.length) showErrors({ errors: scheduleErrors });
+        const expr = err.errors.find((e) => e.field === "schedule.expr");
+        if (expr && inputs.kind.value === "cron") words.textContent = `not a valid expression: ${expr.reason}`;
       }
     }, PREVIEW_DELAY_MS);
   }
@@ -154,26 +172,60 @@ export async function formView(main, id) {
     };
   }
 
+  /** The create, or the PATCH of what changed at the revision read; `dryRun`: checked only. */
+  function write(body, dryRun) {
+    const query = dryRun ? "?dry_run=true" : "";
+    return job
+      ? api("PATCH", `/v1/jobs/${encodeURIComponent(job.id)}${query}`, changedFields(asRead, body), { "If-Match": `"${job.revision}"` })
+      : post(`/v1/jobs${query}`, body);
+  }
+
+  /** `errors`, and those the server finds once the fields they name are put back as read. */
+  async function everyError(body, errors) {
+    const found = [...errors];
+    const refused = new Set(errors.map((e) => topField(e.field)));
+    for (let probe = 0; probe < MAX_PROBES; probe += 1) {
+      const asked = { ...body };
+      for (const key of refused) if (key in asRead) asked[key] = asRead[key];
+      if (refused.has("name") && !asked.name) asked.name = PROBE_NAME;
+      let more;
+      try {
+        await write(asked, true);
+        return found;
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status !== 422) return found;
+        more = err.errors.filter((e) => !refused.has(topField(e.field)));
+      }
+      if (!more.length) return found;
+      found.push(...more);
+      for (const e of more) refused.add(topField(e.field));
+    }
+    return found;
+  }
+
   async function save(event) {
     event.preventDefault();
     clearErrors();
-    let params;
+    let params = asRead.params;
+    const local = [];
     try {
       params = JSON.parse(inputs.params.value || "{}");
     } catch (err) {
-      showErrors({ errors: [{ field: "params", reason: `not valid JSON: ${err.message}` }] });
-      return;
+      local.push({ field: "params", reason: `not valid JSON: ${err.message}` });
     }
     const body = formBody(params);
     submit.disabled = true;
     try {
-      const saved = job
-        ? await api("PATCH", `/v1/jobs/${encodeURIComponent(job.id)}`, changedFields(asRead, body), { "If-Match": `"${job.revision}"` })
-        : await post("/v1/jobs", body);
+      if (local.length) {
+        // Not sent: the params are no JSON. The other fields are checked all the same.
+        showErrors({ errors: await everyError(body, local) });
+        return;
+      }
+      const saved = await write(body, false);
       location.hash = jobHash(saved.id);
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
-      showErrors(err);
+      showErrors(err.status === 422 ? { errors: await everyError(body, err.errors), message: err.message } : err);
     } finally {
       submit.disabled = false;
     }
@@ -192,6 +244,11 @@ export async function formView(main, id) {
   const asRead = formBody(job ? job.params : {});
   schedulePreview();
   return null; // a form is not refreshed under the user's hands
+}
+
+/** The top-level field an error names: `schedule` for `schedule.expr`. */
+function topField(path) {
+  return path.split(".")[0];
 }
 
 function localInput(iso) {
