@@ -1,13 +1,16 @@
 // The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new,
 // #/dead-letters?<filters>, #/runs/<execution id>), the token (asked for when the API says 401,
-// kept in sessionStorage only) and a refresh every few seconds of whatever view is open.
+// kept in sessionStorage only), a refresh every few seconds of whatever view is open, and the
+// wait for a daemon that stopped answering (connection.js), after which the view is drawn again.
 
-import { ApiError, setToken, token } from "./api.js";
+import { ApiError, get, setToken, token } from "./api.js";
+import { connected, reconnectLater, unreachable } from "./connection.js";
 import { deadLetterFilters, deadLettersView } from "./dead_letters.js";
 import { h, replace } from "./dom.js";
 import { formView } from "./form.js";
 import { jobView } from "./job.js";
 import { jobsView } from "./jobs.js";
+import { focusSearchIfWanted, listenForShortcuts, showShortcuts } from "./keys.js";
 import { nowView } from "./now.js";
 import { runView } from "./run.js";
 import { loadSession, session } from "./session.js";
@@ -16,6 +19,7 @@ const REFRESH_MS = 5000;
 const main = document.getElementById("main");
 let refresh = null;
 let generation = 0;
+let versionShown = false;
 
 function route() {
   const [path, query] = splitHash(location.hash);
@@ -66,16 +70,52 @@ async function show() {
     if (session.actor === null) await loadSession();
     drawSession();
     const again = await view();
-    if (mine === generation) refresh = again;
+    connected();
+    if (mine !== generation) return;
+    refresh = again;
+    focusSearchIfWanted();
+    showVersion();
   } catch (err) {
     if (mine === generation) failed(err);
   }
 }
 
 function failed(err) {
+  if (unreachable(err)) {
+    // The view on screen stays as it was; only the banner says it is not current.
+    refresh = null;
+    reconnectLater(reconnect, err);
+    return;
+  }
+  connected();
   if (err instanceof ApiError && err.status === 401) return login(token() ? "That token was not accepted." : "");
   replace(main, h("section", { class: "panel" }, h("h2", {}, "Something went wrong"),
     h("p", { class: "error-text" }, err.message || String(err))));
+}
+
+/** One cheap call first: the view is drawn again only once tickd answers, so each failed try
+ * leaves the page as it was rather than blank. */
+async function reconnect() {
+  try {
+    await loadSession();
+  } catch (err) {
+    failed(err);
+    return;
+  }
+  versionShown = false;  // a restart may have been an upgrade
+  show();
+}
+
+/** The daemon's version, from its API description, in the footer. */
+async function showVersion() {
+  if (versionShown) return;
+  versionShown = true;
+  try {
+    const doc = await get("/openapi.json");
+    document.getElementById("version").textContent = `tickd ${doc.info.version}`;
+  } catch {
+    versionShown = false;  // tried again after the next page drawn
+  }
 }
 
 function drawSession() {
@@ -120,5 +160,7 @@ async function tick() {
 }
 
 window.addEventListener("hashchange", show);
+document.getElementById("show-shortcuts").addEventListener("click", showShortcuts);
+listenForShortcuts();
 setInterval(tick, REFRESH_MS);
 show();
