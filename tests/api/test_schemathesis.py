@@ -379,6 +379,7 @@ SEMANTIC_REFUSALS = {
     "start": 422,  # backfill: the schedule has an occurrence in the window
     "end": 422,  # backfill: after start, not in the future
     "name": 409,  # unique among jobs
+    "managed_by": 422,  # a system job is tickd's own: it takes no owner
 }
 
 
