@@ -44,6 +44,7 @@ pytest_plugins = [
     "tests.fixtures.locks",
     "tests.fixtures.events",
     "tests.fixtures.products",
+    "tests.fixtures.servers",
 ]
 
 # A fixture in a test's closure that talks to a real service, and the marker that says which.

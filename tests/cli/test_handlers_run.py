@@ -9,13 +9,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from tests.api.test_cli import Run
+from tests.fixtures.servers import Serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ async def test_an_unknown_handler_exits_2_listing_those_installed() -> None:
 
 
 @pytest.fixture
-async def status_server() -> AsyncIterator[str]:
+async def status_server(serve: Serve) -> str:
     """A server on loopback answering /up with 200 and /down with 503."""
 
     async def up(request: web.Request) -> web.Response:
@@ -118,14 +118,7 @@ async def status_server() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/up", up)
     app.router.add_get("/down", down)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    return await serve(app)
 
 
 async def test_http_check_runs_against_a_server_the_settings_allow(status_server: str) -> None:

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from aiohttp import web
 
 from tests.api.conftest import ADMIN
 from tests.api.test_cli import NIGHTLY, Live
+from tests.fixtures.servers import Serve
 from tickd.api.stats import StatsOut
 from tickd.cli.completion import completion_script
 from tickd.cli.parser import build_parser
@@ -133,20 +133,13 @@ def stats_answer(lag_p50: float, lag_p99: float) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def stats_api() -> AsyncIterator[str]:
+async def stats_api(serve: Serve) -> str:
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(stats_answer(0.001342, 2.5))
 
     app = web.Application()
     app.router.add_get("/v1/stats", stats)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    return await serve(app)
 
 
 async def test_stats_prints_fire_lags_in_milliseconds_and_seconds(stats_api: str) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from tests.fixtures.servers import Serve as Serve
 from tickd.scheduler.plugin.http import safe_client_session
 
 LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
@@ -112,28 +112,6 @@ async def start_listener() -> AsyncIterator[StartListener]:
     yield start
     for listener in started:
         await listener.close()
-
-
-Serve = Callable[..., Awaitable[str]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    """Runs an aiohttp app on loopback; returns its base URL, e.g. http://127.0.0.1:40123."""
-    runners: list[web.AppRunner] = []
-
-    async def start(app: web.Application, host: str = "127.0.0.1") -> str:
-        runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await runner.setup()
-        runners.append(runner)
-        site = web.TCPSite(runner, host, 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        return f"http://{host}:{port}"
-
-    yield start
-    for runner in runners:
-        await runner.cleanup()
 
 
 @pytest.fixture
