@@ -21,7 +21,7 @@ from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, tim
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
 from tickd.scheduler.ports.backends import ExecutionQuery
-from tickd.scheduler.run.outcomes import without_install_paths
+from tickd.scheduler.plugin.outcomes import without_install_paths
 
 
 class RunErrorOut(ErrorOut):

@@ -15,7 +15,7 @@ from array import array
 from itertools import accumulate
 from typing import Any, Protocol
 
-from tickd.scheduler.run.outcomes import storable_text
+from tickd.scheduler.plugin.outcomes import storable_text
 
 # No body the API takes nests this deeply (a job's params included): far below what the stores
 # and parsers allow.

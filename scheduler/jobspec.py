@@ -109,7 +109,7 @@ class JobSpec:
     jitter_seconds: float = 0.0
     # Dead letters re-driven automatically (None: by hand only).
     redrive: RedrivePolicy | None = None
-    # Each occurrence runs as this many executions (scheduler/run/shards.py).
+    # Each occurrence runs as this many executions (scheduler/schedule/shards.py).
     shards: int = 1
     system: bool = False
     managed_by: str | None = None

@@ -1,6 +1,6 @@
 """Sharded jobs end to end on every store, with a fake clock and drain mode: an occurrence runs
 as N shard executions, claimed once, each shard taken by any instance under its own lock and
-fencing token, ended once by its last shard (scheduler/run/shards.py)."""
+fencing token, ended once by its last shard (scheduler/schedule/shards.py)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import Ports
-from tickd.scheduler.run.forked_children import ChildEndingThreads, end_forked_child
+from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_forked_child
 from tickd.scheduler.secrets.masking import scrub_text
 from tickd.scheduler.store.kit import StartupAborted
 from tickd.scheduler.urls import is_loopback
@@ -181,7 +181,7 @@ def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
 # -- a handler's forked children -----------------------------------------------------------------
 # A handler may fork (os.fork, multiprocessing's fork start method): the child is a copy of the
 # daemon, its loop, its store connections and its listening socket included. It runs the
-# handler's code only: back in tickd's code it ends (scheduler/run/forked_children.py).
+# handler's code only: back in tickd's code it ends (scheduler/plugin/forked_children.py).
 
 # The loop the daemon runs on and its thread, for the hook registered with os.register_at_fork.
 _daemon: dict[str, Any] = {}

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports.backends import RunRequest
-from tickd.scheduler.run.shards import run_lock_key, shard_entry_of
+from tickd.scheduler.schedule.shards import run_lock_key, shard_entry_of
 
 # A run armed ahead is recorded this long before its time, and released to the workers at it: a
 # thousand runs due at one instant then cost that instant their starts only, not their insert.
@@ -42,7 +42,7 @@ class DueRun:
     @property
     def width(self) -> int:
         """How many runs it starts: one, or none for a sharded occurrence, which is handed to
-        its shards (scheduler/run/shards.py), each taken later against its handler's limit."""
+        its shards (scheduler/schedule/shards.py), each taken later against its handler's limit."""
         if self.request is not None and self.request.shard is not None:
             return 1
         return 1 if self.job.shards == 1 else 0

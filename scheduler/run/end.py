@@ -18,7 +18,7 @@ from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.ports.backends import Advance, Finish, Ports, RunRequest, StoreError
 from tickd.scheduler.run.due import DueRun
 from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.run.shards import all_ended, outcome
+from tickd.scheduler.schedule.shards import all_ended, outcome
 from tickd.scheduler.run.task import Outcome, Task
 from tickd.scheduler.run.write import Ending, Finisher
 from tickd.scheduler.schedule.planning import Plan, advance_after, keep_schedule
@@ -166,7 +166,7 @@ class Completer:
             attempt_log=outcome.attempt_log,
         )
         entry = task.shard_entry
-        # A shard's end leaves the job to its occurrence's last shard (scheduler/run/shards.py).
+        # A shard's end leaves the job to its occurrence's last shard (scheduler/schedule/shards.py).
         advance = self._advance(task, execution) if entry is None else None
         # Dead letters and automatic re-drives: scheduler/dead_letters.py. A shard of a
         # scheduled occurrence re-runs nothing; one of a requested occurrence does.

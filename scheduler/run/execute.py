@@ -25,9 +25,9 @@ from tickd.scheduler.plugin.api import Handler, HandlerContext, Result
 from tickd.scheduler.plugin.http import safe_client_session
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import Ports
-from tickd.scheduler.run.forked_children import ChildEndingThreads, end_if_forked
-from tickd.scheduler.run.leftover_tasks import TasksEndingWithTheRun, run_task
-from tickd.scheduler.run.outcomes import (
+from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_if_forked
+from tickd.scheduler.plugin.leftover_tasks import TasksEndingWithTheRun, run_task
+from tickd.scheduler.plugin.outcomes import (
     HandlerExit,
     described,
     execution_error,

@@ -16,7 +16,7 @@ from tickd.scheduler.ports.backends import Ports
 from tickd.scheduler.ports.store_engine import DispatchStore
 from tickd.scheduler.run.due import DueRun
 from tickd.scheduler.run.end import Completer
-from tickd.scheduler.run.shards import requested_as, shard_entries
+from tickd.scheduler.schedule.shards import requested_as, shard_entries
 from tickd.scheduler.run.task import Outcome, Task
 from tickd.scheduler.schedule.planning import Plan, plan_run
 
@@ -75,7 +75,7 @@ class Recorder:
         return Recorded(tasks, sharded=len(sharded))
 
     async def _hand_to_shards(self, run: DueRun, plan: Plan, now: datetime, token: str) -> None:
-        """A claimed sharded occurrence becomes its shards' (scheduler/run/shards.py), which any
+        """A claimed sharded occurrence becomes its shards' (scheduler/schedule/shards.py), which any
         instance takes, each under its own lock: the job's lock goes back now. A requested
         occurrence leaves the schedule alone."""
         job = run.job

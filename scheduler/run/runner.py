@@ -20,7 +20,7 @@ from tickd.scheduler.ports.backends import LockUnavailable, Ports, StoreError
 from tickd.scheduler.run.end import Completer
 from tickd.scheduler.run.execute import Executor
 from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.run.outcomes import execution_error
+from tickd.scheduler.plugin.outcomes import execution_error
 from tickd.scheduler.run.task import Outcome, Task
 from tickd.scheduler.run.write import Finisher
 

@@ -3,14 +3,16 @@ to the executor, and the Outcome of its handler to the completer."""
 
 from __future__ import annotations
 
+__all__ = ["Outcome", "Task"]
+
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from tickd.scheduler.model import Attempt, Execution, ExecutionError, Job, Status
+from tickd.scheduler.model import Execution, Job
+from tickd.scheduler.plugin.outcomes import Outcome
 from tickd.scheduler.ports.backends import RunRequest
-from tickd.scheduler.run.shards import run_lock_key, shard_entry_of
 from tickd.scheduler.schedule.planning import Plan
+from tickd.scheduler.schedule.shards import run_lock_key, shard_entry_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,12 +36,3 @@ class Task:
     @property
     def lock_key(self) -> str:
         return run_lock_key(self.job.id, self.request)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
-    status: Status
-    attempts: int = 0
-    result: dict[str, Any] | None = None
-    error: ExecutionError | None = None
-    attempt_log: tuple[Attempt, ...] = ()  # when there was more than one attempt

@@ -41,7 +41,7 @@ from tickd.scheduler.ports.backends import (
     StoreError,
     shard_fence,
 )
-from tickd.scheduler.run.shards import shard_entries
+from tickd.scheduler.schedule.shards import shard_entries
 from tickd.scheduler.store.mongodb import MongoStore
 from tickd.scheduler.store.sqlite import SQLiteStore
 
@@ -1246,7 +1246,7 @@ async def test_requests_of_handlers_at_their_limit_are_left_out_before_the_limit
     assert len(await store.due_run_requests(T0, 10)) == 3
 
 
-# -- sharded occurrences (scheduler/run/shards.py) ------------------------------------------------
+# -- sharded occurrences (scheduler/schedule/shards.py) ------------------------------------------------
 
 
 async def test_shards_round_trip_on_jobs_executions_and_run_requests(store: Store) -> None:

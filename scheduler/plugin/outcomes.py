@@ -11,13 +11,13 @@ import re
 import sys
 import sysconfig
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from pathlib import Path
 from traceback import format_exception
 from typing import Any
 
-from tickd.scheduler.model import ExecutionError, Status
-from tickd.scheduler.run.task import Outcome
+from tickd.scheduler.model import Attempt, ExecutionError, Status
 from tickd.scheduler.secrets.masking import mask, scrub_text, scrub_values
 
 # A result is stored up to this size, replaced by its size up to the next...
@@ -28,6 +28,15 @@ MAX_RESULT_CHARS = 1_000_000
 MAX_ERROR_CHARS = 2000
 # A traceback is kept up to this many characters, its innermost frames.
 MAX_TRACEBACK_CHARS = 16_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    status: Status
+    attempts: int = 0
+    result: dict[str, Any] | None = None
+    error: ExecutionError | None = None
+    attempt_log: tuple[Attempt, ...] = ()  # when there was more than one attempt
 
 
 class HandlerExit(Exception):
