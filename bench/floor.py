@@ -1,7 +1,7 @@
 """The bare floor of a store: the batched store calls of N runs, no engine around them.
 
 Per batch (100 on SQLite, 40 on FerretDB, its safe bulk size): the due query, the claim, the
-executions recorded as running, and their ends (finish_executions: executions final, jobs
+executions recorded as running, and their ends (write_ends: executions final, jobs
 advanced, leases cleared). What the engine does beyond this (lock, planning, workers, metrics,
 events, logs, and the ticks' other queries) is the engine's cost; this is the ceiling.
 
@@ -29,7 +29,7 @@ from pymongo import monitoring
 from bench.stack import Stack, embedded_stack, real_stack
 from bench.trial import insert_jobs
 from tickd.scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
-from tickd.scheduler.ports.backends import Advance, Claim, Finish, Store
+from tickd.scheduler.ports.backends import Advance, Claim, RunEnd, Store
 from tickd.scheduler.store import open_store
 from tickd.scheduler.store.sqlite import SQLiteStore
 
@@ -115,7 +115,7 @@ async def floor_calls(
         done = [
             replace(r, status=Status.SUCCESS, finished_at=now, duration_ms=0.0) for r in running
         ]
-        await store.finish_executions([Finish(d, _advance(d, now)) for d in done])
+        await store.write_ends([RunEnd(d, _advance(d, now)) for d in done])
         _lap(spent, "finish", clock)
         runs += len(done)
     return runs

@@ -27,7 +27,7 @@ from tickd.scheduler.model import (
     Status,
     new_id,
 )
-from tickd.scheduler.ports.backends import Advance, Finish, JobChange, RunRequest
+from tickd.scheduler.ports.backends import Advance, JobChange, RunEnd, RunRequest
 from tickd.scheduler.schedule.planning import advance_after, keep_schedule, plan_run
 
 REDRIVE = "redrive"
@@ -35,13 +35,13 @@ REDRIVE = "redrive"
 ENGINE_ACTOR = "tickd"
 
 
-def finish_of(
+def end_of(
     job: Job, request: RunRequest | None, execution: Execution, advance: Advance | None
-) -> Finish:
+) -> RunEnd:
     """The run's end as the store takes it, dead letter and automatic re-drive included."""
     settles = request is not None and execution.status is not Status.ABANDONED
     if not execution.status.is_failure:
-        return Finish(execution, advance, settles=settles)
+        return RunEnd(execution, advance, settles=settles)
     return _dead_letter(job, request, execution, advance, settles=settles)
 
 
@@ -52,16 +52,16 @@ def _dead_letter(
     advance: Advance | None,
     *,
     settles: bool,
-) -> Finish:
+) -> RunEnd:
     """An occurrence's end for good: open, or re-driven now by its job's policy."""
     assert execution.finished_at is not None
     done = request.redrives if request is not None and request.reason == REDRIVE else 0
     policy = job.redrive
     if policy is None or done >= policy.max_attempts:
-        return Finish(replace(execution, dead_letter=DeadLetter.OPEN), advance, settles=settles)
+        return RunEnd(replace(execution, dead_letter=DeadLetter.OPEN), advance, settles=settles)
     delay = policy.delay_seconds(done + 1)
     redrive = automatic_redrive(job, execution, done + 1, execution.finished_at, delay)
-    return Finish(
+    return RunEnd(
         replace(execution, dead_letter=DeadLetter.REDRIVING),
         advance,
         settles=settles,
@@ -74,7 +74,7 @@ ABANDONED_ERROR_TYPE = "Abandoned"
 
 def abandoned_for_good(
     job: Job, request: RunRequest | None, execution: Execution, abandonments: int
-) -> Finish | None:
+) -> RunEnd | None:
     """What becomes of a run its lease's expiry abandoned, its occurrence's `abandonments`th
     (this one included): None while its job's retries allow another attempt (the occurrence
     runs again); past them, its end as a dead letter, with the job's schedule moved on as

@@ -243,14 +243,14 @@ async def test_a_run_whose_end_waits_for_the_store_across_a_forward_jump_runs_on
     """A run is over but its end waits for the store (a batch behind) when the wall clock
     steps forward: its lease is renewed with those of the runs in flight. Before, it had left
     the pool, and this instance's own reaper abandoned it and ran the occurrence again."""
-    write = store.finish_executions
+    write = store.write_ends
     store_back = asyncio.Event()
 
     async def behind(*args: Any, **kwargs: Any) -> list[bool]:
         await store_back.wait()
         return await write(*args, **kwargs)
 
-    monkeypatch.setattr(store, "finish_executions", behind)
+    monkeypatch.setattr(store, "write_ends", behind)
     h = make_engine({"noop": noop}, lease_margin_seconds=30)
     await h.add(make_job("ended", schedule=CronSchedule(expr="0 0 * * * *")))
     h.engine.start()

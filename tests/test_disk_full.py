@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tickd.scheduler.model import CronSchedule, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import ExecutionQuery, Finish, Store, StoreError
+from tickd.scheduler.ports.backends import ExecutionQuery, RunEnd, Store, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 WAIT = 5.0
@@ -260,9 +260,9 @@ async def test_a_run_whose_end_waits_for_the_store_past_its_lease_is_not_reaped_
     reaper looks, so the occurrence is not abandoned and run a second time."""
     ran: list[str] = []
     gate = asyncio.Event()
-    write = store.finish_executions
+    write = store.write_ends
 
-    async def when_let(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+    async def when_let(finishes: Sequence[RunEnd], **kwargs: Any) -> list[bool]:
         if finishes:  # the runs' ends
             await gate.wait()
         return await write(finishes, **kwargs)
@@ -271,7 +271,7 @@ async def test_a_run_whose_end_waits_for_the_store_past_its_lease_is_not_reaped_
         ran.append(ctx.job_name)
         return None
 
-    monkeypatch.setattr(store, "finish_executions", when_let)
+    monkeypatch.setattr(store, "write_ends", when_let)
     h = make_engine({"record": record}, lease_margin_seconds=2)
     job = await h.add(make_job("nightly", "record", timeout_seconds=1))
     h.engine.start()
@@ -301,9 +301,9 @@ async def test_no_new_run_is_claimed_while_the_store_refuses_the_ends_of_the_las
     ran: list[str] = []
     room = asyncio.Event()
     refused: list[int] = []
-    write = store.finish_executions
+    write = store.write_ends
 
-    async def refused_while_full(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+    async def refused_while_full(finishes: Sequence[RunEnd], **kwargs: Any) -> list[bool]:
         if finishes and not room.is_set():
             if refused:  # tried again: it waits for room (no time passes meanwhile)
                 await room.wait()
@@ -318,7 +318,7 @@ async def test_no_new_run_is_claimed_while_the_store_refuses_the_ends_of_the_las
         ran.append(ctx.job_name)
         return None
 
-    monkeypatch.setattr(store, "finish_executions", refused_while_full)
+    monkeypatch.setattr(store, "write_ends", refused_while_full)
     h = make_engine({"record": record})
     await h.add(make_job("first", "record"))
     h.engine.start()

@@ -16,10 +16,10 @@ from tests.test_engine import WAIT, _until, executions, noop
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import Finish, Store, StoreError
+from tickd.scheduler.ports.backends import RunEnd, Store, StoreError
 from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.run.write import CLOSING_ATTEMPTS, Finisher
+from tickd.scheduler.run.write import CLOSING_ATTEMPTS, Writer
 
 
 @pytest.fixture
@@ -29,14 +29,14 @@ def held(
     """The store writes no run's end until the event is set (at the latest when the test ends,
     before its engines shut down)."""
     gate = asyncio.Event()
-    write = store.finish_executions
+    write = store.write_ends
 
-    async def when_let(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+    async def when_let(finishes: Sequence[RunEnd], **kwargs: Any) -> list[bool]:
         if finishes:  # runs' ends; an empty batch holds none
             await gate.wait()
         return await write(finishes, **kwargs)
 
-    monkeypatch.setattr(store, "finish_executions", when_let)
+    monkeypatch.setattr(store, "write_ends", when_let)
     yield gate
     gate.set()
 
@@ -190,16 +190,16 @@ async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fire
     """Workers wait to hand ends over while the store is two batches behind; once runs are
     fired and wait for them, they must go on (the ends wait instead), or nothing starts and the
     ends go one batch per deferral: the dispatcher falls seconds behind."""
-    written = store.finish_executions  # held until the test lets it go
+    written = store.write_ends  # held until the test lets it go
     batches: list[int] = []
 
-    async def counted(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+    async def counted(finishes: Sequence[RunEnd], **kwargs: Any) -> list[bool]:
         batches.append(len(finishes))
         return await written(finishes, **kwargs)
 
-    monkeypatch.setattr(store, "finish_executions", counted)
+    monkeypatch.setattr(store, "write_ends", counted)
     fired = FiredRuns()
-    finisher = Finisher(store, MemoryLock(), batch_size=10, linger_seconds=0, fired=fired)
+    finisher = Writer(store, MemoryLock(), batch_size=10, linger_seconds=0, fired=fired)
     for i in range(35):
         ended = Execution(
             job_id=f"job-{i}",
@@ -210,7 +210,7 @@ async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fire
             started_at=T0,
             finished_at=T0,
         )
-        finisher.hand_over_then(Finish(ended, None), "token", lambda _: None)
+        finisher.hand_over_then(RunEnd(ended, None), "token", lambda _: None)
     await asyncio.wait_for(_until(lambda: batches == [10]), WAIT)  # the first, being written
     assert not finisher.has_room(), "two batches and a half behind it: the workers wait"
 
@@ -232,12 +232,12 @@ async def test_ends_the_store_refuses_are_tried_until_it_takes_them_but_not_past
     written (its lease expires and its occurrence is given back)."""
     tries: list[int] = []
 
-    async def disk_full(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+    async def disk_full(finishes: Sequence[RunEnd], **kwargs: Any) -> list[bool]:
         tries.append(len(finishes))
         raise StoreError("sqlite: database or disk is full")
 
-    monkeypatch.setattr(store, "finish_executions", disk_full)
-    finisher = Finisher(store, MemoryLock(), batch_size=10, linger_seconds=0, sleep=clock.sleep)
+    monkeypatch.setattr(store, "write_ends", disk_full)
+    finisher = Writer(store, MemoryLock(), batch_size=10, linger_seconds=0, sleep=clock.sleep)
     ended = Execution(
         job_id="job-1",
         job_name="nightly",
@@ -247,7 +247,7 @@ async def test_ends_the_store_refuses_are_tried_until_it_takes_them_but_not_past
         started_at=T0,
         finished_at=T0,
     )
-    ending = finisher.hand_over(Finish(ended, None), "token")
+    ending = finisher.hand_over(RunEnd(ended, None), "token")
     await asyncio.wait_for(_until(lambda: len(tries) >= 20), WAIT)
     assert clock.monotonic() > 60, "a minute and more of refusals, and still trying"
     assert not ending.done()

@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import EngineFactory, Harness, make_job
 from tickd.scheduler.model import Execution, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result, handler
-from tickd.scheduler.ports.backends import ExecutionQuery
 from tickd.scheduler.plugin.outcomes import outcome_of
+from tickd.scheduler.ports.backends import ExecutionQuery
 from tickd.scheduler.secrets.masking import MASK
 
 PROJECT = str(Path(__file__).resolve().parents[1])

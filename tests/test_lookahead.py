@@ -16,7 +16,7 @@ from tests.conftest import T0, EngineFactory, Harness, make_job
 from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
 from tickd.scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import Finish, Store, StoreError
+from tickd.scheduler.ports.backends import RunEnd, Store, StoreError
 from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
 
 DUE = T0 + timedelta(seconds=5)
@@ -124,13 +124,13 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
         order.append("start")
         return None
 
-    write = store.finish_executions
+    write = store.write_ends
 
-    async def written(finishes: Sequence[Finish], **kwargs: Any) -> list[bool]:
+    async def written(finishes: Sequence[RunEnd], **kwargs: Any) -> list[bool]:
         order.append("ends")
         return await write(finishes, **kwargs)
 
-    monkeypatch.setattr(store, "finish_executions", written)
+    monkeypatch.setattr(store, "write_ends", written)
     # Room in the pool for all forty: they fire at once.
     settings = SMALL_POOL | {"queue_size": 40, "finish_linger_seconds": 0}
     h = make_engine({"record": record}, **settings)

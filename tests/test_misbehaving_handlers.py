@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import T0, EngineFactory, Harness, make_job
 from tickd.scheduler.model import Execution, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import ExecutionQuery, Store
 from tickd.scheduler.plugin.outcomes import MAX_RESULT_CHARS
+from tickd.scheduler.ports.backends import ExecutionQuery, Store
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0

@@ -18,7 +18,7 @@ from tickd.scheduler.maintenance.relay import (
 )
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Status
-from tickd.scheduler.ports.backends import CloudEvent, Finish, OutboxBacklog, Store
+from tickd.scheduler.ports.backends import CloudEvent, OutboxBacklog, RunEnd, Store
 from tickd.scheduler.ports.clock import FakeClock
 
 
@@ -69,7 +69,7 @@ async def run_twice(store: Store, name: str, clock: FakeClock) -> list[Execution
         await store.insert_executions([run], event_source="a")
         clock.advance(1)
         ended = replace(run, status=Status.SUCCESS, finished_at=clock.now())
-        await store.finish_executions([Finish(ended, None)], event_source="a")
+        await store.write_ends([RunEnd(ended, None)], event_source="a")
         runs.append(run)
     return runs
 

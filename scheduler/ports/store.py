@@ -61,7 +61,7 @@ class Store(
       is why the lock keeps instances apart there (scheduler/store/mongodb/store.py).
 
     The outbox (durable events). Given an `event_source` (the instance id), the three writes of an
-    execution's state (insert_executions, finish_executions, reap_expired_leases) write each
+    execution's state (insert_executions, write_ends, reap_expired_leases) write each
     execution's CloudEvent (scheduler/events `execution_event`) to the outbox with it; the relay
     (scheduler/maintenance/relay.py) publishes them and marks them sent. An event's `id` is
     `<execution id>:<status>`, so writing one twice (a replayed batch) stores it once, and a

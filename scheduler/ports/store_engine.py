@@ -13,10 +13,10 @@ from tickd.scheduler.ports.store_values import (
     Advance,
     Backlog,
     Claim,
-    Finish,
     OutboxBacklog,
     OutboxEvent,
     Retention,
+    RunEnd,
     RunRequest,
 )
 
@@ -80,7 +80,7 @@ class DispatchStore(Protocol):
         mark its request taken by the job's new token, in one batch. Returns the pairs won. A
         request no longer queued (another instance ran it since it was read) wins nothing, and
         its job is let go. A taken request stays queued until its run's end takes it off
-        (Finish.request_id), or its occurrence's shards do (start_occurrence): should its
+        (RunEnd.request_id), or its occurrence's shards do (start_occurrence): should its
         instance die, it is due again as soon as the job's lease is reaped, and nothing asked
         for is lost. It does not count as pending while its run holds the job.
 
@@ -127,7 +127,7 @@ class DispatchStore(Protocol):
         its retries: the store counts how many times each occurrence (the job and scheduled_at
         of a plain run) was abandoned so since it last ended for good, and the run that takes
         the count past the job's max_retries + 1 attempts is written as the end
-        `dead_letters.abandoned_for_good` gives it, as finish_executions writes a run's end (a
+        `dead_letters.abandoned_for_good` gives it, as write_ends writes a run's end (a
         dead letter, or re-driven by the job's policy; its schedule moved on, a requested
         run's request off the queue): its occurrence does not run again. A graceful shutdown's
         abandoned runs (error Shutdown) do not count. Returns those executions, as written.
@@ -158,8 +158,8 @@ class CompletionStore(Protocol):
         """Move a shard entry's lease expiry while `token` holds it, and push back its
         occurrence's lease as a claim does; False if the token no longer holds it."""
 
-    async def finish_executions(
-        self, finishes: Sequence[Finish], *, event_source: str | None = None
+    async def write_ends(
+        self, finishes: Sequence[RunEnd], *, event_source: str | None = None
     ) -> list[bool]:
         """End a batch of runs: write each execution's final state; then, for each whose job's
         lease token is still the execution's, apply its `advance` (None leaves the schedule as
@@ -185,7 +185,7 @@ class CompletionStore(Protocol):
 
     async def end_occurrence(self, job_id: str, occurrence: int, advance: Advance) -> bool:
         """End an occurrence whose shards have all ended: while `occurrence` still holds the
-        job's lease, apply the advance (as finish_executions does) and clear the lease, then drop
+        job's lease, apply the advance (as write_ends does) and clear the lease, then drop
         its entries. False, and nothing changed, otherwise (it ended already: two last shards
         racing end it once)."""
 

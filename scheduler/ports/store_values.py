@@ -114,7 +114,7 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
-class Finish:
+class RunEnd:
     """A run's end: its execution as final, and the job's new state (None: give the occurrence
     back, as after a shutdown).
 

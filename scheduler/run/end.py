@@ -10,23 +10,23 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.dead_letters import finish_of
+from tickd.scheduler.dead_letters import end_of
 from tickd.scheduler.events import event_source
 from tickd.scheduler.logs import RepeatedErrors, log_event
 from tickd.scheduler.model import Execution, ExecutionSummary, Job, Status
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.ports.backends import Advance, Finish, Ports, RunRequest, StoreError
+from tickd.scheduler.ports.backends import Advance, Ports, RunEnd, RunRequest, StoreError
 from tickd.scheduler.run.due import DueRun
 from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.schedule.shards import all_ended, outcome
 from tickd.scheduler.run.task import Outcome, Task
-from tickd.scheduler.run.write import Ending, Finisher
+from tickd.scheduler.run.write import Writer, Written
 from tickd.scheduler.schedule.planning import Plan, advance_after, keep_schedule
+from tickd.scheduler.schedule.shards import all_ended, outcome
 
 log = logging.getLogger("tickd.runner")
 
 
-class Completer:
+class Ender:
     def __init__(
         self,
         *,
@@ -41,7 +41,7 @@ class Completer:
         self.observer = observer
         self.rng = rng
         # Runs end in batches: one store write and one lock release for many.
-        self.finisher = Finisher(
+        self.finisher = Writer(
             ports.store,
             ports.lock,
             batch_size=settings.batch_size,
@@ -143,7 +143,7 @@ class Completer:
 
     def _end_of(
         self, task: Task, outcome: Outcome, started: datetime, started_real: float | None
-    ) -> tuple[Execution, Advance | None, Finish]:
+    ) -> tuple[Execution, Advance | None, RunEnd]:
         finished = self.ports.clock.now()
         if started_real is None:
             seconds = (finished - started).total_seconds()
@@ -153,7 +153,7 @@ class Completer:
 
     def end_at(
         self, task: Task, outcome: Outcome, started: datetime, finished: datetime, seconds: float
-    ) -> tuple[Execution, Advance | None, Finish]:
+    ) -> tuple[Execution, Advance | None, RunEnd]:
         """The run's record once over, its job's advance and the end to write."""
         execution = task.execution.ended(
             status=outcome.status,
@@ -166,12 +166,12 @@ class Completer:
             attempt_log=outcome.attempt_log,
         )
         entry = task.shard_entry
-        # A shard's end leaves the job to its occurrence's last shard (scheduler/schedule/shards.py).
+        # A shard's end leaves the job to its occurrence's last shard (schedule/shards.py).
         advance = self._advance(task, execution) if entry is None else None
         # Dead letters and automatic re-drives: scheduler/dead_letters.py. A shard of a
         # scheduled occurrence re-runs nothing; one of a requested occurrence does.
         asked = task.request if entry is None or entry.advance_from is None else None
-        end = finish_of(task.job, asked, execution, advance)
+        end = end_of(task.job, asked, execution, advance)
         if entry is not None:
             end = replace(end, shard=entry)
         elif task.request is not None and execution.status is not Status.ABANDONED:
@@ -179,7 +179,7 @@ class Completer:
         return end.execution, advance, end
 
     def tell_ended(
-        self, task: Task, execution: Execution, advance: Advance | None, ending: Ending
+        self, task: Task, execution: Execution, advance: Advance | None, ending: Written
     ) -> None:
         if ending.error is not None:
             self.observer.not_recorded(task.job, execution, ending.error)
@@ -265,7 +265,7 @@ class _LateEnd:
 
     def __init__(
         self,
-        completer: Completer,
+        completer: Ender,
         task: Task,
         outcome: Outcome,
         started: datetime,
@@ -277,17 +277,17 @@ class _LateEnd:
         self._execution: Execution | None = None
         self._advance: Advance | None = None
 
-    def work_out(self) -> Finish:
+    def work_out(self) -> RunEnd:
         try:
             self._execution, self._advance, end = self._completer.end_at(
                 self._task, self._outcome, self._started, self._finished, self._seconds
             )
-        except BaseException:  # never written (see Finisher.hand_over_then)
+        except BaseException:  # never written (see Writer.hand_over_then)
             self._completer._ended(self._task)
             raise
         return end
 
-    def tell(self, ending: Ending) -> None:
+    def tell(self, ending: Written) -> None:
         assert self._execution is not None  # told only of an end worked out
         self._completer._ended(self._task)
         self._completer.tell_ended(self._task, self._execution, self._advance, ending)

@@ -22,10 +22,8 @@ from tickd.scheduler.logs import FIELDS
 from tickd.scheduler.model import Attempt, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.plugin.api import Handler, HandlerContext, Result
-from tickd.scheduler.plugin.http import safe_client_session
-from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.ports.backends import Ports
 from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_if_forked
+from tickd.scheduler.plugin.http import safe_client_session
 from tickd.scheduler.plugin.leftover_tasks import TasksEndingWithTheRun, run_task
 from tickd.scheduler.plugin.outcomes import (
     HandlerExit,
@@ -34,6 +32,8 @@ from tickd.scheduler.plugin.outcomes import (
     outcome_of,
     smaller_than,
 )
+from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import Ports
 from tickd.scheduler.run.task import Outcome, Task
 from tickd.scheduler.schedule.backoff import backoff_delay
 from tickd.scheduler.secrets.echoes import EchoMaskingLogger

@@ -15,10 +15,10 @@ from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.ports.backends import Ports
 from tickd.scheduler.ports.store_engine import DispatchStore
 from tickd.scheduler.run.due import DueRun
-from tickd.scheduler.run.end import Completer
-from tickd.scheduler.schedule.shards import requested_as, shard_entries
+from tickd.scheduler.run.end import Ender
 from tickd.scheduler.run.task import Outcome, Task
 from tickd.scheduler.schedule.planning import Plan, plan_run
+from tickd.scheduler.schedule.shards import requested_as, shard_entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class Recorded:
 
 class Recorder:
     def __init__(
-        self, *, settings: Settings, ports: Ports, observer: RunObserver, completer: Completer
+        self, *, settings: Settings, ports: Ports, observer: RunObserver, completer: Ender
     ) -> None:
         self.settings = settings
         self.ports = ports
@@ -75,8 +75,8 @@ class Recorder:
         return Recorded(tasks, sharded=len(sharded))
 
     async def _hand_to_shards(self, run: DueRun, plan: Plan, now: datetime, token: str) -> None:
-        """A claimed sharded occurrence becomes its shards' (scheduler/schedule/shards.py), which any
-        instance takes, each under its own lock: the job's lock goes back now. A requested
+        """A claimed sharded occurrence becomes its shards' (scheduler/schedule/shards.py), which
+        any instance takes, each under its own lock: the job's lock goes back now. A requested
         occurrence leaves the schedule alone."""
         job = run.job
         assert job.lease is not None

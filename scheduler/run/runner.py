@@ -15,14 +15,14 @@ from datetime import datetime, timedelta
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.model import Status
 from tickd.scheduler.observers import RunObserver
+from tickd.scheduler.plugin.outcomes import execution_error
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LockUnavailable, Ports, StoreError
-from tickd.scheduler.run.end import Completer
+from tickd.scheduler.run.end import Ender
 from tickd.scheduler.run.execute import Executor
 from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.plugin.outcomes import execution_error
 from tickd.scheduler.run.task import Outcome, Task
-from tickd.scheduler.run.write import Finisher
+from tickd.scheduler.run.write import Writer
 
 __all__ = ["Outcome", "Runner", "Task"]
 
@@ -52,12 +52,12 @@ class Runner:
             observer=observer,
             resources=resources,
         )
-        self.completer = Completer(
+        self.completer = Ender(
             settings=settings, ports=ports, observer=observer, rng=rng, fired=fired
         )
 
     @property
-    def finisher(self) -> Finisher:
+    def finisher(self) -> Writer:
         return self.completer.finisher
 
     async def run(self, task: Task) -> None:

@@ -84,14 +84,14 @@ TRANSITIONS = (
         RunState.RUNNING, RunState.ABANDONED, "cancelled", Stage.EXECUTE, "run.runner:Runner.run"
     ),
     Transition(
-        RunState.ENDED, RunState.COMPLETED, "complete", Stage.COMPLETE, "run.write:Finisher._write"
+        RunState.ENDED, RunState.COMPLETED, "complete", Stage.COMPLETE, "run.write:Writer._write"
     ),
     Transition(
         RunState.ENDED,
         RunState.FENCED,
         "fenced_off",
         Stage.COMPLETE,
-        "run.end:Completer.tell_ended",
+        "run.end:Ender.tell_ended",
     ),
     Transition(
         RunState.RECORDED,

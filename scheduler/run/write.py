@@ -1,4 +1,4 @@
-"""Ending runs in groups, as the dispatcher starts them: the executions, the jobs' fenced
+"""Writing runs' ends in groups, as the dispatcher starts them: the executions, the jobs' fenced
 advances and the lock releases of every run that ends within a few milliseconds of another go
 to the store and the lock service as one batch, so a burst costs a few round trips per hundred
 runs, not one per run. Each run's advance is still fenced by its own lease token. A worker hands
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.logs import RepeatedErrors, log_event
-from tickd.scheduler.ports.backends import Finish, Lock, StoreError
+from tickd.scheduler.ports.backends import Lock, RunEnd, StoreError
 from tickd.scheduler.ports.store_engine import CompletionStore
 from tickd.scheduler.run.fired_runs import FiredRuns
 from tickd.scheduler.schedule.backoff import backoff_delay
@@ -39,13 +39,13 @@ CLOSING_ATTEMPTS = 5
 # Ends handed over and not yet written, in batches, before the workers wait for the store.
 PENDING_BATCHES = 2
 # Runs fired at their time and waiting for a worker go before the ends of runs already over
-# (see Finisher), but an end waits for them this long at most: fired runs that cannot start
+# (see Writer), but an end waits for them this long at most: fired runs that cannot start
 # (every worker busy with long runs) must not keep ends from the store.
 MAX_DEFER_SECONDS = 0.1
 
 
 @dataclass(frozen=True, slots=True)
-class Ending:
+class Written:
     """What became of a run's end: applied to its job, or fenced off (`applied` False); `error`
     when the store refused it for good."""
 
@@ -56,20 +56,20 @@ class Ending:
 @dataclass(frozen=True, slots=True)
 class _Pending:
     # The end, or how to work it out when its batch is written (see hand_over_then).
-    finish: Finish | Callable[[], Finish]
+    finish: RunEnd | Callable[[], RunEnd]
     lock_token: str
     # Told what became of the end: a future someone awaits, or a callback (see hand_over).
-    ended: asyncio.Future[Ending] | Callable[[Ending], None]
+    ended: asyncio.Future[Written] | Callable[[Written], None]
 
 
 @dataclass(frozen=True, slots=True)
 class _Resolved:
-    finish: Finish
+    finish: RunEnd
     lock_token: str
-    ended: asyncio.Future[Ending] | Callable[[Ending], None]
+    ended: asyncio.Future[Written] | Callable[[Written], None]
 
 
-class Finisher:
+class Writer:
     def __init__(
         self,
         store: CompletionStore,
@@ -110,23 +110,23 @@ class Finisher:
         # else runs it meanwhile.
         self._fired = fired or FiredRuns()
 
-    async def finish(self, finish: Finish, lock_token: str) -> Ending:
+    async def finish(self, finish: RunEnd, lock_token: str) -> Written:
         """Write the run's end with the next batch, release its lock; wait for the outcome."""
         await self.room()
         return await asyncio.shield(self.hand_over(finish, lock_token))  # written if cancelled
 
-    def hand_over(self, finish: Finish, lock_token: str) -> asyncio.Future[Ending]:
+    def hand_over(self, finish: RunEnd, lock_token: str) -> asyncio.Future[Written]:
         """Queue the run's end for the next batch, without waiting for it: the future says what
         became of it."""
-        ended: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
+        ended: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
         self._queue(_Pending(finish, lock_token, ended))
         return ended
 
     def hand_over_then(
         self,
-        finish: Finish | Callable[[], Finish],
+        finish: RunEnd | Callable[[], RunEnd],
         lock_token: str,
-        then: Callable[[Ending], None],
+        then: Callable[[Written], None],
     ) -> None:
         """As hand_over, and `then` is called with what became of the end once it is written. A
         worker hands its run's end over and takes the next run at once; no future, nor the turn
@@ -204,13 +204,13 @@ class Finisher:
             endings = await self._write(batch)
         except Exception as exc:  # a bug, or an error no store translated: no run may hang on it
             log.exception("finisher.batch_failed")
-            endings = [Ending(applied=False, error=f"{type(exc).__name__}: {exc}") for _ in batch]
+            endings = [Written(applied=False, error=f"{type(exc).__name__}: {exc}") for _ in batch]
         await self._release_locks(batch)
         self.written.set()
         for pending, ending in zip(batch, endings, strict=True):
             _tell(pending.ended, ending)
 
-    async def _write(self, batch: list[_Resolved]) -> list[Ending]:
+    async def _write(self, batch: list[_Resolved]) -> list[Written]:
         """The batch written once the store takes it; given up only for an error no retry
         cures, or on shutdown."""
         finishes = [pending.finish for pending in batch]
@@ -218,17 +218,15 @@ class Finisher:
         while True:
             attempt += 1
             try:
-                applied = await self._store.finish_executions(
-                    finishes, event_source=self._event_source
-                )
+                applied = await self._store.write_ends(finishes, event_source=self._event_source)
             except StoreError as exc:
                 if not self._worth_another_try(exc):
                     self.refused = None
-                    return [Ending(applied=False, error=str(exc)) for _ in batch]
+                    return [Written(applied=False, error=str(exc)) for _ in batch]
                 await self._wait_for_store(exc, attempt, len(batch))
                 continue
             self._taken(attempt, len(batch))
-            return [Ending(applied=flag) for flag in applied]
+            return [Written(applied=flag) for flag in applied]
 
     def _worth_another_try(self, exc: StoreError) -> bool:
         if not refuses_for_now(exc):
@@ -270,7 +268,7 @@ def _resolved(batch: list[_Pending]) -> list[_Resolved]:
     resolved = []
     for pending in batch:
         finish = pending.finish
-        if not isinstance(finish, Finish):
+        if not isinstance(finish, RunEnd):
             try:
                 finish = finish()
             except Exception:
@@ -280,7 +278,7 @@ def _resolved(batch: list[_Pending]) -> list[_Resolved]:
     return resolved
 
 
-def _tell(ended: asyncio.Future[Ending] | Callable[[Ending], None], ending: Ending) -> None:
+def _tell(ended: asyncio.Future[Written] | Callable[[Written], None], ending: Written) -> None:
     if isinstance(ended, asyncio.Future):
         if not ended.done():
             ended.set_result(ending)

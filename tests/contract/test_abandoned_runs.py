@@ -16,7 +16,7 @@ from tickd.scheduler.model import (
     OnceSchedule,
     Status,
 )
-from tickd.scheduler.ports.backends import Claim, ExecutionQuery, Finish, RunRequest, Store
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, RunEnd, RunRequest, Store
 
 LEASE = timedelta(seconds=5)
 # A run that kills its worker every time is never run more often than this, whatever its job.
@@ -141,7 +141,7 @@ async def test_a_run_stopped_at_a_graceful_shutdown_does_not_count_as_abandoned(
         error=ExecutionError(type="Shutdown", message="cancelled"),
         result=None,
     )
-    await store.finish_executions([Finish(stopped, None)])  # given back, as at a shutdown
+    await store.write_ends([RunEnd(stopped, None)])  # given back, as at a shutdown
 
     runs = await runs_until_given_up(store, job)
 

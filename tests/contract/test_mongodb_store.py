@@ -37,7 +37,7 @@ from tickd.handlers.product_store.mongodb import MongoProductStore
 from tickd.handlers.product_store.mongodb_queries import ALERT_INDEXES
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Job, Status
-from tickd.scheduler.ports.backends import Claim, Finish, Retention, RunRequest, StoreError
+from tickd.scheduler.ports.backends import Claim, Retention, RunEnd, RunRequest, StoreError
 from tickd.scheduler.store.kit.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from tickd.scheduler.store.mongodb import MongoStore
 
@@ -665,7 +665,7 @@ async def test_a_crash_between_a_runs_execution_and_its_job_is_rolled_forward_by
     with monkeypatch.context() as patched:
         patched.setattr(store, "_release", crash)
         with pytest.raises(Crash):
-            await store.finish_executions([Finish(done, advance)])
+            await store.write_ends([RunEnd(done, advance)])
 
     after_lease = T0 + timedelta(minutes=6)
     assert await store.reap_expired_leases(after_lease) == [], "it ended: nothing to abandon"
@@ -701,11 +701,11 @@ async def test_a_requested_run_rolled_forward_by_the_reaper_leaves_the_queue(
     async def crash(*args: object, **kwargs: object) -> None:
         raise Crash
 
-    end = Finish(done, advance_to(won.next_run_at, done), request_id=request.id)
+    end = RunEnd(done, advance_to(won.next_run_at, done), request_id=request.id)
     with monkeypatch.context() as patched:
         patched.setattr(store, "_take_off_queue", crash)
         with pytest.raises(Crash):
-            await store.finish_executions([end])
+            await store.write_ends([end])
 
     assert await store.reap_expired_leases(T0 + timedelta(minutes=6)) == []
     after = await store.get_job(job.id)

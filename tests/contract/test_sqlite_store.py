@@ -20,7 +20,7 @@ import tickd.scheduler.store.sqlite.dispatch as dispatch_module
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import on_each_connection
 from tickd.scheduler.model import Execution, Job, Priority, Status
-from tickd.scheduler.ports.backends import Claim, ExecutionQuery, Finish, StoreError
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, RunEnd, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
 from tickd.scheduler.store.sqlite.rows import job_from_row
 
@@ -252,13 +252,13 @@ async def test_a_batch_too_large_to_write_in_a_moment_is_written_off_the_loop(
 
     await on_each_connection(sqlite_store, lambda db: db.set_trace_callback(traced))
     records = [running(job) for job in jobs]
-    ends = [Finish(succeeded(record), None) for record in records]
+    ends = [RunEnd(succeeded(record), None) for record in records]
 
     assert await written_on_the_loop(sqlite_store.insert_executions(records[:2])) == {True}
     assert await written_on_the_loop(sqlite_store.insert_executions(records[2:])) == {True}
-    assert await written_on_the_loop(sqlite_store.finish_executions(ends[:2])) == {True}
+    assert await written_on_the_loop(sqlite_store.write_ends(ends[:2])) == {True}
     assert await written_on_the_loop(sqlite_store.insert_executions(records)) == {False}
-    assert await written_on_the_loop(sqlite_store.finish_executions(ends)) == {False}
+    assert await written_on_the_loop(sqlite_store.write_ends(ends)) == {False}
 
 
 async def test_batches_run_on_the_loop_still_have_their_log_checkpointed(

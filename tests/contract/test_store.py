@@ -31,11 +31,11 @@ from tickd.scheduler.ports.backends import (
     Claim,
     DuplicateJobName,
     ExecutionQuery,
-    Finish,
     JobChange,
     JobQuery,
     OutboxBacklog,
     Retention,
+    RunEnd,
     RunRequest,
     Store,
     StoreError,
@@ -87,7 +87,7 @@ def advance_to(when: datetime | None, execution: Execution, revision: int = 1) -
 
 
 async def finish_one(store: Store, execution: Execution, advance: Advance | None) -> bool:
-    [applied] = await store.finish_executions([Finish(execution, advance)])
+    [applied] = await store.write_ends([RunEnd(execution, advance)])
     return applied
 
 
@@ -575,7 +575,7 @@ async def test_a_request_read_before_another_instance_ran_it_is_not_claimed_agai
     [(_, won)] = await store.claim_run_requests([request], [claim_by("first")], T0)
     assert won.lease is not None
     done = replace(running(won, won.lease.token), status=Status.SUCCESS, finished_at=T0)
-    [applied] = await store.finish_executions([Finish(done, None, request_id=request.id)])
+    [applied] = await store.write_ends([RunEnd(done, None, request_id=request.id)])
     assert applied
 
     assert await store.claim_run_requests([stale], [claim_by("second")], T0) == []
@@ -735,8 +735,8 @@ async def test_a_batch_of_ends_says_which_applied_in_order(store: Store) -> None
     assert await store.replace_job(stopped, paused.revision, change_of(paused, "pause"))
 
     done = [replace(r, status=Status.SUCCESS, finished_at=later) for r in runs]
-    ends = [Finish(d, advance_to(T0 + timedelta(hours=1), d)) for d in done]
-    by_name = dict(zip([j.name for j in won], await store.finish_executions(ends), strict=True))
+    ends = [RunEnd(d, advance_to(T0 + timedelta(hours=1), d)) for d in done]
+    by_name = dict(zip([j.name for j in won], await store.write_ends(ends), strict=True))
     assert by_name == {"ours": True, "paused-meanwhile": True, "taken-over": False}
     after = {name: await store.get_job_by_name(name) for name in by_name}
     assert after["ours"] is not None and after["ours"].lease is None
@@ -748,7 +748,7 @@ async def test_a_batch_of_ends_says_which_applied_in_order(store: Store) -> None
     for end in ends:
         stored = await store.get_execution(end.execution.id)
         assert stored is not None and stored.status is Status.SUCCESS
-    assert await store.finish_executions([]) == []
+    assert await store.write_ends([]) == []
 
 
 # -- dead letters and retention ------------------------------------------------------------------
@@ -795,13 +795,13 @@ async def test_a_rerun_settles_the_earlier_dead_letters_of_its_occurrence(store:
     await store.insert_job(job)
     failed = ended(job, T0, Status.FAILED, dead_letter=DeadLetter.OPEN)
     other = ended(job, T0 + timedelta(minutes=1), Status.TIMEOUT, dead_letter=DeadLetter.OPEN)
-    await store.finish_executions([Finish(failed, None), Finish(other, None)])
+    await store.write_ends([RunEnd(failed, None), RunEnd(other, None)])
     open_ones = await store.list_executions(ExecutionQuery(dead_letter=DeadLetter.OPEN))
     assert [e.id for e in open_ones] == [other.id, failed.id]
 
     again = ended(job, T0, Status.FAILED, finished=T0 + timedelta(hours=1))
     again = replace(again, dead_letter=DeadLetter.OPEN)
-    await store.finish_executions([Finish(again, None, settles=True)])
+    await store.write_ends([RunEnd(again, None, settles=True)])
 
     by_id = {e.id: e.dead_letter for e in await store.list_executions(ExecutionQuery())}
     assert by_id == {
@@ -818,9 +818,9 @@ async def test_an_automatic_redrive_is_queued_once_with_its_history(store: Store
     failed = ended(job, T0, Status.FAILED, dead_letter=DeadLetter.REDRIVING)
     request = replace(request_for(job, not_before=T0 + timedelta(seconds=30)), redrives=1)
     change = replace(change_of(job, "redrive"), actor="tickd")
-    end = Finish(failed, None, redrive=(request, change))
-    await store.finish_executions([end])
-    await store.finish_executions([end])  # a batch replayed after a lost connection
+    end = RunEnd(failed, None, redrive=(request, change))
+    await store.write_ends([end])
+    await store.write_ends([end])  # a batch replayed after a lost connection
 
     assert await store.due_run_requests(T0, 10) == []
     [(due, _)] = await store.due_run_requests(T0 + timedelta(seconds=30), 10)
@@ -1137,7 +1137,7 @@ async def test_events_are_written_with_the_executions_and_listed_in_order(store:
     runs = [running(await claimed(store, job), 1) for job in (first, second)]
     await store.insert_executions(runs, event_source=SOURCE)
     ended = replace(runs[0], status=Status.SUCCESS, finished_at=T0 + timedelta(seconds=1))
-    await store.finish_executions([Finish(ended, None)], event_source=SOURCE)
+    await store.write_ends([RunEnd(ended, None)], event_source=SOURCE)
 
     unsent = await store.unsent_events(10)
 
@@ -1162,7 +1162,7 @@ async def test_an_event_written_twice_is_stored_once(store: Store) -> None:
     ended = replace(run, status=Status.FAILED, finished_at=T0 + timedelta(seconds=1))
     for _ in range(2):  # a replayed batch, after a lost connection
         await store.insert_executions([run], event_source=SOURCE)
-        await store.finish_executions([Finish(ended, None)], event_source=SOURCE)
+        await store.write_ends([RunEnd(ended, None)], event_source=SOURCE)
 
     assert [e.event["type"] for e in await store.unsent_events(10)] == [
         "job.execution.started",
@@ -1246,7 +1246,7 @@ async def test_requests_of_handlers_at_their_limit_are_left_out_before_the_limit
     assert len(await store.due_run_requests(T0, 10)) == 3
 
 
-# -- sharded occurrences (scheduler/schedule/shards.py) ------------------------------------------------
+# -- sharded occurrences (scheduler/schedule/shards.py) --------------------------------------------
 
 
 async def test_shards_round_trip_on_jobs_executions_and_run_requests(store: Store) -> None:
@@ -1325,16 +1325,16 @@ async def test_the_last_shard_to_end_ends_the_occurrence_once(store: Store) -> N
     await store.insert_executions(runs)
 
     done = replace(runs[0], status=Status.SUCCESS, finished_at=T0, attempts=1)
-    assert await store.finish_executions([Finish(done, None, shard=first)]) == [True]
+    assert await store.write_ends([RunEnd(done, None, shard=first)]) == [True]
     assert await store.get_execution(done.id) == done
     assert [e.ended is not None for e in await store.occurrence_shards(job.id, 1)] == [True, False]
     still = await store.get_job(job.id)
     assert still is not None and still.lease is not None and still.next_run_at == T0
 
     fenced = replace(runs[1], token=first.lease.token if first.lease else 0, finished_at=T0)
-    assert await store.finish_executions([Finish(fenced, None, shard=second)]) == [False]
+    assert await store.write_ends([RunEnd(fenced, None, shard=second)]) == [False]
     last = replace(runs[1], status=Status.FAILED, finished_at=T0 + timedelta(seconds=5))
-    assert await store.finish_executions([Finish(last, None, shard=second)]) == [True]
+    assert await store.write_ends([RunEnd(last, None, shard=second)]) == [True]
     ended = await store.occurrence_shards(job.id, 1)
     assert [(e.shard, e.ended and e.ended.status) for e in ended] == [
         (0, Status.SUCCESS),
@@ -1374,7 +1374,7 @@ async def test_a_shard_whose_lease_expired_is_taken_over_and_its_run_abandoned(
     assert other is not None and other.status is Status.RUNNING, "the other shard runs on"
 
     late = replace(runs[0], status=Status.SUCCESS, finished_at=later)
-    assert await store.finish_executions([Finish(late, None, shard=lost)]) == [False]
+    assert await store.write_ends([RunEnd(late, None, shard=lost)]) == [False]
     held = await store.get_job(job.id)
     assert held is not None and held.lease is not None
     assert held.lease.until >= again.lease.until, "the occurrence outlives its shards"
@@ -1443,10 +1443,10 @@ async def test_a_rerun_of_a_shard_settles_only_that_shards_dead_letters(store: S
         replace(ended(job, T0, Status.FAILED, dead_letter=DeadLetter.OPEN), shard=i, shards=2)
         for i in range(2)
     ]
-    await store.finish_executions([Finish(e, None) for e in dead])
+    await store.write_ends([RunEnd(e, None) for e in dead])
 
     again = replace(ended(job, T0, finished=T0 + timedelta(hours=1)), shard=1, shards=2)
-    await store.finish_executions([Finish(again, None, settles=True)])
+    await store.write_ends([RunEnd(again, None, settles=True)])
 
     by_id = {e.id: e.dead_letter for e in await store.list_executions(ExecutionQuery())}
     assert by_id == {dead[0].id: DeadLetter.OPEN, dead[1].id: DeadLetter.REDRIVEN, again.id: None}

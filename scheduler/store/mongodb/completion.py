@@ -12,7 +12,7 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.model import DeadLetter, new_id
 from tickd.scheduler.ports.backends import (
-    Finish,
+    RunEnd,
 )
 from tickd.scheduler.store.kit.mongodb import (
     in_one_batch,
@@ -43,8 +43,8 @@ class MongoCompletion(MongoRequests):
         return result.matched_count == 1
 
     @translating_errors
-    async def finish_executions(
-        self, finishes: Sequence[Finish], *, event_source: str | None = None
+    async def write_ends(
+        self, finishes: Sequence[RunEnd], *, event_source: str | None = None
     ) -> list[bool]:
         """The events (before the executions: see Store), the executions, then the fenced job
         updates, then one read of which applied (a bulk write reports only counts): each applied
@@ -66,7 +66,7 @@ class MongoCompletion(MongoRequests):
         applied = released | shards
         return [f.execution.id in applied for f in finishes]
 
-    async def _settle_and_redrive(self, finishes: Sequence[Finish]) -> None:
+    async def _settle_and_redrive(self, finishes: Sequence[RunEnd]) -> None:
         settles = [settle_dead_letters(f.execution) for f in finishes if f.settles]
         await self._update_each(self.executions, settles)
         # A run fenced off (its lease lapsed, the occurrence is another instance's now) queues
@@ -91,7 +91,7 @@ class MongoCompletion(MongoRequests):
         if changes:
             await self.changes.insert_many([change_document(c) for c in changes])
 
-    async def _still_held(self, finish: Finish) -> bool:
+    async def _still_held(self, finish: RunEnd) -> bool:
         """Whether the run's lease (its job's, or its shard entry's) still holds: one read by
         `_id`, made only for runs that failed for good with a re-drive policy."""
         token = finish.execution.token
@@ -101,7 +101,7 @@ class MongoCompletion(MongoRequests):
             return await self.requests.find_one(shard_held_by(finish.shard.id, token)) is not None
         return await self.jobs.find_one(held_by(finish.execution.job_id, token)) is not None
 
-    async def _release(self, finishes: Sequence[Finish], *, schedule: bool) -> set[str]:
+    async def _release(self, finishes: Sequence[RunEnd], *, schedule: bool) -> set[str]:
         """The fenced job updates, then which applied: the runs the jobs this call (`batch`)
         touched now name. A bulk write reports only counts, so when every update matched, no
         read is needed."""

@@ -118,7 +118,7 @@ class MongoDispatch(MongoRequests):
         await self._update_each(self.jobs, [release_lease(job, token) for job, token in released])
         abandoned = await self._abandoned_at(now, expired)
         if given_up:
-            await cast(CompletionStore, self).finish_executions(given_up, event_source=event_source)
+            await cast(CompletionStore, self).write_ends(given_up, event_source=event_source)
         dead = {finish.execution.id: finish.execution for finish in given_up}
         return [dead.get(execution.id, execution) for execution in abandoned]
 

@@ -20,7 +20,7 @@ from tickd.scheduler.dead_letters import abandoned_for_good
 from tickd.scheduler.model import DeadLetter, Execution, Status
 from tickd.scheduler.ports.backends import (
     Backlog,
-    Finish,
+    RunEnd,
 )
 from tickd.scheduler.store.kit.mongodb import (
     from_micros,
@@ -94,7 +94,7 @@ class MongoHousekeeping(MongoRetention):
 
 async def abandoned_for_good_in(
     store: MongoCollections, leases: Sequence[tuple[str, int]]
-) -> list[Finish]:
+) -> list[RunEnd]:
     """The dead letters of the runs these expired leases guarded whose occurrences were
     abandoned past their jobs' retries (dead_letters.abandoned_for_good): the runs a reap
     abandoned under them and not yet judged, this reap's or those of one that stopped before
@@ -115,7 +115,7 @@ async def abandoned_for_good_in(
     return finishes
 
 
-async def _judged(store: MongoCollections, execution: Execution) -> Finish | None:
+async def _judged(store: MongoCollections, execution: Execution) -> RunEnd | None:
     job = await store.jobs.find_one({"_id": execution.job_id})
     if job is None:
         return None

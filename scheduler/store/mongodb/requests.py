@@ -21,7 +21,7 @@ from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Advance,
     Claim,
-    Finish,
+    RunEnd,
     RunRequest,
 )
 from tickd.scheduler.store.kit.mongodb import (
@@ -309,7 +309,7 @@ class MongoRequests(MongoCollections):
         await self.requests.delete_many({"job_id": job_id, "occurrence": occurrence})
         return True
 
-    async def _shards_ended(self, finishes: Sequence[Finish]) -> set[str]:
+    async def _shards_ended(self, finishes: Sequence[RunEnd]) -> set[str]:
         """The shards' ends on their entries (see shard_end); which applied: their execution
         ids. A bulk write reports only counts, so when every update matched, no read is
         needed."""

@@ -24,9 +24,9 @@ from tickd.scheduler.ports.backends import (
     Advance,
     Claim,
     ExecutionQuery,
-    Finish,
     JobQuery,
     Retention,
+    RunEnd,
     RunRequest,
 )
 from tickd.scheduler.store.kit.mongodb import (
@@ -94,7 +94,7 @@ def release_update(advance: Advance | None, *, schedule: bool = True) -> Doc:
     return {"$set": changes}
 
 
-def finished_document(finish: Finish) -> ReplaceOne[Doc]:
+def finished_document(finish: RunEnd) -> ReplaceOne[Doc]:
     """A run's execution as final, whether or not it was recorded as running before; with the
     job update its end makes (`release`), when that update is fenced by the job's lease."""
     execution = finish.execution
@@ -135,7 +135,7 @@ def rolled_forward(ended: Doc, *, schedule: bool, batch: str) -> UpdateOne:
     return UpdateOne(fenced, {"$set": changes | {"last_release": ended["_id"], "batch": batch}})
 
 
-def finish_update(finish: Finish, *, schedule: bool, batch: str) -> UpdateOne:
+def finish_update(finish: RunEnd, *, schedule: bool, batch: str) -> UpdateOne:
     """The fenced update that ends a run: only while its token holds the lease, and with the
     schedule only while ops have not changed when the job runs (`schedule_unchanged`). It names
     the execution in `last_release` and the store call in `batch`, so the store can tell
@@ -256,7 +256,7 @@ def shard_claim(entry: RunRequest, claim: Claim, batch: str) -> UpdateOne:
     return UpdateOne(read, {"$set": taken})
 
 
-def shard_end(finish: Finish, batch: str) -> UpdateOne:
+def shard_end(finish: RunEnd, batch: str) -> UpdateOne:
     """A shard's end on its entry, fenced by its token: the lease goes; the entry is ended,
     unless the run was abandoned (then the shard is due again)."""
     execution, entry = finish.execution, finish.shard

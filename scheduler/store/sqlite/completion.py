@@ -14,7 +14,7 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.model import DeadLetter
 from tickd.scheduler.ports.backends import (
-    Finish,
+    RunEnd,
 )
 from tickd.scheduler.store.kit.sqlite import AT_ONCE_MAX_ROWS
 from tickd.scheduler.store.sqlite.base import SQLiteTables
@@ -46,8 +46,8 @@ class SQLiteCompletion(SQLiteTables):
         args = (micros(until), job_id, token)
         return bool(await self._run(lambda db: db.execute(sql, args).rowcount))
 
-    async def finish_executions(
-        self, finishes: Sequence[Finish], *, event_source: str | None = None
+    async def write_ends(
+        self, finishes: Sequence[RunEnd], *, event_source: str | None = None
     ) -> list[bool]:
         """One transaction for the batch: the executions and their events, their dead letters,
         then each job's fenced release."""
@@ -85,7 +85,7 @@ class SQLiteCompletion(SQLiteTables):
 
     @staticmethod
     def _settle_and_redrive(
-        db: sqlite3.Connection, finishes: Sequence[Finish], applied: Sequence[bool]
+        db: sqlite3.Connection, finishes: Sequence[RunEnd], applied: Sequence[bool]
     ) -> None:
         settle = (
             "UPDATE executions SET dead_letter = ? WHERE job_id = ? AND scheduled_at = ? "

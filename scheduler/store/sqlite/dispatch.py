@@ -17,7 +17,7 @@ from tickd.scheduler.codec import (
 from tickd.scheduler.model import Execution, ExecutionError, Job, Priority, Status
 from tickd.scheduler.ports.backends import (
     Claim,
-    Finish,
+    RunEnd,
 )
 from tickd.scheduler.ports.store_engine import CompletionStore
 from tickd.scheduler.store.kit.sqlite import AT_ONCE_MAX_ROWS
@@ -164,7 +164,7 @@ class SQLiteDispatch(SQLiteTables):
         error_json = json.dumps(to_json_ready({"type": error.type, "message": error.message}))
         at = micros(now)
 
-        def reap(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[Finish]]:
+        def reap(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[RunEnd]]:
             expired = db.execute(
                 "SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL "
                 f"AND {TAKEABLE_JOB_LEASE}",
@@ -199,7 +199,7 @@ class SQLiteDispatch(SQLiteTables):
 
         rows, given_up = await self._run(reap)
         if given_up:
-            await cast(CompletionStore, self).finish_executions(given_up, event_source=event_source)
+            await cast(CompletionStore, self).write_ends(given_up, event_source=event_source)
         dead = {finish.execution.id: finish.execution for finish in given_up}
         return [dead.get(row["id"], execution_from_row(row)) for row in rows]
 

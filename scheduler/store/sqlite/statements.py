@@ -29,9 +29,9 @@ from tickd.scheduler.ports.backends import (
     ENDED_LEASE_UNTIL,
     Advance,
     ExecutionQuery,
-    Finish,
     JobChange,
     JobQuery,
+    RunEnd,
 )
 from tickd.scheduler.store.sqlite.rows import (
     execution_from_row,
@@ -96,7 +96,7 @@ _ABANDONMENTS_SQL = (
 
 def abandoned_for_good_in(
     db: sqlite3.Connection, leases: Sequence[tuple[str, int]]
-) -> list[Finish]:
+) -> list[RunEnd]:
     """The dead letters of the runs these expired leases guarded whose occurrences were
     abandoned past their jobs' retries (dead_letters.abandoned_for_good)."""
     finishes = []
@@ -108,7 +108,7 @@ def abandoned_for_good_in(
     return finishes
 
 
-def _judged(db: sqlite3.Connection, execution: Execution) -> Finish | None:
+def _judged(db: sqlite3.Connection, execution: Execution) -> RunEnd | None:
     job_row = db.execute("SELECT * FROM jobs WHERE id = ?", (execution.job_id,)).fetchone()
     if job_row is None:
         return None
