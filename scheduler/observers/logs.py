@@ -6,7 +6,10 @@ when the second ends, not when the next run ends; quieter seconds add up to one 
 minute; and while nothing ends, nothing is written. So a burst of thousands of runs a second is
 not limited by its own log, its last second is told as soon as it is over, and a daemon whose
 jobs tick along writes a line a minute. Runs that fail, time out or are given up, and everything
-unusual, keep a line each."""
+unusual, keep a line each: its error's type and the first line of its message, cut to
+`ERROR_LINE_CHARS` (the record keeps it whole), and its dead letter when it failed for good. The
+message is masked where the run ended (plugin/outcomes.py) and again as the line is written
+(scheduler/logs.py); it is cut only after masking, so no secret is left half shown."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from tickd.scheduler.logs import log_event
 from tickd.scheduler.model import Execution, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.ports.clock import Clock, SystemClock
+from tickd.scheduler.secrets.masking import scrub_text
 
 log = logging.getLogger("tickd.runner")
 
@@ -28,6 +32,9 @@ SUMMARY_EVERY_SECONDS = 1.0
 QUIET_SUMMARY_EVERY_SECONDS = 60.0
 # More runs than this ending in one second make it busy: summarised on its own.
 BUSY_RUNS = 10
+
+# The error's first line in a log line is cut to this many characters, an ellipsis marking the cut.
+ERROR_LINE_CHARS = 200
 
 # Calls the callback after a delay in seconds, as `loop.call_later` does.
 CallLater = Callable[[float, Callable[[], None]], object]
@@ -119,7 +126,7 @@ class LogObserver(RunObserver):
             status=str(execution.status),
             attempts=execution.attempts,
             duration_ms=execution.duration_ms,
-            error=execution.error.message if execution.error else None,
+            **error_fields(execution),
         )
 
     def stopped(self) -> None:
@@ -195,4 +202,25 @@ class LogObserver(RunObserver):
             job=execution.job_name,
             execution=execution.id,
             owner=execution.owner,
+            **error_fields(execution),
         )
+
+
+def error_fields(execution: Execution) -> dict[str, str]:
+    """What a log line says of a run's error: its type, the first line of its message (masked,
+    then cut) and, for a run that failed for good, its dead letter's state; nothing for a run
+    without an error."""
+    fields: dict[str, str] = {}
+    if execution.error is not None:
+        fields["error_type"] = execution.error.type
+        fields["error"] = error_line(execution.error.message)
+    if execution.dead_letter is not None:
+        fields["dead_letter"] = str(execution.dead_letter)
+    return fields
+
+
+def error_line(message: str, width: int = ERROR_LINE_CHARS) -> str:
+    """The first non-blank line of a message, masked, at most `width` characters."""
+    lines = [line.strip() for line in scrub_text(message).splitlines()]
+    first = next((line for line in lines if line), "")
+    return first if len(first) <= width else first[: width - 1] + "…"
