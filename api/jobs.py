@@ -8,12 +8,14 @@ Every check runs before anything is written; each failure names its field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
+from pydantic import ValidationError as ModelError
 
 from tickd.api.models import (
     CronScheduleIn,
@@ -47,6 +49,7 @@ from tickd.scheduler.schedule.schedules import first_fire, next_fire
 from tickd.scheduler.secrets.masking import MASK, is_secret_name, mask, restore_masked
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 # Fields whose change is recorded in the history (the engine's own fields are not).
 TRACKED = [
@@ -203,6 +206,56 @@ class JobBuilder:
     def check_schedule(self, schedule: Schedule, name: str) -> None:
         with validation_problems():
             self.rules.check_schedule(schedule, name)
+
+
+# -- a body the model refused in part --------------------------------------------------------------
+
+# A value for each field a definition needs, standing in for one the model refused, so that the
+# rules can check the others; what the rules find on a stand-in is not reported.
+STAND_INS: dict[str, Any] = {
+    "name": "stand-in",
+    "handler": "stand-in",
+    "schedule": {"kind": "interval", "every_seconds": 60},
+}
+# Findings on a field that rest on another one too: the params and the shards are checked
+# against the handler, the jitter against the schedule.
+RESTS_ON = {"params": "handler", "shards": "handler", "jitter_seconds": "schedule"}
+
+
+def accepted_part(model: type[M], doc: Mapping[str, Any], refused: frozenset[str]) -> M | None:
+    """The fields of a body that its model accepted, read as the model reads a body, with
+    stand-ins for the refused ones it needs; None if even that is refused."""
+    kept = {name: value for name, value in doc.items() if name not in refused}
+    needed = {
+        name: value
+        for name, value in STAND_INS.items()
+        if name in refused and model.model_fields[name].is_required()
+    }
+    try:
+        return model.model_validate_json(json.dumps({**needed, **kept}), strict=True)
+    except ModelError:
+        return None
+
+
+def refusals_beside(build: Callable[[], Job], refused: frozenset[str]) -> list[tuple[str, str]]:
+    """The fields at fault `build` names (a job built from the accepted part of a body), but
+    for those its model refused and what rests on them: the model's reasons name those."""
+    try:
+        build()
+    except ApiError as refusal:
+        if refusal.status != 422:
+            return []
+        return [
+            (error["field"], error["reason"])
+            for error in refusal.errors
+            if not _rests_on_refused(error["field"], refused)
+        ]
+    return []
+
+
+def _rests_on_refused(field: str, refused: frozenset[str]) -> bool:
+    top = field.split(".")[0]
+    return top in refused or RESTS_ON.get(top) in refused
 
 
 def _check_not_spent(before: Job, after: Job) -> None:

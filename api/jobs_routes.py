@@ -8,14 +8,19 @@ import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
+
+from aiohttp import web
 
 from tickd.api.jobs import (
     JobListPage,
     JobSearchQuery,
+    accepted_part,
     change_entry,
     definition_changed,
     guard_system,
     job_search,
+    refusals_beside,
 )
 from tickd.api.models import (
     ChangeOut,
@@ -30,6 +35,7 @@ from tickd.api.problems import ApiError, field_error
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import (
     JOB,
+    STATE,
     decode_cursor,
     encode_cursor,
     entity_tags,
@@ -113,6 +119,41 @@ async def _check_name_free(call: Call[Q, B], job: Job) -> None:
     holder = await state(call).store.get_job_by_name(job.name)
     if holder is not None and holder.id != job.id:
         raise field_error("name", f"a job named {job.name!r} exists already", 409)
+
+
+async def create_refusals(
+    request: web.Request, doc: dict[str, Any], refused: frozenset[str]
+) -> list[tuple[str, str]]:
+    """What a create's checks refuse of the fields its body's model accepted."""
+    s = request.app[STATE]
+    body = accepted_part(JobCreate, doc, refused)
+    if body is None:
+        return []
+    return refusals_beside(lambda: s.builder.create(body, s.clock.now()), refused)
+
+
+async def put_refusals(
+    request: web.Request, doc: dict[str, Any], refused: frozenset[str]
+) -> list[tuple[str, str]]:
+    """What a replace's checks refuse of the fields its body's model accepted."""
+    s = request.app[STATE]
+    body = accepted_part(JobCreate, doc, refused)
+    job = await s.store.get_job(request.match_info["job_id"])
+    if body is None or job is None:
+        return []
+    return refusals_beside(lambda: s.builder.replace(job, body, s.clock.now()), refused)
+
+
+async def patch_refusals(
+    request: web.Request, doc: dict[str, Any], refused: frozenset[str]
+) -> list[tuple[str, str]]:
+    """What a change's checks refuse of the fields its body's model accepted."""
+    s = request.app[STATE]
+    body = accepted_part(JobPatch, doc, refused)
+    job = await s.store.get_job(request.match_info["job_id"])
+    if body is None or job is None:
+        return []
+    return refusals_beside(lambda: s.builder.patch(job, body, s.clock.now()), refused)
 
 
 async def get_job(call: Call[None, None]) -> Reply:
@@ -305,6 +346,7 @@ JOB_ROUTES: Routes = [
         201,
         query=WriteQuery,
         body=JobCreate,
+        body_check=create_refusals,
     ),
     Route("GET", JOB, get_job, "Read a job", "read", JobOut),
     Route(
@@ -316,6 +358,7 @@ JOB_ROUTES: Routes = [
         JobOut,
         query=WriteQuery,
         body=JobCreate,
+        body_check=put_refusals,
     ),
     Route(
         "PATCH",
@@ -326,6 +369,7 @@ JOB_ROUTES: Routes = [
         JobOut,
         query=WriteQuery,
         body=JobPatch,
+        body_check=patch_refusals,
     ),
     Route("DELETE", JOB, delete_job, "Delete a job", "write", None, 204),
     Route("POST", JOB + "/pause", pause_job, "Pause a job", "write", JobOut),

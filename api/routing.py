@@ -52,6 +52,11 @@ class Call(Generic[Q, B]):
 
 
 Handler = Callable[[Call[Q, B]], Awaitable["Reply | web.StreamResponse"]]
+# (field, reason) pairs.
+FieldErrors = list[tuple[str, str]]
+# Given a body as JSON and the top-level fields its model refused, what else is wrong with the
+# fields the model accepted, as the route's handler would refuse them.
+BodyCheck = Callable[[web.Request, dict[str, Any], frozenset[str]], Awaitable[FieldErrors]]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class Route(Generic[Q, B]):
     tag: str = "jobs"
     raw: bool = False  # the handler returns its own web.Response (metrics, docs)
     also: tuple[int, ...] = ()  # other success statuses, with the same response body
+    # The route's own checks of what the body's model accepted, when the model refused some of
+    # it: the answer names both at once.
+    body_check: BodyCheck | None = None
 
     def __post_init__(self) -> None:
         # mypy ties a declared model to the handler's Call, but not a model left out (the
@@ -188,14 +196,17 @@ def parse_query(request: web.Request, model: type[M] | None) -> M | None:
         raise from_pydantic(exc, "query.", status=400) from None
 
 
-async def parse_body(request: web.Request, model: type[M] | None) -> M | None:
+async def parse_body(
+    request: web.Request, model: type[M] | None, check: BodyCheck | None = None
+) -> M | None:
+    """The body as the route's model; refused, with every field at fault, `check`'s too."""
     if model is None:
         return None
     raw = await read_body(request)
     if not raw:
         raise ApiError(400, "Invalid request", "a JSON body is required", [("body", "missing")])
     try:
-        safejson.loads(
+        doc = safejson.loads(
             raw,
             parse_constant=_not_json,
             parse_float=_finite_float,
@@ -216,7 +227,24 @@ async def parse_body(request: web.Request, model: type[M] | None) -> M | None:
         unreadable = [e["msg"] for e in exc.errors() if e["type"] == "json_invalid"]
         if unreadable:
             raise invalid_json(unreadable[0]) from None
-        raise from_pydantic(exc, "") from None
+        refusal = from_pydantic(exc, "")
+        if check is not None and isinstance(doc, dict):
+            refusal = with_errors(refusal, await check(request, doc, refused_fields(exc)))
+        raise refusal from None
+
+
+def refused_fields(exc: ValidationError) -> frozenset[str]:
+    """The top-level fields of a body its model refused (`schedule` for `schedule.expr`)."""
+    return frozenset(str(error["loc"][0]) for error in exc.errors() if error["loc"])
+
+
+def with_errors(refusal: ApiError, more: FieldErrors) -> ApiError:
+    """A refusal that also names `more` fields at fault."""
+    if not more:
+        return refusal
+    errors = [(e["field"], e["reason"]) for e in refusal.errors] + more
+    detail = "; ".join(f"{field}: {reason}" for field, reason in errors)
+    return ApiError(refusal.status, refusal.title, detail, errors, refusal.headers)
 
 
 async def read_body(request: web.Request) -> bytes:
@@ -276,7 +304,7 @@ def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResp
         actor, scope = authenticate(request, route.scope)
         check_content_type(request, takes_body=route.body is not None)
         query = parse_query(request, _model(route.query))
-        body = await parse_body(request, _model(route.body))
+        body = await parse_body(request, _model(route.body), route.body_check)
         # None exactly where the route declares no model, as its handler's Call says (checked
         # when the route is declared).
         call = Call(request, actor, scope, cast(Q, query), cast(B, body))
