@@ -51,7 +51,15 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from tickd.api.bounces import BounceList
-from tickd.api.dead_letters import DeadLetterQuery, RedriveFilter, RedriveOut
+from tickd.api.dead_letters import (
+    DeadLetterQuery,
+    DiscardFilter,
+    DiscardOut,
+    ErrorGroups,
+    GroupQuery,
+    RedriveFilter,
+    RedriveOut,
+)
 from tickd.api.executions import RunOut
 from tickd.api.jobs import JobListPage, JobSearchQuery
 from tickd.api.models import (
@@ -141,7 +149,9 @@ OPERATIONS: dict[str, str] = {
     "get_v1_session": "session",
     "get_v1_stats": "get_stats",
     "get_v1_dead_letters": "list_dead_letters",
+    "get_v1_dead_letters_groups": "dead_letter_groups",
     "post_v1_dead_letters_redrive": "redrive_dead_letters",
+    "post_v1_dead_letters_discard": "discard_dead_letters",
     "post_v1_dead_letters_execution_id_redrive": "redrive_dead_letter",
     "post_v1_dead_letters_execution_id_discard": "discard_dead_letter",
 }
@@ -845,6 +855,16 @@ class _Operations:
         return Request("POST", "/v1/dead-letters/redrive", _model(RedriveOut), body=body)
 
     @staticmethod
+    def discard_dead_letters(which: DiscardFilter | None, fields: Fields) -> Request[DiscardOut]:
+        body = _body(_query(DiscardFilter, which, fields))
+        return Request("POST", "/v1/dead-letters/discard", _model(DiscardOut), body=body)
+
+    @staticmethod
+    def dead_letter_groups(query: GroupQuery | None, fields: Fields) -> Request[ErrorGroups]:
+        q = _query(GroupQuery, query, fields)
+        return Request("GET", "/v1/dead-letters/groups", _model(ErrorGroups), _params(q))
+
+    @staticmethod
     def stats(query: StatsQuery | None, fields: Fields) -> Request[StatsOut]:
         q = _query(StatsQuery, query, fields)
         return Request("GET", "/v1/stats", _model(StatsOut), _params(q))
@@ -1140,6 +1160,15 @@ class Client(_Base):
     def discard_dead_letter(self, execution_id: str) -> ExecutionOut:
         return self.send(_ops.dead_letter_action(execution_id, "discard", ExecutionOut))
 
+    def discard_dead_letters(self, which: DiscardFilter | None = None, **fields: Any) -> DiscardOut:
+        """Discard the dead letters listed (`ids`), or the newest open ones the filter matches,
+        at most `limit`; `more` says whether more match."""
+        return self.send(_ops.discard_dead_letters(which, fields))
+
+    def dead_letter_groups(self, query: GroupQuery | None = None, **fields: Any) -> ErrorGroups:
+        """Identical errors of the newest dead letters, counted, the largest group first."""
+        return self.send(_ops.dead_letter_groups(query, fields))
+
     # -- schedules, handlers, mail
 
     def preview_schedule(self, preview: PreviewRequest) -> PreviewOut:
@@ -1394,6 +1423,19 @@ class AsyncClient(_Base):
 
     async def discard_dead_letter(self, execution_id: str) -> ExecutionOut:
         return await self.send(_ops.dead_letter_action(execution_id, "discard", ExecutionOut))
+
+    async def discard_dead_letters(
+        self, which: DiscardFilter | None = None, **fields: Any
+    ) -> DiscardOut:
+        """Discard the dead letters listed (`ids`), or the newest open ones the filter matches,
+        at most `limit`; `more` says whether more match."""
+        return await self.send(_ops.discard_dead_letters(which, fields))
+
+    async def dead_letter_groups(
+        self, query: GroupQuery | None = None, **fields: Any
+    ) -> ErrorGroups:
+        """Identical errors of the newest dead letters, counted, the largest group first."""
+        return await self.send(_ops.dead_letter_groups(query, fields))
 
     # -- schedules, handlers, mail
 
