@@ -307,7 +307,10 @@ async def test_executions_list_show_and_retry(live: Live) -> None:
     starts = columns(header, "ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
     assert starts == sorted(starts)
     [failed] = await live.store.list_executions(ExecutionQuery(job_id=job["id"]))
-    assert row.split() == [failed.id, "flaky", "failed", "2026-03-02T10:00:00Z", "0ms", "1"]
+    assert row.split() == [
+        *(failed.id, "flaky", "failed", "2026-03-02T10:00:00Z", "0ms", "1"),
+        *("RuntimeError:", "upstream", "said", "no"),
+    ]
 
     shown = await live.tickd("executions", "show", failed.id)
     assert "RuntimeError: upstream said no" in shown.out
@@ -334,8 +337,8 @@ async def test_a_sharded_job_from_the_command_line_and_its_shards_listed(live: L
     listed = await live.tickd("executions", "list", "--job", "wide")
     assert listed.code == 0, listed.err
     header, *rows = listed.out.splitlines()
-    assert header.split()[-1] == "SHARD"
-    assert sorted(row.split()[-1] for row in rows) == ["0/2", "1/2"]
+    assert header.split()[-2:] == ["SHARD", "ERROR"]
+    assert sorted(row.split()[-2] for row in rows) == ["0/2", "1/2"]
     bad = await live.tickd(
         "jobs", "create", "--name", "w", "--handler", "ping", "--every", "60",
         "--param", "url=https://x.example", "--shards", "0",

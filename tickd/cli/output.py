@@ -43,6 +43,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, empty:
     if not rows:
         print(empty)
         return
+    rows = [[terminal_text(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:
         print(
@@ -53,7 +54,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, empty:
 def print_fields(fields: Sequence[tuple[str, str]]) -> None:
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
-        print(f"{name.ljust(width)}  {value}")
+        print(f"{name.ljust(width)}  {terminal_text(value)}")
 
 
 def print_fire_times(preview: Json, args: argparse.Namespace) -> None:
@@ -90,6 +91,39 @@ def plain_reason(text: str) -> str:
 
 
 _PYDANTIC_PREFIX = re.compile(r"(?:(?<=^)|(?<=: )|(?<=; ))(?:Value|Assertion) error, ")
+
+
+# Characters a terminal acts on rather than shows: C0 and C1 controls (ESC starts a sequence that
+# can recolour, retitle or rewrite the screen), DEL, and the bidirectional overrides and
+# isolates, which reorder what is shown.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """`text` as a terminal shows it and does nothing else: each control character as its
+    escape (`\\x1b`, `\\n`), so that a server's or a handler's text cannot move the cursor,
+    change colours or hide what follows."""
+    return _UNSAFE.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+
+
+def terminal_lines(text: str) -> str:
+    """A text of several lines (a traceback) for a terminal: its line breaks kept, every other
+    control character escaped."""
+    return "\n".join(terminal_text(line) for line in text.splitlines())
+
+
+ERROR_CHARS = 60
+
+
+def error_text(error: Json | None, width: int = ERROR_CHARS) -> str:
+    """An execution's error in a table's cell: its type and the first line of its message, cut
+    to `width` characters (an ellipsis marks the cut), escaped for a terminal; "-" without one."""
+    if not error:
+        return "-"
+    message = str(error.get("message") or "")
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    text = terminal_text(f"{error.get('type')}: {first}" if first else str(error.get("type")))
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # -- values ---------------------------------------------------------------------------------------

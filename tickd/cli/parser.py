@@ -282,24 +282,48 @@ def add_dead_letter_commands(commands: Subparsers, common: argparse.ArgumentPars
     filters.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
     filters.add_argument("--handler", help="only those of this handler")
     filters.add_argument("--since", metavar="ISO", help="occurrences scheduled from then on")
-    filters.add_argument("--limit", type=int, help="how many at most")
+    filters.add_argument("--until", metavar="ISO", help="occurrences scheduled before then")
+    acting = argparse.ArgumentParser(add_help=False)
+    acting.add_argument(
+        "--error-type", metavar="TYPE", help="only those whose error is of this type"
+    )
+    acting.add_argument("--limit", type=int, help="how many at most (default and most: 100)")
 
     listing = actions.add_parser(
-        "list", parents=[common, filters], help="dead letters, newest first (open ones)"
+        "list",
+        parents=[common, filters],
+        help="dead letters, newest first (open ones); --group: identical errors, counted",
     )
     listing.add_argument("--state", choices=DEAD_LETTER_STATES, help="default: open")
+    listing.add_argument("--limit", type=int, help="how many at most")
+    listing.add_argument(
+        "--group",
+        action="store_true",
+        help="identical errors (same job, error type and first line) with their counts, the "
+        "largest first, of the newest 2000",
+    )
     listing.set_defaults(act="runs:dead_letters_list")
 
     redrive = actions.add_parser(
         "redrive",
-        parents=[common, filters],
+        parents=[common, filters, acting],
         help="run a dead letter's occurrence again; without ID, every open one the filters match",
     )
     redrive.add_argument("execution", metavar="ID", nargs="?")
     redrive.set_defaults(act="runs:dead_letters_redrive")
 
-    discard = actions.add_parser("discard", parents=[common], help="give up on a dead letter")
-    discard.add_argument("execution", metavar="ID")
+    discard = actions.add_parser(
+        "discard",
+        parents=[common, filters, acting],
+        help="give up on dead letters: those named, or with --all every open one the filters match",
+        description="Discards the dead letters named by ID, or with --all the newest open ones "
+        "the filters match (at most --limit, 100 by default: run it again while it says more "
+        "match). A discarded dead letter is no longer counted as unhandled.",
+    )
+    discard.add_argument("execution", metavar="ID", nargs="*")
+    discard.add_argument(
+        "--all", action="store_true", help="every open dead letter the filters match"
+    )
     discard.set_defaults(act="runs:dead_letters_discard")
 
 

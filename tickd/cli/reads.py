@@ -53,6 +53,8 @@ VERBS = {
     "GET /v1/session": "tickd whoami",
     "GET /v1/stats": "tickd stats",
     "GET /v1/dead-letters": "tickd dead-letters list",
+    "GET /v1/dead-letters/groups": "tickd dead-letters list --group",
+    "POST /v1/dead-letters/discard": "tickd dead-letters discard",
     "POST /v1/dead-letters/redrive": "tickd dead-letters redrive",
     "POST /v1/dead-letters/{execution_id}/redrive": "tickd dead-letters redrive",
     "POST /v1/dead-letters/{execution_id}/discard": "tickd dead-letters discard",

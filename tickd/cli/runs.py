@@ -13,11 +13,14 @@ from tickd.cli.connect import UsageError, find_job, given
 from tickd.cli.output import (
     Json,
     dumped,
+    error_text,
     millis_text,
     print_fields,
     print_json,
     print_table,
     seconds_text,
+    terminal_lines,
+    terminal_text,
     when,
 )
 
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
     from tickd.client import Client
 
 EXECUTION_COLUMNS = ("ID", "JOB", "STATUS", "SCHEDULED", "DURATION", "ATTEMPTS")
+# The most ids one call discards (the API's bound): more are sent this many a call.
+DISCARD_BATCH = 100
 # `executions follow` polls at this interval, bounded, for the newest this many.
 MIN_FOLLOW_SECONDS, MAX_FOLLOW_SECONDS = 0.5, 60.0
 FOLLOW_PAGE = 100
@@ -60,7 +65,7 @@ def executions_show(client: Client, args: argparse.Namespace) -> None:
     traceback = (execution.get("error") or {}).get("traceback")
     if traceback:
         print("traceback:")
-        print(traceback.rstrip())
+        print(terminal_lines(traceback.rstrip()))
 
 
 def attempt_text(attempt: Json) -> str:
@@ -68,7 +73,7 @@ def attempt_text(attempt: Json) -> str:
     outcome = f"{error.get('type')}: {error.get('message')}" if error else "succeeded"
     backoff = attempt.get("backoff_seconds")
     then = f", retried after {seconds_text(backoff)}" if backoff is not None else ""
-    return (
+    return terminal_text(
         f"attempt {attempt.get('number')}: {when(attempt.get('started_at'))} to "
         f"{when(attempt.get('finished_at'))}, {outcome}{then}"
     )
@@ -88,10 +93,17 @@ def executions_follow(client: Client, args: argparse.Namespace) -> None:
         seen.update(e["id"] for e in ended)
         if not first or args.recent:
             for execution in ended:
-                line = json.dumps(execution) if args.json else "  ".join(execution_row(execution))
-                print(line, flush=True)
+                print(follow_line(execution, as_json=args.json), flush=True)
         first = False
         time.sleep(interval)
+
+
+def follow_line(execution: Json, *, as_json: bool) -> str:
+    """An ended execution as `follow` prints it: its row and its error, or its JSON."""
+    if as_json:
+        return json.dumps(execution)
+    cells = [*execution_row(execution), error_text(execution.get("error"))]
+    return terminal_text("  ".join(cells))
 
 
 def executions_retry(client: Client, args: argparse.Namespace) -> None:
@@ -109,11 +121,15 @@ def executions_retry(client: Client, args: argparse.Namespace) -> None:
 
 
 def dead_letters_list(client: Client, args: argparse.Namespace) -> None:
+    if args.group:
+        dead_letter_groups(client, args)
+        return
     query = given(
         state=args.state,
         job_id=job_id_of(client, args),
         handler=args.handler,
         since=args.since,
+        until=args.until,
         limit=args.limit,
     )
     page = dumped(client.list_dead_letters(**query))
@@ -123,9 +139,45 @@ def dead_letters_list(client: Client, args: argparse.Namespace) -> None:
     print_executions(page["items"], empty="No dead letters.")
 
 
+def dead_letter_groups(client: Client, args: argparse.Namespace) -> None:
+    """Identical errors with their counts, the largest group first."""
+    if args.limit is not None:
+        raise UsageError("--limit goes with a list of dead letters, not with --group")
+    query = given(
+        state=args.state,
+        job_id=job_id_of(client, args),
+        handler=args.handler,
+        since=args.since,
+        until=args.until,
+    )
+    groups = dumped(client.dead_letter_groups(**query))
+    if args.json:
+        print_json(groups)
+        return
+    rows = [
+        [
+            str(g.get("count")),
+            str(g.get("job_name")),
+            when(g.get("newest_at")),
+            error_text({"type": g.get("error_type"), "message": g.get("error")}, width=100),
+        ]
+        for g in groups.get("groups") or []
+    ]
+    print_table(("COUNT", "JOB", "NEWEST", "ERROR"), rows, empty="No dead letters.")
+    if not groups.get("complete"):
+        print(f"Only the newest {groups.get('read')} dead letters are counted.", file=sys.stderr)
+
+
+def filtered(args: argparse.Namespace) -> bool:
+    return any(
+        getattr(args, name, None) is not None
+        for name in ("job", "handler", "since", "until", "error_type", "limit")
+    )
+
+
 def dead_letters_redrive(client: Client, args: argparse.Namespace) -> None:
     if args.execution is not None:
-        if args.job or args.handler or args.since or args.limit is not None:
+        if filtered(args):
             raise UsageError("give an ID or filters, not both")
         request = client.redrive_dead_letter(args.execution)
         if args.json:
@@ -133,26 +185,71 @@ def dead_letters_redrive(client: Client, args: argparse.Namespace) -> None:
         else:
             print(f"Queued a re-drive of {args.execution} (run request {request.id}).")
         return
-    which = given(
-        job_id=job_id_of(client, args), handler=args.handler, since=args.since, limit=args.limit
-    )
-    out = dumped(client.redrive_dead_letters(**which))
+    out = dumped(client.redrive_dead_letters(**filters_of(client, args)))
     if args.json:
         print_json(out)
         return
     print(f"Queued {len(out['requests'])} re-drives.")
-    for skipped in out.get("skipped") or []:
-        print(f"  skipped {skipped.get('id')}: {skipped.get('reason')}")
+    print_skipped(out)
     if out.get("more"):
         print("More open dead letters match: run it again.", file=sys.stderr)
 
 
+def filters_of(client: Client, args: argparse.Namespace) -> Json:
+    return given(
+        job_id=job_id_of(client, args),
+        handler=args.handler,
+        since=args.since,
+        until=args.until,
+        error_type=args.error_type,
+        limit=args.limit,
+    )
+
+
+def print_skipped(out: Json) -> None:
+    for skipped in out.get("skipped") or []:
+        print(terminal_text(f"  skipped {skipped.get('id')}: {skipped.get('reason')}"))
+
+
 def dead_letters_discard(client: Client, args: argparse.Namespace) -> None:
-    execution = dumped(client.discard_dead_letter(args.execution))
-    if args.json:
-        print_json(execution)
+    """One dead letter, several (DISCARD_BATCH a call), or with --all the newest open ones the
+    filters match (at most --limit, 100 by default)."""
+    ids: list[str] = args.execution
+    if args.all == bool(ids):
+        raise UsageError(
+            "give IDs, or --all to discard every open dead letter the filters match"
+            if not ids
+            else "give IDs or --all, not both"
+        )
+    if ids and filtered(args):
+        raise UsageError("give IDs or filters, not both")
+    if len(ids) == 1:
+        execution = dumped(client.discard_dead_letter(ids[0]))
+        if args.json:
+            print_json(execution)
+        else:
+            print(f"Discarded dead letter {execution['id']} ({execution.get('job_name')}).")
+        return
+    if ids:
+        outs = [
+            dumped(client.discard_dead_letters(ids=ids[start : start + DISCARD_BATCH]))
+            for start in range(0, len(ids), DISCARD_BATCH)
+        ]
     else:
-        print(f"Discarded dead letter {execution['id']} ({execution.get('job_name')}).")
+        outs = [dumped(client.discard_dead_letters(**filters_of(client, args)))]
+    out: Json = {
+        "discarded": [i for o in outs for i in o["discarded"]],
+        "count": sum(o["count"] for o in outs),
+        "skipped": [s for o in outs for s in o["skipped"]],
+        "more": any(o["more"] for o in outs),
+    }
+    if args.json:
+        print_json(out)
+        return
+    print(f"Discarded {out['count']} dead {'letter' if out['count'] == 1 else 'letters'}.")
+    print_skipped(out)
+    if out["more"]:
+        print("More open dead letters match: run it again.", file=sys.stderr)
 
 
 # -- views ---------------------------------------------------------------------------------------
@@ -161,13 +258,18 @@ def dead_letters_discard(client: Client, args: argparse.Namespace) -> None:
 def print_executions(executions: Sequence[Json], *, empty: str) -> None:
     """A table of executions; with a SHARD column (shard/shards, from 0) when any is a shard."""
     rows = [execution_row(e) for e in executions]
+    errors = [error_text(e.get("error")) for e in executions]
     if not any((e.get("shards") or 1) > 1 for e in executions):
-        print_table(EXECUTION_COLUMNS, rows, empty=empty)
+        print_table(
+            (*EXECUTION_COLUMNS, "ERROR"),
+            [[*row, error] for row, error in zip(rows, errors, strict=True)],
+            empty=empty,
+        )
         return
     shards = [shard_text(e) for e in executions]
     print_table(
-        (*EXECUTION_COLUMNS, "SHARD"),
-        [[*row, shard] for row, shard in zip(rows, shards, strict=True)],
+        (*EXECUTION_COLUMNS, "SHARD", "ERROR"),
+        [[*row, shard, error] for row, shard, error in zip(rows, shards, errors, strict=True)],
         empty=empty,
     )
 
