@@ -66,7 +66,12 @@ from tickd.handlers.alert_scanner.email_templates import (
     TEXT_ITEM,
 )
 from tickd.handlers.alert_scanner.normalize import NormalizationError
-from tickd.handlers.alert_scanner.rules import display, number_text, percent_text
+from tickd.handlers.alert_scanner.rules import (
+    display,
+    finite_number,
+    format_money,
+    percent_text,
+)
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.product_store import Notification
 
@@ -74,10 +79,6 @@ HEADER_MAX_CHARS = 150
 VALUE_MAX_CHARS = 500
 SUBJECT_PART_CHARS = 40
 TIME_ZONE_MAX_CHARS = 64
-# Symbols people read without the code; any other currency is written after the amount.
-CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
-# From this amount on, money is shown in ten significant digits ($1e+30), not digit by digit.
-MONEY_PLAIN_MAX = 1e15
 # Bidirectional controls (embeddings, overrides, isolates, marks): dropped from what the
 # product's data puts in an email, where they could make a name read as something else.
 BIDI_CONTROLS = frozenset(
@@ -93,7 +94,6 @@ FLAG_SPELLINGS = {"ROHS": "RoHS"}
 _WHITESPACE = re.compile(r"\s+")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DROP_BIDI = dict.fromkeys(map(ord, BIDI_CONTROLS))
-_CURRENCY_BY_SYMBOL = {symbol: code for code, symbol in CURRENCY_SYMBOLS.items()}
 _CANONICAL_FLAG = re.compile(r"\b(?:" + "|".join(map(re.escape, FLAG_SPELLINGS)) + r")\b")
 # `Name <address>`: a From with a display name of its own.
 _NAMED_ADDRESS = re.compile(r'\s*"?(?P<name>[^"<>]*?)"?\s*<(?P<address>[^<>]*)>\s*')
@@ -236,7 +236,7 @@ def _describe_price(n: Notification) -> Description:
     def money(value: Any) -> str:
         return format_money(value, n.currency)
 
-    previous, current = _number(n.previous_value), _number(n.current_value)
+    previous, current = finite_number(n.previous_value), finite_number(n.current_value)
     if current is None:
         return "price changed", 20.0, money
     if not previous:
@@ -269,7 +269,7 @@ def _describe_lifecycle(n: Notification) -> Description:
 
 
 def _describe_risk(n: Notification) -> Description:
-    current, previous = _number(n.current_value), _number(n.previous_value)
+    current, previous = finite_number(n.current_value), finite_number(n.previous_value)
     if current is None:  # a level: Low, Medium, High, Critical
         level = display(n.current_value)
         rank = normalize.RISK_LEVELS.index(level) if level in normalize.RISK_LEVELS else 0
@@ -298,18 +298,6 @@ DESCRIBERS: dict[str, Callable[[Notification], Description]] = {
     "risk": _describe_risk,
     "new_alternate": _describe_alternates,
 }
-
-
-def _number(value: Any) -> float | None:
-    """A finite float from an int or a float; None for anything else (shown as it is)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond a float's range
-        return None
-    # + 0.0: -0.0 is shown as 0.
-    return number + 0.0 if math.isfinite(number) else None
 
 
 def _items(value: Any) -> list[str]:
@@ -361,33 +349,6 @@ def _joined(names: list[str]) -> str:
     if len(names) <= 1:
         return "".join(names)
     return ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def format_money(value: Any, currency: str | None) -> str:
-    """`$0.71`, `€3.20`, `12.50 CHF`; without a currency, just two decimals; from
-    MONEY_PLAIN_MAX on, ten significant digits (`$1e+30`)."""
-    amount = _number(value)
-    if amount is None:
-        return display(value)
-    shown = f"{amount:,.2f}" if abs(amount) < MONEY_PLAIN_MAX else number_text(amount)
-    code = currency.strip().upper() if isinstance(currency, str) else ""
-    if code in CURRENCY_SYMBOLS:
-        return f"{CURRENCY_SYMBOLS[code]}{shown}"
-    if len(code) == 3 and code.isascii() and code.isalpha():
-        return f"{shown} {code}"
-    return shown
-
-
-def currency_of(price_currency: Any, price: Any) -> str | None:
-    """The ISO 4217 code a part's price is in: its `priceCurrency` when that is a code, else
-    the symbol its price string starts with (`"$2.95"` is USD, shown `$2.95` again); None when
-    the data says neither. `¥` names two currencies (JPY, CNY), so it names none here."""
-    if isinstance(price_currency, str):
-        code = price_currency.strip().upper()
-        if len(code) == 3 and code.isascii() and code.isalpha():
-            return code
-    symbol = price.strip()[:1] if isinstance(price, str) else ""
-    return _CURRENCY_BY_SYMBOL.get(symbol)
 
 
 def recipient_zone(notifications: Sequence[Notification]) -> tzinfo | None:

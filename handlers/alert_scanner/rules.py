@@ -135,6 +135,11 @@ _TEN_DIGITS = Context(prec=10, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 # How a stored cursor or baseline is named in an error message.
 STORED = "cursor or baseline"
+# Symbols people read without the code; any other currency is written after the amount.
+CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
+# From this amount on, money is shown in ten significant digits ($1e+30), not digit by digit.
+MONEY_PLAIN_MAX = 1e15
+_CURRENCY_BY_SYMBOL = {symbol: code for code, symbol in CURRENCY_SYMBOLS.items()}
 
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[\s\-]+")
@@ -186,7 +191,7 @@ class Watch(Generic[V]):
 
 def evaluate(rule: Mapping[str, Any], part: Part) -> Verdict:
     """Check one rule against its part's current values."""
-    watch = compile_rule(rule)
+    watch = compile_rule(rule, currency=part_currency(part))
     current = watch.observe(part)
     cursor = watch.stored(current)
     previous = previous_value(rule, watch)
@@ -223,15 +228,16 @@ def previous_value(rule: Mapping[str, Any], watch: Watch[V]) -> V | None:
 # -- compiling a rule ---------------------------------------------------------------------------
 
 
-def compile_rule(rule: Mapping[str, Any]) -> Watch[Any]:
+def compile_rule(rule: Mapping[str, Any], *, currency: str | None = None) -> Watch[Any]:
     """The rule's type, operator and threshold (and, for prices, baseline) made into a Watch;
-    InvalidRule for a pair VALID_OPERATORS does not list."""
+    InvalidRule for a pair VALID_OPERATORS does not list. `currency`: the part's price's, in
+    which a price rule's reason gives its baseline."""
     rule_type, dimension = parse_type(rule.get("type"))
     op = parse_operator(rule.get("operator"))
     if op not in VALID_OPERATORS[rule_type]:
         raise InvalidRule(f"operator {op} is not defined for {rule_type} rules")
     builders: dict[RuleType, Callable[[Operator, Mapping[str, Any]], Watch[Any]]] = {
-        RuleType.PRICE_CHANGE: _price_watch,
+        RuleType.PRICE_CHANGE: lambda op, rule: _price_watch(op, rule, currency),
         RuleType.RISK: lambda op, rule: _risk_watch(op, rule, dimension),
         RuleType.COMPLIANCE: _compliance_watch,
         RuleType.LIFECYCLE: _lifecycle_watch,
@@ -334,9 +340,10 @@ def _explain_limit(field: str, op: Operator, limit: str) -> Callable[[Any, Any],
 # -- the five types -----------------------------------------------------------------------------
 
 
-def _price_watch(op: Operator, rule: Mapping[str, Any]) -> Watch[float]:
+def _price_watch(op: Operator, rule: Mapping[str, Any], currency: str | None) -> Watch[float]:
     """Percent change of the price against the rule's baseline, signed: `gt 10` is a rise of
-    more than 10 %, `lt -10` a fall of more than 10 %. `changed` is any change of the price."""
+    more than 10 %, `lt -10` a fall of more than 10 %. `changed` is any change of the price.
+    The reason gives the baseline as the email gives the price: in `currency`."""
     observe = _part_value("price", normalize.price)
     read = _stored_value(normalize.price)
     if op is Operator.CHANGED:
@@ -367,7 +374,8 @@ def _price_watch(op: Operator, rule: Mapping[str, Any]) -> Watch[float]:
 
     def explain(previous: float, current: float) -> str:
         return (
-            f"{percent_text(change(current))} against the baseline {display(baseline)}, "
+            f"{percent_text(change(current))} against the baseline "
+            f"{format_money(baseline, currency)}, "
             f"{OPERATOR_WORDS[op]} {limit:+g}%"
         )
 
@@ -556,6 +564,50 @@ def percent_text(value: float) -> str:
     places = 0 if size >= 10 else 1 if size >= 1 else 2
     rounded = Decimal(repr(size)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
     return f"{'-' if value < 0 and rounded else '+'}{rounded}%"
+
+
+def format_money(value: Any, currency: str | None) -> str:
+    """`$0.71`, `€3.20`, `12.50 CHF`; without a currency, just two decimals; from
+    MONEY_PLAIN_MAX on, ten significant digits (`$1e+30`)."""
+    amount = finite_number(value)
+    if amount is None:
+        return display(value)
+    shown = f"{amount:,.2f}" if abs(amount) < MONEY_PLAIN_MAX else number_text(amount)
+    code = currency.strip().upper() if isinstance(currency, str) else ""
+    if code in CURRENCY_SYMBOLS:
+        return f"{CURRENCY_SYMBOLS[code]}{shown}"
+    if len(code) == 3 and code.isascii() and code.isalpha():
+        return f"{shown} {code}"
+    return shown
+
+
+def currency_of(price_currency: Any, price: Any) -> str | None:
+    """The ISO 4217 code a part's price is in: its `priceCurrency` when that is a code, else
+    the symbol its price string starts with (`"$2.95"` is USD, shown `$2.95` again); None when
+    the data says neither. `¥` names two currencies (JPY, CNY), so it names none here."""
+    if isinstance(price_currency, str):
+        code = price_currency.strip().upper()
+        if len(code) == 3 and code.isascii() and code.isalpha():
+            return code
+    symbol = price.strip()[:1] if isinstance(price, str) else ""
+    return _CURRENCY_BY_SYMBOL.get(symbol)
+
+
+def part_currency(part: Part) -> str | None:
+    """The currency of the part's price (currency_of its `priceCurrency` and `price`)."""
+    return currency_of(part.get("priceCurrency"), part.get("price"))
+
+
+def finite_number(value: Any) -> float | None:
+    """A finite float from an int or a float; None for anything else (shown as it is)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond a float's range
+        return None
+    # + 0.0: -0.0 is shown as 0.
+    return number + 0.0 if math.isfinite(number) else None
 
 
 def display(value: Any, *, depth: int = 0) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 from tickd.handlers.alert_scanner import normalize
 from tickd.handlers.alert_scanner.concurrency import run_all
 from tickd.handlers.alert_scanner.delivery import EmailPolicy, deliver_pending
-from tickd.handlers.alert_scanner.emails import currency_of, safe_text
+from tickd.handlers.alert_scanner.emails import safe_text
 from tickd.handlers.alert_scanner.errors import unforeseen
 from tickd.handlers.alert_scanner.normalize import NormalizationError
 from tickd.handlers.alert_scanner.rules import (
@@ -56,6 +56,7 @@ from tickd.handlers.alert_scanner.rules import (
     evaluate,
     parse_operator,
     parse_type,
+    part_currency,
 )
 from tickd.handlers.product_store import (
     Alert,
@@ -509,14 +510,9 @@ def notify(due: DueRule, part: Mapping[str, Any], verdict: Verdict, now: datetim
         reason=safe_text(verdict.reason),
         created_at=now,
         notify_email=normalize.truth(rule.get("notifyEmail"), default=False, what="notifyEmail"),
-        currency=_currency(part) if verdict.field == "price" else None,
+        currency=part_currency(part) if verdict.field == "price" else None,
         time_zone=_text_or_none(doc.get("timeZone")),
     )
-
-
-def _currency(part: Mapping[str, Any]) -> str | None:
-    """The part's `priceCurrency`, or the currency a symbol before its price string names."""
-    return currency_of(part.get("priceCurrency"), part.get("price"))
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -19,15 +19,13 @@ from tests.fixtures.times import T0
 from tickd.handlers.alert_scanner import tokens
 from tickd.handlers.alert_scanner.emails import (
     compose,
-    currency_of,
     describe,
-    format_money,
     message_id,
     one_line,
     subject,
 )
 from tickd.handlers.alert_scanner.normalize import NormalizationError
-from tickd.handlers.alert_scanner.rules import percent_text
+from tickd.handlers.alert_scanner.rules import currency_of, format_money, percent_text
 from tickd.handlers.alert_scanner.settings import EmailSettings
 from tickd.handlers.product_store import Notification
 

@@ -267,7 +267,20 @@ def test_a_zero_baseline_has_no_percentage() -> None:
 
 def test_price_reason_says_how_far_and_against_what() -> None:
     verdict = check("price_change", "gt", 10, 100, {"price": 112.5}, baseline=100)
-    assert verdict.reason == "+13% against the baseline 100, more than +10%"
+    assert verdict.reason == "+13% against the baseline 100.00, more than +10%"
+
+
+def test_price_reason_gives_the_baseline_in_the_currency_of_the_price() -> None:
+    euros = check(
+        "price_change", "gt", 10, 100, {"price": 112.5, "priceCurrency": "EUR"}, baseline=100
+    )
+    dollars = check("price_change", "gt", 10, 100, {"price": "$112.50"}, baseline=100)
+    francs = check(
+        "price_change", "gt", 10, 100, {"price": 112.5, "priceCurrency": "chf"}, baseline=100
+    )
+    assert euros.reason == "+13% against the baseline €100.00, more than +10%"
+    assert dollars.reason == "+13% against the baseline $100.00, more than +10%"
+    assert francs.reason == "+13% against the baseline 100.00 CHF, more than +10%"
 
 
 # -- what a rule watches ------------------------------------------------------------------------

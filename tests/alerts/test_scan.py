@@ -58,7 +58,7 @@ async def test_a_rule_that_fires_is_notified_written_back_and_emailed(
         12.5,
     )
     assert n.message == "LM317T: price 10 -> 12.5"
-    assert n.reason == "+25% against the baseline 10, more than +10%"
+    assert n.reason == "+25% against the baseline 10.00, more than +10%"
     assert n.created_at == T0 and n.emailed_at == T0 and not n.read
     state = await stored_rule(products)
     assert state["cursor"] == 12.5 and state["baseline"] == 12.5 and state["lastError"] is None
