@@ -1,14 +1,13 @@
-"""The dispatcher: its tick, and the loop that runs it.
-
-A tick, each step a part of its own: fire the armed runs whose time came (run/arm.py) -> reap
-expired leases, once a tick interval (maintenance/reaper.py) -> fetch the due runs, requests
-first, then the most urgent jobs, as many as there is room for (run/fetch.py) -> within each
-handler's limit (run/handler_limits.py), lock and claim them, one batch each (run/claim.py) ->
-arm the runs due later (run/arm.py); record the runs due now, one insert (run/record.py), and
-queue them for the workers (run/pool.py), which blocks when full: the dispatcher falls behind
-the clock instead of piling up work. A full batch means more is due, so the next tick starts at
-once; otherwise the dispatcher sleeps until the next armed run or the tick interval, unless a
-worker frees up or runs' ends are written (their jobs can be claimed again) first.
+"""The dispatcher: it builds the run path's stages once, each handed what it uses (the store's
+roles, the lock, the clock, the ledger, the next stage), and ticks. A tick fires the armed runs
+whose time came (run/arm.py), reaps expired leases once a tick interval (maintenance/), fetches
+what there is room for (run/fetch.py), claims it (run/claim.py), arms what is due later and
+records and queues what is due now (run/record.py, run/pool.py, which blocks when full: the
+dispatcher falls behind the clock instead of piling up work). The workers hand each run on
+(run/execute.py -> run/end.py -> run/write.py); the ledger (run/ledger.py) holds every run
+from its claim until its end is written. A full batch means more is due: the next tick starts
+at once; otherwise the dispatcher sleeps until the next armed run or the tick interval, unless
+a worker frees up or ends are written (their jobs can be claimed again) first.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.events import event_source
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.maintenance.backlog import BacklogGauges
 from tickd.scheduler.maintenance.clock_steps import ClockSteps
@@ -33,17 +33,19 @@ from tickd.scheduler.model import ExecutionError, Status, new_id
 from tickd.scheduler.observers import Observers, RunObserver
 from tickd.scheduler.observers.logs import LogObserver
 from tickd.scheduler.observers.metrics import MetricsObserver
+from tickd.scheduler.plugin.contexts import HandlerContexts
+from tickd.scheduler.plugin.outcomes import Outcome
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LockUnavailable, Ports, StoreError
-from tickd.scheduler.run.arm import Firing
+from tickd.scheduler.run.arm import Arming
 from tickd.scheduler.run.claim import Claimer
-from tickd.scheduler.run.due import DueRun
+from tickd.scheduler.run.end import Ender
+from tickd.scheduler.run.execute import Executor
 from tickd.scheduler.run.fetch import Fetcher
-from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.run.handler_limits import HandlerLimits
+from tickd.scheduler.run.ledger import DueRun, Ledger, Task
 from tickd.scheduler.run.pool import WorkerPool
 from tickd.scheduler.run.record import Recorder
-from tickd.scheduler.run.runner import Outcome, Runner, Task
+from tickd.scheduler.run.write import Writer
 from tickd.scheduler.schedule.backoff import backoff_delay
 
 log = logging.getLogger("tickd.engine")
@@ -76,74 +78,101 @@ class Engine:
         self.rng = rng or random.Random()
         # A run's life becomes metrics and logs here, and whatever else is listening. Its events
         # are written by the store with each execution (the outbox) and published by the relay.
-        self.observer = Observers(
-            [
-                MetricsObserver(self.metrics),
-                LogObserver(),
-                *observers,
-            ]
+        self.observer = Observers([MetricsObserver(self.metrics), LogObserver(), *observers])
+        # The runs this instance holds, from their claim until their end is written.
+        self.ledger = Ledger()
+        source = event_source(settings, ports)
+        store, lock, clock = ports.store, ports.lock, ports.clock
+        # The run path, built from its last stage to its first: each takes the next.
+        self.writer = Writer(
+            store=store,
+            lock=lock,
+            clock=clock,
+            ledger=self.ledger,
+            observer=self.observer,
+            batch_size=settings.batch_size,
+            linger_seconds=settings.finish_linger_seconds,
+            event_source=source,
         )
-        # Runs fired at their time and not started: the firing stage, the pool and the
-        # finisher make way for them.
-        self.fired = FiredRuns()
-        self.runner = Runner(
+        self.ender = Ender(
             settings=settings,
-            ports=ports,
-            registry=registry,
+            store=store,
+            requests=store,
+            clock=clock,
+            ledger=self.ledger,
+            writer=self.writer,
             observer=self.observer,
             rng=self.rng,
-            resources=resources or {},
-            fired=self.fired,
         )
-        self.relay = Relay(
-            ports.store, ports.events, clock=ports.clock, metrics=self.metrics, lock=ports.lock
+        self.executor = Executor(
+            settings=settings,
+            store=store,
+            lock=lock,
+            clock=clock,
+            registry=registry,
+            contexts=HandlerContexts(
+                settings=settings, clock=clock, mailer=ports.mailer, resources=resources or {}
+            ),
+            ender=self.ender,
+            observer=self.observer,
         )
-        # Each handler's concurrency limit, as the handler declares it or the settings override.
-        self.limits = HandlerLimits(settings, registry)
-        self.claimer = Claimer(settings=settings, ports=ports, metrics=self.metrics)
-        self.recorder = Recorder(
-            settings=settings, ports=ports, observer=self.observer, completer=self.runner.completer
-        )
-        # The end of a run handed over is written later: its job can be claimed from then on.
-        self._ends_written = self.runner.finisher.written
         self.pool = WorkerPool(
-            self.runner,
+            executor=self.executor,
+            ledger=self.ledger,
             workers=settings.workers,
             queue_size=settings.effective_queue_size,
             metrics=self.metrics,
-            fired=self.fired,
+        )
+        self.recorder = Recorder(
+            settings=settings,
+            store=store,
+            lock=lock,
+            clock=clock,
+            ledger=self.ledger,
+            ender=self.ender,
+            observer=self.observer,
+            event_source=source,
         )
         # Claimed runs waiting for their time, and those recorded ahead of it.
-        self.firing = Firing(
+        self.arming = Arming(
             settings=settings,
-            clock=ports.clock,
-            pool=self.pool,
+            clock=clock,
+            ledger=self.ledger,
             recorder=self.recorder,
+            pool=self.pool,
             metrics=self.metrics,
-            fired=self.fired,
         )
+        self.claimer = Claimer(
+            settings=settings,
+            store=store,
+            requests=store,
+            lock=lock,
+            clock=clock,
+            metrics=self.metrics,
+            event_source=source,
+        )
+        self.fetcher = Fetcher(
+            settings=settings, store=store, ledger=self.ledger, registry=registry
+        )
+        self.relay = Relay(store, ports.events, clock=clock, metrics=self.metrics, lock=lock)
         # Started beside the dispatcher by the daemon (tickd/app.py).
         self.watchdog = LoopWatchdog(
             threshold_seconds=settings.loop_stall_threshold_seconds,
             metrics=self.metrics,
-            running_jobs=self.pool.running_jobs,
+            running_jobs=self.ledger.running_jobs,
         )
-        self.fetcher = Fetcher(
+        self.leases = Leases(
             settings=settings,
-            store=ports.store,
-            pool=self.pool,
-            firing=self.firing,
-            limits=self.limits,
+            store=store,
+            renewals=store,
+            clock=clock,
+            observer=self.observer,
+            event_source=source,
         )
-        self.leases = Leases(settings=settings, ports=ports, observer=self.observer)
-        self.clock_steps = ClockSteps(store=ports.store, claimer=self.claimer, metrics=self.metrics)
+        self.clock_steps = ClockSteps(store=store, claimer=self.claimer, metrics=self.metrics)
+        beats, lapse = settings.heartbeat_seconds, settings.heartbeat_timeout_seconds
         self.heartbeat = Heartbeat(
-            ports.store,
-            ports.clock,
-            settings.instance_id,
-            lock=ports.lock,
-            every_seconds=settings.heartbeat_seconds,
-            lapse_seconds=settings.heartbeat_timeout_seconds,
+            store, clock, settings.instance_id, lock=lock, every_seconds=beats, lapse_seconds=lapse
         )
         self.wake = asyncio.Event()  # set to make the dispatcher look again at once
         self.healthy = True
@@ -165,17 +194,17 @@ class Engine:
         if self.heartbeat.lapsed.is_set():  # an instance died: reap its runs, take them over
             self.heartbeat.lapsed.clear()
             self.leases.reap_soon()
-        jump = await self.leases.follow_clock_jump(now, self._own_runs)
+        jump = await self.leases.follow_clock_jump(now, self.ledger)
         if jump < 0:  # every next run computed before lies that far ahead: computed again
-            await self.clock_steps.stepped_back(now, -jump, self.firing.take_armed())
-        fired = await self.firing.fire(now)  # before the reaper's store call: on time to the ms
+            await self.clock_steps.stepped_back(now, -jump, self.arming.take_armed())
+        fired = await self.arming.fire(now)  # before the reaper's store call: on time to the ms
         self._handed_to_shards = fired.sharded
         if fired.released:
-            await self.firing.let_fired_start()
-        await self.runner.completer.keep_leases(now)  # before the reaper takes them for expired
+            await self.arming.let_fired_start()
+        await self.ender.keep_leases(now)  # before the reaper takes them for expired
         self.fetcher.give_back(await self.leases.reap_if_due(now, busy=fired.released > 0))
-        self.runner.completer.raise_if_ends_refused()  # a run claimed now would join the wait
-        fetched = await self.fetcher.fetch(now)
+        self.ender.raise_if_ends_refused()  # a run claimed now would join the wait
+        fetched = await self.fetcher.fetch(now, armed_due=self.arming.armed_due())
         if fetched is None:  # no room
             return Tick(fetched=0, claimed=0, full=True, fired=fired.released)
         claimed = await self._dispatch(fetched.runs, now) if fetched.runs else 0
@@ -186,22 +215,15 @@ class Engine:
             fetched=fetched.read, claimed=claimed, full=full and claimed > 0, fired=fired.released
         )
 
-    def _own_runs(self) -> list[DueRun]:
-        """Every run this instance holds a lease for: queued, running, ending, armed, staged."""
-        tasks = [*self.pool.in_flight(), *self.runner.ending()]
-        return [DueRun(task.job, task.request) for task in tasks] + self.firing.own_runs()
-
     async def _dispatch(self, runs: list[DueRun], now: datetime) -> int:
-        """The one path of every run, scheduled or requested: handler limits, then lock, claim
-        (fenced), release what was lost, record, submit. A requested run goes through the same
-        lock and claim as a scheduled one, so the two never overlap; it leaves the schedule as
-        it is."""
+        """The one path of every run, scheduled or requested: lock, claim (fenced), release what
+        was lost, record, submit. A requested run goes through the same lock and claim as a
+        scheduled one, so the two never overlap; it leaves the schedule as it is."""
         token = new_id()
-        allowed = self.limits.within(runs, self.fetcher.busy())
-        won = await self.claimer.claim(allowed, now, token)
+        won = await self.claimer.claim(runs, now, token)
         for run in won:
             if run.starts_at(now) > now:
-                self.firing.arm(run, token, now)
+                self.arming.arm(run, token, now)
         due_now = [run for run in won if run.starts_at(now) <= now]
         try:
             recorded = await self._record([(run, token) for run in due_now], now)
@@ -230,10 +252,10 @@ class Engine:
         Runs armed for a later time stay armed: move the clock on and drain again."""
         self.start()
         for _ in range(max_ticks):
-            await self.pool.join()  # what runs now may free a handler's limit for the next tick
+            await self.settled()  # what runs now may free a handler's limit for the next tick
             tick = await self.tick()
             if tick.claimed == 0 and tick.fired == 0:
-                await self.pool.join()
+                await self.settled()
                 return
         raise RuntimeError(f"still busy after {max_ticks} ticks")
 
@@ -265,7 +287,7 @@ class Engine:
                 await gauges.refresh_if_due(busy=tick.fired > 0)
                 if not tick.full:
                     await self._sleep(self._until_next_timer(), stop, *self._idle_wakeups())
-                elif self.fetcher.room() < self.pool.worthwhile_batch:
+                elif self._room() < self.pool.worthwhile_batch:
                     # More is due than the pool (or the timers) has room for: a batch of the few
                     # slots just freed would cost the same round trips as a full one; wait.
                     await self._sleep(
@@ -280,7 +302,7 @@ class Engine:
                 await self._back_off(self._backing_off(exc, failures), stop)
 
     def _forget_wakeups(self) -> None:
-        for event in (self.wake, self.pool.slot_freed, self.pool.room_freed, self._ends_written):
+        for event in (self.wake, self.pool.slot_freed, self.pool.room_freed, self.writer.written):
             event.clear()
 
     def _idle_wakeups(self) -> tuple[asyncio.Event, ...]:
@@ -289,9 +311,17 @@ class Engine:
         is free before the end is written, while the job is still leased; only once the end is
         written can the job's next occurrence be claimed, so that must wake the dispatcher too,
         or a job due every second is claimed a tick late, again and again, and falls behind."""
-        if self.firing.armed_due():  # they fire as room worth a batch frees, not slot by slot
-            return self.wake, self.pool.room_freed, self._ends_written
-        return self.wake, self.pool.slot_freed, self._ends_written
+        if self.arming.armed_due():  # they fire as room worth a batch frees, not slot by slot
+            return self.wake, self.pool.room_freed, self.writer.written
+        return self.wake, self.pool.slot_freed, self.writer.written
+
+    async def settled(self) -> None:
+        """Until every run queued has run and its end is written."""
+        await self.pool.join()
+        await self.writer.settled()
+
+    def _room(self) -> int:
+        return self.fetcher.room(armed_due=self.arming.armed_due())
 
     async def _back_off(self, seconds: float, stop: asyncio.Event) -> None:
         """After a failed tick: only what happens from now on cuts the backoff short."""
@@ -324,7 +354,7 @@ class Engine:
         whatever falls due before the lookahead horizon is armed already, so no query is
         needed to know when to wake."""
         now = self.ports.clock.now()
-        timer = self.firing.until_next(now, worthwhile=self.pool.worthwhile_batch)
+        timer = self.arming.until_next(now, worthwhile=self.pool.worthwhile_batch)
         tick = self.settings.tick_seconds
         return max(0.0, tick if timer is None else min(tick, timer))
 
@@ -348,19 +378,20 @@ class Engine:
     async def _give_back_armed(self) -> None:
         """Runs claimed ahead that never started: their leases and locks go back, and nothing
         is recorded, since nothing happened (a store that is down lets the leases expire)."""
-        await self.claimer.give_back(self.firing.take_armed(), "shutdown")
+        await self.claimer.give_back(self.arming.take_armed(), "shutdown")
 
     async def shutdown(self) -> None:
         """Stop taking work; let running executions finish within the grace period; cancel and
         record the rest as abandoned, giving their occurrences back so they run after a restart."""
-        self.runner.finisher.closing()  # a store refusing the ends must not hold the stop up
+        self.writer.closing()  # a store refusing the ends must not hold the stop up
         await self._give_back_armed()
-        for task in [*self.firing.take_staged(), *self.pool.take_queued()]:
+        for task in [*self.arming.take_staged(), *self.pool.take_queued()]:
             abandoned = Outcome(
                 status=Status.ABANDONED,
                 error=ExecutionError(type="Shutdown", message="not started"),
             )
-            await self.runner.finish(task, abandoned, self.ports.clock.now())
+            await self.ender.end_now(task, abandoned, self.ports.clock.now())
         await self.pool.stop(self.settings.shutdown_grace_seconds)
-        await self.runner.close()
+        await self.writer.close()
+        await self.executor.close()
         self.observer.stopped()

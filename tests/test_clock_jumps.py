@@ -23,7 +23,8 @@ from tickd.scheduler.model import (
 )
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import ExecutionQuery, Store
-from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.ledger import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.states import RunState
 
 WAIT = 5.0
 HOUR = 3600.0
@@ -65,7 +66,7 @@ async def test_a_run_in_flight_across_a_jump_runs_once_and_its_duration_is_real(
     h.clock.jump(jump)
     await h.engine.tick()  # the reaper looks at the lease with the new wall time
     gate.set()
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await asyncio.wait_for(h.engine.settled(), WAIT)
     await asyncio.wait_for(h.engine.drain(), WAIT)
 
     run, *after = await executions(h.store)
@@ -222,7 +223,7 @@ async def test_a_run_recorded_ahead_of_a_forward_jump_keeps_its_lease_and_runs_o
     await asyncio.wait_for(started.wait(), WAIT)
     h.clock.set(T0 + timedelta(seconds=5 - RECORDED_AHEAD_SECONDS / 2))
     await h.engine.tick()
-    assert len(h.engine.firing.staged) == 1, "recorded ahead"
+    assert h.engine.ledger.count(RunState.RECORDED) == 1, "recorded ahead"
     h.clock.jump(HOUR)
     await h.engine.tick()  # released, queued behind the busy worker
     h.engine.leases.reap_soon()  # the reaper looks at once, as when an instance died
@@ -255,7 +256,7 @@ async def test_a_run_whose_end_waits_for_the_store_across_a_forward_jump_runs_on
     await h.add(make_job("ended", schedule=CronSchedule(expr="0 0 * * * *")))
     h.engine.start()
     await h.engine.tick()
-    await asyncio.wait_for(_until(lambda: len(h.engine.runner.ending()) == 1), WAIT)
+    await asyncio.wait_for(_until(lambda: len(h.engine.ledger.ending()) == 1), WAIT)
     h.clock.jump(HOUR)
     await h.engine.tick()
     h.engine.leases.reap_soon()  # the reaper looks at once

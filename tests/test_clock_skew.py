@@ -167,7 +167,7 @@ async def test_a_clock_apart_on_one_instance_neither_abandons_nor_reruns_another
     assert pair.observer.engine.metrics.leases_reaped._value.get() == 0
 
     pair.runs.gate.set()
-    await asyncio.wait_for(pair.runner.engine.pool.join(), WAIT)
+    await asyncio.wait_for(pair.runner.engine.settled(), WAIT)
     [run] = await pair.executions_at(T0)
     assert (run.status, run.owner, run.token) == (Status.SUCCESS, "runner", 1)
 
@@ -194,7 +194,7 @@ async def test_a_crash_is_taken_over_by_an_instance_whose_clock_is_apart_within_
     assert (first.status, first.owner) == (Status.ABANDONED, "runner")
     assert (second.owner, second.token) == ("observer", 2)
     pair.runs.gate.set()
-    await asyncio.wait_for(pair.observer.engine.pool.join(), WAIT)
+    await asyncio.wait_for(pair.observer.engine.settled(), WAIT)
     assert pair.runs.started == [("runner", T0), ("observer", T0)]
 
 
@@ -252,7 +252,7 @@ async def test_a_sharded_occurrence_is_not_run_again_by_an_instance_whose_clock_
     assert runs == [(0, "runner", Status.RUNNING), (1, "runner", Status.RUNNING)], "no other"
 
     pair.runs.gate.set()
-    await asyncio.wait_for(pair.runner.engine.pool.join(), WAIT)
+    await asyncio.wait_for(pair.runner.engine.settled(), WAIT)
     runs = sorted((e.shard, e.owner, e.status) for e in await pair.all_executions())
     assert runs == [(0, "runner", Status.SUCCESS), (1, "runner", Status.SUCCESS)]
     ended = await pair.runner.store.get_job(job.id)

@@ -149,8 +149,7 @@ async def test_a_run_fenced_off_that_then_fails_queues_no_redrive(
     taker = make_engine({"work": noop}, instance_id="taker")
     await asyncio.wait_for(taker.engine.drain(), WAIT)
     gate.set()
-    await asyncio.wait_for(stalled.engine.pool.join(), WAIT)
-    await asyncio.wait_for(stalled.engine.runner.settled(), WAIT)
+    await asyncio.wait_for(stalled.engine.settled(), WAIT)
     await drain_until(taker, 30)
 
     ran = [

@@ -23,6 +23,7 @@ from tests.conftest import T0, EngineFactory, Harness, make_job
 from tickd.scheduler.model import CronSchedule, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import ExecutionQuery, RunEnd, Store, StoreError
+from tickd.scheduler.run.states import RunState
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 WAIT = 5.0
@@ -237,7 +238,7 @@ async def test_a_run_that_ends_while_the_store_refuses_writes_is_recorded_once_i
     h.engine.start()
     assert (await h.engine.tick()).claimed == 1
 
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)  # returns once the end is written
+    await asyncio.wait_for(h.engine.settled(), WAIT)  # returns once the end is written
     runs = await store.list_executions(ExecutionQuery(job_id=job.id))
     assert [(e.status, e.scheduled_at) for e in runs] == [(Status.SUCCESS, T0)]
     assert len(refused) > 1, "the end was refused, and tried again"
@@ -277,7 +278,7 @@ async def test_a_run_whose_end_waits_for_the_store_past_its_lease_is_not_reaped_
     h.engine.start()
     try:
         await h.engine.tick()
-        await asyncio.wait_for(until(lambda: len(h.engine.runner.ending()) == 1), WAIT)
+        await asyncio.wait_for(until(lambda: len(h.engine.ledger.ending()) == 1), WAIT)
         for _ in range(5):  # a minute, its lease 3 s long: renewed before each look of the reaper
             h.clock.advance(12)
             h.engine.leases.reap_soon()
@@ -285,7 +286,7 @@ async def test_a_run_whose_end_waits_for_the_store_past_its_lease_is_not_reaped_
         assert [hook for hook, _, _ in h.observed.heard if hook == "reaped"] == []
     finally:
         gate.set()  # before the engine shuts down, which writes what is pending
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await asyncio.wait_for(h.engine.settled(), WAIT)
     runs = await store.list_executions(ExecutionQuery(job_id=job.id))
     assert [e.status for e in runs] == [Status.SUCCESS]
     assert ran == ["nightly"]
@@ -358,7 +359,7 @@ async def test_a_shutdown_while_the_store_refuses_the_ends_is_not_held_up_for_go
         await h.add(make_job(name, "busy"))
     h.engine.start()
     assert (await h.engine.tick()).claimed == 2
-    await asyncio.wait_for(until(lambda: h.engine.pool.busy == 1), WAIT)
+    await asyncio.wait_for(until(lambda: h.engine.ledger.count(RunState.RUNNING) == 1), WAIT)
     refuse_writes(monkeypatch, store, lambda: True)
     try:
         await asyncio.wait_for(h.engine.shutdown(), WAIT)

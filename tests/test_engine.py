@@ -36,7 +36,8 @@ from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, JobQuery, 
 from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.run.claim import CLAIM_LOCK_SECONDS
-from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.ledger import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.states import RunState
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 # Bounds every wait on a real event in these tests.
@@ -413,9 +414,11 @@ async def test_running_jobs_are_not_fetched_again_so_they_cannot_starve_others(
     assert (next_tick.fetched, next_tick.claimed) == (1, 1)  # it sees only the 101st
     await asyncio.wait_for(_until(lambda: ran == ["the-101st"]), WAIT)
     assert (await h.engine.tick()).fetched == 0
-    await asyncio.wait_for(_until(lambda: h.engine.pool.busy == 100), WAIT)  # its end written
+    await asyncio.wait_for(
+        _until(lambda: h.engine.ledger.count(RunState.RUNNING) == 100), WAIT
+    )  # its end written
     release.set()
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await asyncio.wait_for(h.engine.settled(), WAIT)
     statuses = [e.status for e in await executions(h.store)]
     assert statuses.count(Status.SUCCESS) == 101
 
@@ -675,7 +678,7 @@ async def test_a_run_fenced_off_by_a_newer_claim_does_not_advance_the_job(
     new = make_engine({"work": noop}, instance_id="new")
     await new.engine.drain()  # reaps the expired lease and runs the occurrence
     gate.set()
-    await asyncio.wait_for(old.engine.pool.join(), WAIT)
+    await asyncio.wait_for(old.engine.settled(), WAIT)
 
     runs = await executions(old.store, job.id)
     assert [(e.owner, e.status) for e in runs] == [("old", Status.SUCCESS), ("new", Status.SUCCESS)]
@@ -1128,7 +1131,7 @@ async def test_under_a_sustained_backlog_a_low_job_still_runs_within_the_starvat
     h.engine.start()
     for _ in range(45):
         await h.engine.tick()
-        await h.engine.pool.join()
+        await h.engine.settled()
         h.clock.advance(1)
     [run] = await executions(h.store, low.id)
     assert run.started_at is not None
@@ -1248,6 +1251,6 @@ async def test_a_run_that_waited_for_a_worker_renews_its_lease_or_does_not_run(
     margin = h.settings.lease_margin_seconds
     assert stored.lease.until >= T0 + timedelta(seconds=5 + 30 + margin)
     release["kept"].set()
-    await asyncio.wait_for(h.engine.pool.join(), 5)
+    await asyncio.wait_for(h.engine.settled(), 5)
     assert "gone" not in ran
     assert ("fenced", "before start") in h.observed.of("gone")

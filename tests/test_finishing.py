@@ -11,15 +11,45 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import T0, EngineFactory, make_job
+from tests.conftest import T0, EngineFactory, RecordingObserver, make_job
 from tests.test_engine import WAIT, _until, executions, noop
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import RunEnd, Store, StoreError
 from tickd.scheduler.ports.clock import FakeClock
-from tickd.scheduler.run.fired_runs import FiredRuns
-from tickd.scheduler.run.write import CLOSING_ATTEMPTS, Writer
+from tickd.scheduler.run.ledger import DueRun, Ledger
+from tickd.scheduler.run.states import RunState
+from tickd.scheduler.run.write import CLOSING_ATTEMPTS, Ended, Writer
+
+
+def writer_of(store: Store, ledger: Ledger, clock: FakeClock | None = None) -> Writer:
+    """The write stage alone, on the store, with an in-process lock."""
+    return Writer(
+        store=store,
+        lock=MemoryLock(),
+        clock=clock or FakeClock(T0),
+        ledger=ledger,
+        observer=RecordingObserver(),
+        batch_size=10,
+        linger_seconds=0,
+    )
+
+
+def ended(name: str, ledger: Ledger) -> Ended:
+    """A run of job `name` that succeeded, held by `ledger` until its end is written."""
+    job = make_job(name)
+    execution = Execution(
+        job_id=job.id,
+        job_name=name,
+        handler="noop",
+        scheduled_at=T0,
+        status=Status.SUCCESS,
+        started_at=T0,
+        finished_at=T0,
+    )
+    ledger.ended(DueRun(job))
+    return Ended(DueRun(job), RunEnd(execution, None), "token")
 
 
 @pytest.fixture
@@ -64,7 +94,7 @@ async def test_a_worker_takes_its_next_run_while_the_last_ones_end_is_being_writ
     assert [e.status for e in await executions(store)] == [Status.RUNNING, Status.RUNNING]
 
     held.set()
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)  # the ends are written, then it returns
+    await asyncio.wait_for(h.engine.settled(), WAIT)  # the ends are written, then it returns
     assert [e.status for e in await executions(store)] == [Status.SUCCESS, Status.SUCCESS]
     finished = [(name, status) for hook, name, status in h.observed.heard if hook == "finished"]
     assert finished == [("first", "success"), ("second", "success")]
@@ -90,9 +120,9 @@ async def test_workers_wait_once_the_store_is_two_batches_behind(
     # One end being written, two waiting: the fourth run's worker waits to hand its end over.
     for _ in range(4):
         await h.engine.tick()
-        await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() > 0), WAIT)
+        await asyncio.wait_for(_until(lambda: h.engine.ledger.on_workers() < 2), WAIT)
     await asyncio.wait_for(_until(lambda: len(ran) == 4), WAIT)
-    assert h.engine.pool.busy == 1
+    assert h.engine.ledger.count(RunState.ENDED) == 4, "none written: the fourth's worker waits"
     assert (await h.engine.tick()).claimed == 1  # queued: no worker is free for it
     for _ in range(100):  # turns of the event loop, enough for a free worker to run it
         await asyncio.sleep(0)
@@ -153,7 +183,7 @@ async def test_an_end_waits_for_fired_runs_only_a_moment_not_until_they_have_all
     """Ends give way to runs fired at their time (tests/test_lookahead.py), but a queue of them
     that never drains must not keep ends from the store."""
     h = make_engine({"noop": noop})
-    h.engine.fired.queued()  # a fired run waiting in the queue, for good
+    h.engine.ledger.fired_coming(1)  # a fired run waiting to be queued, for good
     await h.add(make_job("ended"))
     await asyncio.wait_for(h.engine.drain(), WAIT)
     assert [e.status for e in await executions(store)] == [Status.SUCCESS]
@@ -166,14 +196,14 @@ async def test_an_end_that_cannot_be_worked_out_is_left_to_the_reaper_and_the_ot
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     h = make_engine({"noop": noop})
-    end_at = h.engine.runner.completer.end_at
+    work_out = h.engine.ender._ended
 
     def broken_for_one(task: Any, *args: Any) -> Any:
         if task.job.name == "broken":
             raise RuntimeError("a bug")
-        return end_at(task, *args)
+        return work_out(task, *args)
 
-    monkeypatch.setattr(h.engine.runner.completer, "end_at", broken_for_one)
+    monkeypatch.setattr(h.engine.ender, "_ended", broken_for_one)
     broken = await h.add(make_job("broken"))
     await h.add(make_job("fine"))
     await asyncio.wait_for(h.engine.drain(), WAIT)
@@ -181,7 +211,8 @@ async def test_an_end_that_cannot_be_worked_out_is_left_to_the_reaper_and_the_ot
     assert statuses == {"broken": Status.RUNNING, "fine": Status.SUCCESS}
     still = await store.get_job(broken.id)
     assert still is not None and still.lease is not None, "held until the reaper gives it back"
-    assert "finisher.end_failed" in caplog.text
+    assert "worker.task_crashed" in caplog.text
+    assert h.engine.ledger.own_runs() == [], "let go: the reaper, not this instance, ends it"
 
 
 async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fired(
@@ -198,30 +229,21 @@ async def test_workers_held_back_by_a_store_behind_are_let_go_once_runs_are_fire
         return await written(finishes, **kwargs)
 
     monkeypatch.setattr(store, "write_ends", counted)
-    fired = FiredRuns()
-    finisher = Writer(store, MemoryLock(), batch_size=10, linger_seconds=0, fired=fired)
+    ledger = Ledger()
+    writer = writer_of(store, ledger)
     for i in range(35):
-        ended = Execution(
-            job_id=f"job-{i}",
-            job_name=f"job-{i}",
-            handler="noop",
-            scheduled_at=T0,
-            status=Status.SUCCESS,
-            started_at=T0,
-            finished_at=T0,
-        )
-        finisher.hand_over_then(RunEnd(ended, None), "token", lambda _: None)
+        writer.write_later(ended(f"job-{i}", ledger))
     await asyncio.wait_for(_until(lambda: batches == [10]), WAIT)  # the first, being written
-    assert not finisher.has_room(), "two batches and a half behind it: the workers wait"
+    assert not writer.has_room(), "two batches and a half behind it: the workers wait"
 
-    fired.coming(1)
-    fired.queued()
+    ledger.fired_coming(1)
     held.set()
-    await asyncio.wait_for(_until(finisher.has_room), WAIT)
+    await asyncio.wait_for(_until(writer.has_room), WAIT)
     assert batches == [10], "let go while the ends wait for the fired runs"
-    fired.started()
-    await asyncio.wait_for(finisher.settled(), WAIT)
+    ledger.none_coming()
+    await asyncio.wait_for(writer.settled(), WAIT)
     assert batches == [10, 10, 10, 5]
+    assert ledger.count(RunState.ENDED) == 0, "every run let go once its end was written"
 
 
 async def test_ends_the_store_refuses_are_tried_until_it_takes_them_but_not_past_shutdown(
@@ -237,23 +259,16 @@ async def test_ends_the_store_refuses_are_tried_until_it_takes_them_but_not_past
         raise StoreError("sqlite: database or disk is full")
 
     monkeypatch.setattr(store, "write_ends", disk_full)
-    finisher = Writer(store, MemoryLock(), batch_size=10, linger_seconds=0, sleep=clock.sleep)
-    ended = Execution(
-        job_id="job-1",
-        job_name="nightly",
-        handler="noop",
-        scheduled_at=T0,
-        status=Status.SUCCESS,
-        started_at=T0,
-        finished_at=T0,
-    )
-    ending = finisher.hand_over(RunEnd(ended, None), "token")
+    ledger = Ledger()
+    writer = writer_of(store, ledger, clock)
+    ending = asyncio.ensure_future(writer.write(ended("nightly", ledger)))
     await asyncio.wait_for(_until(lambda: len(tries) >= 20), WAIT)
     assert clock.monotonic() > 60, "a minute and more of refusals, and still trying"
     assert not ending.done()
+    assert len(ledger.ending()) == 1, "held, its lease kept, while the store refuses"
 
     tried_before_closing = len(tries)
-    await asyncio.wait_for(finisher.close(), WAIT)
+    await asyncio.wait_for(writer.close(), WAIT)
     # One more may start while the close is under way.
     assert len(tries) - tried_before_closing <= CLOSING_ATTEMPTS + 1
     outcome = await ending

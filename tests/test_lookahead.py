@@ -17,7 +17,8 @@ from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
 from tickd.scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import RunEnd, Store, StoreError
-from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.ledger import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.states import RunState
 
 DUE = T0 + timedelta(seconds=5)
 # A bound, not a measure, for draining hundreds of runs: FerretDB writes some 40 runs a
@@ -54,7 +55,7 @@ async def test_jobs_due_at_one_instant_beyond_the_pools_room_are_all_claimed_bef
     for name in names:
         await h.add(make_job(name, next_run_at=DUE))
     await _arm(h)
-    assert len(h.engine.firing.timers) == 50, "all armed, not just the pool's room"
+    assert h.engine.ledger.armed_count() == 50, "all armed, not just the pool's room"
     assert await _leased(h.store, names) == 50
     assert await executions(h.store) == [], "nothing recorded before its time"
 
@@ -73,7 +74,7 @@ async def test_the_runs_armed_ahead_are_bounded_and_the_rest_run_after_the_insta
     for name in names:
         await h.add(make_job(name, next_run_at=DUE))
     await _arm(h)
-    assert len(h.engine.firing.timers) == 20
+    assert h.engine.ledger.armed_count() == 20
     assert await _leased(h.store, names) == 20, "the others are left to any instance"
 
     h.clock.advance(5)
@@ -102,7 +103,7 @@ async def test_runs_due_now_beyond_the_pools_room_are_left_unclaimed(
         tick = await h.engine.tick()
         assert (tick.fetched, tick.claimed) == (7, 3), "the pool's room, and the one armed"
         assert await _leased(h.store, due_now) == 2, "the pool's room, of those due now"
-        assert len(h.engine.firing.timers) == 1
+        assert h.engine.ledger.armed_count() == 1
         await h.add(make_job("later-still", "gated", next_run_at=DUE))
         assert (await h.engine.tick()).claimed == 0, "no room: nothing more taken"
         assert await _leased(h.store, [*due_now, "later-still"]) == 2
@@ -165,7 +166,7 @@ async def test_runs_due_beyond_what_the_workers_can_start_stay_armed_not_recorde
     try:
         assert (await h.engine.tick()).fired == 4, "the pool's room"
         assert [e.status for e in await executions(h.store)] == [Status.RUNNING] * 4
-        assert len(h.engine.firing.timers) == 6, "still armed, due"
+        assert h.engine.ledger.armed_count() == 6, "still armed, due"
         assert h.engine._until_next_timer() == 1.0, "a freed worker wakes the dispatcher"
     finally:
         gate.set()
@@ -205,14 +206,14 @@ async def test_fired_runs_the_store_would_not_record_are_armed_again_and_run_onc
     for name in names:
         await h.add(make_job(name, schedule=CronSchedule(expr="* * * * * *"), next_run_at=DUE))
     await _arm(h)
-    assert len(h.engine.firing.timers) == 250
+    assert h.engine.ledger.armed_count() == 250
     monkeypatch.setattr(store, "insert_executions", one_fails)
     h.clock.advance(5)
     with pytest.raises(StoreError):
         await h.engine.tick()
-    await asyncio.wait_for(_until(lambda: h.engine.pool.free_slots() == 330), WAIT)
+    await asyncio.wait_for(_until(lambda: h.engine.ledger.on_workers() == 0), WAIT)
     assert len(await executions(store)) == started
-    assert len(h.engine.firing.timers) == 250 - started, (
+    assert h.engine.ledger.armed_count() == 250 - started, (
         "the rest armed again, for the same instant"
     )
 
@@ -240,12 +241,12 @@ async def test_expired_leases_are_reaped_even_when_every_tick_fires_runs(
     await survivor.add(make_job("on-the-half", schedule=every_second, next_run_at=T0 + half))
     survivor.engine.start()
     await survivor.engine.tick()
-    await asyncio.wait_for(survivor.engine.pool.join(), WAIT)
+    await asyncio.wait_for(survivor.engine.settled(), WAIT)
     fired = []
     for halves in range(1, 2 * (60 + 30 + 3)):
         survivor.clock.advance(0.5)
         fired.append((await survivor.engine.tick()).fired)
-        await asyncio.wait_for(survivor.engine.pool.join(), WAIT)
+        await asyncio.wait_for(survivor.engine.settled(), WAIT)
         if halves == 2 * (60 + 30):  # the lease's expiry: the run's timeout and the margin
             [run] = await executions(survivor.store, work.id)
             assert run.status is Status.RUNNING, "not judged before its time"
@@ -275,7 +276,7 @@ async def test_runs_armed_ahead_are_recorded_just_before_their_time_and_start_at
     assert (await h.engine.tick()).fired == 0
     staged = await executions(h.store)
     assert {(e.status, e.started_at) for e in staged} == {(Status.RUNNING, DUE)}
-    assert len(staged) == 40 and (len(h.engine.firing.staged), len(h.engine.firing.timers)) == (
+    assert len(staged) == 40 and (h.engine.ledger.count(RunState.RECORDED), h.engine.ledger.armed_count()) == (
         40,
         0,
     )
@@ -307,7 +308,7 @@ async def test_runs_recorded_ahead_that_never_started_are_given_back_at_shutdown
     await _arm(h)
     h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
     await h.engine.tick()
-    assert len(h.engine.firing.staged) == 3
+    assert h.engine.ledger.count(RunState.RECORDED) == 3
     await h.engine.shutdown()
     given_back = await executions(h.store)
     assert {(e.status, e.error.message if e.error else None) for e in given_back} == {
@@ -399,7 +400,7 @@ async def test_runs_recorded_ahead_count_against_their_handlers_limit(
     await _arm(h)
     h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
     await h.engine.tick()
-    assert (len(h.engine.firing.staged), len(h.engine.firing.timers)) == (2, 0)
+    assert (h.engine.ledger.count(RunState.RECORDED), h.engine.ledger.armed_count()) == (2, 0)
     await h.add(make_job("third", next_run_at=DUE))
     assert (await h.engine.tick()).claimed == 0, "the handler's two slots are taken"
     assert await _leased(h.store, ["third"]) == 0
@@ -422,7 +423,7 @@ async def test_runs_recorded_ahead_take_the_pools_room_from_those_recorded_after
     await h.engine.tick()
     h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 4))
     await h.engine.tick()
-    assert (len(h.engine.firing.staged), len(h.engine.firing.timers)) == (4, 6)
+    assert (h.engine.ledger.count(RunState.RECORDED), h.engine.ledger.armed_count()) == (4, 6)
     assert len(await executions(h.store)) == 4
 
     h.clock.set(DUE)

@@ -15,6 +15,7 @@ from tickd.scheduler.model import Execution, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.plugin.outcomes import MAX_RESULT_CHARS
 from tickd.scheduler.ports.backends import ExecutionQuery, Store
+from tickd.scheduler.run.states import RunState
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0
@@ -37,7 +38,7 @@ async def run_then_the_next(h: Harness, handler: str) -> dict[str, Execution]:
     await asyncio.wait_for(h.engine.drain(), WAIT)
     runs = await runs_by_name(h.store)
     assert runs["next"].status is Status.SUCCESS, "the next run still ran, on the one worker"
-    assert h.engine.pool.busy == 0
+    assert h.engine.ledger.count(RunState.QUEUED, RunState.RUNNING) == 0
     return runs
 
 

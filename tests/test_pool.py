@@ -8,14 +8,15 @@ import asyncio
 from tests.conftest import T0, make_job
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.run.execute import Executor
+from tickd.scheduler.run.ledger import Ledger, Task
 from tickd.scheduler.run.pool import WorkerPool
-from tickd.scheduler.run.runner import Runner, Task
 from tickd.scheduler.schedule.planning import Plan
 
 WAIT = 5.0
 
 
-class GatedRunner:
+class GatedExecutor:
     """Runs nothing until the gate opens: what the pool does around its runs is what is seen."""
 
     def __init__(self) -> None:
@@ -25,9 +26,6 @@ class GatedRunner:
     async def run(self, task: Task) -> None:
         await self.gate.wait()
         self.ran.append(task.job.name)
-
-    async def settled(self) -> None:
-        return None
 
 
 def task(name: str, *, fired: bool = False) -> Task:
@@ -44,9 +42,11 @@ def task(name: str, *, fired: bool = False) -> Task:
     return Task(job=job, execution=execution, plan=plan, lock_token="t", claimed_at=T0, fired=fired)
 
 
-def pool_of(runner: GatedRunner, *, workers: int, queue_size: int) -> WorkerPool:
-    fake: Runner = runner  # type: ignore[assignment]  # the pool calls only what GatedRunner has
-    pool = WorkerPool(fake, workers=workers, queue_size=queue_size, metrics=Metrics())
+def pool_of(runner: GatedExecutor, ledger: Ledger, *, workers: int, queue_size: int) -> WorkerPool:
+    fake: Executor = runner  # type: ignore[assignment]  # the pool calls only its run()
+    pool = WorkerPool(
+        executor=fake, ledger=ledger, workers=workers, queue_size=queue_size, metrics=Metrics()
+    )
     pool.start()
     return pool
 
@@ -57,8 +57,8 @@ async def _turns(count: int = 10) -> None:
 
 
 async def test_a_full_queue_holds_the_dispatcher_back_until_a_worker_takes_a_run() -> None:
-    runner = GatedRunner()
-    pool = pool_of(runner, workers=1, queue_size=2)
+    runner, ledger = GatedExecutor(), Ledger()
+    pool = pool_of(runner, ledger, workers=1, queue_size=2)
     await pool.submit(task("first"))
     await _turns()  # the worker takes it, and waits at the gate
     await pool.submit(task("second"))
@@ -71,20 +71,21 @@ async def test_a_full_queue_holds_the_dispatcher_back_until_a_worker_takes_a_run
     await asyncio.wait_for(fourth, WAIT)
     await asyncio.wait_for(pool.join(), WAIT)
     assert runner.ran == ["first", "second", "third", "fourth"]
+    assert ledger.on_workers() == 0, "each run let go once its worker was done with it"
     await pool.stop(0)
 
 
 async def test_runs_fired_at_their_time_are_queued_at_once_beyond_the_bound() -> None:
-    runner = GatedRunner()
-    pool = pool_of(runner, workers=1, queue_size=2)
+    runner, ledger = GatedExecutor(), Ledger()
+    pool = pool_of(runner, ledger, workers=1, queue_size=2)
     for i in range(5):
         pool.submit_fired(task(f"fired-{i}", fired=True))
-    assert (pool.fired.waiting(), pool.free_slots()) == (5, 0)
-    assert not pool.fired.queued_started.is_set()
+    assert (ledger.fired_waiting(), pool.free_slots()) == (5, 0)
+    assert not ledger.fired_started.is_set()
     await _turns()
-    assert pool.fired.waiting() == 4, "the one worker took the first"
+    assert ledger.fired_waiting() == 4, "the one worker took the first"
     runner.gate.set()
-    await asyncio.wait_for(pool.fired.queued_started.wait(), WAIT)
+    await asyncio.wait_for(ledger.fired_started.wait(), WAIT)
     await asyncio.wait_for(pool.join(), WAIT)
     assert runner.ran == [f"fired-{i}" for i in range(5)]
     await pool.stop(0)

@@ -24,7 +24,8 @@ from tickd.scheduler.model import (
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.plugin.testing import handler_context
 from tickd.scheduler.ports.backends import JobChange, RunRequest
-from tickd.scheduler.run.due import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.ledger import RECORDED_AHEAD_SECONDS
+from tickd.scheduler.run.states import RunState
 
 EVERY_MINUTE = CronSchedule(expr="0 * * * * *")
 
@@ -118,7 +119,7 @@ async def test_the_job_stays_leased_until_its_last_shard_ends(make_engine: Engin
     assert stored is not None and stored.lease is not None and stored.next_run_at == T0
 
     gate.set()
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await asyncio.wait_for(h.engine.settled(), WAIT)
     stored = await h.store.get_job(job.id)
     assert stored is not None and stored.lease is None
     assert stored.next_run_at == T0 + timedelta(minutes=1)
@@ -255,7 +256,7 @@ async def test_a_shard_fenced_off_does_not_end_the_occurrence(make_engine: Engin
     assert taken_over is not None and taken_over.last_execution is not None
 
     gate.set()
-    await asyncio.wait_for(old.engine.pool.join(), WAIT)
+    await asyncio.wait_for(old.engine.settled(), WAIT)
 
     assert old.engine.metrics.fenced._value.get() == 2, "both of the old shards were fenced off"
     stored = await old.store.get_job(job.id)
@@ -294,12 +295,12 @@ async def test_a_sharded_run_counts_each_shard_against_its_handlers_limit(
     await h.add(make_job("plain", "part"))
     h.engine.start()
     assert (await h.engine.tick()).claimed == 2, "the sharded occurrence and the plain run"
-    assert h.engine.pool.inflight["part"] == 1
+    assert h.engine.ledger.busy()["part"] == 1
     assert (await h.engine.tick()).claimed == 2, "two shards: the third is over the limit"
-    assert h.engine.pool.inflight["part"] == 3
+    assert h.engine.ledger.busy()["part"] == 3
     assert (await h.engine.tick()).claimed == 0
     gate.set()
-    await asyncio.wait_for(h.engine.pool.join(), WAIT)
+    await asyncio.wait_for(h.engine.settled(), WAIT)
     await h.engine.drain()
     assert len(await executions(h.store)) == 4
 
@@ -335,7 +336,7 @@ async def test_two_instances_share_the_shards_of_one_occurrence_each_fenced_alon
     assert (await b.engine.tick()).claimed == 2, "b takes the other two"
     assert (await b.engine.tick()).claimed == 0, "the job does not overlap itself"
     gate.set()
-    await asyncio.wait_for(asyncio.gather(a.engine.pool.join(), b.engine.pool.join()), WAIT)
+    await asyncio.wait_for(asyncio.gather(a.engine.settled(), b.engine.settled()), WAIT)
 
     runs = await executions(a.store, job.id)
     assert sorted((e.owner, e.shard, e.status) for e in runs) == [
@@ -380,7 +381,9 @@ async def test_an_instance_killed_mid_occurrence_leaves_its_shard_to_run_again_a
     a.engine.start()
     await a.engine.tick()  # the occurrence
     await a.engine.tick()  # shards 0 and 1
-    await asyncio.wait_for(_until(lambda: ("a", 1) in ran and a.engine.pool.busy == 1), WAIT)
+    await asyncio.wait_for(
+        _until(lambda: ("a", 1) in ran and a.engine.ledger.count(RunState.RUNNING) == 1), WAIT
+    )
     await b.engine.drain()  # shards 2 and 3; shard 1 is still a's
     assert sorted(ran) == [("a", 0), ("a", 1), ("b", 2), ("b", 3)]
     held = await b.store.get_job(job.id)
@@ -403,7 +406,7 @@ async def test_an_instance_killed_mid_occurrence_leaves_its_shard_to_run_again_a
     assert ended.next_run_at == T0 + timedelta(seconds=66 + 3600), "advanced once, from its end"
 
     hung.set()  # a wakes up, too late
-    await asyncio.wait_for(a.engine.pool.join(), WAIT)
+    await asyncio.wait_for(a.engine.settled(), WAIT)
     assert a.engine.metrics.fenced._value.get() == 1
     assert await b.store.get_job(job.id) == ended, "a's late shard changed nothing"
 

@@ -19,9 +19,10 @@ from tickd.scheduler.dead_letters import ENGINE_ACTOR
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job, new_id
-from tickd.scheduler.ports.backends import JobChange, JobQuery, Store
+from tickd.scheduler.ports.backends import JobChange, JobQuery
+from tickd.scheduler.ports.store_api import JobStore
 from tickd.scheduler.run.claim import Claimer
-from tickd.scheduler.run.due import DueRun
+from tickd.scheduler.run.ledger import DueRun
 from tickd.scheduler.schedule.planning import after_step_back
 
 log = logging.getLogger("tickd.engine")
@@ -35,7 +36,7 @@ def iso(when: datetime | None) -> str | None:
 
 
 class ClockSteps:
-    def __init__(self, *, store: Store, claimer: Claimer, metrics: Metrics) -> None:
+    def __init__(self, *, store: JobStore, claimer: Claimer, metrics: Metrics) -> None:
         self._store = store
         self._claimer = claimer
         self._metrics = metrics

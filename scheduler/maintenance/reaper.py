@@ -5,15 +5,15 @@ renewed when the wall clock steps forward."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.events import event_source
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.ports.backends import Ports
-from tickd.scheduler.run.due import DueRun
+from tickd.scheduler.ports.clock import Clock
+from tickd.scheduler.ports.store_engine import CompletionStore, DispatchStore
+from tickd.scheduler.run.ledger import DueRun, Ledger
 
 log = logging.getLogger("tickd.engine")
 
@@ -22,10 +22,22 @@ CLOCK_JUMP_TOLERANCE_SECONDS = 1.0
 
 
 class Leases:
-    def __init__(self, *, settings: Settings, ports: Ports, observer: RunObserver) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: DispatchStore,
+        renewals: CompletionStore,
+        clock: Clock,
+        observer: RunObserver,
+        event_source: str | None,
+    ) -> None:
         self._settings = settings
-        self._ports = ports
+        self._store = store
+        self._renewals = renewals  # this instance's own leases, across a clock stepped forward
+        self._clock = clock
         self._observer = observer
+        self._event_source = event_source
         # On the monotonic clock, as a wall clock stepped back would put the next reap off.
         self._next_reap: float | None = None  # None: at the next tick
         self._last_seen: tuple[datetime, float] | None = None  # wall and real time, last tick
@@ -42,17 +54,15 @@ class Leases:
         tick interval, not in every batch of a busy dispatcher, or at once when asked; and not
         while runs fired at their time start (`busy`), unless a tick overdue: the store's
         thread is theirs then."""
-        real = self._ports.clock.monotonic()
+        real = self._clock.monotonic()
         patience = self._settings.tick_seconds if busy else 0.0
         if self._next_reap is not None and real < self._next_reap + patience:
             return []
         self._next_reap = real + self._settings.tick_seconds
         # Only the leases this instance may judge by its own clock: its own, those of the dead
         # (ended by a heartbeat) and those of owners that never beat (see the Store contract).
-        reaped = await self._ports.store.reap_expired_leases(
-            now,
-            instance=self._settings.instance_id,
-            event_source=event_source(self._settings, self._ports),
+        reaped = await self._store.reap_expired_leases(
+            now, instance=self._settings.instance_id, event_source=self._event_source
         )
         for execution in reaped:
             self._observer.reaped(execution)
@@ -72,15 +82,13 @@ class Leases:
             if execution.shards == 1 and execution.dead_letter is None
         ]
 
-    async def follow_clock_jump(
-        self, now: datetime, own_runs: Callable[[], Sequence[DueRun]]
-    ) -> float:
+    async def follow_clock_jump(self, now: datetime, ledger: Ledger) -> float:
         """A wall clock stepped forward (NTP, a restored VM) makes the leases of this instance's
         own runs look expired, though no real time passed: they are renewed before the reaper
         sees them, or it would abandon them and run their occurrences again. Returns the step
         in seconds (0.0: none); a step back is the dispatcher's to follow (clock_steps.py,
         beside this)."""
-        real = self._ports.clock.monotonic()
+        real = self._clock.monotonic()
         jump = 0.0
         if self._last_seen is not None:
             last_now, last_real = self._last_seen
@@ -90,12 +98,12 @@ class Leases:
             else:
                 log_event(log, "clock.jumped", level=logging.WARNING, seconds=round(jump, 3))
                 if jump > 0:
-                    await self._renew(now, own_runs())
+                    await self._renew(now, ledger.own_runs())
         self._last_seen = (now, real)  # not before the renewal: a failed one is tried again
         return jump
 
     async def _renew(self, now: datetime, runs: Sequence[DueRun]) -> None:
-        store = self._ports.store
+        store = self._renewals
         margin = timedelta(seconds=self._settings.lease_margin_seconds)
         for run in runs:
             until = now + timedelta(seconds=run.job.timeout_seconds) + margin

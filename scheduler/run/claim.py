@@ -7,14 +7,14 @@ import logging
 from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.events import event_source
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job
-from tickd.scheduler.ports.backends import Claim, LockUnavailable, Ports, StoreError
+from tickd.scheduler.ports.backends import Claim, Lock, LockUnavailable, StoreError
+from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.ports.store_api import RunRequestStore
 from tickd.scheduler.ports.store_engine import DispatchStore
-from tickd.scheduler.run.due import DueRun
+from tickd.scheduler.run.ledger import DueRun
 
 log = logging.getLogger("tickd.engine")
 
@@ -25,13 +25,25 @@ CLAIM_LOCK_SECONDS = 30.0
 
 
 class Claimer:
-    def __init__(self, *, settings: Settings, ports: Ports, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: DispatchStore,
+        requests: RunRequestStore,
+        lock: Lock,
+        clock: Clock,
+        metrics: Metrics,
+        event_source: str | None,
+    ) -> None:
         self.settings = settings
-        self.ports = ports
-        self.metrics = metrics
         # The store's roles the claimer uses: claims and leases, and the requests it puts back.
-        self.store: DispatchStore = ports.store
-        self.requests: RunRequestStore = ports.store
+        self.store = store
+        self.requests = requests
+        self.lock = lock
+        self.clock = clock
+        self.metrics = metrics
+        self.event_source = event_source  # a request's claim writes its event
 
     async def claim(self, runs: list[DueRun], now: datetime, token: str) -> list[DueRun]:
         """The runs this instance won: locked, then claimed (fenced); the locks of the runs lost
@@ -55,8 +67,9 @@ class Claimer:
         if requested:
             requests = [run.request for run in requested if run.request is not None]
             claims = [self._claim_of(run.job, now, None) for run in requested]
-            source = event_source(self.settings, self.ports)
-            pairs = await self.store.claim_run_requests(requests, claims, now, event_source=source)
+            pairs = await self.store.claim_run_requests(
+                requests, claims, now, event_source=self.event_source
+            )
             won += [DueRun(job, r) for r, job in pairs]
         if scheduled:
             claims = [self._claim_of(job, now, job.next_run_at) for job in scheduled]
@@ -68,12 +81,12 @@ class Claimer:
         lost = {run.lock_key for run in locked if run.lock_key not in won_keys}
         self.metrics.claims_lost.inc(len(lost))
         if lost:
-            await self.ports.lock.release_many(list(lost), token)
+            await self.lock.release_many(list(lost), token)
 
     def _lock_ttls(self, runs: list[DueRun]) -> dict[str, float]:
         """Each lock lives through the wait for the run's time, its timeout and a margin."""
         margin = self.settings.lock_margin_seconds
-        now = self.ports.clock.now()
+        now = self.clock.now()
         return {
             run.lock_key: run.wait_seconds(now) + run.job.timeout_seconds + margin for run in runs
         }
@@ -88,7 +101,7 @@ class Claimer:
             key: min(CLAIM_LOCK_SECONDS, ttl)
             for key, ttl in zip(keys, self._lock_ttls(runs).values(), strict=True)
         }
-        held = await self.ports.lock.acquire_many(ttls, token)
+        held = await self.lock.acquire_many(ttls, token)
         self.metrics.lock_contention.inc(len(runs) - len(held))
         return [run for key, run in zip(keys, runs, strict=True) if key in held]
 
@@ -98,7 +111,7 @@ class Claimer:
         if not won:
             return
         try:
-            await self.ports.lock.extend_many(self._lock_ttls(won), token)
+            await self.lock.extend_many(self._lock_ttls(won), token)
         except LockUnavailable as exc:
             log_event(log, "lock.extend_failed", level=logging.WARNING, error=str(exc))
 
@@ -130,6 +143,6 @@ class Claimer:
                 await self.store.give_back_shards(shards)
             for token in {token for _, token in held}:
                 keys = [run.lock_key for run, lock in held if lock == token]
-                await self.ports.lock.release_many(keys, token)
+                await self.lock.release_many(keys, token)
         except (StoreError, LockUnavailable) as exc:
             log_event(log, f"{why}.leases_left_to_expire", level=logging.WARNING, error=str(exc))

@@ -1,47 +1,48 @@
-"""The execute stage: a run's handler under its deadline, with its retries and their backoff,
-giving an Outcome. It makes no store call: the dispatcher claimed and recorded the run before,
-the completer writes its end after."""
+"""The execute stage: a worker's run, confirmed still this instance's if it waited, its handler
+under its deadline with its retries and their backoff, and the Outcome handed to the end stage
+(run/end.py). Its only store call renews the lease of a run that waited: the dispatcher claimed
+and recorded the run before, the writer writes its end after."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar, cast
 
-import aiohttp
-
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.logs import FIELDS
 from tickd.scheduler.model import Attempt, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.plugin.api import Handler, HandlerContext, Result
+from tickd.scheduler.plugin.contexts import HandlerContexts
 from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_if_forked
-from tickd.scheduler.plugin.http import safe_client_session
 from tickd.scheduler.plugin.leftover_tasks import TasksEndingWithTheRun, run_task
 from tickd.scheduler.plugin.outcomes import (
     HandlerExit,
+    Outcome,
     described,
     execution_error,
     outcome_of,
     smaller_than,
 )
 from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.ports.backends import Ports
-from tickd.scheduler.run.task import Outcome, Task
+from tickd.scheduler.ports.backends import Lock, LockUnavailable, StoreError
+from tickd.scheduler.ports.clock import Clock
+from tickd.scheduler.ports.store_engine import CompletionStore
+from tickd.scheduler.run.end import Ender
+from tickd.scheduler.run.ledger import Task
 from tickd.scheduler.schedule.backoff import backoff_delay
-from tickd.scheduler.secrets.echoes import EchoMaskingLogger
 from tickd.scheduler.secrets.masking import secret_values, with_settings_secrets
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# A task that starts within this long of its claim needs no lease renewal: its lease and lock
+# still cover its whole timeout.
+FRESH_FOR = timedelta(seconds=1)
 # After cancelling a handler at its deadline, how long to wait for it to let go.
 CANCEL_GRACE_SECONDS = 1.0
 
@@ -52,15 +53,6 @@ _SUCCEEDED = Outcome(status=Status.SUCCESS)
 _SUCCEEDED_AT_ONCE = Outcome(status=Status.SUCCESS, attempts=1)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _SharedContext:
-    """What every run's context of one handler shares, and the handler it was made for."""
-
-    handler: Handler
-    config: Mapping[str, Any]
-    resources: Mapping[str, object]
-
-
 class Executor:
     """Runs handlers: async ones on the loop, sync ones on threads of their own."""
 
@@ -68,44 +60,84 @@ class Executor:
         self,
         *,
         settings: Settings,
-        ports: Ports,
+        store: CompletionStore,
+        lock: Lock,
+        clock: Clock,
         registry: HandlerRegistry,
+        contexts: HandlerContexts,
+        ender: Ender,
         observer: RunObserver,
-        resources: Mapping[str, object],
     ) -> None:
         self.settings = settings
-        self.ports = ports
+        self.store = store  # a run that waited renews its lease, its only store call
+        self.lock = lock
+        self.clock = clock
         self.registry = registry
+        self.contexts = contexts
+        self.ender = ender
         self.observer = observer
-        # Opened by the daemon, by name: each run sees those its handler declared.
-        self.resources = resources
         # Sync handlers get threads of their own, so a blocking one cannot starve the store's.
         self._threads = ChildEndingThreads(settings.workers, thread_name_prefix="tickd-handler")
         # Handlers that outlived their cancellation: kept referenced until they end.
         self._stuck: set[asyncio.Future[Any]] = set()
-        # One SSRF-safe HTTP session for all handlers, opened on first use (inside the loop).
-        self._http: aiohttp.ClientSession | None = None
-        # What a run's context shares with every run of its handler, made on its first run.
-        self._handler_logs: dict[str, logging.Logger] = {}
-        self._handler_configs: dict[str, Mapping[str, Any]] = {}
         self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
-        # By handler name (Executor._shared_context).
-        self._shared_contexts: dict[str, _SharedContext] = {}
 
     async def close(self) -> None:
         for future in self._stuck:
             future.cancel()
         self._threads.shutdown(wait=False, cancel_futures=True)
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        await self.contexts.close()
 
-    def _http_session(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            self._http = safe_client_session(
-                allow=self.settings.http_allow, ports=self.settings.http_allowed_ports
+    async def run(self, task: Task) -> None:
+        """A worker's run: still this instance's (a run that waited renews its lease and lock),
+        executed, and its end handed to the end stage."""
+        started = self.clock.now()
+        # Most tasks start within FRESH_FOR of their claim, its lease and lock still covering
+        # their whole timeout: no coroutine made to find that out.
+        if started - task.claimed_at >= FRESH_FOR:
+            if not await self._still_ours(task, started):
+                return
+            started = self.clock.now()
+        real = self.clock.monotonic()  # the duration is real time, whatever the wall says
+        try:
+            outcome = await self.execute(task, started)
+        except asyncio.CancelledError:
+            # Shutdown past its grace period: record the run as abandoned and give the
+            # occurrence back (no advance), so it runs again after the restart.
+            abandoned = Outcome(
+                status=Status.ABANDONED, error=execution_error("Shutdown", "cancelled")
             )
-        return self._http
+            await asyncio.shield(self.ender.end_now(task, abandoned, started))
+            raise
+        finished = self.clock.now()  # waiting for the writer below is not the run's time
+        seconds = self.clock.monotonic() - real
+        await self.ender.hand_over(task, outcome, started, finished, seconds)
+
+    async def _still_ours(self, task: Task, now: datetime) -> bool:
+        """A task that waited in the queue renews its lease and lock, so that its whole timeout
+        is covered; if another instance took the job over meanwhile, it does not run."""
+        timeout = task.job.timeout_seconds
+        until = now + timedelta(seconds=timeout + self.settings.lease_margin_seconds)
+        try:
+            if await self._renew(task, until, now):
+                ttl = timeout + self.settings.lock_margin_seconds
+                await self.lock.extend(task.lock_key, task.lock_token, ttl)
+                return True
+        except (StoreError, LockUnavailable) as exc:
+            # Not started, so nothing is lost: the lease expires, the reaper marks the execution
+            # abandoned and the occurrence runs again.
+            self.observer.not_started(task.job, str(exc))
+            return False
+        self.observer.fenced(task.job, task.execution, before_start=True)
+        return False
+
+    async def _renew(self, task: Task, until: datetime, now: datetime) -> bool:
+        token = task.execution.token
+        assert token is not None
+        entry = task.shard_entry
+        if entry is not None:
+            return await self.store.renew_shard_lease(entry, token, until, now)
+        return await self.store.renew_lease(task.job.id, token, until)
 
     async def execute(self, task: Task, started: datetime) -> Outcome:
         """The handler's outcome, its attempts and retries within the job's deadline."""
@@ -124,17 +156,24 @@ class Executor:
         # job and of its handler's settings are masked in it, should a far end echo them back.
         # Most jobs have no params: nothing to look through, nor a coroutine to make for it.
         secrets = await self._secrets_of(task.job, handler) if task.job.params else []
-        config = self._handler_config(task.job.handler)
+        config = self.contexts.config(task.job.handler)
         secrets = with_settings_secrets(secrets, config, handler.secret_params)
         log: list[Attempt] = []
         while True:
             number = len(log) + 1
-            began = self.ports.clock.now()
-            context = self._context(task, handler, number, deadline, secrets)
+            began = self.clock.now()
+            context = self.contexts.context(
+                task.job,
+                task.execution,
+                handler,
+                attempt=number,
+                deadline=deadline,
+                secrets=secrets,
+            )
             outcome = await self._attempt(task.job, handler, context, secrets)
             if outcome is _SUCCEEDED and number == 1:
                 return _SUCCEEDED_AT_ONCE  # most runs: nothing more to record
-            ended = self.ports.clock.now()
+            ended = self.clock.now()
             delay = self._backoff_before_next(task.job, outcome, number, ended, deadline)
             log.append(
                 Attempt(
@@ -155,7 +194,7 @@ class Executor:
                 )
             error = outcome.error.message if outcome.error else None
             self.observer.retrying(task.job, task.execution, number, delay, error)
-            await self.ports.clock.sleep(delay)
+            await self.clock.sleep(delay)
 
     @staticmethod
     def _backoff_before_next(
@@ -235,62 +274,6 @@ class Executor:
         self._stuck.discard(future)
         if not future.cancelled():
             future.exception()  # retrieved, so asyncio does not complain about it later
-
-    def _context(
-        self, task: Task, handler: Handler, attempt: int, deadline: datetime, secrets: list[str]
-    ) -> HandlerContext:
-        job, execution = task.job, task.execution
-        fields = {"job": job.name, "execution": execution.id, "attempt": attempt}
-        if execution.shards > 1:
-            fields["shard"] = execution.shard
-        shared = self._shared_context(job.handler, handler)
-        return HandlerContext(
-            job_id=job.id,
-            job_name=job.name,
-            params=job.params,
-            scheduled_at=execution.scheduled_at,
-            attempt=attempt,
-            deadline=deadline,
-            idempotency_key=execution.idempotency_key,
-            logger=EchoMaskingLogger(self._handler_log(job.handler), {FIELDS: fields}, secrets),
-            clock=self.ports.clock,
-            mailer=self.ports.mailer,
-            http=self._http_session(),
-            config=shared.config,
-            resources=shared.resources,
-            shard=execution.shard,
-            shards=execution.shards,
-        )
-
-    def _shared_context(self, name: str, handler: Handler) -> _SharedContext:
-        """What every run of a handler sees alike, made on its first run: read-only mappings,
-        so that no run changes what the next one sees."""
-        known = self._shared_contexts.get(name)
-        if known is None or known.handler is not handler:  # first run, or registered anew
-            resources = {
-                r.name: self.resources[r.name]
-                for r in handler.resources
-                if r.name in self.resources
-            }
-            known = self._shared_contexts[name] = _SharedContext(
-                handler=handler,
-                config=self._handler_config(name),
-                resources=MappingProxyType(resources),
-            )
-        return known
-
-    def _handler_log(self, handler: str) -> logging.Logger:
-        # logging.getLogger takes the logging module's lock: once per handler, not per run.
-        if handler not in self._handler_logs:
-            self._handler_logs[handler] = logging.getLogger(f"tickd.handler.{handler}")
-        return self._handler_logs[handler]
-
-    def _handler_config(self, handler: str) -> Mapping[str, Any]:
-        """Read-only: one mapping serves every run of the handler."""
-        if handler not in self._handler_configs:
-            table = self.settings.handler_settings.get(handler, {})
-            self._handler_configs[handler] = MappingProxyType(dict(table))
-        return self._handler_configs[handler]
 
 
 async def _done_within(future: asyncio.Future[Any], seconds: float) -> bool:

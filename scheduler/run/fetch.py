@@ -1,26 +1,26 @@
-"""What the dispatcher fetches, and how much: run requests first, then the jobs falling due
-before the lookahead horizon, most urgent first, as many as the pool and the timers have room
-for. Behind the clock (more due now than the pool could take), it fetches only what is due
-until it has caught up; under a backlog, the jobs waiting longest go first."""
+"""The fetch stage: what the dispatcher claims next, and how much. Run requests first, then the
+jobs falling due before the lookahead horizon, most urgent first, as many as the workers and
+the timers have room for (counted in the ledger), each handler within its concurrency limit.
+Behind the clock (more due now than the workers could take), it fetches only what is due until
+it has caught up; under a backlog, the jobs waiting longest go first."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.store_engine import DispatchStore
-from tickd.scheduler.run.arm import Firing
-from tickd.scheduler.run.due import DueRun, one_per_job
-from tickd.scheduler.run.handler_limits import HandlerLimits
-from tickd.scheduler.run.pool import WorkerPool
+from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
 
 
 @dataclass(frozen=True, slots=True)
 class Fetched:
     read: int  # due jobs and requests read
-    runs: list[DueRun]  # of those, the runs to claim
+    runs: list[DueRun]  # of those, the runs to claim: one per job, within their handlers' limits
     full: bool  # the fetch hit its limit: more may be due
 
 
@@ -30,15 +30,16 @@ class Fetcher:
         *,
         settings: Settings,
         store: DispatchStore,
-        pool: WorkerPool,
-        firing: Firing,
-        limits: HandlerLimits,
+        ledger: Ledger,
+        registry: HandlerRegistry,
     ) -> None:
         self._settings = settings
         self._store = store
-        self._pool = pool
-        self._firing = firing
-        self._limits = limits
+        self._ledger = ledger
+        # Each handler's concurrency limit, as the handler declares it or the settings override.
+        self._limits = HandlerLimits(settings, registry)
+        # What the workers hold: each worker's run, and the queue before them.
+        self._capacity = settings.workers + settings.effective_queue_size
         self._backlogged = False  # the last fetch was full: more was due than it took
         # More was due now than the pool had room for: fetch only what is due until caught up.
         self._behind = False
@@ -49,14 +50,11 @@ class Fetcher:
     def give_back(self, job_ids: list[str]) -> None:
         self._given_back.update(job_ids)
 
-    def busy(self) -> Counter[str]:
-        """Runs of each handler queued, running, staged or armed."""
-        return self._pool.inflight + self._firing.by_handler()
-
-    async def fetch(self, now: datetime) -> Fetched | None:
-        """The runs to claim now; None when there is no room for any."""
+    async def fetch(self, now: datetime, *, armed_due: bool) -> Fetched | None:
+        """The runs to claim now; None when there is no room for any. `armed_due`: armed runs
+        are due to be recorded and wait for room on the workers (they go first)."""
         start_room = self.start_room()
-        limit = min(self._settings.batch_size, self.room())
+        limit = min(self._settings.batch_size, self.room(armed_due=armed_due))
         if limit == 0:
             return None
         looking_ahead = not self._behind
@@ -65,6 +63,7 @@ class Fetcher:
         if not looking_ahead:
             self._behind = False  # caught up once a fetch of what is due has room to spare
         runs = self._within_start_room(one_per_job(fetched), now, start_room, full=full)
+        runs = self._limits.within(runs, self._ledger.busy())
         self._backlogged = full
         return Fetched(read=len(fetched), runs=runs, full=full)
 
@@ -76,10 +75,11 @@ class Fetcher:
         return now - timedelta(seconds=self._settings.starvation_bound_seconds)
 
     def start_room(self) -> int:
-        """Room in the pool, less what is armed or staged: they join the queue at their time."""
-        return max(0, self._pool.free_slots() - self._firing.held())
+        """Room on the workers, less what is armed or recorded ahead: they join the queue at
+        their time."""
+        return max(0, self._capacity - self._ledger.waiting_for_workers())
 
-    def room(self) -> int:
+    def room(self, *, armed_due: bool) -> int:
         """What fetches may take: room in the pool for runs due now, and while nothing due
         now waits for that room, room among the timers for runs falling due later. Runs armed
         ahead need no worker until they fire, so a second's worth of jobs due at the same
@@ -89,8 +89,8 @@ class Fetcher:
         # Armed runs due to be recorded and waiting for room in the pool go first, before
         # claims ahead, which on a slow store take the dispatcher seconds (the workers would
         # idle).
-        if not self._behind and not self._firing.armed_due():
-            arm_room = max(0, self._settings.lookahead_limit - len(self._firing.timers))
+        if not self._behind and not armed_due:
+            arm_room = max(0, self._settings.lookahead_limit - self._ledger.armed_count())
         return self.start_room() + arm_room
 
     def _within_start_room(
@@ -119,7 +119,7 @@ class Fetcher:
         Then the jobs falling due before the lookahead horizon (or due now, when behind), most
         urgent first."""
         store = self._store
-        saturated = self._limits.saturated(self.busy())
+        saturated = self._limits.saturated(self._ledger.busy())
         requested = await store.due_run_requests(
             now, limit, exclude_handlers=saturated, instance=self._settings.instance_id
         )
@@ -141,3 +141,39 @@ class Fetcher:
             self._given_back.difference_update(first)
             runs += [DueRun(job) for job in jobs]
         return runs
+
+
+class HandlerLimits:
+    def __init__(self, settings: Settings, registry: HandlerRegistry) -> None:
+        self.settings = settings
+        self.registry = registry
+
+    def limit(self, handler: str) -> int | None:
+        if handler in self.settings.handler_concurrency:
+            return self.settings.handler_concurrency[handler]
+        registered = self.registry.get(handler)
+        return registered.handler.max_concurrency if registered else None
+
+    def saturated(self, busy: Counter[str]) -> list[str]:
+        """The handlers with no room left, given how many runs of each are `busy`."""
+        return [
+            handler
+            for handler in busy
+            if (limit := self.limit(handler)) is not None and busy[handler] >= limit
+        ]
+
+    def within(self, runs: Sequence[DueRun], busy: Counter[str]) -> list[DueRun]:
+        """The runs their handlers have room for. A sharded run counts as many runs as it has
+        shards; one wider than the limit itself (the limit lowered since the job was checked)
+        goes when the handler is idle."""
+        taken: Counter[str] = Counter()
+        kept = []
+        for run in runs:
+            handler = run.job.handler
+            limit = self.limit(handler)
+            now_busy = busy[handler] + taken[handler]
+            wider = limit is not None and run.width > limit
+            if limit is None or now_busy + run.width <= limit or (wider and now_busy == 0):
+                taken[handler] += run.width
+                kept.append(run)
+        return kept

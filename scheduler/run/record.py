@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.events import event_source
 from tickd.scheduler.lock import lock_key
 from tickd.scheduler.model import Execution, ExecutionError, Job, Status
 from tickd.scheduler.observers import RunObserver
-from tickd.scheduler.ports.backends import Ports
+from tickd.scheduler.plugin.outcomes import Outcome
+from tickd.scheduler.ports.backends import Lock
+from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.ports.store_engine import DispatchStore
-from tickd.scheduler.run.due import DueRun
 from tickd.scheduler.run.end import Ender
-from tickd.scheduler.run.task import Outcome, Task
+from tickd.scheduler.run.ledger import DueRun, Ledger, Task
 from tickd.scheduler.schedule.planning import Plan, plan_run
 from tickd.scheduler.schedule.shards import requested_as, shard_entries
 
@@ -29,14 +29,26 @@ class Recorded:
 
 class Recorder:
     def __init__(
-        self, *, settings: Settings, ports: Ports, observer: RunObserver, completer: Ender
+        self,
+        *,
+        settings: Settings,
+        store: DispatchStore,
+        lock: Lock,
+        clock: Clock,
+        ledger: Ledger,
+        ender: Ender,
+        observer: RunObserver,
+        event_source: str | None,
     ) -> None:
         self.settings = settings
-        self.ports = ports
-        self.store: DispatchStore = ports.store
-        self.observer = observer
+        self.store = store
+        self.lock = lock
+        self.clock = clock
+        self.ledger = ledger
         # Ends what is recorded and never runs: an occurrence all of whose times were skipped.
-        self.completer = completer
+        self.ender = ender
+        self.observer = observer
+        self.event_source = event_source  # the executions' events go to the outbox with them
 
     async def record(
         self, held: list[tuple[DueRun, str]], now: datetime, *, fired: bool = False
@@ -64,7 +76,7 @@ class Recorder:
         recorded = [(task.job, task.execution) for task in tasks] + skipped
         await self.store.insert_executions(
             [execution for _, execution in recorded],
-            event_source=event_source(self.settings, self.ports),
+            event_source=self.event_source,
         )
         for job, execution in recorded:
             self.observer.recorded(job, execution)
@@ -84,7 +96,8 @@ class Recorder:
         advance_from = None if run.request is not None else plan.advance_from
         entries = shard_entries(job, plan.run_at, advance_from, now)
         await self.store.start_occurrence(job.id, job.lease.token, job.lease.until, entries)
-        await self.ports.lock.release_many([lock_key(job.id)], token)
+        await self.lock.release_many([lock_key(job.id)], token)
+        self.ledger.let_go(run)  # the occurrence is its shards' now
 
     def _task(
         self,
@@ -149,10 +162,10 @@ class Recorder:
             execution=execution,
             plan=plan,
             lock_token=token,
-            claimed_at=execution.started_at or self.ports.clock.now(),
+            claimed_at=execution.started_at or self.clock.now(),
         )
         outcome = Outcome(status=Status.SKIPPED, error=execution.error)
-        await self.completer.finish(task, outcome, self.ports.clock.now())
+        await self.ender.end_now(task, outcome, self.clock.now())
 
     def _execution(
         self,

@@ -28,7 +28,7 @@ class RunState(enum.StrEnum):
 
 class Stage(enum.StrEnum):
     DISPATCH = "dispatch"  # dispatcher.py; run/: fetch, claim, arm, record, pool
-    EXECUTE = "execute"  # run/: runner, execute, outcomes
+    EXECUTE = "execute"  # run/execute.py; plugin/: outcomes, contexts, guards
     COMPLETE = "complete"  # run/: end, write
     MAINTENANCE = "maintenance"  # maintenance/: reaper, heartbeat, retention, relay
 
@@ -44,14 +44,14 @@ class Transition:
 
 TRANSITIONS = (
     Transition(RunState.DUE, RunState.CLAIMED, "claim", Stage.DISPATCH, "run.claim:Claimer.claim"),
-    Transition(RunState.CLAIMED, RunState.ARMED, "arm", Stage.DISPATCH, "run.arm:Firing.arm"),
+    Transition(RunState.CLAIMED, RunState.ARMED, "arm", Stage.DISPATCH, "run.arm:Arming.arm"),
     Transition(
         RunState.CLAIMED, RunState.RECORDED, "record", Stage.DISPATCH, "run.record:Recorder.record"
     ),
     Transition(
         RunState.CLAIMED, RunState.SKIPPED, "misfire", Stage.DISPATCH, "run.record:Recorder.record"
     ),
-    Transition(RunState.ARMED, RunState.RECORDED, "fire", Stage.DISPATCH, "run.arm:Firing.fire"),
+    Transition(RunState.ARMED, RunState.RECORDED, "fire", Stage.DISPATCH, "run.arm:Arming.fire"),
     Transition(
         RunState.ARMED,
         RunState.GIVEN_BACK,
@@ -62,13 +62,15 @@ TRANSITIONS = (
     Transition(
         RunState.RECORDED, RunState.QUEUED, "submit", Stage.DISPATCH, "run.pool:WorkerPool.submit"
     ),
-    Transition(RunState.QUEUED, RunState.RUNNING, "start", Stage.EXECUTE, "run.runner:Runner.run"),
+    Transition(
+        RunState.QUEUED, RunState.RUNNING, "start", Stage.EXECUTE, "run.execute:Executor.run"
+    ),
     Transition(
         RunState.QUEUED,
         RunState.FENCED,
         "taken_over",
         Stage.EXECUTE,
-        "run.runner:Runner._still_ours",
+        "run.execute:Executor._still_ours",
     ),
     Transition(
         RunState.QUEUED,
@@ -81,7 +83,7 @@ TRANSITIONS = (
         RunState.RUNNING, RunState.ENDED, "end", Stage.EXECUTE, "run.execute:Executor.execute"
     ),
     Transition(
-        RunState.RUNNING, RunState.ABANDONED, "cancelled", Stage.EXECUTE, "run.runner:Runner.run"
+        RunState.RUNNING, RunState.ABANDONED, "cancelled", Stage.EXECUTE, "run.execute:Executor.run"
     ),
     Transition(
         RunState.ENDED, RunState.COMPLETED, "complete", Stage.COMPLETE, "run.write:Writer._write"
@@ -91,7 +93,7 @@ TRANSITIONS = (
         RunState.FENCED,
         "fenced_off",
         Stage.COMPLETE,
-        "run.end:Ender.tell_ended",
+        "run.write:Writer._tell",
     ),
     Transition(
         RunState.RECORDED,

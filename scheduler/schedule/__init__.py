@@ -1,3 +1,4 @@
-"""When things run: cron expressions, schedules and their fire times, misfire planning and retry
-backoff. Pure functions of a job and "now": no store, no clock of their own.
+"""When things run: cron expressions, schedules and their fire times, misfire planning, retry
+backoff, and a sharded occurrence's shards (shards.py). Pure functions of a job and "now": no
+store, no clock of their own.
 """
