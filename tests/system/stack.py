@@ -39,6 +39,7 @@ from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_m
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.events.kafka_settings import KafkaSettings
 from tickd.scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
+from tickd.scheduler.ports.backends import StoreError
 from tickd.scheduler.store.kit.mongodb import from_micros
 from tickd.scheduler.store.mongodb import MongoStore
 
@@ -172,6 +173,8 @@ class Sandbox:
 
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     job_ids: list[str] = field(default_factory=list)
+    # One client for the whole test (see store()).
+    _store: MongoStore | None = field(default=None, init=False, repr=False)
 
     @property
     def database(self) -> str:
@@ -192,12 +195,15 @@ class Sandbox:
 
     @contextlib.asynccontextmanager
     async def store(self) -> AsyncIterator[MongoStore]:
-        store = MongoStore(self.store_url)
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
+        """The test's store, one client opened on first use and closed by clean(). A client
+        opened and closed at each poll of a test races its own monitor's connection hundreds of
+        times a test, and pymongo leaks the transport of a connection it was opening when
+        closed (its ResourceWarning then fails whichever test the collector runs in)."""
+        if self._store is None:
+            store = MongoStore(self.store_url)
+            await store.open()
+            self._store = store
+        yield self._store
 
     async def add_jobs(self, jobs: Sequence[Job]) -> None:
         async with self.store() as store:
@@ -207,6 +213,10 @@ class Sandbox:
 
     async def clean(self) -> None:
         """Best effort, each part on its own: a service a test left down must not hide the rest."""
+        if self._store is not None:
+            with contextlib.suppress(StoreError):
+                await self._store.close()
+            self._store = None
         with contextlib.suppress(PyMongoError):
             admin: AsyncMongoClient[Doc] = AsyncMongoClient(
                 MONGODB_URL, serverSelectionTimeoutMS=REACH_MS, timeoutMS=30_000
