@@ -28,8 +28,9 @@ class RunState(enum.StrEnum):
 
 class Stage(enum.StrEnum):
     DISPATCH = "dispatch"  # dispatcher.py; run/: fetch, claim, arm, record, pool
-    EXECUTE = "execute"  # run/execute.py; plugin/: outcomes, contexts, guards
-    COMPLETE = "complete"  # run/: end, write
+    EXECUTE = "execute"  # run/execute.py; plugin/: contexts, outcomes, guards
+    END = "end"  # run/end.py: the end worked out, handed to the writer
+    WRITE = "write"  # run/write.py: ends written in batches
     MAINTENANCE = "maintenance"  # maintenance/: reaper, heartbeat, retention, relay
 
 
@@ -79,20 +80,18 @@ TRANSITIONS = (
         Stage.DISPATCH,
         "dispatcher:Engine.shutdown",
     ),
+    Transition(RunState.RUNNING, RunState.ENDED, "end", Stage.END, "run.end:Ender.hand_over"),
     Transition(
-        RunState.RUNNING, RunState.ENDED, "end", Stage.EXECUTE, "run.execute:Executor.execute"
+        RunState.RUNNING, RunState.ABANDONED, "shut_down", Stage.EXECUTE, "run.execute:Executor.run"
     ),
     Transition(
-        RunState.RUNNING, RunState.ABANDONED, "cancelled", Stage.EXECUTE, "run.execute:Executor.run"
-    ),
-    Transition(
-        RunState.ENDED, RunState.COMPLETED, "complete", Stage.COMPLETE, "run.write:Writer._write"
+        RunState.ENDED, RunState.COMPLETED, "complete", Stage.WRITE, "run.write:Writer._write"
     ),
     Transition(
         RunState.ENDED,
         RunState.FENCED,
         "fenced_off",
-        Stage.COMPLETE,
+        Stage.WRITE,
         "run.write:Writer._tell",
     ),
     Transition(
