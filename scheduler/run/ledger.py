@@ -13,6 +13,7 @@ the ends of runs already over).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,9 +33,10 @@ RECORDED_AHEAD_SECONDS = 0.1
 BUSY = frozenset({RunState.ARMED, RunState.RECORDED, RunState.QUEUED, RunState.RUNNING})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DueRun:
-    """A job to run: its schedule's occurrence, or one someone asked for (`request`)."""
+    """A job to run: its schedule's occurrence, or one someone asked for (`request`). Its lock
+    key is worked out once: the ledger and the writer look it up for every step of the run."""
 
     job: Job
     request: RunRequest | None = None
@@ -67,7 +69,7 @@ class DueRun:
     def shard_entry(self) -> RunRequest | None:
         return shard_entry_of(self.request)
 
-    @property
+    @functools.cached_property
     def lock_key(self) -> str:
         return run_lock_key(self.job.id, self.request)
 
@@ -117,8 +119,9 @@ class Task:
     # the ends of runs already over are written (Ledger.fired_waiting).
     fired: bool = False
 
-    @property
+    @functools.cached_property
     def run(self) -> DueRun:
+        """The run as the ledger holds it: one value for all its steps."""
         return DueRun(self.job, self.request)
 
     @property
@@ -127,7 +130,7 @@ class Task:
 
     @property
     def lock_key(self) -> str:
-        return run_lock_key(self.job.id, self.request)
+        return self.run.lock_key
 
 
 @dataclass(slots=True)
