@@ -118,7 +118,7 @@ async def test_runs_fired_together_start_before_the_ends_of_others_are_written(
 ) -> None:
     """A thousand runs due at one instant share the loop with their own ends: the ends wait
     for the starts, or the last run starts twice as late. Seen here as the order of handler
-    starts and end batches written, with ends let go as soon as the finisher gets a turn."""
+    starts and end batches written, with ends let go as soon as the writer gets a turn."""
     order: list[str] = []
 
     async def record(ctx: HandlerContext) -> Result:
