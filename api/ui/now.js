@@ -2,6 +2,7 @@
 
 import { get } from "./api.js";
 import { STATUS_COLOURS, lines, stackedBars } from "./charts.js";
+import { errorCell, errorHeadline } from "./dead_letters.js";
 import { badge, h, jobHash, link, replace } from "./dom.js";
 import { clock, dateTime, relative, seconds, setServerNow, span } from "./format.js";
 
@@ -47,9 +48,11 @@ function group(title, testid, head, rows) {
       h("thead", {}, h("tr", {}, head.map((t) => h("th", {}, t)))), h("tbody", {}, rows)));
 }
 
+/** A job's distinct errors, one a line: the error's type and the first line of its message
+ * (the whole of it on hover). */
 function errorLines(trouble) {
-  return trouble.errors.map((e) => h("div", { class: "error-text" }, badge(e.status), " ",
-    e.error ? `${e.error.type}: ${e.error.message}` : "—"));
+  return trouble.errors.map((e) => h("div", { class: "error-text", title: e.error ? `${e.error.type}: ${e.error.message}` : null },
+    badge(e.status), " ", e.error ? errorHeadline(e.error) : "—"));
 }
 
 function deadLetters(a) {
@@ -67,7 +70,7 @@ function failing(a) {
     ["job", "failed in a row", "last run", "error"],
     a.failing.map((j) => h("tr", {}, h("td", {}, link(jobHash(j.job_id), j.job_name)), h("td", {}, String(j.consecutive_failures)),
       h("td", { class: "nowrap" }, j.last_status ? [badge(j.last_status), " ", relative(j.last_finished_at)] : "—"),
-      h("td", { class: "error-text" }, j.last_error || "—"))));
+      j.last_error ? errorCell({ type: "", message: j.last_error }) : h("td", {}, "—"))));
 }
 
 function late(a) {
