@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from tests.api.conftest import READ, WRITE, Api
+from tests.api.conftest import ADMIN, READ, WRITE, Api
 from tests.api.test_dead_letters_api import dead_letters, failed_for_good
 from tests.conftest import make_job
 from tickd.scheduler.model import DeadLetter, Execution, ExecutionError, Job
@@ -18,10 +18,15 @@ EXPIRED = ExecutionError(type="HTTPError", message="401 token expired\nrequest i
 
 
 async def job_with_dead_letters(
-    api: Api, name: str, errors: list[ExecutionError], *, start_minutes: int = 1
+    api: Api,
+    name: str,
+    errors: list[ExecutionError],
+    *,
+    start_minutes: int = 1,
+    system: bool = False,
 ) -> tuple[Job, list[Execution]]:
     """A job and one open dead letter per error, the first of them the newest."""
-    job = make_job(name, "boom")
+    job = make_job(name, "boom", system=system)
     await api.store.insert_job(job)
     now = api.clock.now()
     runs = [
@@ -134,3 +139,16 @@ async def test_groups_count_the_newest_two_thousand_and_say_they_stopped_there(a
         ExecutionQuery(dead_letter=DeadLetter.OPEN, limit=3000)
     )
     assert len(everything) == 2100, "reading the groups changes nothing"
+
+
+async def test_a_system_jobs_dead_letters_are_skipped_for_a_token_without_admin(
+    api: Api,
+) -> None:
+    _, system_runs = await job_with_dead_letters(api, "alert-scan", [REFUSED], system=True)
+    _, runs = await job_with_dead_letters(api, "export", [REFUSED], start_minutes=30)
+    status, out = await discard(api, {})
+    assert status == 200 and out["discarded"] == [runs[0].id], out
+    [skipped] = out["skipped"]
+    assert skipped["id"] == system_runs[0].id and "admin" in skipped["reason"]
+    status, out = await discard(api, {"ids": [system_runs[0].id]}, token=ADMIN)
+    assert status == 200 and out["count"] == 1, out
