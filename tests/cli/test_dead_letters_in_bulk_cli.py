@@ -11,6 +11,7 @@ from datetime import timedelta
 from tests.api.test_cli import Live
 from tests.api.test_dead_letters_api import failed_for_good
 from tests.conftest import make_job
+from tickd.cli.runs import follow_line
 from tickd.scheduler.model import DeadLetter, Execution, ExecutionError, Job
 from tickd.scheduler.ports.backends import ExecutionQuery
 
@@ -116,7 +117,24 @@ async def test_list_group_counts_identical_errors_the_largest_first(live: Live) 
     assert run.code == 0, run.err
     header, *rows = run.out.splitlines()
     assert header.split() == ["COUNT", "JOB", "NEWEST", "ERROR"]
-    assert [(r.split()[0], r.split(maxsplit=3)[3]) for r in rows] == [
+    errors = [row[header.index("ERROR") :] for row in rows]
+    assert [(r.split()[0], error) for r, error in zip(rows, errors, strict=True)] == [
         ("3", "HTTPError: 401 token expired"),
         ("1", "ConnectionError: upstream refused the connection"),
     ]
+
+
+def test_follow_prints_each_ended_runs_error_after_its_row_escaped_for_the_terminal() -> None:
+    ended = {
+        "id": "r1",
+        "job_name": "export",
+        "status": "failed",
+        "scheduled_at": "2026-03-02T10:00:00Z",
+        "duration_ms": 12.0,
+        "attempts": 1,
+        "error": {"type": HOSTILE.type, "message": HOSTILE.message},
+    }
+    line = follow_line(ended, as_json=False)
+    assert line.startswith("r1  export  failed  ")
+    assert "  12ms  1  ValueError: bad row \\x1b[2J" in line
+    assert "\x1b" not in line and "Traceback follows" not in line
