@@ -81,6 +81,7 @@ export async function deadLettersView(main, filters) {
   replace(main, box);
   const handlers = await get("/v1/handlers");
   const selected = new Set(); // ids, kept across refreshes while they are listed
+  const folding = { groups: true }; // the groups unfolded or not, as left, across refreshes
   let asking = false; // a confirmation on screen is not refreshed away
   async function load() {
     if (asking) return;
@@ -98,7 +99,7 @@ export async function deadLettersView(main, filters) {
       h("p", { class: "muted" }, "Runs that failed for good, after their last retry. Re-driving one runs its occurrence again (same idempotency key)."),
       toolbar(filters, handlers.items, jobsOf(jobsSeen || listed, filters.job_id, listed)),
       filters.state === "open" && canWrite() && listed.length ? bulkBar(filters, listed, ask, load) : null,
-      groupsPanel(groups, listed, selecting ? selection : null),
+      groupsPanel(groups, listed, selecting ? selection : null, folding),
       selection ? selection.bar : null,
       table(listed, filters, ask, load, selection)));
   }
@@ -222,7 +223,7 @@ function plural(n) {
 }
 
 /** Identical errors (same job, type and first line), counted, the largest first. */
-function groupsPanel(groups, listed, selection) {
+function groupsPanel(groups, listed, selection, folding) {
   if (!groups.groups.length) return null;
   const listedIds = new Set(listed.map((run) => run.id));
   const shown = groups.groups.slice(0, GROUPS_SHOWN);
@@ -242,7 +243,8 @@ function groupsPanel(groups, listed, selection) {
         "aria-label": `Select the ${ids.length} ${g.job_name} dead ${plural(ids.length)} of ${g.error_type}`,
         onclick: () => selection.selectGroup(ids) }, `Select ${ids.length}`)) : null);
   });
-  return h("details", { class: "groups", open: true, "data-testid": "error-groups" },
+  return h("details", { class: "groups", open: folding.groups, "data-testid": "error-groups",
+    ontoggle: (e) => { folding.groups = e.target.open; } },
     h("summary", {}, title),
     h("div", { class: "table-wrap" }, h("table", { class: "table compact" },
       h("thead", {}, h("tr", {}, ["count", "error, job and newest", selection ? "" : null].filter((t) => t !== null).map((t) => h("th", {}, t)))),
