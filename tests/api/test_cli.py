@@ -138,13 +138,13 @@ async def test_jobs_list_is_an_aligned_table(live: Live) -> None:
         [row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)] for row in rows
     ]
     assert cells == [
-        ["every-minute", "sleep", "every 1m", "no", "2026-03-02T09:01:00Z", "-"],
+        ["every-minute", "sleep", "every 1m", "no", "2026-03-02 09:01:00 UTC", "-"],
         [
             "nightly-ping",
             "ping",
             "cron 0 30 2 * * * (Europe/Berlin)",
             "yes",
-            "2026-03-03T01:30:00Z",
+            "2026-03-03 01:30:00 UTC",
             "-",
         ],
     ]
@@ -270,7 +270,7 @@ async def test_pause_resume_trigger_and_delete_by_name(live: Live) -> None:
     assert stored is not None and not stored.enabled
 
     resumed = await live.tickd("jobs", "resume", job["id"])
-    assert resumed.code == 0 and "next run 2026-03-03T01:30:00Z" in resumed.out
+    assert resumed.code == 0 and "next run 2026-03-03 01:30:00 UTC" in resumed.out
 
     triggered = await live.tickd("jobs", "trigger", "nightly-ping", "--json")
     assert triggered.code == 0 and json.loads(triggered.out)["reason"] == "trigger"
@@ -308,7 +308,7 @@ async def test_executions_list_show_and_retry(live: Live) -> None:
     assert starts == sorted(starts)
     [failed] = await live.store.list_executions(ExecutionQuery(job_id=job["id"]))
     assert row.split() == [
-        *(failed.id, "flaky", "failed", "2026-03-02T10:00:00Z", "0ms", "1"),
+        *(failed.id, "flaky", "failed", "2026-03-02", "10:00:00", "UTC", "0ms", "1"),
         *("RuntimeError:", "upstream", "said", "no"),
     ]
 

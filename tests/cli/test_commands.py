@@ -118,7 +118,7 @@ async def test_patch_preview_history_and_backfill_of_a_job(live: Live) -> None:
     [stored] = await live.store.list_jobs(JobQuery())
     assert stored.params == {**NIGHTLY["params"], "attempts_to_fail": 1}  # the secret kept
     assert len(json.loads(preview.out)["times"]) == 3
-    assert [line.split()[2] for line in history.out.splitlines()[1:]] == ["update", "create"]
+    assert [line.split()[4] for line in history.out.splitlines()[1:]] == ["update", "create"]
     assert backfill.code == 0 and backfill.out.startswith("Would run 2 occurrences")
 
 
@@ -183,9 +183,10 @@ async def test_executions_show_prints_each_attempt_and_the_traceback(live: Live)
     assert shown.code == 0, shown.err
     attempts = [line for line in shown.out.splitlines() if line.startswith("attempt ")]
     assert attempts == [
-        "attempt 1: 2026-03-02T10:00:00Z to 2026-03-02T10:00:00Z, RuntimeError: upstream said "
-        "no, retried after 1s",
-        "attempt 2: 2026-03-02T10:00:01Z to 2026-03-02T10:00:01Z, RuntimeError: upstream said no",
+        "attempt 1: 2026-03-02 10:00:00 UTC to 2026-03-02 10:00:00 UTC, RuntimeError: "
+        "upstream said no, retried after 1s",
+        "attempt 2: 2026-03-02 10:00:01 UTC to 2026-03-02 10:00:01 UTC, RuntimeError: "
+        "upstream said no",
     ]
     traceback = shown.out.split("traceback:\n", 1)[1]
     assert traceback.startswith("Traceback (most recent call last):")
@@ -225,5 +226,5 @@ async def test_follow_prints_each_ended_execution_once_and_ctrl_c_ends_it_cleanl
     err = await process.stderr.read()
 
     assert first.decode().split()[1:3] == ["nightly-ping", "success"]
-    assert second.decode().split()[1:4] == ["nightly-ping", "success", "2026-03-02T11:00:00Z"]
+    assert second.decode().split()[1:5] == ["nightly-ping", "success", "2026-03-02", "11:00:00"]
     assert code == 130 and err == b""

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tickd.api.models import JobOut, Problem
-from tickd.cli.output import plain_reason, report_problem
+from tickd.cli.output import UnknownZone, plain_reason, report_problem, show_times_in
 from tickd.cli.parser import DEFAULT_URL, TOKEN_ENV, URL_ENV
 from tickd.client import (
     ApiError,
@@ -48,6 +48,10 @@ def run_client(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     url = args.url or env.get(URL_ENV) or DEFAULT_URL
     act = action_named(args.act)
+    try:
+        show_times_in(getattr(args, "tz", None))
+    except UnknownZone as exc:
+        return report_failure(UsageError(str(exc)), args, shown_url(url))
     try:
         with Client(url, token=args.token or env.get(TOKEN_ENV) or None) as client:
             return act(client, args) or 0

@@ -9,7 +9,9 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, TextIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tickd.api.safejson import encodable
 
@@ -62,10 +64,14 @@ def print_fire_times(preview: Json, args: argparse.Namespace) -> None:
         print_json(preview)
         return
     rows = [
-        [when(t.get("at")), str(t.get("local")), "DST change" if t.get("dst_transition") else ""]
+        [
+            when(t.get("at")),
+            wall_clock_text(t.get("local")),
+            "DST change" if t.get("dst_transition") else "",
+        ]
         for t in preview.get("times") or []
     ]
-    print_table(("AT (UTC)", "LOCAL", ""), rows, empty="No fire times.")
+    print_table(("AT", "IN THE SCHEDULE'S ZONE", ""), rows, empty="No fire times.")
 
 
 def report_problem(problem: ApiError, *, as_json: bool, out: TextIO | None = None) -> None:
@@ -178,9 +184,63 @@ def millis_text(millis: Any) -> str:
     return seconds_text(millis / 1000)
 
 
-_FRACTION = re.compile(r"\.\d+(?=Z|[+-]\d\d:\d\d$)")
+# -- times ----------------------------------------------------------------------------------------
+
+LOCAL_ZONE = "local"
+
+
+class UnknownZone(ValueError):
+    """A --tz that names no time zone."""
+
+
+_shown_zone: tzinfo | None = UTC  # None: the machine's own zone
+
+
+def show_times_in(name: str | None) -> None:
+    """Every time the command prints, in the zone `name` (an IANA name, or `local` for the
+    machine's own zone); UTC, as the API and the logs have it, when `name` is None."""
+    global _shown_zone
+    _shown_zone = zone_named(name)
+
+
+def zone_named(name: str | None) -> tzinfo | None:
+    if name is None:
+        return UTC
+    if name.strip().lower() == LOCAL_ZONE:
+        return None
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UnknownZone(
+            f"--tz: no time zone {name!r}; give an IANA name (UTC, Europe/Paris) or {LOCAL_ZONE}"
+        ) from None
 
 
 def when(value: Any) -> str:
-    """An API time without its fraction of a second: 2026-03-02T01:30:00Z."""
-    return _FRACTION.sub("", value) if isinstance(value, str) and value else "-"
+    """An API time as people read it, in the zone --tz chose and labelled with it, to the
+    second: 2026-03-02 01:30:00 UTC, 2026-03-02 02:30:00 CET."""
+    if not isinstance(value, str) or not value:
+        return "-"
+    try:
+        instant = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if instant.tzinfo is None:  # the API always sends an offset; a bare time is UTC's
+        instant = instant.replace(tzinfo=UTC)
+    return wall_clock(instant.astimezone(_shown_zone))
+
+
+def wall_clock(moment: datetime) -> str:
+    """2026-03-02 02:30:00 CET: 24 hours, the zone's abbreviation (or its offset) after."""
+    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname() or moment.strftime('%z')}"
+
+
+def wall_clock_text(value: Any) -> str:
+    """A wall-clock time the API sends with its offset (a fire time in its schedule's zone),
+    as `wall_clock` prints it: 2026-03-02 10:30:00 UTC+01:00."""
+    if not isinstance(value, str) or not value:
+        return "-"
+    try:
+        return wall_clock(datetime.fromisoformat(value))
+    except ValueError:
+        return value

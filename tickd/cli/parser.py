@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tickd",
         description="A job-scheduling daemon, and the client of its API. --config, --url, "
-        "--token and --json go anywhere on the line.",
+        "--token, --json and --tz go anywhere on the line.",
         parents=[client_options(anywhere=False)],
     )
     parser.add_argument("--version", action="version", version=f"tickd {version('tickd')}")
@@ -63,6 +63,12 @@ def client_options(*, anywhere: bool) -> argparse.ArgumentParser:
     options.add_argument(
         "--config",
         help="a TOML settings file (TICKD_* variables override it); read by run, api, handlers",
+        **unset,
+    )
+    options.add_argument(
+        "--tz",
+        metavar="ZONE",
+        help="print times in this zone: an IANA name (Europe/Paris) or local (default: UTC)",
         **unset,
     )
     return options
