@@ -49,7 +49,6 @@ from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
 from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, RunRequest, Store
 
 MAX_BATCH = 100
-MAX_REDRIVE_BATCH = MAX_BATCH
 # The most dead letters read by one call that matches the error's type or groups them.
 MAX_SCAN = 2000
 SCAN_PAGE = 500
@@ -58,20 +57,18 @@ GROUP_LINE_CHARS = 200
 JOB_DELETED = "its job was deleted: nothing would run it (discard it instead)"
 
 
-class DeadLetterQuery(PageQuery):
-    state: DeadLetter = Field(default=DeadLetter.OPEN, description="open: not yet handled")
-    handler: str | None = Field(default=None, max_length=200)
-    job_id: str | None = Field(default=None, max_length=64)
-    since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
-    until: Rfc3339 | None = Field(default=None, description="Occurrences scheduled before then")
-
-
 class GroupQuery(Strict):
+    """Which dead letters to read: the groups' query, and the list's besides its page."""
+
     state: DeadLetter = Field(default=DeadLetter.OPEN, description="open: not yet handled")
     handler: str | None = Field(default=None, max_length=200)
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
     until: Rfc3339 | None = Field(default=None, description="Occurrences scheduled before then")
+
+
+class DeadLetterQuery(PageQuery, GroupQuery):
+    pass
 
 
 Ids = list[Annotated[str, Field(min_length=1, max_length=64)]]
@@ -551,7 +548,7 @@ DEAD_LETTER_ROUTES: Routes = [
         "POST",
         "/v1/dead-letters/redrive",
         redrive_many,
-        f"Re-drive the open dead letters a filter matches, at most {MAX_REDRIVE_BATCH} a call",
+        f"Re-drive the open dead letters a filter matches, at most {MAX_BATCH} a call",
         "write",
         RedriveOut,
         202,

@@ -152,3 +152,12 @@ async def test_a_system_jobs_dead_letters_are_skipped_for_a_token_without_admin(
     assert skipped["id"] == system_runs[0].id and "admin" in skipped["reason"]
     status, out = await discard(api, {"ids": [system_runs[0].id]}, token=ADMIN)
     assert status == 200 and out["count"] == 1, out
+
+
+async def test_redrive_all_of_one_error_type_leaves_the_other_errors_open(api: Api) -> None:
+    _, runs = await job_with_dead_letters(api, "export", [REFUSED, EXPIRED, REFUSED])
+    status, out, _ = await api.call(
+        "POST", "/v1/dead-letters/redrive", json={"error_type": "ConnectionError"}, token=WRITE
+    )
+    assert status == 202 and len(out["requests"]) == 2 and out["more"] is False, out
+    assert [d["id"] for d in await dead_letters(api)] == [runs[1].id]
