@@ -19,6 +19,7 @@ from tickd.scheduler.model import (
     IntervalSchedule,
     Job,
     Lease,
+    LogLine,
     Misfire,
     MisfirePolicy,
     OnceSchedule,
@@ -241,6 +242,16 @@ def attempt_from_doc(doc: Doc) -> Attempt:
     )
 
 
+def log_line_to_doc(line: LogLine) -> Doc:
+    return {"at": line.at.isoformat(), "level": line.level, "message": line.message}
+
+
+def log_line_from_doc(doc: Doc) -> LogLine:
+    return LogLine(
+        at=as_datetime(doc["at"], "log.at"), level=str(doc["level"]), message=str(doc["message"])
+    )
+
+
 def execution_to_doc(execution: Execution) -> Doc:
     return {
         "_id": execution.id,
@@ -262,6 +273,7 @@ def execution_to_doc(execution: Execution) -> Doc:
         "shards": execution.shards,
         "requested": execution.requested,
         "attempt_log": [attempt_to_doc(attempt) for attempt in execution.attempt_log] or None,
+        "log": [log_line_to_doc(line) for line in execution.log] or None,
     }
 
 
@@ -286,6 +298,7 @@ def execution_from_doc(doc: Doc) -> Execution:
         shards=int(doc.get("shards") or 1),
         requested=doc.get("requested"),
         attempt_log=tuple(attempt_from_doc(each) for each in doc.get("attempt_log") or ()),
+        log=tuple(log_line_from_doc(each) for each in doc.get("log") or ()),
     )
 
 

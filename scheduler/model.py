@@ -267,6 +267,16 @@ class Attempt:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LogLine:
+    """A line a run's handler logged through `ctx.logger`, as its run page shows it: masked,
+    cut to a bounded length (plugin/contexts.py)."""
+
+    at: datetime
+    level: str  # INFO, WARNING...
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Execution:
     id: str = field(default_factory=new_id)
     job_id: str
@@ -293,6 +303,8 @@ class Execution:
     # Every attempt, when there was more than one; a run of one attempt is its own record
     # (started_at, finished_at, error).
     attempt_log: tuple[Attempt, ...] = ()
+    # What its handler logged, the first lines of it (plugin/contexts.py bounds them).
+    log: tuple[LogLine, ...] = ()
 
     @property
     def occurrence(self) -> str:
@@ -318,6 +330,7 @@ class Execution:
         error: ExecutionError | None,
         result: dict[str, Any] | None,
         attempt_log: tuple[Attempt, ...] = (),
+        log: tuple[LogLine, ...] = (),
     ) -> Execution:
         """This run as it ended: `started_at` is when its handler started, no longer when the
         run was recorded."""
@@ -331,6 +344,7 @@ class Execution:
             error=error,
             result=result,
             attempt_log=attempt_log,
+            log=log,
         )
 
     def summary(self) -> ExecutionSummary:

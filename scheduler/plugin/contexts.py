@@ -1,13 +1,15 @@
-"""The context each run's handler gets: its job, occurrence, attempt and deadline, and what every
-run of the handler shares (its settings, its declared resources, a masking logger, the clock,
-the mailer, one SSRF-safe HTTP session), made once per handler as read-only mappings, so that
-no run changes what the next one sees."""
+"""The context each run's handler gets: its job, occurrence, attempt and deadline, a logger that
+masks the run's secrets and keeps the first lines for the run's record (RunLog), and what every
+run of the handler shares (its settings, its declared resources, the clock, the mailer, one
+SSRF-safe HTTP session), made once per handler as read-only mappings, so that no run changes
+what the next one sees."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -16,12 +18,70 @@ import aiohttp
 
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.logs import FIELDS
-from tickd.scheduler.model import Execution, Job
+from tickd.scheduler.model import Execution, Job, LogLine
 from tickd.scheduler.plugin.api import Handler, HandlerContext
 from tickd.scheduler.plugin.http import safe_client_session
+from tickd.scheduler.plugin.outcomes import storable_text
 from tickd.scheduler.ports.backends import Mailer
 from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.secrets.echoes import EchoMaskingLogger
+from tickd.scheduler.secrets.masking import scrub_text
+
+# A run's record keeps this many of the lines its handler logged, each cut to this length: the
+# run page shows them; the daemon's log has them all.
+KEPT_LOG_LINES = 50
+KEPT_LOG_CHARS = 1000
+
+
+@dataclass(kw_only=True)
+class RunLog:
+    """The lines a run's handler logs, across its attempts: the first KEPT_LOG_LINES, masked
+    (the run's secrets and credentials in text) and cut; how many more there were."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    dropped: int = 0
+
+    def keep(self, at: datetime, level: int, message: str) -> None:
+        if len(self.lines) >= KEPT_LOG_LINES:
+            self.dropped += 1
+            return
+        text = storable_text(scrub_text(message))
+        if len(text) > KEPT_LOG_CHARS:
+            text = text[: KEPT_LOG_CHARS - 1] + "…"
+        self.lines.append(LogLine(at=at, level=logging.getLevelName(level), message=text))
+
+    def kept(self) -> tuple[LogLine, ...]:
+        if not self.dropped:
+            return tuple(self.lines)
+        more = f"{self.dropped} more lines not kept (the daemon's log has them)"
+        return (*self.lines, LogLine(at=self.lines[-1].at, level="INFO", message=more))
+
+
+class RunLogger(EchoMaskingLogger):
+    """A handler's ctx.logger: each line masked as EchoMaskingLogger does, written to the
+    daemon's log (at its level), and kept for the run's record."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        extra: Mapping[str, object],
+        secrets: Collection[str],
+        *,
+        run_log: RunLog,
+        clock: Clock,
+    ) -> None:
+        super().__init__(logger, extra, secrets)
+        self.run_log = run_log
+        self.clock = clock
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        super().log(level, msg, *args, **kwargs)
+        # INFO and above whatever the daemon's level: the run page is where a handler's
+        # author looks; DEBUG only when the daemon logs it.
+        if level >= logging.INFO or self.isEnabledFor(level):
+            line = logging.LogRecord(self.logger.name, level, "", 0, msg, args, None)
+            with contextlib.suppress(Exception):  # a bad format string: logging reports it
+                self.run_log.keep(self.clock.now(), level, self.masked(line.getMessage()))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +127,7 @@ class HandlerContexts:
         attempt: int,
         deadline: datetime,
         secrets: list[str],
+        run_log: RunLog,
     ) -> HandlerContext:
         fields = {"job": job.name, "execution": execution.id, "attempt": attempt}
         if execution.shards > 1:
@@ -80,7 +141,13 @@ class HandlerContexts:
             attempt=attempt,
             deadline=deadline,
             idempotency_key=execution.idempotency_key,
-            logger=EchoMaskingLogger(self._log(job.handler), {FIELDS: fields}, secrets),
+            logger=RunLogger(
+                self._log(job.handler),
+                {FIELDS: fields},
+                secrets,
+                run_log=run_log,
+                clock=self._clock,
+            ),
             clock=self._clock,
             mailer=self._mailer,
             http=self._http_session(),

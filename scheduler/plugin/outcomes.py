@@ -17,7 +17,7 @@ from pathlib import Path
 from traceback import format_exception
 from typing import Any
 
-from tickd.scheduler.model import Attempt, ExecutionError, Status
+from tickd.scheduler.model import Attempt, ExecutionError, LogLine, Status
 from tickd.scheduler.secrets.masking import mask, scrub_text, scrub_values
 
 # A result is stored up to this size, replaced by its size up to the next...
@@ -37,6 +37,7 @@ class Outcome:
     result: dict[str, Any] | None = None
     error: ExecutionError | None = None
     attempt_log: tuple[Attempt, ...] = ()  # when there was more than one attempt
+    log: tuple[LogLine, ...] = ()  # what the handler logged (plugin/contexts.py: RunLog)
 
 
 class HandlerExit(Exception):

@@ -125,6 +125,7 @@ class Ender:
             error=outcome.error,
             result=outcome.result,
             attempt_log=outcome.attempt_log,
+            log=outcome.log,
         )
         entry = task.shard_entry
         # A shard's end leaves the job to its occurrence's last shard (schedule/shards.py).

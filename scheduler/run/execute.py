@@ -17,7 +17,7 @@ from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.model import Attempt, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.plugin.api import Handler, HandlerContext, Result
-from tickd.scheduler.plugin.contexts import HandlerContexts
+from tickd.scheduler.plugin.contexts import HandlerContexts, RunLog
 from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_if_forked
 from tickd.scheduler.plugin.leftover_tasks import TasksEndingWithTheRun, run_task
 from tickd.scheduler.plugin.outcomes import (
@@ -159,6 +159,7 @@ class Executor:
         config = self.contexts.config(task.job.handler)
         secrets = with_settings_secrets(secrets, config, handler.secret_params)
         log: list[Attempt] = []
+        run_log = RunLog()  # what the handler logs, across its attempts
         while True:
             number = len(log) + 1
             began = self.clock.now()
@@ -169,9 +170,10 @@ class Executor:
                 attempt=number,
                 deadline=deadline,
                 secrets=secrets,
+                run_log=run_log,
             )
             outcome = await self._attempt(task.job, handler, context, secrets)
-            if outcome is _SUCCEEDED and number == 1:
+            if outcome is _SUCCEEDED and number == 1 and not run_log.lines:
                 return _SUCCEEDED_AT_ONCE  # most runs: nothing more to record
             ended = self.clock.now()
             delay = self._backoff_before_next(task.job, outcome, number, ended, deadline)
@@ -191,6 +193,7 @@ class Executor:
                     result=outcome.result,
                     error=outcome.error,
                     attempt_log=tuple(log) if number > 1 else (),
+                    log=run_log.kept(),
                 )
             error = outcome.error.message if outcome.error else None
             self.observer.retrying(task.job, task.execution, number, delay, error)

@@ -1,5 +1,6 @@
-"""The runs this instance holds, from their claim until their end is written: the values a run
-is at each step (a DueRun claimed, a Task recorded), and the Ledger that keeps every one.
+"""The runs this instance holds until their end is written: the values a run is at each step (a
+DueRun claimed, a Task recorded), and the Ledger that keeps every one. A run due later enters it
+when armed, at its claim; a run due now when queued, in the same tick as its claim and record.
 
 The ledger is the run path's one piece of shared state, made once by the dispatcher and handed
 to each stage that moves a run on. Each stage tells it what it did (armed, queued, started,

@@ -137,6 +137,10 @@ class EchoMaskingLogger(logging.LoggerAdapter[logging.Logger]):
                 msg, args = mask_echoes(line.getMessage(), self.secrets), ()
         super().log(level, msg, *args, **kwargs)
 
+    def masked(self, text: str) -> str:
+        """`text` with the run's secrets masked."""
+        return mask_echoes(text, self.secrets) if self.secrets else text
+
 
 def _strings_of(value: Any) -> Iterator[str]:
     if isinstance(value, Mapping):

@@ -19,6 +19,7 @@ from tickd.scheduler.codec import (
     error_to_doc,
     execution_from_doc,
     job_to_doc,
+    log_line_to_doc,
     micros,
     misfire_from_doc,
     redrive_from_doc,
@@ -232,6 +233,7 @@ def execution_row(execution: Execution) -> tuple[Any, ...]:
         json.dumps([attempt_to_doc(attempt) for attempt in e.attempt_log])
         if e.attempt_log
         else None,
+        json.dumps([log_line_to_doc(line) for line in e.log]) if e.log else None,
     )
 
 

@@ -111,6 +111,7 @@ ADDED_COLUMNS = {
         ("shards", "INTEGER NOT NULL DEFAULT 1"),
         ("requested", "TEXT"),
         ("attempt_log", "TEXT"),
+        ("log", "TEXT"),
     ],
     "run_requests": [
         ("redrives", "INTEGER NOT NULL DEFAULT 0"),
@@ -191,6 +192,7 @@ EXECUTION_COLUMNS = [
     "shards",
     "requested",
     "attempt_log",
+    "log",
 ]
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
 REQUEST_COLUMNS = [
@@ -221,7 +223,7 @@ DEFINITION_COLUMNS = [
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",
-    "ended", "attempt_log",
+    "ended", "attempt_log", "log",
 }  # fmt: skip
 TIME_COLUMNS = {
     "next_run_at",

@@ -249,6 +249,7 @@ ENDED_COLUMNS = (
     "result",
     "dead_letter",
     "attempt_log",
+    "log",
 )
 _KEPT_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in ENDED_COLUMNS and c != "id")
 END_SQL = (
