@@ -201,6 +201,7 @@ class Engine:
         self._handed_to_shards = fired.sharded
         if fired.released:
             await self.arming.let_fired_start()
+        await self.executor.stop_cancelled(self.ledger.executions_on_workers())
         await self.ender.keep_leases(now)  # before the reaper takes them for expired
         self.fetcher.give_back(await self.leases.reap_if_due(now, busy=fired.released > 0))
         self.ender.raise_if_ends_refused()  # a run claimed now would join the wait

@@ -43,6 +43,7 @@ class Status(enum.StrEnum):
     TIMEOUT = "timeout"
     ABANDONED = "abandoned"
     SKIPPED = "skipped"
+    CANCELLED = "cancelled"  # someone asked for it to stop (CancelRequest): not retried
 
     @property
     def is_failure(self) -> bool:
@@ -274,6 +275,23 @@ class LogLine:
     at: datetime
     level: str  # INFO, WARNING...
     message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelRequest:
+    """Someone asked for a running or queued execution to stop. The instance running it finds
+    the request within a tick and cancels its handler; the first request for a run stands."""
+
+    execution_id: str
+    requested_by: str
+    requested_at: datetime
+    reason: str = ""
+
+    @property
+    def message(self) -> str:
+        """The cancelled run's error message: who asked, and why if they said."""
+        who = f"cancelled by {self.requested_by}"
+        return f"{who}: {self.reason}" if self.reason else who
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from tickd.scheduler.model import DeadLetter, Execution, Job
+from tickd.scheduler.model import CancelRequest, DeadLetter, Execution, Job
 from tickd.scheduler.ports.store_values import (
     Attention,
     ExecutionQuery,
@@ -96,6 +96,10 @@ class ExecutionStore(Protocol):
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         """Newest first (by scheduled_at, then id)."""
+
+    async def request_cancel(self, request: CancelRequest) -> None:
+        """Record that someone asked for this execution to stop; the first request for an
+        execution stands (a second one changes nothing)."""
 
     async def mark_dead_letters(
         self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter

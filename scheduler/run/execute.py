@@ -1,7 +1,8 @@
 """The execute stage: a worker's run, confirmed still this instance's if it waited, its handler
 under its deadline with its retries and their backoff, and the Outcome handed to the end stage
-(run/end.py). Its only store call renews the lease of a run that waited: the dispatcher claimed
-and recorded the run before, the writer writes its end after."""
+(run/end.py). Its store calls renew the lease of a run that waited and, once a tick, read the
+cancel requests of the runs on the workers: the dispatcher claimed and recorded the run before,
+the writer writes its end after."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast
 
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.model import Attempt, Job, Status
+from tickd.scheduler.model import Attempt, CancelRequest, Job, Status
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.plugin.api import Handler, HandlerContext, Result
 from tickd.scheduler.plugin.contexts import HandlerContexts, RunLog
@@ -81,6 +82,30 @@ class Executor:
         # Handlers that outlived their cancellation: kept referenced until they end.
         self._stuck: set[asyncio.Future[Any]] = set()
         self._async_handlers: dict[int, tuple[Handler, bool]] = {}  # by id(handler)
+        # Runs someone asked to stop, by execution id: the error each is recorded with.
+        self._cancelled: dict[str, str] = {}
+        # The async handlers running now, by execution id: what a cancel request cancels.
+        self._running: dict[str, asyncio.Future[Any]] = {}
+
+    async def stop_cancelled(self, held: list[str]) -> None:
+        """Stop the runs on the workers (`held`, their execution ids) that someone asked to
+        stop, found in one query; the dispatcher asks once a tick."""
+        if held or self._cancelled:
+            self.cancel(await self.store.cancel_requests(held) if held else [], held)
+
+    def cancel(self, requests: list[CancelRequest], held: list[str]) -> None:
+        """The cancel requests of the runs on the workers (`held`, their execution ids): an
+        async handler is cancelled at once; a sync one, on a thread that cannot be interrupted,
+        is recorded cancelled when it returns or reaches its deadline; a run not started yet
+        never starts."""
+        still_held = set(held)
+        self._cancelled = {id_: m for id_, m in self._cancelled.items() if id_ in still_held}
+        for request in requests:
+            if request.execution_id not in self._cancelled:
+                self._cancelled[request.execution_id] = request.message
+                future = self._running.get(request.execution_id)
+                if future is not None:
+                    future.cancel()
 
     async def close(self) -> None:
         for future in self._stuck:
@@ -146,6 +171,8 @@ class Executor:
             self.observer.unknown_handler(task.job)
             message = f"no handler named {task.job.handler!r} is registered"
             return Outcome(status=Status.SKIPPED, error=execution_error("UnknownHandler", message))
+        if task.execution.id in self._cancelled:  # asked to stop while queued: never starts
+            return self._cancelled_outcome(task, attempts=0)
         self.observer.started(task.job, task.execution, _waited(task, started))
         deadline = started + timedelta(seconds=task.job.timeout_seconds)
         return await self._attempts(task, registered.handler, deadline)
@@ -172,7 +199,9 @@ class Executor:
                 secrets=secrets,
                 run_log=run_log,
             )
-            outcome = await self._attempt(task.job, handler, context, secrets)
+            outcome = await self._attempt(task, handler, context, secrets)
+            if task.execution.id in self._cancelled:
+                return self._cancelled_outcome(task, attempts=number, log=run_log)
             if outcome is _SUCCEEDED and number == 1 and not run_log.lines:
                 return _SUCCEEDED_AT_ONCE  # most runs: nothing more to record
             ended = self.clock.now()
@@ -199,6 +228,17 @@ class Executor:
             self.observer.retrying(task.job, task.execution, number, delay, error)
             await self.clock.sleep(delay)
 
+    def _cancelled_outcome(
+        self, task: Task, *, attempts: int, log: RunLog | None = None
+    ) -> Outcome:
+        message = self._cancelled.pop(task.execution.id)
+        return Outcome(
+            status=Status.CANCELLED,
+            attempts=attempts,
+            error=execution_error("Cancelled", message),
+            log=log.kept() if log is not None else (),
+        )
+
     @staticmethod
     def _backoff_before_next(
         job: Job, outcome: Outcome, number: int, now: datetime, deadline: datetime
@@ -217,19 +257,24 @@ class Executor:
         )
 
     async def _attempt(
-        self, job: Job, handler: Handler, ctx: HandlerContext, secrets: list[str]
+        self, task: Task, handler: Handler, ctx: HandlerContext, secrets: list[str]
     ) -> Outcome:
+        job = task.job
         remaining = ctx.remaining_seconds()
         if remaining <= 0:
             return Outcome(
                 status=Status.TIMEOUT, error=execution_error("Timeout", "deadline reached")
             )
         future = self._start(handler, ctx)
+        if self._is_async(handler):
+            self._running[task.execution.id] = future
         try:
             done = await _done_within(future, remaining)
         except asyncio.CancelledError:
             future.cancel()
             raise
+        finally:
+            self._running.pop(task.execution.id, None)
         if not done:
             await self._cancel(future, job)
             message = f"still running at its deadline ({ctx.deadline.isoformat()})"

@@ -139,6 +139,7 @@ class _Held:
     run: DueRun
     state: RunState
     kept_until: datetime | None = None  # its lease, once renewed while its end waits
+    execution_id: str | None = None  # once recorded and queued
     job_name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -170,7 +171,7 @@ class Ledger:
         self._move(run, RunState.RECORDED)
 
     def queued(self, task: Task) -> None:
-        self._move(task.run, RunState.QUEUED)
+        self._move(task.run, RunState.QUEUED).execution_id = task.execution.id
         if task.fired:
             self._fired_coming = max(0, self._fired_coming - 1)
             self._fired_queued += 1
@@ -178,6 +179,7 @@ class Ledger:
 
     def started(self, task: Task) -> None:
         held = self._move(task.run, RunState.RUNNING)
+        held.execution_id = task.execution.id
         self._started_since_asked.add(held.job_name)
         self._off_the_queue(task)
 
@@ -233,6 +235,18 @@ class Ledger:
         """How many runs it holds in any of `states` (a look for tests and views: a pass over
         every run held)."""
         return sum(1 for held in self._held.values() if held.state in states)
+
+    def executions_on_workers(self) -> list[str]:
+        """The executions of the runs queued for a worker or on one: those a cancel request
+        stops (a pass over every run held, made only while some are)."""
+        if not self._on_workers:
+            return []
+        on_workers = (RunState.QUEUED, RunState.RUNNING)
+        return [
+            held.execution_id
+            for held in self._held.values()
+            if held.state in on_workers and held.execution_id is not None
+        ]
 
     def on_workers(self) -> int:
         return self._on_workers

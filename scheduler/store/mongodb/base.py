@@ -86,6 +86,12 @@ class MongoCollections(MongoDatabase):
         return self.database["instances"]
 
     @property
+    def cancel_requests_collection(self) -> Collection:
+        """Requests to stop a running or queued execution, one document each (`_id` its
+        execution's id)."""
+        return self.database["cancel_requests"]
+
+    @property
     def outbox(self) -> Collection:
         return self.database["outbox"]
 

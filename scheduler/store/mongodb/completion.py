@@ -5,12 +5,13 @@ part of the role is requests.py's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickd.scheduler.codec import (
+    EPOCH,
     exact_micros,
 )
-from tickd.scheduler.model import DeadLetter, new_id
+from tickd.scheduler.model import CancelRequest, DeadLetter, new_id
 from tickd.scheduler.ports.backends import (
     RunEnd,
 )
@@ -35,6 +36,21 @@ from tickd.scheduler.store.mongodb.statements import (
 
 class MongoCompletion(MongoRequests):
     """The completion of MongoStore."""
+
+    @translating_errors
+    async def cancel_requests(self, execution_ids: Sequence[str]) -> list[CancelRequest]:
+        if not execution_ids:
+            return []
+        cursor = self.cancel_requests_collection.find({"_id": {"$in": list(execution_ids)}})
+        return [
+            CancelRequest(
+                execution_id=doc["_id"],
+                requested_by=doc["requested_by"],
+                reason=doc["reason"],
+                requested_at=EPOCH + timedelta(microseconds=doc["requested_at"]),
+            )
+            async for doc in in_one_batch(cursor, len(execution_ids))
+        ]
 
     @translating_errors
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tickd.scheduler.model import DeadLetter, Execution
+from tickd.scheduler.codec import exact_micros
+from tickd.scheduler.model import CancelRequest, DeadLetter, Execution
 from tickd.scheduler.ports.backends import (
     ExecutionQuery,
 )
 from tickd.scheduler.store.kit.mongodb import (
     in_one_batch,
+    insert_ignoring_duplicates,
     translating_errors,
 )
 from tickd.scheduler.store.mongodb.base import MongoCollections
@@ -37,6 +39,16 @@ class MongoExecutions(MongoCollections):
             return []
         cursor = self.executions.find(executions_filter(query)).sort(NEWEST_FIRST)
         return [execution_from_document(doc) async for doc in in_one_batch(cursor, query.limit)]
+
+    @translating_errors
+    async def request_cancel(self, request: CancelRequest) -> None:
+        document = {
+            "_id": request.execution_id,
+            "requested_by": request.requested_by,
+            "reason": request.reason,
+            "requested_at": exact_micros(request.requested_at),
+        }
+        await insert_ignoring_duplicates(self.cancel_requests_collection, [document])
 
     @translating_errors
     async def mark_dead_letters(

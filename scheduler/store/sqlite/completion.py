@@ -12,7 +12,7 @@ from typing import Any
 from tickd.scheduler.codec import (
     micros,
 )
-from tickd.scheduler.model import DeadLetter
+from tickd.scheduler.model import CancelRequest, DeadLetter
 from tickd.scheduler.ports.backends import (
     RunEnd,
 )
@@ -20,6 +20,7 @@ from tickd.scheduler.store.kit.sqlite import AT_ONCE_MAX_ROWS
 from tickd.scheduler.store.sqlite.base import SQLiteTables
 from tickd.scheduler.store.sqlite.rows import (
     execution_row,
+    from_micros,
     request_row,
 )
 from tickd.scheduler.store.sqlite.schema import (
@@ -40,6 +41,14 @@ from tickd.scheduler.store.sqlite.statements import (
 
 class SQLiteCompletion(SQLiteTables):
     """The completion of SQLiteStore."""
+
+    async def cancel_requests(self, execution_ids: Sequence[str]) -> list[CancelRequest]:
+        if not execution_ids:
+            return []
+        ids = ",".join("?" * len(execution_ids))
+        sql = f"SELECT * FROM cancel_requests WHERE execution_id IN ({ids})"
+        rows = await self._read(lambda db: db.execute(sql, tuple(execution_ids)).fetchall())
+        return [_cancel_request(row) for row in rows]
 
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         sql = "UPDATE jobs SET lease_until = ? WHERE id = ? AND lease_token = ?"
@@ -122,3 +131,14 @@ class SQLiteCompletion(SQLiteTables):
         for request, change in requests:
             if db.execute(queue, request_row(request)).rowcount:
                 record_change_row(db, change)
+
+
+def _cancel_request(row: sqlite3.Row) -> CancelRequest:
+    requested_at = from_micros(row["requested_at"])
+    assert requested_at is not None
+    return CancelRequest(
+        execution_id=row["execution_id"],
+        requested_by=row["requested_by"],
+        reason=row["reason"],
+        requested_at=requested_at,
+    )

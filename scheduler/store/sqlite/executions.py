@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tickd.scheduler.model import DeadLetter, Execution
+from tickd.scheduler.codec import exact_micros
+from tickd.scheduler.model import CancelRequest, DeadLetter, Execution
 from tickd.scheduler.ports.backends import (
     ExecutionQuery,
 )
@@ -34,6 +35,16 @@ class SQLiteExecutions(SQLiteTables):
         sql += " ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         rows = await self._read(lambda db: db.execute(sql, (*args, query.limit)).fetchall())
         return [execution_from_row(row) for row in rows]
+
+    async def request_cancel(self, request: CancelRequest) -> None:
+        sql = "INSERT OR IGNORE INTO cancel_requests VALUES (?, ?, ?, ?)"
+        args = (
+            request.execution_id,
+            request.requested_by,
+            request.reason,
+            exact_micros(request.requested_at),
+        )
+        await self._run(lambda db: db.execute(sql, args))
 
     async def mark_dead_letters(
         self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter

@@ -82,6 +82,14 @@ CREATE TABLE IF NOT EXISTS run_requests (
 );
 CREATE INDEX IF NOT EXISTS run_requests_due ON run_requests (not_before);
 
+-- Requests to stop a running or queued execution, found by the instance running it.
+CREATE TABLE IF NOT EXISTS cancel_requests (
+    execution_id TEXT PRIMARY KEY,
+    requested_by TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    requested_at INTEGER NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS instances (
     id TEXT PRIMARY KEY,
     beat_at INTEGER NOT NULL
