@@ -3,6 +3,8 @@
 // name. What is not recognised is described field by field, never guessed; a step or a number
 // the server refuses (`*/70` seconds) gets its refusal, never words.
 
+import { dateTime } from "./format.js";
+
 const DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
 const DAY_NAMES = { SUN: 0, MON: 1, TUE: 2, WED: 3, THU: 4, FRI: 5, SAT: 6 };
 const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
@@ -21,7 +23,7 @@ const plural = (n, unit) => (n === 1 ? `every ${unit}` : `every ${n} ${unit}s`);
 export function scheduleInWords(schedule) {
   if (!schedule) return "";
   if (schedule.kind === "interval") return intervalInWords(schedule.every_seconds);
-  if (schedule.kind === "once") return `once, at ${new Date(schedule.at).toLocaleString()}`;
+  if (schedule.kind === "once") return `once, at ${dateTime(schedule.at)}`;
   const words = cronInWords(schedule.expr);
   const tz = schedule.timezone && schedule.timezone !== "UTC" ? schedule.timezone : "UTC";
   return `${words} (${tz})`;

@@ -6,7 +6,7 @@ import { STATUS_COLOURS, lines } from "./charts.js";
 import { scheduleAsWritten, scheduleInWords } from "./cron.js";
 import { deadLettersHash } from "./dead_letters.js";
 import { badge, h, jobHash, replace } from "./dom.js";
-import { clock, dateTime, lagSeconds, millis, relative, seconds } from "./format.js";
+import { clock, dateTime, lagSeconds, millis, relative, seconds, setJobZone } from "./format.js";
 import { jobActions } from "./jobs.js";
 import { notify } from "./notify.js";
 import { runHash } from "./run.js";
@@ -25,6 +25,7 @@ export async function jobView(main, id) {
       get(path), get(`${path}/executions?limit=${RUNS_SHOWN}`),
       get(`${path}/history?limit=50`), get(`${path}/preview?count=5`),
     ]);
+    setJobZone(job.schedule.timezone);
     replace(box, header(job, load), h("div", { class: "columns" },
       h("div", {}, details(job), upcoming(preview)),
       h("div", {}, chart(runs.items))),
@@ -71,7 +72,7 @@ function upcoming(preview) {
 export function previewList(times) {
   if (!times.length) return h("p", { class: "muted" }, "It does not fire again.");
   return h("ol", { class: "fire-times", "data-testid": "fire-times" }, times.map((t) => h("li", {},
-    h("span", {}, t.local.replace("T", " ")),
+    h("span", {}, dateTime(t.at)),
     t.dst_transition ? h("span", { class: "tag dst", title: "the UTC offset changes before this run" }, "DST change") : null)));
 }
 

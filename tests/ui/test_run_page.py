@@ -4,7 +4,7 @@ its occurrence side by side; and a record that keeps no attempt log shown as wha
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from playwright.async_api import Page, expect
 
@@ -75,13 +75,8 @@ async def seed(harness: Harness) -> tuple[Job, Execution, Execution, Execution]:
 
 
 async def shown(page: Page, at: datetime) -> str:
-    """`at` as the dashboard writes a time, in the browser's locale and time zone."""
-    text: str = await page.evaluate(
-        """iso => new Intl.DateTimeFormat(undefined, {month: "short", day: "numeric",
-             hour: "2-digit", minute: "2-digit", second: "2-digit"}).format(new Date(iso))""",
-        at.isoformat(),
-    )
-    return text
+    """`at` as the dashboard writes a time: in UTC, to the second, labelled."""
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 async def test_a_run_page_shows_each_attempt_its_result_and_its_shards(
