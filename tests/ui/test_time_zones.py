@@ -20,6 +20,7 @@ from playwright.async_api import Browser, Page, expect
 from tests.conftest import T0, Harness, make_job
 from tests.ui.conftest import _is_error
 from tests.ui.test_dashboard import seed_last_hour, sign_in
+from tests.ui.test_run_page import seed as seed_runs
 from tickd.scheduler.model import CronSchedule, Job
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
@@ -131,6 +132,30 @@ async def test_a_job_page_shows_its_times_in_utc_local_or_the_jobs_own_zone_labe
     await expect(page.get_by_text("runs due since")).to_contain_text("refreshed 09:00 UTC.")
 
 
+async def test_a_run_page_labels_its_terms_and_attempt_columns_with_the_zone(
+    daemon: tuple[Harness, str], in_new_york: Page
+) -> None:
+    harness, url = daemon
+    page = in_new_york
+    _, retried, _, _ = await seed_runs(harness)  # its first attempt at 08:55 UTC
+    await sign_in(page, url)
+    await page.evaluate(f"location.hash = '#/runs/{retried.id}'")
+    attempts = page.get_by_test_id("attempts")
+
+    await expect(page.locator("h1")).to_contain_text("Run of 2026-03-02 08:55:00 UTC")
+    await expect(facts_row(page, "scheduled")).to_have_text("scheduled (UTC)")
+    await expect(attempts.locator("th").nth(1)).to_have_text("started (UTC)")
+    first_start = attempts.locator("tbody tr").first.locator("td").nth(1)
+    await expect(first_start).to_have_text("2026-03-02 08:55:00 UTC")
+    await expect(first_start).to_have_attribute("title", "2026-03-02T08:55:00Z")
+
+    await page.get_by_label("Show times in").select_option("local")
+    await expect(page.locator("h1")).to_contain_text("Run of 2026-03-02 03:55:00 EST")
+    await expect(attempts.locator("th").nth(1)).to_have_text("started (EST)")
+    await expect(first_start).to_have_text("2026-03-02 03:55:00 EST")
+    await expect(first_start).to_have_attribute("title", "2026-03-02T08:55:00Z")
+
+
 @pytest.mark.parametrize("in_new_york", SETTINGS, indirect=True, ids=lambda s: f"{s[0]}-{s[1]}")
 async def test_the_zone_switch_and_labelled_times_fit_the_screen_in_light_and_dark(
     daemon: tuple[Harness, str], in_new_york: Page
@@ -142,6 +167,7 @@ async def test_the_zone_switch_and_labelled_times_fit_the_screen_in_light_and_da
     scheme = "dark" if dark else "light"
     await seed_last_hour(harness)
     job = await seed_tokyo(harness)
+    _, retried, _, _ = await seed_runs(harness)
     await sign_in(page, url)
     await page.get_by_label("Show times in").select_option("local")
 
@@ -149,6 +175,7 @@ async def test_the_zone_switch_and_labelled_times_fit_the_screen_in_light_and_da
     pages = {
         "now": ("#/now", page.get_by_text("runs due since")),
         "job": (f"#/jobs/{job.id}", page.get_by_test_id("fire-times")),
+        "run": (f"#/runs/{retried.id}", page.get_by_test_id("attempts")),
     }
     for name, (hash_, ready) in pages.items():
         await page.evaluate(f"location.hash = {hash_!r}")
