@@ -15,13 +15,13 @@ from tickd.api.models import (
     ExecutionPage,
     JobExecutionQuery,
 )
-from tickd.api.problems import ApiError
+from tickd.api.problems import ApiError, field_error
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
-from tickd.scheduler.ports.backends import ExecutionQuery
 from tickd.scheduler.plugin.outcomes import without_install_paths
+from tickd.scheduler.ports.backends import ExecutionQuery
 
 
 class RunErrorOut(ErrorOut):
@@ -59,13 +59,23 @@ class RunOut(ExecutionOut):
 
 async def list_executions(call: Call[ExecutionListQuery, None]) -> Reply:
     q = call.query
+    refuse_empty_range(q)
     return await execution_page(call, q, job_id=q.job_id, handler=q.handler)
 
 
 async def list_job_executions(call: Call[JobExecutionQuery, None]) -> Reply:
-    await load_job(call)
     q = call.query
+    refuse_empty_range(q)
+    await load_job(call)
     return await execution_page(call, q, job_id=call.path("job_id"), handler=None)
+
+
+def refuse_empty_range(q: JobExecutionQuery | ExecutionListQuery) -> None:
+    """`since` and `until` bound the scheduled times, until excluded: a range that ends where
+    or before it starts is a mistake in the query, not a question whose answer is no runs."""
+    if q.since is not None and q.until is not None and q.until <= q.since:
+        reason = "must be after since (the range of scheduled times is [since, until))"
+        raise field_error("query.until", reason, 400)
 
 
 async def execution_page(

@@ -409,20 +409,72 @@ class JobListQuery(PageQuery):
     next_run_to: Rfc3339 | None = None
 
 
+SINCE = "Runs scheduled at or after this time"
+UNTIL = "Runs scheduled before this time; must be after since"
+
+
 class ExecutionListQuery(PageQuery):
     status: Status | None = None
     handler: str | None = Field(default=None, max_length=200)
     job_id: str | None = Field(default=None, max_length=64)
-    since: Rfc3339 | None = None
-    until: Rfc3339 | None = None
+    since: Rfc3339 | None = Field(default=None, description=SINCE)
+    until: Rfc3339 | None = Field(default=None, description=UNTIL)
 
 
 class JobExecutionQuery(PageQuery):
     status: Status | None = None
-    since: Rfc3339 | None = None
-    until: Rfc3339 | None = None
+    since: Rfc3339 | None = Field(default=None, description=SINCE)
+    until: Rfc3339 | None = Field(default=None, description=UNTIL)
 
 
 class JobPreviewQuery(Strict):
     count: int = Field(default=10, ge=1, le=100)
     after: Rfc3339 | None = Field(default=None, description="Default: now")
+
+
+class CancelRequestBody(Strict):
+    """A cancel takes an optional reason: `{"reason": "..."}`, `{}` or no body."""
+
+    reason: str = Field(default="", max_length=500, description="Why, kept with the record")
+
+
+class CancelOut(BaseModel):
+    execution_id: str
+    requested_by: str = Field(description="The name of the token that asked")
+    requested_at: datetime
+    reason: str
+    interrupts: str = Field(
+        description="When the run stops: an async handler at once (it sees CancelledError), "
+        "a sync handler when it returns or reaches its deadline (a thread cannot be "
+        "interrupted), a queued run before it starts"
+    )
+
+
+class RunningOut(BaseModel):
+    id: str
+    job_id: str
+    job_name: str
+    handler: str
+    instance: str | None = Field(description="The instance running it (the record's owner)")
+    attempts: int
+    scheduled_at: datetime
+    started_at: datetime | None
+    age_seconds: float = Field(description="Since it started (or was recorded), by the server")
+    shard: int
+    shards: int
+    cancel_requested_by: str | None = None
+    cancel_requested_at: datetime | None = None
+
+
+class RunningPage(BaseModel):
+    items: list[RunningOut]
+
+
+class InstanceOut(BaseModel):
+    id: str
+    last_beat_at: datetime = Field(description="Its last heartbeat, as its own clock wrote it")
+    running: int = Field(description="How many executions it holds running")
+
+
+class InstancePage(BaseModel):
+    items: list[InstanceOut]
