@@ -21,6 +21,7 @@ from tickd.api.openapi import openapi_document
 from tickd.api.ops import DOCUMENT, OPS_ROUTES, PROBES, Probe
 from tickd.api.problems import problems_middleware
 from tickd.api.routing import TOKENS, Routes, add_routes
+from tickd.api.running import RUNNING_ROUTES
 from tickd.api.runs import RETRY_ROUTE, RUN_ROUTES
 from tickd.api.schedules import JOB_PREVIEW_ROUTE, SCHEDULE_PREVIEW_ROUTE
 from tickd.api.stats import STATS_ROUTES
@@ -41,6 +42,7 @@ V1_ROUTES: Routes = [
     HISTORY_ROUTE,
     *EXECUTION_ROUTES,
     RETRY_ROUTE,
+    *RUNNING_ROUTES,
     SCHEDULE_PREVIEW_ROUTE,
     *HANDLER_ROUTES,
 ]
