@@ -12,7 +12,7 @@ import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from playwright.async_api import Browser, Page, expect
@@ -27,6 +27,7 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 BROWSER_ZONE = "America/New_York"
 PHONE = 375
 LAPTOP = 1280
+Scheme = Literal["light", "dark"]
 SETTINGS = [(PHONE, "light"), (PHONE, "dark"), (LAPTOP, "light"), (LAPTOP, "dark")]
 # Tokyo has no abbreviation in English: Chromium names it by its offset.
 TOKYO = r"(?:JST|UTC\+9)"
@@ -36,7 +37,8 @@ TOKYO = r"(?:JST|UTC\+9)"
 async def in_new_york(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
     """A tab whose browser runs in New York's zone, of the given width and colour scheme;
     failing the test on any script error."""
-    width, scheme = getattr(request, "param", (LAPTOP, "light"))
+    setting: tuple[int, Scheme] = getattr(request, "param", (LAPTOP, "light"))
+    width, scheme = setting
     context = await browser.new_context(
         viewport={"width": width, "height": 800}, color_scheme=scheme, timezone_id=BROWSER_ZONE
     )
