@@ -1,5 +1,5 @@
 // The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new,
-// #/dead-letters?<filters>, #/runs/<execution id>), the token (asked for when the API says 401,
+// #/dead-letters?<filters>, #/runs?<filters>, #/runs/<execution id>), the token (asked for when the API says 401,
 // kept in sessionStorage only), a refresh every few seconds of whatever view is open, and the
 // wait for a daemon that stopped answering (connection.js), after which the view is drawn again.
 
@@ -13,6 +13,7 @@ import { jobsView } from "./jobs.js";
 import { focusSearchIfWanted, listenForShortcuts, showShortcuts } from "./keys.js";
 import { nowView } from "./now.js";
 import { runView } from "./run.js";
+import { runsFilters, runsView } from "./runs.js";
 import { loadSession, session } from "./session.js";
 
 const REFRESH_MS = 5000;
@@ -28,6 +29,7 @@ function route() {
   if (parts[0] === "dead-letters" && parts.length === 1) {
     return ["dead-letters", () => deadLettersView(main, deadLetterFilters(new URLSearchParams(query)))];
   }
+  if (parts[0] === "runs" && parts.length === 1) return ["runs", () => runsView(main, runsFilters(new URLSearchParams(query)))];
   if (parts[0] === "runs" && parts[1] && parts.length === 2) return ["", () => runView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1]) return ["jobs", () => jobView(main, parts[1])];

@@ -1,35 +1,49 @@
-// A job's page: its definition, next fire times, recent runs (with a chart of duration and lag),
-// retry for the failed ones, and who changed what.
+// A job's page: its definition, next fire times, its runs (with a chart of duration and lag, and
+// older pages on demand), retry for the failed ones, a backfill of a past range, delete, and who
+// changed what.
 
-import { get, post } from "./api.js";
+import { api, get, post } from "./api.js";
 import { STATUS_COLOURS, lines } from "./charts.js";
 import { scheduleAsWritten, scheduleInWords } from "./cron.js";
-import { deadLettersHash } from "./dead_letters.js";
+import { deadLettersHash, errorCell } from "./dead_letters.js";
 import { badge, h, jobHash, replace } from "./dom.js";
 import { clock, dateTime, lagSeconds, millis, relative, seconds, setJobZone } from "./format.js";
 import { jobActions } from "./jobs.js";
 import { notify } from "./notify.js";
 import { runHash } from "./run.js";
+import { runsHash } from "./runs.js";
 import { canChange } from "./session.js";
 
 const RETRYABLE = ["failed", "timeout", "abandoned"];
 const RUNS_SHOWN = 100;
+const RUNS_AT_MOST = 500; // the API's largest page
 const RUNS_CHARTED = 50;
 
 export async function jobView(main, id) {
   const path = `/v1/jobs/${encodeURIComponent(id)}`;
   const box = h("div", { class: "job" });
   replace(main, box);
+  // How many of its newest runs the page lists: each refresh reads them all again in one page,
+  // so the list has no gap and every row's status is current. Past the API's largest page, the
+  // Runs page lists the job's runs a page at a time.
+  let shown = RUNS_SHOWN;
+  let backfill = null; // drawn once: a refresh keeps what is typed in it
   async function load() {
     const [job, runs, history, preview] = await Promise.all([
-      get(path), get(`${path}/executions?limit=${RUNS_SHOWN}`),
+      get(path), get(`${path}/executions?limit=${shown}`),
       get(`${path}/history?limit=50`), get(`${path}/preview?count=5`),
     ]);
+    async function showOlder() {
+      shown = Math.min(shown + RUNS_SHOWN, RUNS_AT_MOST);
+      await load();
+    }
+    if (backfill === null && canChange(job)) backfill = backfillPanel(job, load);
     setJobZone(job.schedule.timezone);
     replace(box, header(job, load), h("div", { class: "columns" },
       h("div", {}, details(job), upcoming(preview)),
       h("div", {}, chart(runs.items))),
-    executions(job, runs.items, load), changes(history.items));
+    executions(job, runs, showOlder, load),
+    backfill, changes(history.items));
   }
   await load();
   return load;
@@ -43,7 +57,98 @@ function header(job, reload) {
       h("p", { class: "muted" }, `${job.handler} · ${scheduleInWords(job.schedule)}`,
         job.paused_reason ? ` · ${job.paused_reason}` : "")),
     h("div", { class: "actions" }, canChange(job)
-      ? [jobActions(job, reload), h("a", { class: "button", href: `${jobHash(job.id)}/edit` }, "Edit")] : null));
+      ? [jobActions(job, reload), h("a", { class: "button", href: `${jobHash(job.id)}/edit` }, "Edit"), deleteButton(job)] : null),
+    h("div", { class: "delete-confirm", "data-testid": "delete-confirm" }));
+}
+
+/** Delete, after a question naming the job, at the revision shown (If-Match): a job changed
+ * since this page was read is not deleted, and the page says so and shows it as it is now. */
+function deleteButton(job) {
+  return h("button", { type: "button", class: "danger", onclick: (event) => {
+    const place = event.target.closest(".job-head").querySelector(".delete-confirm");
+    const question = `Delete the job ${job.name}? Its schedule stops and it cannot be undone.`;
+    const yes = h("button", { type: "button", class: "danger", onclick: async () => {
+      yes.disabled = true;
+      try {
+        await api("DELETE", `/v1/jobs/${encodeURIComponent(job.id)}`, undefined, { "If-Match": `"${job.revision}"` });
+        notify(`${job.name}: deleted`);
+        location.hash = "#/jobs";
+      } catch (err) {
+        const changed = err.status === 412 ? "it changed since this page was read; look again before deleting" : err.message;
+        replace(place, h("p", { class: "error-text", role: "alert" }, `${job.name} was not deleted: ${changed}`));
+      }
+    } }, `Delete ${job.name}`);
+    const no = h("button", { type: "button", onclick: () => replace(place) }, "Cancel");
+    replace(place, h("div", { class: "confirm", role: "alertdialog", "aria-label": question },
+      h("span", {}, question), yes, no));
+    no.focus();
+  } }, "Delete");
+}
+
+// The range is typed in UTC, as the API takes it; the inputs say so.
+const BACKFILL_ZONE = "UTC";
+const BACKFILL_FIELDS = { start: "From", end: "Until" };
+
+/** Run the occurrences of a past range that have no run: previewed first (a dry run), then
+ * queued; the answer says how many, and a refusal names the input at fault. */
+function backfillPanel(job, reload) {
+  const inputs = {
+    start: h("input", { type: "datetime-local", name: "start", step: 1, required: true }),
+    end: h("input", { type: "datetime-local", name: "end", step: 1, required: true }),
+  };
+  const outcome = h("div", { class: "backfill-outcome", "data-testid": "backfill-outcome", role: "status" });
+  const fields = Object.entries(inputs).map(([name, input]) => h("div", { class: "field", "data-field": name },
+    h("label", {}, h("span", { class: "label" }, `${BACKFILL_FIELDS[name]} (${BACKFILL_ZONE})`), input),
+    h("div", { class: "field-error" })));
+  const send = (dryRun) => async () => {
+    for (const box of fields) { box.classList.remove("invalid"); replace(box.querySelector(".field-error")); }
+    try {
+      const body = { start: utcOf(inputs.start.value), end: utcOf(inputs.end.value), dry_run: dryRun };
+      const out = await post(`/v1/jobs/${encodeURIComponent(job.id)}/backfill`, body);
+      replace(outcome, backfillSummary(out));
+      if (!dryRun) await reload();
+    } catch (err) {
+      replace(outcome, h("p", { class: "error-text", role: "alert" }, refusal(err)));
+      for (const { field, reason } of err.errors || []) {
+        const box = fields.find((b) => b.dataset.field === field.replace(/^body\./, ""));
+        if (!box) continue;
+        box.classList.add("invalid");
+        replace(box.querySelector(".field-error"), reason);
+      }
+    }
+  };
+  const form = h("form", { class: "backfill", "data-testid": "backfill" }, h("div", { class: "row" }, fields),
+    h("div", { class: "form-actions" },
+      h("button", { type: "button", onclick: () => form.reportValidity() && send(true)() }, "Preview"),
+      h("button", { type: "submit", class: "primary" }, "Queue runs")),
+    outcome);
+  form.addEventListener("submit", (event) => { event.preventDefault(); send(false)(); });
+  return h("section", { class: "panel" }, h("h2", {}, "Backfill"),
+    h("p", { class: "muted small" }, "Runs the occurrences of a past range that have no run yet, one a second."),
+    form);
+}
+
+/** A datetime-local value read in UTC: 2026-12-07T09:00 is 2026-12-07T09:00:00Z. */
+function utcOf(value) {
+  return `${value.length === 16 ? `${value}:00` : value.slice(0, 19)}Z`;
+}
+
+function backfillSummary(out) {
+  const count = out.occurrences.length;
+  const runs = `${count} occurrence${count === 1 ? "" : "s"}`;
+  const text = [out.dry_run ? `${runs} would be queued` : `Queued ${runs}`];
+  if (out.already_run.length) text.push(`${out.already_run.length} already ran and are left out`);
+  if (out.truncated) text.push(`the range holds more: at most ${count + out.already_run.length} at a time, backfill the rest after`);
+  return h("p", {}, `${text.join("; ")}.`);
+}
+
+/** The API's refusal, each field at fault named as the form labels it. */
+function refusal(err) {
+  const named = (err.errors || []).map(({ field, reason }) => {
+    const bare = field.replace(/^body\./, "");
+    return `${BACKFILL_FIELDS[bare] || bare}: ${reason}`;
+  });
+  return named.length ? `Not queued. ${named.join("; ")}` : `Not queued: ${err.message}`;
 }
 
 function dl(pairs) {
@@ -89,7 +194,8 @@ function chart(runs) {
   });
 }
 
-function executions(job, runs, reload) {
+function executions(job, page, showOlder, reload) {
+  const runs = page.items;
   const rows = runs.map((run) => h("tr", { "data-status": run.status },
     h("td", {}, badge(run.status)),
     h("td", { class: "nowrap" }, h("a", { href: runHash(run.id), title: "this run's attempts, result and shards" }, dateTime(run.scheduled_at))),
@@ -98,13 +204,33 @@ function executions(job, runs, reload) {
     h("td", { class: "num" }, millis(run.duration_ms)),
     h("td", { class: "num" }, String(run.attempts)),
     h("td", { class: "num nowrap" }, run.shards > 1 ? `${run.shard + 1} of ${run.shards}` : ""),
-    h("td", { class: "error-text" }, run.error ? `${run.error.type}: ${run.error.message}` : ""),
+    errorCell(run.error),
     h("td", {}, RETRYABLE.includes(run.status) && canChange(job) ? retryButton(run, reload) : null)));
   return h("section", { class: "panel" }, h("h2", {}, "Executions",
     h("a", { class: "small heading-link", href: deadLettersHash({ job_id: job.id }) }, "dead letters")),
     h("div", { class: "table-wrap" }, h("table", { class: "table", "data-testid": "executions" },
       h("thead", {}, h("tr", {}, ["status", "scheduled", "started", "lag", "duration", "attempts", "shard", "error", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No runs yet."))))));
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No runs yet."))))),
+    h("div", { class: "toolbar pager", "data-testid": "runs-pager" },
+      h("span", { class: "muted small" }, `${runs.length} runs shown`),
+      olderRuns(job, runs.length, page.next_cursor, showOlder)));
+}
+
+/** More of the job's older runs here, or, past the API's largest page, on the Runs page. */
+function olderRuns(job, count, nextCursor, showOlder) {
+  if (!nextCursor) return null;
+  if (count >= RUNS_AT_MOST) {
+    return h("a", { class: "button", href: runsHash({ job_id: job.id, cursor: nextCursor }) }, "Older runs, on the Runs page");
+  }
+  return h("button", { type: "button", onclick: async (event) => {
+    event.target.disabled = true;
+    try {
+      await showOlder();
+    } catch (err) {
+      notify(err.message, "error");
+      event.target.disabled = false;
+    }
+  } }, `Older runs (${Math.min(RUNS_SHOWN, RUNS_AT_MOST - count)} more)`);
 }
 
 function retryButton(run, reload) {
