@@ -65,6 +65,8 @@ from tickd.api.jobs import JobListPage, JobSearchQuery
 from tickd.api.models import (
     BackfillOut,
     BackfillRequest,
+    CancelOut,
+    CancelRequestBody,
     ChangeOut,
     ChangePage,
     ExecutionListQuery,
@@ -72,6 +74,7 @@ from tickd.api.models import (
     ExecutionPage,
     HandlerList,
     Health,
+    InstancePage,
     JobCreate,
     JobExecutionQuery,
     JobOut,
@@ -82,6 +85,7 @@ from tickd.api.models import (
     PreviewRequest,
     Problem,
     Readiness,
+    RunningPage,
     RunRequestOut,
 )
 from tickd.api.stats import SessionOut, StatsOut, StatsQuery
@@ -137,6 +141,9 @@ OPERATIONS: dict[str, str] = {
     "get_v1_executions": "list_executions",
     "get_v1_executions_execution_id": "get_execution",
     "post_v1_executions_execution_id_retry": "retry_execution",
+    "get_v1_running": "running",
+    "post_v1_executions_execution_id_cancel": "cancel_execution",
+    "get_v1_instances": "instances",
     "post_v1_schedules_preview": "preview_schedule",
     "get_v1_handlers": "list_handlers",
     "get_v1_bounces": "list_bounces",
@@ -828,6 +835,12 @@ class _Operations:
         return Request("POST", _path(EXECUTION + "/retry", execution_id), _model(RunRequestOut))
 
     @staticmethod
+    def cancel_execution(execution_id: str, reason: str) -> Request[CancelOut]:
+        body = _body(CancelRequestBody(reason=reason)) if reason else None
+        path = _path(EXECUTION + "/cancel", execution_id)
+        return Request("POST", path, _model(CancelOut), body=body)
+
+    @staticmethod
     def preview_schedule(preview: PreviewRequest) -> Request[PreviewOut]:
         body = _body(preview)
         return Request("POST", "/v1/schedules/preview", _model(PreviewOut), body=body)
@@ -1138,6 +1151,17 @@ class Client(_Base):
     def retry_execution(self, execution_id: str) -> RunRequestOut:
         return self.send(_ops.retry_execution(execution_id))
 
+    def running(self) -> RunningPage:
+        """The executions running now, the longest running first, with their age."""
+        return self.send(_ops.read("/v1/running", _model(RunningPage), None))
+
+    def cancel_execution(self, execution_id: str, *, reason: str = "") -> CancelOut:
+        """Ask for a running (or queued) execution to stop; 409 (Conflict) once it ended."""
+        return self.send(_ops.cancel_execution(execution_id, reason))
+
+    def instances(self) -> InstancePage:
+        return self.send(_ops.read("/v1/instances", _model(InstancePage), None))
+
     # -- dead letters
 
     def list_dead_letters(
@@ -1399,6 +1423,15 @@ class AsyncClient(_Base):
 
     async def retry_execution(self, execution_id: str) -> RunRequestOut:
         return await self.send(_ops.retry_execution(execution_id))
+
+    async def running(self) -> RunningPage:
+        return await self.send(_ops.read("/v1/running", _model(RunningPage), None))
+
+    async def cancel_execution(self, execution_id: str, *, reason: str = "") -> CancelOut:
+        return await self.send(_ops.cancel_execution(execution_id, reason))
+
+    async def instances(self) -> InstancePage:
+        return await self.send(_ops.read("/v1/instances", _model(InstancePage), None))
 
     # -- dead letters
 

@@ -12,12 +12,14 @@ import argparse
 from importlib.metadata import version
 from typing import Any, TypeAlias
 
+from tickd.cli.running import add_running_commands
+
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "TICKD_URL"
 TOKEN_ENV = "TICKD_TOKEN"
-STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped")
+STATUSES = ("running", "success", "failed", "timeout", "abandoned", "skipped", "cancelled")
 DEAD_LETTER_STATES = ("open", "redriving", "redriven", "discarded")
 PRIORITIES = ("critical", "high", "normal", "low")
 MISFIRE_POLICIES = ("coalesce", "skip", "run_all")
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_commands(commands, common)
     add_run_commands(commands, common)
     add_dead_letter_commands(commands, common)
+    add_running_commands(commands, common)
     add_apply_commands(commands, common)
     add_read_commands(commands, common)
     add_completion_command(commands)
