@@ -369,6 +369,7 @@ schema = schemathesis.openapi.from_dict(
 NUMBER_TOO_LARGE = "is too large (beyond a 64-bit"
 SEMANTIC_REFUSALS = {
     "query.cursor": 400,  # opaque: only cursors the API gave out are read
+    "query.until": 400,  # executions: a range of scheduled times ends after it starts
     "handler": 422,  # a registered handler
     "params": 422,  # that handler's params schema
     "schedule.expr": 422,  # a cron expression that parses and fires
