@@ -46,7 +46,8 @@ from tickd.api.runs import run_request_out
 from tickd.api.v1 import execution_out, state, time_cursor
 from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
 from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
-from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, RunRequest, Store
+from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, RunRequest
+from tickd.scheduler.ports.store_api import ExecutionStore
 
 MAX_BATCH = 100
 # The most dead letters read by one call that matches the error's type or groups them.
@@ -172,7 +173,7 @@ async def load_dead_letter(call: Call[None, None]) -> Execution:
 
 
 async def load_job_of(call: Call[Q, B], execution: Execution) -> Job:
-    job = await state(call).store.get_job(execution.job_id)
+    job = await state(call).jobs.get_job(execution.job_id)
     if job is None:
         raise ApiError(409, "Conflict", f"cannot re-drive this dead letter: {JOB_DELETED}")
     guard_system(job, call.scope, state(call).registry)
@@ -182,7 +183,7 @@ async def load_job_of(call: Call[Q, B], execution: Execution) -> Job:
 async def job_if_any(call: Call[Q, B], execution: Execution) -> Job | None:
     """The dead letter's job, guarded as its actions are; None once deleted (a job on a system
     handler needed an admin token, and its dead letters still do)."""
-    job = await state(call).store.get_job(execution.job_id)
+    job = await state(call).jobs.get_job(execution.job_id)
     refused = refusal(call, job, execution)
     if refused is not None:
         raise refused
@@ -229,7 +230,7 @@ async def matching(
     """The dead letters the filter matches (by `ids`: in one of the `unhandled` states; else
     open ones), and whether more may match than its limit."""
     body = call.body
-    store = state(call).store
+    store = state(call).executions
     if body.ids is not None:
         read = [await store.get_execution(i) for i in dict.fromkeys(body.ids)]
         return [e for e in read if e is not None and chosen_by(body, e, unhandled)], False
@@ -238,7 +239,7 @@ async def matching(
 
 
 async def newest_matching(
-    store: Store, body: DeadLetterFilter, *, want: int
+    store: ExecutionStore, body: DeadLetterFilter, *, want: int
 ) -> tuple[list[Execution], bool]:
     """Up to `want` open dead letters the filter matches, newest first, read in pages of
     SCAN_PAGE, at most MAX_SCAN of them; and whether the read stopped there with fewer than
@@ -302,7 +303,7 @@ async def redrive_many(call: Call[None, RedriveFilter]) -> Reply:
         ]
     for execution in matched:
         if execution.job_id not in jobs:
-            jobs[execution.job_id] = await s.store.get_job(execution.job_id)
+            jobs[execution.job_id] = await s.jobs.get_job(execution.job_id)
         job = jobs[execution.job_id]
         reason = why_not(call, job)
         if reason is not None or job is None:
@@ -336,7 +337,9 @@ async def redrive(call: Call[Q, B], dead: Sequence[tuple[Execution, Job]]) -> di
     re-drives of one dead letter at once, only one queues a run. The requests by dead letter."""
     s = state(call)
     ids = [execution.id for execution, _ in dead]
-    won = await s.store.mark_dead_letters(ids, states=[DeadLetter.OPEN], to=DeadLetter.REDRIVING)
+    won = await s.executions.mark_dead_letters(
+        ids, states=[DeadLetter.OPEN], to=DeadLetter.REDRIVING
+    )
     now = s.clock.now()
     requests: dict[str, RunRequest] = {}
     entries: defaultdict[str, list[dict[str, object]]] = defaultdict(list)
@@ -358,7 +361,7 @@ async def redrive(call: Call[Q, B], dead: Sequence[tuple[Execution, Job]]) -> di
         requests[execution.id] = request
         entries[job.id].append(redrive_entry(execution, request))
         jobs[job.id] = job
-    await s.store.insert_run_requests(list(requests.values()))
+    await s.requests.insert_run_requests(list(requests.values()))
     for job_id, redriven in entries.items():
         await record(call, jobs[job_id], REDRIVE, redriven)
     if requests:
@@ -369,7 +372,7 @@ async def redrive(call: Call[Q, B], dead: Sequence[tuple[Execution, Job]]) -> di
 async def record(call: Call[Q, B], job: Job, action: str, entries: list[dict[str, object]]) -> None:
     s = state(call)
     change = change_entry(action, job, job, call.actor, s.clock.now(), s.registry)
-    await s.store.record_change(replace(change, changes=one_entry(entries)))
+    await s.jobs.record_change(replace(change, changes=one_entry(entries)))
 
 
 def one_entry(entries: list[dict[str, object]]) -> dict[str, object]:
@@ -391,14 +394,14 @@ async def record_of_deleted(
         action="discard",
         changes=entry,
     )
-    await s.store.record_change(change)
+    await s.jobs.record_change(change)
 
 
 async def discard(call: Call[None, None]) -> Reply:
     s = state(call)
     execution = await load_dead_letter(call)
     job = await job_if_any(call, execution)
-    if execution.id not in await s.store.mark_dead_letters(
+    if execution.id not in await s.executions.mark_dead_letters(
         [execution.id], states=UNHANDLED, to=DeadLetter.DISCARDED
     ):
         raise ApiError(
@@ -430,7 +433,7 @@ async def discard_many(call: Call[None, DiscardFilter]) -> Reply:
             allowed.append(execution)
         else:
             skipped.append(NotRedriven(id=execution.id, reason=reason))
-    won = await s.store.mark_dead_letters(
+    won = await s.executions.mark_dead_letters(
         [e.id for e in allowed], states=UNHANDLED, to=DeadLetter.DISCARDED
     )
     discarded = [e for e in allowed if e.id in won]
@@ -458,7 +461,7 @@ async def why_not_discarded(
     """Why this caller may not discard this dead letter, as a discard of it alone would say;
     its job read once a call, into `jobs`."""
     if execution.job_id not in jobs:
-        jobs[execution.job_id] = await state(call).store.get_job(execution.job_id)
+        jobs[execution.job_id] = await state(call).jobs.get_job(execution.job_id)
     refused = refusal(call, jobs[execution.job_id], execution)
     return None if refused is None else refused.detail
 
@@ -483,7 +486,7 @@ async def record_discards(
 async def error_groups(call: Call[GroupQuery, None]) -> Reply:
     """Identical errors of the newest MAX_SCAN dead letters the query matches: one group per
     job, error type and first line of the message, the largest first."""
-    store = state(call).store
+    store = state(call).executions
     query = store_query(call.query, call.query.state, limit=SCAN_PAGE)
     read: list[Execution] = []
     complete = False

@@ -100,7 +100,7 @@ async def execution_page(
 async def page_of(call: Call[Q, B], query: ExecutionQuery) -> Reply:
     """One page of executions, newest first, with the cursor of the next page if there is one
     (one more row is read to know)."""
-    runs = await state(call).store.list_executions(replace(query, limit=query.limit + 1))
+    runs = await state(call).executions.list_executions(replace(query, limit=query.limit + 1))
     page, more = runs[: query.limit], len(runs) > query.limit
     last = page[-1] if more else None
     cursor = encode_cursor(at=last.scheduled_at.isoformat(), id=last.id) if last else None
@@ -124,7 +124,7 @@ def occurrences_together(page: list[Execution]) -> list[Execution]:
 
 
 async def load_execution(call: Call[Q, B]) -> Execution:
-    execution = await state(call).store.get_execution(call.path("execution_id"))
+    execution = await state(call).executions.get_execution(call.path("execution_id"))
     if execution is None:
         raise ApiError(404, "Not Found", f"no execution with id {call.path('execution_id')!r}")
     return execution

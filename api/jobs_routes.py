@@ -56,9 +56,9 @@ async def list_jobs(call: Call[JobSearchQuery, None]) -> Reply:
     q = call.query
     s = state(call)
     search = job_search(q, *_after(q.cursor, q.sort))
-    jobs = await s.store.search_jobs(search)
+    jobs = await s.views.search_jobs(search)
     page, more = jobs[: q.limit], len(jobs) > q.limit
-    total = await s.store.count_jobs(search) if q.total else None
+    total = await s.views.count_jobs(search) if q.total else None
     return Reply(
         JobListPage(
             items=[job_out(j, s.registry) for j in page],
@@ -102,9 +102,7 @@ async def create_job(call: Call[WriteQuery, JobCreate]) -> Reply:
         await _check_name_free(call, job)
         return job_reply(job, call, 201)
     try:
-        await s.store.insert_job(
-            job, change_entry("create", None, job, call.actor, now, s.registry)
-        )
+        await s.jobs.insert_job(job, change_entry("create", None, job, call.actor, now, s.registry))
     except DuplicateJobName:
         raise field_error("name", f"a job named {job.name!r} exists already", 409) from None
     except UnstorableValue as exc:
@@ -116,7 +114,7 @@ async def create_job(call: Call[WriteQuery, JobCreate]) -> Reply:
 
 async def _check_name_free(call: Call[Q, B], job: Job) -> None:
     """The store's unique name, checked ahead for a dry run: the 409 the write would get."""
-    holder = await state(call).store.get_job_by_name(job.name)
+    holder = await state(call).jobs.get_job_by_name(job.name)
     if holder is not None and holder.id != job.id:
         raise field_error("name", f"a job named {job.name!r} exists already", 409)
 
@@ -138,7 +136,7 @@ async def put_refusals(
     """What a replace's checks refuse of the fields its body's model accepted."""
     s = request.app[STATE]
     body = accepted_part(JobCreate, doc, refused)
-    job = await s.store.get_job(request.match_info["job_id"])
+    job = await s.jobs.get_job(request.match_info["job_id"])
     if body is None or job is None:
         return []
     return refusals_beside(lambda: s.builder.replace(job, body, s.clock.now()), refused)
@@ -150,7 +148,7 @@ async def patch_refusals(
     """What a change's checks refuse of the fields its body's model accepted."""
     s = request.app[STATE]
     body = accepted_part(JobPatch, doc, refused)
-    job = await s.store.get_job(request.match_info["job_id"])
+    job = await s.jobs.get_job(request.match_info["job_id"])
     if body is None or job is None:
         return []
     return refusals_beside(lambda: s.builder.patch(job, body, s.clock.now()), refused)
@@ -266,7 +264,7 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply 
         return job_reply(before, call)  # nothing to write: no revision, no history entry
     change = change_entry(action, before, after, call.actor, s.clock.now(), s.registry)
     try:
-        stored = await s.store.replace_job(after, expected, change, read=before)
+        stored = await s.jobs.replace_job(after, expected, change, read=before)
     except DuplicateJobName:
         raise field_error("name", f"a job named {after.name!r} exists already", 409) from None
     except UnstorableValue as exc:
@@ -301,9 +299,9 @@ async def delete_job(call: Call[None, None]) -> Reply:
             guard_system(job, call.scope, s.registry)
             expected = if_match(call, job)
             change = change_entry("delete", job, None, call.actor, s.clock.now(), s.registry)
-            if await s.store.delete_job(job.id, change, expected_revision=expected):
+            if await s.jobs.delete_job(job.id, change, expected_revision=expected):
                 return Reply(None, 204)
-            if await s.store.get_job(job.id) is None:
+            if await s.jobs.get_job(job.id) is None:
                 raise ApiError(404, "Not Found", f"no job with id {job.id!r}")
             if not _last_writer_wins(call):
                 raise ApiError(
@@ -315,10 +313,10 @@ async def delete_job(call: Call[None, None]) -> Reply:
 async def job_history(call: Call[PageQuery, None]) -> Reply:
     q = call.query
     job_id = call.path("job_id")
-    changes = await state(call).store.list_changes(
+    changes = await state(call).jobs.list_changes(
         job_id, limit=q.limit + 1, before=time_cursor(q.cursor)
     )
-    if not changes and await state(call).store.get_job(job_id) is None:
+    if not changes and await state(call).jobs.get_job(job_id) is None:
         raise ApiError(404, "Not Found", f"no job with id {job_id!r} and no history of one")
     page, more = changes[: q.limit], len(changes) > q.limit
     cursor = encode_cursor(at=page[-1].at.isoformat(), id=page[-1].id) if more else None

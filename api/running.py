@@ -33,14 +33,14 @@ INTERRUPTS = (
 
 async def running_executions(call: Call[Q, B]) -> list[Execution]:
     query = ExecutionQuery(status=Status.RUNNING, limit=MAX_RUNNING)
-    runs = await state(call).store.list_executions(query)
+    runs = await state(call).executions.list_executions(query)
     return sorted(runs, key=lambda e: (e.started_at or e.scheduled_at, e.id))
 
 
 async def list_running(call: Call[None, None]) -> Reply:
     s = state(call)
     runs = await running_executions(call)
-    asked = {r.execution_id: r for r in await s.store.cancel_requests([e.id for e in runs])}
+    asked = {r.execution_id: r for r in await s.executions.cancel_requests([e.id for e in runs])}
     now = s.clock.now()
     items = []
     for run in runs:
@@ -67,7 +67,7 @@ async def list_running(call: Call[None, None]) -> Reply:
 
 
 async def list_instances(call: Call[None, None]) -> Reply:
-    beats = await state(call).store.instances()
+    beats = await state(call).instances.instances()
     holding = Counter(run.owner for run in await running_executions(call))
     items = [
         InstanceOut(id=instance, last_beat_at=beat, running=holding[instance])
@@ -80,7 +80,7 @@ async def cancel_execution(call: Call[None, None]) -> Reply:
     s = state(call)
     execution_id = call.path("execution_id")
     body = await cancel_body(call)
-    execution = await s.store.get_execution(execution_id)
+    execution = await s.executions.get_execution(execution_id)
     if execution is None:
         raise ApiError(404, "Not Found", f"no execution with id {execution_id!r}")
     await guard_its_job(call, execution)
@@ -93,7 +93,7 @@ async def cancel_execution(call: Call[None, None]) -> Reply:
         requested_at=s.clock.now(),
         reason=body.reason.strip(),
     )
-    await s.store.request_cancel(request)
+    await s.executions.request_cancel(request)
     s.poke()  # the dispatcher looks for cancel requests each tick
     return Reply(cancel_out(request), 202)
 
@@ -110,7 +110,7 @@ async def cancel_body(call: Call[None, None]) -> CancelRequestBody:
 async def guard_its_job(call: Call[None, None], execution: Execution) -> None:
     """A run of a system job, or of a system handler, is cancelled with an admin token only."""
     s = state(call)
-    job = await s.store.get_job(execution.job_id)
+    job = await s.jobs.get_job(execution.job_id)
     if job is not None:
         guard_system(job, call.scope, s.registry)
     elif call.scope != "admin" and is_system_handler(s.registry, execution.handler):

@@ -31,7 +31,7 @@ async def trigger_job(call: Call[None, None]) -> Reply:
     await refuse_trigger_options(call)
     job = await load_job(call)
     guard_system(job, call.scope, s.registry)
-    pending = await s.store.count_pending_requests(job.id, reason="trigger")
+    pending = await s.requests.count_pending_requests(job.id, reason="trigger")
     if pending >= MAX_PENDING_TRIGGERS:
         raise ApiError(
             409,
@@ -77,11 +77,11 @@ async def enqueue(
     ]
     if rerun is not None:
         requests = [rerun_of(rerun, request) for request in requests]
-    await s.store.insert_run_requests(requests)
+    await s.requests.insert_run_requests(requests)
     change = change_entry(reason, job, job, call.actor, now, s.registry)
     listed = [t.isoformat() for t in times[:20]]
     occurrences = {"count": len(times), "first": listed}
-    await s.store.record_change(replace(change, changes={"occurrences": occurrences}))
+    await s.jobs.record_change(replace(change, changes={"occurrences": occurrences}))
     s.poke()
     return requests
 
@@ -109,7 +109,7 @@ async def backfill_job(call: Call[None, BackfillRequest]) -> Reply:
     )
     truncated = len(found) > MAX_BACKFILL
     found = found[:MAX_BACKFILL]
-    done = await s.store.executions_at(job.id, found)
+    done = await s.requests.executions_at(job.id, found)
     to_run = [t for t in found if t not in done]
     if not body.dry_run and to_run:
         await enqueue(call, job, to_run, "backfill", per_second=body.per_second)
@@ -148,11 +148,11 @@ async def retry_execution(call: Call[None, None]) -> Reply:
             f"only failed, timed out or abandoned executions are "
             f"retried; this one is {execution.status}",
         )
-    job = await state(call).store.get_job(execution.job_id)
+    job = await state(call).jobs.get_job(execution.job_id)
     if job is None:
         raise ApiError(409, "Conflict", "the job of this execution no longer exists")
     guard_system(job, call.scope, state(call).registry)
-    pending = await state(call).store.executions_at(job.id, [execution.scheduled_at])
+    pending = await state(call).requests.executions_at(job.id, [execution.scheduled_at])
     if execution.scheduled_at in pending and await _retry_pending(call, execution):
         raise ApiError(409, "Conflict", "a retry of this occurrence is already queued or running")
     [request] = await enqueue(
@@ -163,7 +163,7 @@ async def retry_execution(call: Call[None, None]) -> Reply:
 
 async def _retry_pending(call: Call[Q, B], execution: Execution) -> bool:
     """True when something newer than this execution exists for its occurrence."""
-    runs = await state(call).store.list_executions(
+    runs = await state(call).executions.list_executions(
         ExecutionQuery(
             job_id=execution.job_id,
             since=execution.scheduled_at,
@@ -177,7 +177,7 @@ async def _retry_pending(call: Call[Q, B], execution: Execution) -> bool:
         for e in runs
         if e.shard == execution.shard and (e.id > execution.id or e.status is Status.RUNNING)
     ]
-    return bool(newer) or await state(call).store.run_request_pending(
+    return bool(newer) or await state(call).requests.run_request_pending(
         execution.job_id, execution.scheduled_at
     )
 

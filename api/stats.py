@@ -1,8 +1,8 @@
 """GET /v1/stats: what the dashboard's "Now" view draws, from the daemon's own data; GET
 /v1/session: whose token the dashboard holds, so it offers only what that token may do.
 
-The store aggregates the window's executions (Store.execution_stats: every one of them, however
-many) and gathers what needs attention grouped by job (Store.attention): a few bounded queries
+The store aggregates the window's executions (ViewStore.execution_stats: every one of them, however
+many) and gathers what needs attention grouped by job (ViewStore.attention): a few bounded queries
 whatever the number of jobs and runs, and no figure drawn from a sample. A store that stops a
 long read at its time limit counts the newest executions first and says since when it counted:
 the answer is then `complete: false`, with `counted_since` and the reason.
@@ -127,15 +127,15 @@ async def stats(call: Call[StatsQuery, None]) -> Reply:
     since = now - timedelta(seconds=call.query.window)
     until = now + timedelta(microseconds=1)
     bucket_seconds = max(MIN_BUCKET_SECONDS, math.ceil(call.query.window / BUCKETS))
-    figures = await s.store.execution_stats(since, until, bucket_seconds)
+    figures = await s.views.execution_stats(since, until, bucket_seconds)
     late_before = now - timedelta(seconds=LATE_AFTER_SECONDS)
-    attention = await s.store.attention(since, until, late_before, limit=ATTENTION_SHOWN)
+    attention = await s.views.attention(since, until, late_before, limit=ATTENTION_SHOWN)
     return Reply(
         StatsOut(
             now=now,
             window_seconds=call.query.window,
             bucket_seconds=bucket_seconds,
-            due_backlog=(await s.store.due_backlog(now)).due,
+            due_backlog=(await s.housekeeping.due_backlog(now)).due,
             busy_workers=busy_workers(call),
             workers=s.settings.workers,
             totals=totals(figures),

@@ -33,13 +33,21 @@ from tickd.scheduler.maintenance.relay import RelayState
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Job, Priority
 from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.ports.backends import Store
 from tickd.scheduler.ports.clock import Clock
+from tickd.scheduler.ports.store_api import ExecutionStore, JobStore, RunRequestStore, ViewStore
+from tickd.scheduler.ports.store_engine import HousekeepingStore, InstanceStore
 
 
 @dataclass(frozen=True, kw_only=True)
 class ApiState:
-    store: Store
+    # The store, by the roles the routes use (scheduler/ports/store_api.py): one object behind
+    # them, handed over as each role by the composition root (tickd/app.py).
+    jobs: JobStore
+    requests: RunRequestStore
+    executions: ExecutionStore
+    views: ViewStore
+    housekeeping: HousekeepingStore
+    instances: InstanceStore
     registry: HandlerRegistry
     settings: Settings
     clock: Clock
@@ -148,7 +156,7 @@ def job_reply(job: Job, call: Call[Q, B], status: int = 200) -> Reply:
 
 
 async def load_job(call: Call[Q, B]) -> Job:
-    job = await state(call).store.get_job(call.path("job_id"))
+    job = await state(call).jobs.get_job(call.path("job_id"))
     if job is None:
         raise ApiError(404, "Not Found", f"no job with id {call.path('job_id')!r}")
     return job

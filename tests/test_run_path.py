@@ -112,3 +112,19 @@ def test_the_stores_roles_the_stages_hold_are_small() -> None:
     }
     assert roles, "the role protocols are found"
     assert {name: count for name, count in roles.items() if count > MAX_ROLE_METHODS} == {}
+
+
+def test_the_api_holds_the_stores_roles_not_the_whole_store() -> None:
+    from tickd.api.v1 import ApiState
+
+    hints = get_type_hints(ApiState)
+    whole = {name for name, hint in hints.items() if (_forbidden(hint) or "").endswith("a role")}
+    assert whole == set()
+    roles = {
+        name: hint.__name__
+        for name, hint in hints.items()
+        if getattr(hint, "_is_protocol", False)
+        and hint.__module__.endswith(("store_api", "store_engine"))
+    }
+    assert set(roles) >= {"jobs", "requests", "executions", "views"}
+    assert all(len(_methods(hints[name])) <= MAX_ROLE_METHODS for name in roles)

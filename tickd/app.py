@@ -290,8 +290,14 @@ def build_api(
     and unless `dispatch` is False (tests drain it themselves) its dispatcher starts and stops
     with the application. With the product store among `resources`, it answers the alert
     emails' unsubscribe links and lists their bounces."""
+    store = ports.store
     state = ApiState(
-        store=ports.store,
+        jobs=store,
+        requests=store,
+        executions=store,
+        views=store,
+        housekeeping=store,
+        instances=store,
         registry=registry,
         settings=settings,
         clock=ports.clock,

@@ -101,6 +101,10 @@ class ExecutionStore(Protocol):
         """Record that someone asked for this execution to stop; the first request for an
         execution stands (a second one changes nothing)."""
 
+    async def cancel_requests(self, execution_ids: Sequence[str]) -> list[CancelRequest]:
+        """The cancel requests of these executions (the running view shows who asked); the
+        same method as CompletionStore's, which the dispatcher holds."""
+
     async def mark_dead_letters(
         self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
     ) -> set[str]:
