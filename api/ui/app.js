@@ -13,6 +13,7 @@ import { jobsView } from "./jobs.js";
 import { focusSearchIfWanted, listenForShortcuts, showShortcuts } from "./keys.js";
 import { nowView } from "./now.js";
 import { runView } from "./run.js";
+import { runningView } from "./running.js";
 import { runsFilters, runsView } from "./runs.js";
 import { loadSession, session } from "./session.js";
 
@@ -29,6 +30,7 @@ function route() {
   if (parts[0] === "dead-letters" && parts.length === 1) {
     return ["dead-letters", () => deadLettersView(main, deadLetterFilters(new URLSearchParams(query)))];
   }
+  if (parts[0] === "running" && parts.length === 1) return ["running", () => runningView(main)];
   if (parts[0] === "runs" && parts.length === 1) return ["runs", () => runsView(main, runsFilters(new URLSearchParams(query)))];
   if (parts[0] === "runs" && parts[1] && parts.length === 2) return ["", () => runView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];
