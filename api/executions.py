@@ -46,6 +46,14 @@ class AttemptOut(BaseModel):
     )
 
 
+class LogLineOut(BaseModel):
+    at: datetime
+    level: str = Field(description="INFO, WARNING, ERROR...")
+    message: str = Field(
+        description="As the handler logged it, secrets masked, cut to 1,000 characters"
+    )
+
+
 class RunOut(ExecutionOut):
     """One execution in full: its attempts, and its error's traceback."""
 
@@ -54,6 +62,11 @@ class RunOut(ExecutionOut):
         default=None,
         description="Every attempt, when the run took more than one; null when the record "
         "keeps none (one attempt: the run's own start, end and error tell it)",
+    )
+    log: list[LogLineOut] | None = Field(
+        default=None,
+        description="What the handler logged through ctx.logger at INFO and above: the first "
+        "50 lines, and a last one saying how many more there were; null when it logged none",
     )
 
 
@@ -139,7 +152,12 @@ def run_out(execution: Execution) -> RunOut:
     doc = to_json_ready(execution_to_doc(execution))
     listed = execution_out(execution).model_dump(mode="json")
     return RunOut.model_validate(
-        {**listed, "error": doc.get("error"), "attempt_log": doc.get("attempt_log")}
+        {
+            **listed,
+            "error": doc.get("error"),
+            "attempt_log": doc.get("attempt_log"),
+            "log": doc.get("log"),
+        }
     )
 
 

@@ -1,6 +1,6 @@
 // One run (#/runs/<execution id>): each attempt with its start, end, error and the backoff
-// before the next; the handler's result; the error's traceback; and the other shards (and
-// re-runs) of its occurrence side by side. A record written before attempts were logged shows
+// before the next; the handler's result; the error's traceback; the lines its handler logged;
+// and the other shards (and re-runs) of its occurrence side by side. A record written before attempts were logged shows
 // what it has: the count of attempts, the run's own start, end and error.
 
 import { get } from "./api.js";
@@ -21,7 +21,7 @@ export async function runView(main, id) {
     const others = await get(occurrencePath(run));
     replace(box, header(run),
       h("div", { class: "columns" }, facts(run), outcome(run)),
-      attempts(run), occurrence(run, others.items));
+      attempts(run), logLines(run), occurrence(run, others.items));
   }
   await load();
   return load;
@@ -105,6 +105,18 @@ function summaryRow(run) {
     h("td", { class: "num" }, millis(run.duration_ms)),
     h("td", { class: "error-text" }, run.error ? `${run.error.type}: ${run.error.message}` : ""),
     h("td", { class: "num" }, "—"));
+}
+
+/** What the handler logged through ctx.logger (INFO and above, masked, the first lines): a
+ * list, not a table, so that a long line wraps on a phone. */
+function logLines(run) {
+  const lines = Array.isArray(run.log) ? run.log : [];
+  return h("section", { class: "panel" }, h("h2", {}, "Its log"),
+    lines.length
+      ? h("ol", { class: "list", "data-testid": "run-log" }, lines.map((line) => h("li", {},
+        h("div", { class: "small muted" }, `${dateTime(line.at)} · ${line.level}`),
+        h("div", { class: "changes" }, line.message))))
+      : h("p", { class: "muted" }, "The handler logged nothing at INFO or above."));
 }
 
 function took(start, end) {
