@@ -9,7 +9,7 @@ const PAD = { left: 58, right: 10, top: 10, bottom: 22 };
 
 export const STATUS_COLOURS = {
   success: "#2f9e5b", failed: "#d64545", timeout: "#e8843b",
-  abandoned: "#9b59b6", skipped: "#9aa3ad", running: "#3b82f6",
+  abandoned: "#9b59b6", skipped: "#9aa3ad", running: "#3b82f6", cancelled: "#6b7280",
 };
 
 function niceMax(value) {
