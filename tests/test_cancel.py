@@ -142,3 +142,30 @@ async def test_a_cancel_request_for_another_run_changes_nothing(
     await h.engine.drain()
     [ended] = await executions_of(h, job.id)
     assert ended.status is Status.SUCCESS
+
+
+async def test_a_cancelled_sync_handler_that_then_fails_is_not_retried(
+    make_engine: EngineFactory,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def fails_when_released(ctx: HandlerContext) -> Result:
+        calls.append(ctx.attempt)
+        started.set()
+        release.wait(WAIT)
+        raise RuntimeError("upstream refused the half-done export")
+
+    h = make_engine({"fails": fails_when_released})
+    job = await h.add(make_job("export", "fails", timeout_seconds=3600, max_retries=3))
+    h.engine.start()
+    await h.engine.tick()
+    assert await asyncio.to_thread(started.wait, WAIT)
+    await h.store.request_cancel(asked_by_ops((await running_execution(h, job.id)).id))
+    await h.engine.tick()
+    release.set()
+    await asyncio.wait_for(h.engine.settled(), WAIT)
+
+    assert calls == [1], "no second attempt after the cancel"
+    [ended] = await executions_of(h, job.id)
+    assert (ended.status, ended.attempts, ended.dead_letter) == (Status.CANCELLED, 1, None)

@@ -11,6 +11,7 @@ import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -188,6 +189,9 @@ class Executor:
         log: list[Attempt] = []
         run_log = RunLog()  # what the handler logs, across its attempts
         while True:
+            if log and task.execution.id in self._cancelled:  # asked to stop during a backoff
+                cancelled = self._cancelled_outcome(task, attempts=len(log), log=run_log)
+                return replace(cancelled, attempt_log=tuple(log) if len(log) > 1 else ())
             number = len(log) + 1
             began = self.clock.now()
             context = self.contexts.context(
@@ -200,8 +204,8 @@ class Executor:
                 run_log=run_log,
             )
             outcome = await self._attempt(task, handler, context, secrets)
-            if task.execution.id in self._cancelled:
-                return self._cancelled_outcome(task, attempts=number, log=run_log)
+            if task.execution.id in self._cancelled:  # whatever the handler did once asked
+                outcome = self._cancelled_outcome(task, attempts=number)
             if outcome is _SUCCEEDED and number == 1 and not run_log.lines:
                 return _SUCCEEDED_AT_ONCE  # most runs: nothing more to record
             ended = self.clock.now()
