@@ -21,13 +21,15 @@ const RUNS_CHARTED = 50;
 
 export async function jobView(main, id) {
   const path = `/v1/jobs/${encodeURIComponent(id)}`;
-  const box = h("div", { class: "job" });
-  replace(main, box);
+  // A refresh draws the parts that show data again; the delete question and the backfill form
+  // are drawn once, so a refresh neither closes the one nor empties the other.
+  const parts = { head: h("div"), body: h("div"), backfill: h("div"), history: h("div") };
+  const asking = h("div", { class: "delete-confirm", "data-testid": "delete-confirm" });
+  replace(main, h("div", { class: "job" }, parts.head, asking, parts.body, parts.backfill, parts.history));
   // How many of its newest runs the page lists: each refresh reads them all again in one page,
   // so the list has no gap and every row's status is current. Past the API's largest page, the
   // Runs page lists the job's runs a page at a time.
   let shown = RUNS_SHOWN;
-  let backfill = null; // drawn once: a refresh keeps what is typed in it
   async function load() {
     const [job, runs, history, preview] = await Promise.all([
       get(path), get(`${path}/executions?limit=${shown}`),
@@ -37,19 +39,20 @@ export async function jobView(main, id) {
       shown = Math.min(shown + RUNS_SHOWN, RUNS_AT_MOST);
       await load();
     }
-    if (backfill === null && canChange(job)) backfill = backfillPanel(job, load);
     setJobZone(job.schedule.timezone);
-    replace(box, header(job, load), h("div", { class: "columns" },
+    replace(parts.head, header(job, load, asking));
+    replace(parts.body, h("div", { class: "columns" },
       h("div", {}, details(job), upcoming(preview)),
       h("div", {}, chart(runs.items))),
-    executions(job, runs, showOlder, load),
-    backfill, changes(history.items));
+    executions(job, runs, showOlder, load));
+    if (!parts.backfill.firstChild && canChange(job)) replace(parts.backfill, backfillPanel(job, load));
+    replace(parts.history, changes(history.items));
   }
   await load();
   return load;
 }
 
-function header(job, reload) {
+function header(job, reload, asking) {
   return h("section", { class: "job-head" },
     h("div", {},
       h("a", { href: "#/jobs", class: "muted small" }, "← all jobs"),
@@ -57,15 +60,13 @@ function header(job, reload) {
       h("p", { class: "muted" }, `${job.handler} · ${scheduleInWords(job.schedule)}`,
         job.paused_reason ? ` · ${job.paused_reason}` : "")),
     h("div", { class: "actions" }, canChange(job)
-      ? [jobActions(job, reload), h("a", { class: "button", href: `${jobHash(job.id)}/edit` }, "Edit"), deleteButton(job)] : null),
-    h("div", { class: "delete-confirm", "data-testid": "delete-confirm" }));
+      ? [jobActions(job, reload), h("a", { class: "button", href: `${jobHash(job.id)}/edit` }, "Edit"), deleteButton(job, asking)] : null));
 }
 
 /** Delete, after a question naming the job, at the revision shown (If-Match): a job changed
  * since this page was read is not deleted, and the page says so and shows it as it is now. */
-function deleteButton(job) {
-  return h("button", { type: "button", class: "danger", onclick: (event) => {
-    const place = event.target.closest(".job-head").querySelector(".delete-confirm");
+function deleteButton(job, place) {
+  return h("button", { type: "button", class: "danger", onclick: () => {
     const question = `Delete the job ${job.name}? Its schedule stops and it cannot be undone.`;
     const yes = h("button", { type: "button", class: "danger", onclick: async () => {
       yes.disabled = true;

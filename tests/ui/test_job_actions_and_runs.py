@@ -121,6 +121,23 @@ async def test_a_job_changed_since_its_page_was_read_is_not_deleted(
     assert job is not None and job.timeout_seconds == 120
 
 
+async def test_a_refresh_keeps_the_delete_question_open_and_the_range_typed(
+    open_daemon: tuple[Harness, str], page: Page
+) -> None:
+    harness, url = open_daemon
+    reports, _ = await seed(harness)
+    await page.clock.install()
+    await page.goto(f"{url}/ui#/jobs/{reports.id}")
+    await page.get_by_role("button", name="Delete", exact=True).click()
+    backfill = page.get_by_test_id("backfill")
+    await backfill.get_by_label("From (UTC)").fill("2026-03-02T07:00:00")
+    await harness.store.insert_executions([run_of(reports, 1, Status.SUCCESS)])
+    await page.clock.run_for(6_000)  # past the page's refresh
+    await expect(rows(page, "executions")).to_have_count(3)
+    await expect(page.get_by_role("alertdialog")).to_contain_text("Delete the job reports.daily?")
+    await expect(backfill.get_by_label("From (UTC)")).to_have_value("2026-03-02T07:00")
+
+
 async def test_a_past_range_is_previewed_then_backfilled_and_the_count_shown(
     open_daemon: tuple[Harness, str], page: Page
 ) -> None:
