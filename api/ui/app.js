@@ -1,7 +1,8 @@
 // The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new,
-// #/dead-letters?<filters>, #/runs?<filters>, #/runs/<execution id>), the token (asked for when the API says 401,
-// kept in sessionStorage only), a refresh every few seconds of whatever view is open, and the
-// wait for a daemon that stopped answering (connection.js), after which the view is drawn again.
+// #/dead-letters?<filters>, #/runs?<filters>, #/runs/<execution id>), the token (asked for when
+// the API says 401, kept in sessionStorage only), a refresh every few seconds of whatever view is
+// open, and the wait for a daemon that stopped answering (connection.js), after which the view is
+// drawn again.
 
 import { ApiError, get, setToken, token } from "./api.js";
 import { connected, reconnectLater, unreachable } from "./connection.js";
