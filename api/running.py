@@ -40,7 +40,7 @@ async def running_executions(call: Call[Q, B]) -> list[Execution]:
 async def list_running(call: Call[None, None]) -> Reply:
     s = state(call)
     runs = await running_executions(call)
-    asked = {r.execution_id: r for r in await s.executions.cancel_requests([e.id for e in runs])}
+    asked = {r.execution_id: r for r in await s.cancels.cancel_requests([e.id for e in runs])}
     now = s.clock.now()
     items = []
     for run in runs:
@@ -93,7 +93,7 @@ async def cancel_execution(call: Call[None, None]) -> Reply:
         requested_at=s.clock.now(),
         reason=body.reason.strip(),
     )
-    await s.executions.request_cancel(request)
+    await s.cancels.request_cancel(request)
     s.poke()  # the dispatcher looks for cancel requests each tick
     return Reply(cancel_out(request), 202)
 

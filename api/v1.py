@@ -34,7 +34,13 @@ from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Job, Priority
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.clock import Clock
-from tickd.scheduler.ports.store_api import ExecutionStore, JobStore, RunRequestStore, ViewStore
+from tickd.scheduler.ports.store_api import (
+    CancelRequestStore,
+    ExecutionStore,
+    JobStore,
+    RunRequestStore,
+    ViewStore,
+)
 from tickd.scheduler.ports.store_engine import HousekeepingStore, InstanceStore
 
 
@@ -45,6 +51,7 @@ class ApiState:
     jobs: JobStore
     requests: RunRequestStore
     executions: ExecutionStore
+    cancels: CancelRequestStore
     views: ViewStore
     housekeeping: HousekeepingStore
     instances: InstanceStore

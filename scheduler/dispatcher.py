@@ -107,6 +107,7 @@ class Engine:
         self.executor = Executor(
             settings=settings,
             store=store,
+            cancels=store,
             lock=lock,
             clock=clock,
             registry=registry,

@@ -242,6 +242,7 @@ async def executor(
     stage = Executor(
         settings=settings(),
         store=parts.store,
+        cancels=parts.store,
         lock=parts.lock,
         clock=parts.clock,
         registry=registry,

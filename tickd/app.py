@@ -295,6 +295,7 @@ def build_api(
         jobs=store,
         requests=store,
         executions=store,
+        cancels=store,
         views=store,
         housekeeping=store,
         instances=store,

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tickd.scheduler.ports.store_api import ExecutionStore, JobStore, RunRequestStore, ViewStore
+from tickd.scheduler.ports.store_api import (
+    CancelRequestStore,
+    ExecutionStore,
+    JobStore,
+    RunRequestStore,
+    ViewStore,
+)
 from tickd.scheduler.ports.store_engine import (
     CompletionStore,
     DispatchStore,
@@ -44,6 +50,7 @@ class Store(
     OutboxStore,
     HousekeepingStore,
     ExecutionStore,
+    CancelRequestStore,
     ViewStore,
     Protocol,
 ):

@@ -97,14 +97,6 @@ class ExecutionStore(Protocol):
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         """Newest first (by scheduled_at, then id)."""
 
-    async def request_cancel(self, request: CancelRequest) -> None:
-        """Record that someone asked for this execution to stop; the first request for an
-        execution stands (a second one changes nothing)."""
-
-    async def cancel_requests(self, execution_ids: Sequence[str]) -> list[CancelRequest]:
-        """The cancel requests of these executions (the running view shows who asked); the
-        same method as CompletionStore's, which the dispatcher holds."""
-
     async def mark_dead_letters(
         self, execution_ids: Sequence[str], *, states: Sequence[DeadLetter], to: DeadLetter
     ) -> set[str]:
@@ -113,6 +105,18 @@ class ExecutionStore(Protocol):
         re-drives), one wins, so an occurrence is never re-driven twice by one action. On
         FerretDB a filtered update is not atomic (see Store), so there the lock of the
         run, not this, keeps two runs of one job apart."""
+
+
+class CancelRequestStore(Protocol):
+    """Requests to stop a run: the API records them, the engine reads those of the runs on its
+    workers once a tick, and the running view shows who asked."""
+
+    async def request_cancel(self, request: CancelRequest) -> None:
+        """Record that someone asked for this execution to stop; the first request for an
+        execution stands (a second one changes nothing)."""
+
+    async def cancel_requests(self, execution_ids: Sequence[str]) -> list[CancelRequest]:
+        """The cancel requests of these executions, in one query: most have none."""
 
 
 class ViewStore(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from tickd.scheduler.model import CancelRequest, Execution, Job
+from tickd.scheduler.model import Execution, Job
 from tickd.scheduler.ports.store_values import (
     Advance,
     Backlog,
@@ -148,10 +148,6 @@ class DispatchStore(Protocol):
 class CompletionStore(Protocol):
     """The engine's runs as they go on and end: keeping their leases, writing their ends, and
     ending a sharded occurrence once its shards have."""
-
-    async def cancel_requests(self, execution_ids: Sequence[str]) -> list[CancelRequest]:
-        """The cancel requests of these executions (the runs this instance holds), in one
-        query: most have none."""
 
     async def renew_lease(self, job_id: str, token: int, until: datetime) -> bool:
         """Move a held lease's expiry; False if the token no longer holds it (fenced off)."""

@@ -33,6 +33,7 @@ from tickd.scheduler.plugin.outcomes import (
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import Lock, LockUnavailable, StoreError
 from tickd.scheduler.ports.clock import Clock
+from tickd.scheduler.ports.store_api import CancelRequestStore
 from tickd.scheduler.ports.store_engine import CompletionStore
 from tickd.scheduler.run.end import Ender
 from tickd.scheduler.run.ledger import Task
@@ -63,6 +64,7 @@ class Executor:
         *,
         settings: Settings,
         store: CompletionStore,
+        cancels: CancelRequestStore,
         lock: Lock,
         clock: Clock,
         registry: HandlerRegistry,
@@ -71,7 +73,8 @@ class Executor:
         observer: RunObserver,
     ) -> None:
         self.settings = settings
-        self.store = store  # a run that waited renews its lease, its only store call
+        self.store = store  # a run that waited renews its lease
+        self.cancels = cancels  # the cancel requests of the runs on the workers, once a tick
         self.lock = lock
         self.clock = clock
         self.registry = registry
@@ -92,7 +95,7 @@ class Executor:
         """Stop the runs on the workers (`held`, their execution ids) that someone asked to
         stop, found in one query; the dispatcher asks once a tick."""
         if held or self._cancelled:
-            self.cancel(await self.store.cancel_requests(held) if held else [], held)
+            self.cancel(await self.cancels.cancel_requests(held) if held else [], held)
 
     def cancel(self, requests: list[CancelRequest], held: list[str]) -> None:
         """The cancel requests of the runs on the workers (`held`, their execution ids): an
