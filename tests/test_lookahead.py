@@ -276,7 +276,10 @@ async def test_runs_armed_ahead_are_recorded_just_before_their_time_and_start_at
     assert (await h.engine.tick()).fired == 0
     staged = await executions(h.store)
     assert {(e.status, e.started_at) for e in staged} == {(Status.RUNNING, DUE)}
-    assert len(staged) == 40 and (h.engine.ledger.count(RunState.RECORDED), h.engine.ledger.armed_count()) == (
+    assert len(staged) == 40 and (
+        h.engine.ledger.count(RunState.RECORDED),
+        h.engine.ledger.armed_count(),
+    ) == (
         40,
         0,
     )

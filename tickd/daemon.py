@@ -33,9 +33,9 @@ from tickd.app import (
 from tickd.scheduler.config.settings import ConfigError, Settings
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_forked_child
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import Ports
-from tickd.scheduler.plugin.forked_children import ChildEndingThreads, end_forked_child
 from tickd.scheduler.secrets.masking import scrub_text
 from tickd.scheduler.store.kit import StartupAborted
 from tickd.scheduler.urls import is_loopback

@@ -39,9 +39,9 @@ from tickd.scheduler.logs import FIELDS
 from tickd.scheduler.model import ExecutionError, Status, ValidationError
 from tickd.scheduler.plugin.api import Handler, HandlerContext, HandlerFunc, InvalidParams, Result
 from tickd.scheduler.plugin.http import DEFAULT_PORTS
+from tickd.scheduler.plugin.outcomes import HandlerExit, execution_error, outcome_of
 from tickd.scheduler.plugin.registry import HandlerRegistry, Registered
 from tickd.scheduler.plugin.testing import handler_context
-from tickd.scheduler.plugin.outcomes import HandlerExit, execution_error, outcome_of
 from tickd.scheduler.secrets.echoes import EchoMaskingLogger
 from tickd.scheduler.secrets.masking import scrub_text, secret_values, with_settings_secrets
 
