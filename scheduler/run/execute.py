@@ -133,9 +133,8 @@ class Executor:
         except asyncio.CancelledError:
             # Shutdown past its grace period: record the run as abandoned and give the
             # occurrence back (no advance), so it runs again after the restart.
-            abandoned = Outcome(
-                status=Status.ABANDONED, error=execution_error("Shutdown", "cancelled")
-            )
+            error = execution_error("Shutdown", "cancelled")
+            abandoned = Outcome(status=Status.ABANDONED, error=error)
             await asyncio.shield(self.ender.end_now(task, abandoned, started))
             raise
         finished = self.clock.now()  # waiting for the writer below is not the run's time
