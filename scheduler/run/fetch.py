@@ -144,6 +144,10 @@ class Fetcher:
 
 
 class HandlerLimits:
+    """Each handler's concurrency limit: at most that many of its runs armed, recorded, queued
+    or running at once (the ledger counts them), as the handler declares it (`max_concurrency`)
+    or the settings override it."""
+
     def __init__(self, settings: Settings, registry: HandlerRegistry) -> None:
         self.settings = settings
         self.registry = registry
