@@ -281,7 +281,9 @@ ensure_ferretdb() {
 	mv -f "$FERRETDB_BIN.tmp" "$FERRETDB_BIN"
 	rm -rf "$src"
 	rmdir "$(dirname "$src")" 2>/dev/null || true
-	"$FERRETDB_BIN" --version | head -n 1
+	# sed reads the whole output: head would leave the binary writing into a closed pipe, and
+	# its SIGPIPE, under pipefail, would fail the build that just succeeded.
+	"$FERRETDB_BIN" --version | sed -n 1p
 }
 
 # The newest server Debian's postgresql packages installed. Its binaries are
