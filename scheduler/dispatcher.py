@@ -1,13 +1,13 @@
 """The dispatcher: it builds the run path's stages once, each handed what it uses (the store's
-roles, the lock, the clock, the ledger, the next stage), and ticks. A tick fires the armed runs
-whose time came (run/arm.py), reaps expired leases once a tick interval (maintenance/), fetches
-what there is room for (run/fetch.py), claims it (run/claim.py), arms what is due later and
+roles, the run path's lock, the clock, the ledger, the next stage), and ticks. A tick fires the
+armed runs whose time came (run/arm.py), reaps expired leases once a tick interval (maintenance/),
+fetches what there is room for (run/fetch.py), claims it (run/claim.py), arms what is due later and
 records and queues what is due now (run/record.py, run/pool.py, which blocks when full: the
 dispatcher falls behind the clock instead of piling up work). The workers hand each run on
-(run/execute.py -> run/end.py -> run/write.py); the ledger (run/ledger.py) holds every run
-from its claim until its end is written. A full batch means more is due: the next tick starts
-at once; otherwise the dispatcher sleeps until the next armed run or the tick interval, unless
-a worker frees up or ends are written (their jobs can be claimed again) first.
+(run/execute.py -> run/end.py -> run/write.py); the ledger (run/ledger.py) holds every run from its
+claim until its end is written. A full batch means more is due: the next tick starts at once;
+otherwise the dispatcher sleeps until the next armed run, the tick interval, a freed worker or
+written ends (their jobs can be claimed again).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from datetime import datetime
 
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.events import event_source
+from tickd.scheduler.lock.lease import run_path_lock
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.maintenance.backlog import BacklogGauges
 from tickd.scheduler.maintenance.clock_steps import ClockSteps
@@ -82,7 +83,7 @@ class Engine:
         # The runs this instance holds, from their claim until their end is written.
         self.ledger = Ledger()
         source = event_source(settings, ports)
-        store, lock, clock = ports.store, ports.lock, ports.clock
+        store, clock, lock = ports.store, ports.clock, run_path_lock(ports.store, ports.lock)
         # The run path, built from its last stage to its first: each takes the next.
         self.writer = Writer(
             store=store,
@@ -155,7 +156,7 @@ class Engine:
         self.fetcher = Fetcher(
             settings=settings, store=store, ledger=self.ledger, registry=registry
         )
-        self.relay = Relay(store, ports.events, clock=clock, metrics=self.metrics, lock=lock)
+        self.relay = Relay(store, ports.events, clock=clock, metrics=self.metrics, lock=ports.lock)
         # Started beside the dispatcher by the daemon (tickd/app.py).
         self.watchdog = LoopWatchdog(
             threshold_seconds=settings.loop_stall_threshold_seconds,

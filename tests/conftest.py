@@ -35,7 +35,7 @@ from tickd.scheduler.model import Execution, IntervalSchedule, Job, Schedule
 from tickd.scheduler.observers import RunObserver
 from tickd.scheduler.plugin.api import Handler, HandlerFunc
 from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.ports.backends import CloudEvent, Ports, Store
+from tickd.scheduler.ports.backends import CloudEvent, Lock, Ports, Store
 from tickd.scheduler.ports.clock import FakeClock
 
 # One module of fixtures per port, each parametrised over that port's backends.
@@ -297,7 +297,7 @@ async def make_engine(
     def build(
         handlers: dict[str, Handler | HandlerFunc] | None = None,
         *,
-        lock: MemoryLock | None = None,
+        lock: Lock | None = None,
         instance_id: str = "test-instance",
         own_clock: FakeClock | None = None,
         resources: Mapping[str, object] | None = None,

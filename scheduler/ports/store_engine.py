@@ -25,6 +25,12 @@ class DispatchStore(Protocol):
     """The engine's dispatch: what is due, claiming it (fenced), recording the runs it starts,
     giving back what never starts, and reaping the leases of runs that died."""
 
+    # True when two instances' claims of one job can never both win, whatever the timing (the
+    # store locks the row while it compares and sets): the lease is then the run's lock, and the
+    # run path takes none from the lock service. False where a claim's compare and its set can
+    # interleave with another's (FerretDB), or where the store is one process's alone.
+    claim_is_the_lock: bool
+
     async def due_jobs(
         self,
         now: datetime,

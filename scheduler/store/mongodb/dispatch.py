@@ -48,6 +48,10 @@ from tickd.scheduler.store.mongodb.statements import (
 class MongoDispatch(MongoRequests):
     """The dispatch of MongoStore."""
 
+    # FerretDB reads a document and writes it in two steps, so two claims can interleave: the
+    # lock service keeps a run to one instance.
+    claim_is_the_lock = False
+
     @translating_errors
     async def due_jobs(
         self,

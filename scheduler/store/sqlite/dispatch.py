@@ -48,6 +48,9 @@ PRIORITIES = f"({', '.join(str(int(p)) for p in Priority)})"
 class SQLiteDispatch(SQLiteTables):
     """The dispatch of SQLiteStore."""
 
+    # One process's store: the in-process lock it runs with costs nothing.
+    claim_is_the_lock = False
+
     def __init__(self, url: str) -> None:
         super().__init__(url)
         # The last due query's jobs by id, with their rows: the claim that follows it reads the
