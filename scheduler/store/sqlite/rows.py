@@ -1,5 +1,9 @@
 """How jobs, executions, history entries and run requests become rows on SQLite and back. Times
-are integer microseconds since the epoch."""
+are integer microseconds since the epoch.
+
+The PostgreSQL store keeps the same columns in the same shapes (BIGINT microseconds, JSON as
+text, integer booleans), so it reads its rows with these same functions: each takes a `Row`,
+which sqlite3.Row and asyncpg.Record both are."""
 
 from __future__ import annotations
 
@@ -7,10 +11,9 @@ import dataclasses
 import functools
 import json
 import operator
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from tickd.scheduler.codec import (
     EPOCH,
@@ -51,6 +54,17 @@ from tickd.scheduler.store.sqlite.schema import (
 )
 
 
+class Row(Protocol):
+    """A row as a driver returns it: its values by column name or position, its column names
+    in order, and its values in that order when iterated."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __getitem__(self, key: int | str, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 def from_micros(value: int | None) -> datetime | None:
     return None if value is None else EPOCH + timedelta(microseconds=value)
 
@@ -69,9 +83,9 @@ def to_row(doc: Doc, columns: Sequence[str]) -> tuple[Any, ...]:
     return tuple(values)
 
 
-def from_row(row: sqlite3.Row, key: str = "_id") -> Doc:
+def from_row(row: Row, key: str = "_id") -> Doc:
     doc: Doc = {}
-    for column in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
+    for column in row.keys():  # noqa: SIM118 - a Row is not a mapping
         value = row[column]
         if column in JSON_COLUMNS and value is not None:
             value = json.loads(value)
@@ -116,7 +130,7 @@ def _job_columns(columns: tuple[str, ...]) -> operator.itemgetter[tuple[Any, ...
     return operator.itemgetter(*(columns.index(name) for name in JOB_DECODED))
 
 
-def job_from_row(row: sqlite3.Row) -> Job:
+def job_from_row(row: Row) -> Job:
     """The dispatcher decodes every job it fetches and claims: read by position, with the few
     distinct schedules, misfire policies and re-drive policies decoded once each."""
     (
@@ -237,7 +251,7 @@ def execution_row(execution: Execution) -> tuple[Any, ...]:
     )
 
 
-def outbox_event_from_row(row: sqlite3.Row) -> OutboxEvent:
+def outbox_event_from_row(row: Row) -> OutboxEvent:
     written_at = from_micros(row["written_at"])
     assert written_at is not None
     return OutboxEvent(
@@ -257,12 +271,12 @@ def request_row(request: RunRequest) -> tuple[Any, ...]:
     return to_row(doc, REQUEST_COLUMNS)
 
 
-def request_from_row(row: sqlite3.Row) -> RunRequest:
+def request_from_row(row: Row) -> RunRequest:
     doc = from_row(row)
     owner, token, until = doc.pop("lease_owner"), doc.pop("lease_token"), doc.pop("lease_until")
     doc["lease"] = None if token is None else {"owner": owner, "token": token, "until": until}
     return request_from_doc(doc)
 
 
-def execution_from_row(row: sqlite3.Row) -> Execution:
+def execution_from_row(row: Row) -> Execution:
     return execution_from_doc(from_row(row))
