@@ -297,7 +297,7 @@ def test_a_value_out_of_range_is_refused_with_the_range(
 @pytest.mark.parametrize(
     ("setting", "url", "schemes"),
     [
-        ("store_url", "postgres://tickd:hunter2-pw@db/tickd", "sqlite://, mongodb://"),
+        ("store_url", "mysql://tickd:hunter2-pw@db/tickd", "sqlite://, mongodb://"),
         ("lock_url", "zookeeper://zk:2181", "memory://, redis:// or rediss://"),
         ("events_url", "nats://nats:4222", "log://, none:// or kafka://"),
         ("mail_url", "sendmail:///usr/sbin/sendmail", "outbox://, smtp:// or smtps://"),
@@ -317,6 +317,7 @@ def test_a_url_of_a_scheme_no_backend_opens_is_refused_with_the_schemes_it_takes
     ("setting", "url", "module", "extra"),
     [
         ("store_url", "mongodb://db/tickd", "pymongo", "mongodb"),
+        ("store_url", "postgresql://db/tickd", "asyncpg", "postgresql"),
         ("lock_url", "redis://cache:6379/0", "redis", "redis"),
         ("events_url", "kafka://broker:9092/tickd.executions", "confluent_kafka", "kafka"),
         ("resource_urls", "mongodb+srv://products.example/app", "pymongo", "mongodb"),

@@ -18,6 +18,8 @@ from tickd.scheduler.secrets.masking import scrub_text
 EXTRA_OF_SCHEME = {
     "mongodb": ("pymongo", "mongodb"),
     "mongodb+srv": ("pymongo", "mongodb"),
+    "postgresql": ("asyncpg", "postgresql"),
+    "postgres": ("asyncpg", "postgresql"),
     "redis": ("redis", "redis"),
     "rediss": ("redis", "redis"),
     "kafka": ("confluent_kafka", "kafka"),

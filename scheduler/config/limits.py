@@ -122,7 +122,7 @@ MAX_COUNT = 100_000_000
 MAX_RETENTION_DAYS = 36_500
 MAX_TIMEOUT = 30 * DAY
 MAX_NAME_CHARS = 200
-STORE_SCHEMES = ("sqlite", "mongodb", "mongodb+srv")
+STORE_SCHEMES = ("sqlite", "mongodb", "mongodb+srv", "postgresql", "postgres")
 INSTANCE_ID = Limits(accepts=_is_instance_name, means=f"1 to {MAX_NAME_CHARS} printable characters")
 HOST = Limits(
     accepts=re.compile(r"[A-Za-z0-9._:%-]{1,253}").fullmatch,

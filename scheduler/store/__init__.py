@@ -1,5 +1,6 @@
 """The store port: jobs and executions. Backends, a folder each with a file per role:
-`sqlite:///path` (embedded, sqlite/), `mongodb://...` (mongodb/); what every store shares,
+`sqlite:///path` (embedded, sqlite/), `mongodb://...` (mongodb/), `postgresql://...`
+(postgresql/); what every store shares,
 plug-ins' own stores included, in kit/."""
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ def open_store(url: str) -> Store:
         from tickd.scheduler.store.mongodb import MongoStore
 
         return MongoStore(url)
+    if scheme in ("postgresql", "postgres"):
+        from tickd.scheduler.store.postgresql import PostgresStore
+
+        return PostgresStore(url)
     raise ValueError(
-        f"store_url: unsupported scheme {scheme!r} (expected sqlite://, mongodb:// or mongodb+srv://)"
+        f"store_url: unsupported scheme {scheme!r} (expected sqlite://, mongodb://, "
+        "mongodb+srv://, postgresql:// or postgres://)"
     )

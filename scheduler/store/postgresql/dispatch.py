@@ -1,0 +1,244 @@
+"""The engine's dispatch on PostgreSQL (the store's DispatchStore role): what is due, claiming it
+fenced, recording the runs it starts, giving back and reaping leases. The run requests' and
+shards' part of the role is requests.py's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from tickd.scheduler.codec import exact_micros, micros, to_json_ready
+from tickd.scheduler.model import Execution, Job, Priority, Status
+from tickd.scheduler.ports.backends import Claim, RunEnd
+from tickd.scheduler.ports.store_engine import CompletionStore
+from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
+from tickd.scheduler.store.postgresql.statements import (
+    CLEAR_LEASE,
+    IGNORE,
+    LEASE_EXPIRED_TYPE,
+    abandoned_for_good_in,
+    insert_events,
+    takeable_job_lease,
+    upsert_executions,
+    write_events,
+)
+from tickd.scheduler.store.sqlite.rows import Row, execution_from_row, execution_row, job_from_row
+
+PRIORITIES = [int(p) for p in Priority]
+FREE = "enabled = 1 AND lease_token IS NULL"
+LEASE_EXPIRED = json.dumps(
+    to_json_ready({"type": LEASE_EXPIRED_TYPE, "message": "the lease expired before the run ended"})
+)
+
+# Compare-and-set a batch in one statement: the claims' jobs still as read and free are locked,
+# those another claimer holds at that moment are skipped (it wins them, or they stay free for
+# the next claim), and the locked ones take their leases and tokens. Under read committed, a
+# job another claimer took and committed meanwhile is checked again as it is now, and is free
+# no longer: two claimers never win the same job.
+CLAIM_SQL = f"""
+WITH c AS (
+    SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::int8[])
+        AS c(id, revision, next_run_at, owner, until)
+), due AS (
+    SELECT j.id, c.owner, c.until FROM jobs j JOIN c ON j.id = c.id
+    WHERE j.revision = c.revision AND j.next_run_at IS NOT DISTINCT FROM c.next_run_at
+        AND j.{FREE.replace(" AND ", " AND j.")}
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobs SET lease_owner = due.owner, lease_until = due.until, fence = jobs.fence + 1,
+    lease_token = jobs.fence + 1
+FROM due WHERE jobs.id = due.id
+RETURNING jobs.*
+"""
+GIVE_BACK_SQL = (
+    f"UPDATE jobs SET {CLEAR_LEASE} FROM unnest($1::text[], $2::int8[]) AS l(id, token) "
+    "WHERE jobs.id = l.id AND jobs.lease_token = l.token"
+)
+
+
+@dataclass
+class DueRead:
+    """One read of due jobs: its statement, whose last argument is the read's limit."""
+
+    sql: str
+    args: list[Any]
+
+    def limited(self, limit: int) -> list[Any]:
+        return [*self.args, limit]
+
+
+def _due(
+    args: Args,
+    before: int,
+    excluded: Sequence[str],
+    first: Sequence[str],
+    *,
+    among_first: bool = False,
+) -> str:
+    """Free jobs due by `before` whose handlers are not `excluded`; with `first`, those named
+    there (`among_first`) or the others."""
+    due = (
+        f"{FREE} AND next_run_at <= {args(before, 'int8')} "
+        f"AND handler <> ALL ({args(list(excluded), 'text[]')})"
+    )
+    if first:
+        named = f"id = ANY ({args(list(first), 'text[]')})"
+        due += f" AND {named}" if among_first else f" AND NOT {named}"
+    return due
+
+
+def _oldest_first(due: str, args: Args) -> DueRead:
+    sql = f"SELECT * FROM jobs WHERE {due} ORDER BY next_run_at LIMIT ${len(args.values) + 1}"
+    return DueRead(sql, args.values)
+
+
+def _by_urgency(due: str, args: Args) -> DueRead:
+    """One seek per priority into jobs_due, in its order, each stopping at the limit: jobs not
+    due yet are never read, and no due job is sorted but those the seeks return."""
+    priorities = args(PRIORITIES, "int4[]")
+    limit = f"${len(args.values) + 1}"
+    sql = (
+        f"SELECT j.* FROM unnest({priorities}) AS p(priority) CROSS JOIN LATERAL ("
+        f"SELECT * FROM jobs WHERE priority = p.priority AND {due} "
+        f"ORDER BY next_run_at LIMIT {limit}) AS j ORDER BY j.priority, j.next_run_at LIMIT {limit}"
+    )
+    return DueRead(sql, args.values)
+
+
+def due_reads(
+    now: datetime,
+    excluded: Sequence[str],
+    starved_before: datetime | None,
+    first: Sequence[str],
+) -> list[DueRead]:
+    """The reads of DispatchStore.due_jobs, in turn; no job in two of them."""
+    reads, at = [], exact_micros(now)
+    if first:
+        args = Args()
+        reads.append(_oldest_first(_due(args, at, excluded, first, among_first=True), args))
+    if starved_before is None:
+        args = Args()
+        reads.append(_by_urgency(_due(args, at, excluded, first), args))
+        return reads
+    # The starved first, as if more urgent than critical, oldest first; then the others by
+    # urgency. Two reads, each walking an index and stopping at its limit.
+    bound = exact_micros(starved_before)
+    args = Args()
+    reads.append(_oldest_first(_due(args, bound, excluded, first), args))
+    args = Args()
+    newer = f"{_due(args, at, excluded, first)} AND next_run_at > {args(bound, 'int8')}"
+    reads.append(_by_urgency(newer, args))
+    return reads
+
+
+async def read_due(tx: Tx, reads: Sequence[DueRead], limit: int) -> list[Row]:
+    """The rows of each read in turn, up to `limit`: a later read stops where the earlier ones
+    left off."""
+    rows: list[Row] = []
+    for read in reads:
+        if len(rows) >= limit:
+            break
+        rows += await tx.fetch(read.sql, *read.limited(limit - len(rows)))
+    return rows
+
+
+class PostgresDispatch(PostgresTables):
+    """The dispatch of PostgresStore."""
+
+    # A claim's UPDATE locks each row it compares and sets, and checks it again as it is once
+    # locked: two instances never both win a job, so the lease is the run's lock.
+    claim_is_the_lock = True
+
+    async def due_jobs(
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
+        first: Sequence[str] = (),
+    ) -> list[Job]:
+        reads = due_reads(now, exclude_handlers, starved_before, first)
+        if len(reads) == 1:  # one statement: no transaction around it
+            rows = await self._fetch(reads[0].sql, *reads[0].limited(limit))
+        else:  # one snapshot for the reads, so that none sees a job another saw
+            rows = await self._run(lambda tx: read_due(tx, reads, limit), read_only=True)
+        return [job_from_row(row) for row in rows]
+
+    async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
+        if not claims:
+            return []
+        rows = await self._fetch(
+            CLAIM_SQL,
+            [c.job_id for c in claims],
+            [c.revision for c in claims],
+            [micros(c.next_run_at) for c in claims],
+            [c.owner for c in claims],
+            [micros(c.until) for c in claims],
+        )
+        order = {c.job_id: i for i, c in enumerate(claims)}
+        return sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
+
+    async def insert_executions(
+        self, executions: Sequence[Execution], *, event_source: str | None = None
+    ) -> None:
+        if not executions:
+            return
+        args = Args()
+        sql = upsert_executions(args, [execution_row(e) for e in executions], IGNORE)
+        if event_source is not None:
+            sql = f"WITH ex AS ({sql}) {insert_events(args, executions, event_source)}"
+        await self._execute(sql, *args.values)
+
+    async def give_back(self, leases: Sequence[tuple[str, int]]) -> None:
+        if leases:
+            ids, tokens = zip(*leases, strict=True)
+            await self._execute(GIVE_BACK_SQL, list(ids), list(tokens))
+
+    async def reap_expired_leases(
+        self, now: datetime, *, instance: str | None = None, event_source: str | None = None
+    ) -> list[Execution]:
+        args = Args()
+        expired_sql = (
+            "SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL "
+            f"AND {takeable_job_lease(args, now, instance)} FOR UPDATE OF jobs SKIP LOCKED"
+        )
+
+        async def reap(tx: Tx) -> tuple[list[Row], list[RunEnd]]:
+            expired = await tx.fetch(expired_sql, *args.values)
+            if not expired:
+                return [], []
+            leases = [(str(job["id"]), int(job["lease_token"])) for job in expired]
+            ids, tokens = [job_id for job_id, _ in leases], [token for _, token in leases]
+            abandoned = await tx.fetch(
+                "UPDATE executions SET status = $1, finished_at = $2, error = $3 "
+                "FROM unnest($4::text[], $5::int8[]) AS l(id, token) "
+                "WHERE executions.job_id = l.id AND executions.token = l.token "
+                "AND executions.status = $6 RETURNING executions.*",
+                str(Status.ABANDONED),
+                micros(now),
+                LEASE_EXPIRED,
+                ids,
+                tokens,
+                str(Status.RUNNING),
+            )
+            # Those abandoned past their retries keep their leases until their ends are written.
+            given_up = await abandoned_for_good_in(tx, leases)
+            held = {(f.execution.job_id, f.execution.token) for f in given_up}
+            freed = [lease for lease in leases if lease not in held]
+            if freed:
+                await tx.execute(
+                    GIVE_BACK_SQL, [job_id for job_id, _ in freed], [t for _, t in freed]
+                )
+            # outbox: the abandoned executions' events, in this transaction
+            await write_events(tx, [execution_from_row(row) for row in abandoned], event_source)
+            return abandoned, given_up
+
+        rows, given_up = await self._run(reap)
+        if given_up:
+            await cast(CompletionStore, self).write_ends(given_up, event_source=event_source)
+        dead = {finish.execution.id: finish.execution for finish in given_up}
+        return [dead.get(row["id"], execution_from_row(row)) for row in rows]
