@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -59,17 +58,6 @@ GIVE_BACK_SQL = (
 )
 
 
-@dataclass
-class DueRead:
-    """One read of due jobs: its statement, whose last argument is the read's limit."""
-
-    sql: str
-    args: list[Any]
-
-    def limited(self, limit: int) -> list[Any]:
-        return [*self.args, limit]
-
-
 def _due(
     args: Args,
     before: int,
@@ -90,59 +78,54 @@ def _due(
     return due
 
 
-def _oldest_first(due: str, args: Args) -> DueRead:
-    sql = f"SELECT * FROM jobs WHERE {due} ORDER BY next_run_at LIMIT ${len(args.values) + 1}"
-    return DueRead(sql, args.values)
+def _oldest_first(due: str) -> str:
+    return f"SELECT * FROM jobs WHERE {due} ORDER BY next_run_at LIMIT $1"
 
 
-def _by_urgency(due: str, args: Args) -> DueRead:
+def _by_urgency(args: Args, due: str) -> str:
     """One seek per priority into jobs_due, in its order, each stopping at the limit: jobs not
     due yet are never read, and no due job is sorted but those the seeks return."""
-    priorities = args(PRIORITIES, "int4[]")
-    limit = f"${len(args.values) + 1}"
-    sql = (
-        f"SELECT j.* FROM unnest({priorities}) AS p(priority) CROSS JOIN LATERAL ("
-        f"SELECT * FROM jobs WHERE priority = p.priority AND {due} "
-        f"ORDER BY next_run_at LIMIT {limit}) AS j ORDER BY j.priority, j.next_run_at LIMIT {limit}"
+    return (
+        f"SELECT j.* FROM unnest({args(PRIORITIES, 'int4[]')}) AS p(priority) CROSS JOIN LATERAL "
+        f"(SELECT * FROM jobs WHERE priority = p.priority AND {due} ORDER BY next_run_at LIMIT $1) "
+        "AS j ORDER BY j.priority, j.next_run_at LIMIT $1"
     )
-    return DueRead(sql, args.values)
 
 
-def due_reads(
+def due_sql(
     now: datetime,
+    limit: int,
     excluded: Sequence[str],
     starved_before: datetime | None,
     first: Sequence[str],
-) -> list[DueRead]:
-    """The reads of DispatchStore.due_jobs, in turn; no job in two of them."""
-    reads, at = [], exact_micros(now)
+) -> tuple[str, list[Any]]:
+    """DispatchStore.due_jobs in one statement, and its arguments: its reads (the jobs named
+    `first`; the starved, oldest first; the others by urgency), each walking an index and
+    stopping at the limit, in turn, no job in two of them."""
+    args, at = Args(limit), exact_micros(now)
+    reads = []
     if first:
-        args = Args()
-        reads.append(_oldest_first(_due(args, at, excluded, first, among_first=True), args))
+        reads.append(_oldest_first(_due(args, at, excluded, first, among_first=True)))
     if starved_before is None:
-        args = Args()
-        reads.append(_by_urgency(_due(args, at, excluded, first), args))
-        return reads
-    # The starved first, as if more urgent than critical, oldest first; then the others by
-    # urgency. Two reads, each walking an index and stopping at its limit.
-    bound = exact_micros(starved_before)
-    args = Args()
-    reads.append(_oldest_first(_due(args, bound, excluded, first), args))
-    args = Args()
-    newer = f"{_due(args, at, excluded, first)} AND next_run_at > {args(bound, 'int8')}"
-    reads.append(_by_urgency(newer, args))
-    return reads
-
-
-async def read_due(tx: Tx, reads: Sequence[DueRead], limit: int) -> list[Row]:
-    """The rows of each read in turn, up to `limit`: a later read stops where the earlier ones
-    left off."""
-    rows: list[Row] = []
-    for read in reads:
-        if len(rows) >= limit:
-            break
-        rows += await tx.fetch(read.sql, *read.limited(limit - len(rows)))
-    return rows
+        reads.append(_by_urgency(args, _due(args, at, excluded, first)))
+    else:
+        # The starved first, as if more urgent than critical, oldest first; then the others by
+        # urgency.
+        bound = exact_micros(starved_before)
+        reads.append(_oldest_first(_due(args, bound, excluded, first)))
+        newer = f"{_due(args, at, excluded, first)} AND next_run_at > {args(bound, 'int8')}"
+        reads.append(_by_urgency(args, newer))
+    if len(reads) == 1:
+        return reads[0], args.values
+    by_urgency = len(reads) - 1  # the last read
+    union = " UNION ALL ".join(
+        f"(SELECT {n} AS read, d.* FROM ({read}) AS d)" for n, read in enumerate(reads)
+    )
+    return (
+        f"SELECT * FROM ({union}) AS u ORDER BY read, "
+        f"CASE WHEN read = {by_urgency} THEN priority END, next_run_at LIMIT $1",
+        args.values,
+    )
 
 
 class PostgresDispatch(PostgresTables):
@@ -161,12 +144,8 @@ class PostgresDispatch(PostgresTables):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
     ) -> list[Job]:
-        reads = due_reads(now, exclude_handlers, starved_before, first)
-        if len(reads) == 1:  # one statement: no transaction around it
-            rows = await self._fetch(reads[0].sql, *reads[0].limited(limit))
-        else:  # one snapshot for the reads, so that none sees a job another saw
-            rows = await self._run(lambda tx: read_due(tx, reads, limit), read_only=True)
-        return [job_from_row(row) for row in rows]
+        sql, args = due_sql(now, limit, exclude_handlers, starved_before, first)
+        return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         if not claims:
@@ -202,10 +181,8 @@ class PostgresDispatch(PostgresTables):
         self, now: datetime, *, instance: str | None = None, event_source: str | None = None
     ) -> list[Execution]:
         args = Args()
-        expired_sql = (
-            "SELECT id, lease_token FROM jobs WHERE lease_token IS NOT NULL "
-            f"AND {takeable_job_lease(args, now, instance)} FOR UPDATE OF jobs SKIP LOCKED"
-        )
+        expired = f"lease_token IS NOT NULL AND {takeable_job_lease(args, now, instance)}"
+        expired_sql = f"SELECT id, lease_token FROM jobs WHERE {expired} FOR UPDATE SKIP LOCKED"
 
         async def reap(tx: Tx) -> tuple[list[Row], list[RunEnd]]:
             expired = await tx.fetch(expired_sql, *args.values)
@@ -237,6 +214,9 @@ class PostgresDispatch(PostgresTables):
             await write_events(tx, [execution_from_row(row) for row in abandoned], event_source)
             return abandoned, given_up
 
+        # Most reaps find nothing: one statement, without the lock, says so.
+        if not await self._fetch(f"SELECT 1 FROM jobs WHERE {expired} LIMIT 1", *args.values):
+            return []
         rows, given_up = await self._run(reap)
         if given_up:
             await cast(CompletionStore, self).write_ends(given_up, event_source=event_source)
