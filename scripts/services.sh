@@ -778,6 +778,7 @@ print_env() {
 	say "export TICKD_TEST_MONGODB_URL=$MONGO_URL"
 	say "export TICKD_TEST_REDIS_URL=$REDIS_URL"
 	say "export TICKD_TEST_KAFKA_URL=$KAFKA_URL"
+	say "export TICKD_TEST_POSTGRESQL_URL=postgresql://postgres@127.0.0.1:$POSTGRES_PORT/postgres"
 }
 
 # --------------------------------------------------------------------------

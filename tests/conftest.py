@@ -6,6 +6,7 @@ uses (see `service_markers`), so `make quick` can leave them out with `-m "not s
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from _pytest.mark.expression import Expression
 from confluent_kafka import KafkaException
@@ -22,7 +24,7 @@ from pymongo.errors import PyMongoError
 from redis import Redis
 from redis.exceptions import RedisError
 
-from tests.fixtures.services import MONGODB_URL, REDIS_URL, service_missing
+from tests.fixtures.services import MONGODB_URL, POSTGRESQL_URL, REDIS_URL, service_missing
 from tests.fixtures.times import T0 as T0
 from tickd.app import build_engine
 from tickd.handlers.product_store import PRODUCTS, ProductStore, open_product_store
@@ -49,6 +51,7 @@ pytest_plugins = [
 
 # A fixture in a test's closure that talks to a real service, and the marker that says which.
 SERVICE_FIXTURES = {
+    "postgresql_database": "postgresql",
     "redis_admin": "redis",
     "redis_lock": "redis",
     "kafka_admin": "kafka",
@@ -61,11 +64,12 @@ SERVICE_FIXTURES = {
 # backends are fetched by name at run time, so they are not in the closure.
 SERVICE_BACKENDS = {
     ("store", "mongodb"): "mongodb",
+    ("store", "postgresql"): "postgresql",
     ("product_db", "mongodb"): "mongodb",
     ("lock", "redis"): "redis",
     ("publisher", "kafka"): "kafka",
 }
-SERVICE_MARKERS = ("mongodb", "redis", "kafka", "browser")
+SERVICE_MARKERS = ("mongodb", "postgresql", "redis", "kafka", "browser")
 # Every test in these folders drives a real service.
 SERVICE_FOLDERS = {"ui": "browser"}
 TESTS = Path(__file__).parent
@@ -162,6 +166,18 @@ def mongodb_missing() -> str | None:
     return None
 
 
+def postgresql_missing() -> str | None:
+    async def ping() -> None:
+        db = await asyncpg.connect(POSTGRESQL_URL, timeout=2)
+        await db.close()
+
+    try:
+        asyncio.run(ping())
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        return f"no PostgreSQL server at {POSTGRESQL_URL} ({type(exc).__name__})"
+    return None
+
+
 def redis_missing() -> str | None:
     client = Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
     try:
@@ -193,6 +209,7 @@ def browser_missing() -> str | None:
 
 PROBES: dict[str, Callable[[], str | None]] = {
     "mongodb": mongodb_missing,
+    "postgresql": postgresql_missing,
     "redis": redis_missing,
     "kafka": kafka_missing,
     "browser": browser_missing,

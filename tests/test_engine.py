@@ -38,6 +38,7 @@ from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.run.claim import CLAIM_LOCK_SECONDS
 from tickd.scheduler.run.ledger import RECORDED_AHEAD_SECONDS
 from tickd.scheduler.run.states import RunState
+from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 # Bounds every wait on a real event in these tests.
@@ -1092,6 +1093,10 @@ async def test_a_burst_costs_a_few_store_round_trips_per_hundred_runs(
     if isinstance(store, SQLiteStore):
         counted = ("sqlite", "transaction")  # a call on the store's thread: one per batch
         assert 0 < spent[counted] / 600 < 0.1, spent
+    elif isinstance(store, PostgresStore):
+        counted = ("postgresql", "statement")  # a batch's due read, claim, record, end: one each
+        round_trips = spent[counted] + 2 * spent[("postgresql", "transaction")]
+        assert 0 < round_trips / 600 < 0.1, spent
     else:
         counted = ("mongodb", "update")
         commands = sum(n for (backend, _), n in spent.items() if backend == "mongodb")

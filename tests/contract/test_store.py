@@ -43,6 +43,7 @@ from tickd.scheduler.ports.backends import (
 )
 from tickd.scheduler.schedule.shards import shard_entries
 from tickd.scheduler.store.mongodb import MongoStore
+from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.sqlite import SQLiteStore
 
 OWNER = "instance-a"
@@ -1228,6 +1229,8 @@ def reopen(store: Store) -> Store:
     """Another store on the same database, as after a restart."""
     if isinstance(store, SQLiteStore):
         return SQLiteStore(f"sqlite:///{store._path}")
+    if isinstance(store, PostgresStore):
+        return PostgresStore(store._url)
     assert isinstance(store, MongoStore)
     return MongoStore(store.database.client, database=store.database.name)
 
