@@ -9,10 +9,12 @@ from collections import Counter
 from datetime import timedelta
 
 import asyncpg
+import pytest
 
 from tests.conftest import T0, make_job
+from tests.fixtures.stores import postgresql_url
 from tickd.scheduler.model import Job, Priority
-from tickd.scheduler.ports.backends import Claim
+from tickd.scheduler.ports.backends import Claim, StoreError
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.postgresql.dispatch import due_sql
@@ -121,3 +123,20 @@ async def test_the_due_read_seeks_the_due_index(
         f"{scan} on jobs_due" in plan or f"{scan} using jobs_due" in plan
         for scan in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")
     ), plan
+
+
+async def test_a_server_that_does_not_answer_is_a_transient_store_error() -> None:
+    """So that a daemon started before its database waits for it (open_patiently)."""
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/tickd")
+    with pytest.raises(StoreError) as failed:
+        await store.open()
+    assert failed.value.transient
+
+
+async def test_a_database_that_does_not_exist_is_a_store_error_no_retry_cures(
+    postgresql_database: str,
+) -> None:
+    store = PostgresStore(postgresql_url("tickd_test_no_such_database"))
+    with pytest.raises(StoreError) as failed:
+        await store.open()
+    assert not failed.value.transient
