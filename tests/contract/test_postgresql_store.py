@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -140,3 +141,24 @@ async def test_a_database_that_does_not_exist_is_a_store_error_no_retry_cures(
     with pytest.raises(StoreError) as failed:
         await store.open()
     assert not failed.value.transient
+
+
+async def test_an_overview_read_past_its_time_limit_fails_saying_so(
+    postgresql_store: PostgresStore,
+) -> None:
+    """The dashboard's reads run under statement_timeout: one that takes too long is stopped
+    by the server, and no retry helps."""
+    postgresql_store.read_seconds = 0.001
+    original = postgresql_store._limited
+
+    async def slowed(fn: Any) -> Any:
+        async def slow(tx: Any) -> Any:
+            await tx.fetchval("SELECT pg_sleep(0.05)")
+            return await fn(tx)
+
+        return await original(slow)
+
+    postgresql_store._limited = slowed  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="took too long") as stopped:
+        await postgresql_store.execution_stats(T0 - timedelta(hours=1), T0, 60)
+    assert not stopped.value.transient

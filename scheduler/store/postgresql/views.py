@@ -247,7 +247,8 @@ class PostgresViews(PostgresTables):
         """`fn`, reads, in one snapshot, each statement within `read_seconds`."""
 
         async def read(tx: Tx) -> T:
-            timeout = f"{int(self.read_seconds * 1000)}ms"
+            # At least 1 ms: 0 would mean no limit at all.
+            timeout = f"{max(1, round(self.read_seconds * 1000))}ms"
             await tx.fetchval("SELECT set_config('statement_timeout', $1, true)", timeout)
             return await fn(tx)
 
