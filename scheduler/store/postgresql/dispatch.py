@@ -52,6 +52,19 @@ UPDATE jobs SET lease_owner = due.owner, lease_until = due.until, fence = jobs.f
 FROM due WHERE jobs.id = due.id
 RETURNING jobs.*
 """
+# The runs of the expired leases, abandoned. A run whose end is being written at this moment
+# (its row locked) is skipped rather than waited for: that end then finds its lease gone, as if
+# it came after the reap, and waiting could deadlock with it (it locks the execution, then the
+# job; the reap, the job, then the execution).
+ABANDON_SQL = """
+UPDATE executions SET status = $1, finished_at = $2, error = $3
+WHERE id IN (
+    SELECT x.id FROM executions x JOIN unnest($4::text[], $5::int8[]) AS l(id, token)
+        ON x.job_id = l.id AND x.token = l.token
+    WHERE x.status = $6 FOR UPDATE OF x SKIP LOCKED
+) AND status = $6
+RETURNING *
+"""
 GIVE_BACK_SQL = (
     f"UPDATE jobs SET {CLEAR_LEASE} FROM unnest($1::text[], $2::int8[]) AS l(id, token) "
     "WHERE jobs.id = l.id AND jobs.lease_token = l.token"
@@ -191,10 +204,7 @@ class PostgresDispatch(PostgresTables):
             leases = [(str(job["id"]), int(job["lease_token"])) for job in expired]
             ids, tokens = [job_id for job_id, _ in leases], [token for _, token in leases]
             abandoned = await tx.fetch(
-                "UPDATE executions SET status = $1, finished_at = $2, error = $3 "
-                "FROM unnest($4::text[], $5::int8[]) AS l(id, token) "
-                "WHERE executions.job_id = l.id AND executions.token = l.token "
-                "AND executions.status = $6 RETURNING executions.*",
+                ABANDON_SQL,
                 str(Status.ABANDONED),
                 micros(now),
                 LEASE_EXPIRED,
