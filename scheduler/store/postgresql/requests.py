@@ -224,8 +224,10 @@ async def _claim_request(tx: Tx, request: RunRequest, claim: Claim) -> Row | Non
     """The job, claimed for a plain request, which is marked taken by the new token and stays
     queued until the run's end (see Store.claim_run_requests). A request read before another
     instance claimed it, ran it and freed its job would win the job again (same revision, no
-    lease) and run a second time: it must still be queued (and is locked until this commits)."""
-    queued = "SELECT 1 FROM run_requests WHERE id = $1 FOR UPDATE"
+    lease) and run a second time: it must still be queued, and it stays locked until this
+    commits. One another transaction holds (another claimer's, or the end of its run taking it
+    off the queue) is passed over, not waited for: that one decides it."""
+    queued = "SELECT 1 FROM run_requests WHERE id = $1 FOR UPDATE SKIP LOCKED"
     if await tx.fetchrow(queued, request.id) is None:
         return None
     args = (claim.owner, micros(claim.until), claim.job_id, claim.revision)
