@@ -1,6 +1,7 @@
 """What the PostgreSQL store promises beyond the store contract: its schema is applied once
 however many instances open it at once; a claim is one statement, and two claimers racing for
-the same due jobs never both win one; the due read seeks the due index."""
+the same due jobs never both win one, nor two engines sharing no lock; the due read seeks the
+due index."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.conftest import T0, make_job
+from tests.conftest import T0, EngineFactory, make_job
 from tests.fixtures.stores import postgresql_url
-from tickd.scheduler.model import Job, Priority
-from tickd.scheduler.ports.backends import Claim, StoreError
+from tickd.scheduler.model import Job, Priority, Status
+from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, StoreError
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.postgresql.dispatch import due_sql
@@ -30,6 +32,10 @@ def claim_of(job: Job, owner: str) -> Claim:
         owner=owner,
         until=T0 + timedelta(minutes=5),
     )
+
+
+async def noop(ctx: HandlerContext) -> Result:
+    return None
 
 
 def due_jobs(count: int, prefix: str = "due") -> list[Job]:
@@ -162,3 +168,22 @@ async def test_an_overview_read_past_its_time_limit_fails_saying_so(
     with pytest.raises(StoreError, match="took too long") as stopped:
         await postgresql_store.execution_stats(T0 - timedelta(hours=1), T0, 60)
     assert not stopped.value.transient
+
+
+@pytest.fixture
+def store(postgresql_store: PostgresStore) -> PostgresStore:
+    """The engines of make_engine, on PostgreSQL alone."""
+    return postgresql_store
+
+
+async def test_two_engines_without_a_shared_lock_run_each_due_job_once(
+    make_engine: EngineFactory,
+) -> None:
+    """Each engine has a lock of its own, so only the store's claim keeps them apart."""
+    engines = [make_engine({"noop": noop}, instance_id=f"instance-{n}") for n in range(2)]
+    await engines[0].store.insert_missing_jobs(due_jobs(300))
+    await asyncio.gather(*(h.engine.drain() for h in engines))
+    runs = await engines[0].store.list_executions(ExecutionQuery(limit=1000))
+    assert len(runs) == 300
+    assert Counter(run.job_id for run in runs).most_common(1)[0][1] == 1
+    assert {run.status for run in runs} == {Status.SUCCESS}
