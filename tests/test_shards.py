@@ -381,8 +381,17 @@ async def test_an_instance_killed_mid_occurrence_leaves_its_shard_to_run_again_a
     a.engine.start()
     await a.engine.tick()  # the occurrence
     await a.engine.tick()  # shards 0 and 1
+    # Shard 0's end written, shard 1 running: on a store whose claim is the lock, nothing but
+    # the written end keeps shard 0 from being taken over once its lease has expired.
     await asyncio.wait_for(
-        _until(lambda: ("a", 1) in ran and a.engine.ledger.count(RunState.RUNNING) == 1), WAIT
+        _until(
+            lambda: (
+                ("a", 1) in ran
+                and a.engine.ledger.count(RunState.RUNNING) == 1
+                and a.engine.ledger.count(RunState.ENDED) == 0
+            )
+        ),
+        WAIT,
     )
     await b.engine.drain()  # shards 2 and 3; shard 1 is still a's
     assert sorted(ran) == [("a", 0), ("a", 1), ("b", 2), ("b", 3)]
