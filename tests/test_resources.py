@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import EngineFactory, make_job
 from tickd.app import declared_resources, opened_resources
+from tickd.handlers.product_store import PRODUCTS
 from tickd.scheduler.config.settings import ConfigError, Settings, load_settings
 from tickd.scheduler.model import Status
 from tickd.scheduler.plugin.api import HandlerContext, Resource, ResourceEnv, Result, handler
@@ -127,3 +128,24 @@ def test_a_resource_url_without_a_scheme_is_refused_by_name() -> None:
 def test_resource_urls_are_never_shown() -> None:
     settings = Settings(resource_urls={"products": "mongodb://app:hunter2@db/app"})
     assert "hunter2" not in repr(settings)
+
+
+async def test_the_products_beside_a_postgresql_store_are_refused_saying_where_to_put_them(
+    tmp_path: Path,
+) -> None:
+    """The product store runs on SQLite and MongoDB; beside jobs in PostgreSQL it cannot open,
+    and startup says which setting to give, before anything connects."""
+    settings = Settings(store_url="postgresql://tickd@pg.invalid:5432/tickd", api_port=0)
+    with pytest.raises(ConfigError) as refused:
+        async with opened_resources([PRODUCTS], settings):
+            pass
+    assert refused.value.setting == "store_url"
+    assert "set [resource_urls] products" in str(refused.value)
+
+    apart = Settings(
+        store_url=settings.store_url,
+        api_port=0,
+        resource_urls={"products": f"sqlite:///{tmp_path}/products.db"},
+    )
+    async with opened_resources([PRODUCTS], apart) as resources:
+        assert resources["products"] is not None

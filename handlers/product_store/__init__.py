@@ -351,9 +351,12 @@ def open_product_store(url: str) -> ProductStore:
         from tickd.handlers.product_store.mongodb import MongoProductStore
 
         return MongoProductStore(url)
+    # By default the products live beside the jobs; a store of another kind (postgresql://)
+    # needs a URL of their own, and the message says where to put it.
     raise ValueError(
         f"resource_urls.products: unsupported scheme {scheme!r}"
-        " (expected sqlite://, mongodb:// or mongodb+srv://)"
+        " (expected sqlite://, mongodb:// or mongodb+srv://; with a store_url of another kind,"
+        " set [resource_urls] products to one of those)"
     )
 
 
