@@ -6,7 +6,7 @@ The jobs are written into the store before the daemon starts, all due at T, a fe
 the daemon is up. Drain time is T to the end of the last run; executions/s is the jobs run over
 that; missed is the jobs with no run; run twice counts extra runs of one occurrence.
 
-    python -m bench.burst --stack embedded --jobs 3000 [--hourly]
+    python -m bench.burst --stack embedded|real|postgresql --jobs 3000 [--hourly] [--daemons 2]
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.records import RAN, lag_summary, run_twice
-from bench.stack import Stack, embedded_stack, real_stack
+from bench.stack import STACKS, Stack
 from bench.trial import at, observed_fields, timed_insert, watch
 from tickd.scheduler.model import CronSchedule, Job, OnceSchedule, Priority, Schedule
 
 CRITICAL_EVERY = 100  # 1 %
 HOURLY = "0 0 * * * *"
 # Seconds between the daemon's start and the jobs' due time; the daemon needs about 1-2 s.
-LEAD_SECONDS = {"embedded": 5.0, "real": 8.0}
+LEAD_SECONDS = {"embedded": 5.0, "real": 8.0, "postgresql": 6.0}
 # Seconds per job to write them (measured: SQLite about 30 us, FerretDB about 1 ms), doubled.
-INSERT_SECONDS_PER_JOB = {"embedded": 60e-6, "real": 2e-3}
+INSERT_SECONDS_PER_JOB = {"embedded": 60e-6, "real": 2e-3, "postgresql": 2e-4}
 
 
 def burst_jobs(count: int, due: float, prefix: str, *, hourly: bool = False) -> list[Job]:
@@ -54,8 +54,10 @@ def run_burst(
     log_level: str = "INFO",
     profile: Path | None = None,
     hourly: bool = False,
+    daemons: int = 1,
 ) -> dict[str, Any]:
-    """One burst on a fresh stack (cleaned up afterwards); of hourly cron jobs if `hourly`."""
+    """One burst on a fresh stack (cleaned up afterwards); of hourly cron jobs if `hourly`; with
+    `daemons` instances of the daemon on the one store."""
     try:
         lead = LEAD_SECONDS[stack.kind] + count * INSERT_SECONDS_PER_JOB[stack.kind]
         due = math.ceil(time.time() + lead)
@@ -69,6 +71,7 @@ def run_burst(
             stall_seconds=min(60.0, timeout_seconds),
             log_level=log_level,
             profile=profile,
+            daemons=daemons,
         )
     finally:
         stack.cleanup()
@@ -109,14 +112,15 @@ def _summary(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--stack", choices=("embedded", "real"), default="embedded")
+    parser.add_argument("--stack", choices=tuple(STACKS), default="embedded")
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--profile", type=Path)
     parser.add_argument("--hourly", action="store_true", help="hourly cron jobs, not one-shot")
+    parser.add_argument("--daemons", type=int, default=1, help="instances on the one store")
     args = parser.parse_args()
-    stack = embedded_stack() if args.stack == "embedded" else real_stack()
+    stack = STACKS[args.stack]()
     result = run_burst(
         stack,
         args.jobs,
@@ -124,6 +128,7 @@ def main() -> None:
         log_level=args.log_level,
         profile=args.profile,
         hourly=args.hourly,
+        daemons=args.daemons,
     )
     print(json.dumps(result))
 

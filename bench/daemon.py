@@ -26,15 +26,17 @@ PR_SET_PDEATHSIG = 1
 
 
 class Daemon:
-    def __init__(self, stack: Stack, name: str, *, log_level: str = "INFO") -> None:
+    def __init__(
+        self, stack: Stack, name: str, *, log_level: str = "INFO", instance: str = "bench"
+    ) -> None:
         self.stack = stack
         self.port = free_port()
-        self.config = stack.folder / f"{name}.toml"
-        self.log = stack.folder / f"{name}.log"
+        self.config = stack.folder / f"{name}-{instance}.toml"
+        self.log = stack.folder / f"{name}-{instance}.log"
         self.config.write_text(
             "\n".join(
                 [
-                    'instance_id = "bench"',
+                    f'instance_id = "{instance}"',
                     f'store_url = "{stack.store_url}"',
                     f'lock_url = "{stack.lock_url}"',
                     f'events_url = "{stack.events_url}"',
@@ -42,6 +44,9 @@ class Daemon:
                     'api_host = "127.0.0.1"',
                     f"api_port = {self.port}",
                     f'log_level = "{log_level}"',
+                    # The alert domain's products beside the jobs, or in SQLite where the
+                    # product store has no backend for the jobs' store (PostgreSQL).
+                    *stack.resource_lines,
                     "",
                 ]
             )

@@ -5,12 +5,13 @@ executions recorded as running, and their ends (write_ends: executions final, jo
 advanced, leases cleared). What the engine does beyond this (lock, planning, workers, metrics,
 events, logs, and the ticks' other queries) is the engine's cost; this is the ceiling.
 
-Round trips are counted too: MongoDB commands through pymongo's command monitoring, SQLite
+Round trips are counted too: MongoDB commands through pymongo's command monitoring, PostgreSQL
+transactions from the server's own statistics (pg_stat_database.xact_commit), SQLite
 transactions (one store call, one trip to the store's thread) and statements (the sqlite3 trace
 callback: each execution of a statement, every row of an executemany). On SQLite the counted run
 is a second run, since a Python callback per statement slows the floor it would be counting.
 
-    python -m bench.floor --stack embedded --jobs 30000
+    python -m bench.floor --stack embedded|real|postgresql --jobs 30000
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from pymongo import monitoring
 
-from bench.stack import Stack, embedded_stack, real_stack
+from bench.stack import STACKS, Stack, embedded_stack, postgresql_transactions
 from bench.trial import insert_jobs
 from tickd.scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
 from tickd.scheduler.ports.backends import Advance, Claim, RunEnd, Store
@@ -158,7 +159,7 @@ async def _timed(
     stack: Stack, count: int, spent: dict[str, float], limit_seconds: float
 ) -> tuple[int, float, dict[str, int]]:
     """Runs done (all `count`, unless `limit_seconds` ran out first), the seconds they took,
-    and the round trips counted (MongoDB only: free there)."""
+    and the round trips counted (MongoDB and PostgreSQL: free there)."""
     now = datetime.now(UTC)
     await insert_jobs(stack, due_jobs(count, now, "floor"))
     store = open_store(stack.store_url)
@@ -166,6 +167,7 @@ async def _timed(
     try:
         COMMANDS.commands.clear()
         COMMANDS.counting = True
+        committed = await postgresql_transactions(stack)
         started = time.perf_counter()
         deadline = started + limit_seconds
         runs = await floor_calls(store, now, stack.floor_batch, spent, deadline)
@@ -173,6 +175,9 @@ async def _timed(
     finally:
         COMMANDS.counting = False
         await store.close()
+    if committed is not None:
+        after = await postgresql_transactions(stack)
+        COMMANDS.commands["transactions"] = (after or 0) - committed
     return runs, seconds, dict(COMMANDS.commands)
 
 
@@ -240,11 +245,11 @@ def run_floor(stack: Stack, count: int, limit_seconds: float = 600.0) -> dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--stack", choices=("embedded", "real"), default="embedded")
+    parser.add_argument("--stack", choices=tuple(STACKS), default="embedded")
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--limit-seconds", type=float, default=600.0)
     args = parser.parse_args()
-    stack = embedded_stack() if args.stack == "embedded" else real_stack()
+    stack = STACKS[args.stack]()
     print(json.dumps(run_floor(stack, args.jobs, args.limit_seconds)))
 
 

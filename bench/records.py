@@ -7,15 +7,17 @@ started at finished_at - duration_ms.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from pymongo import MongoClient
 
-from bench.stack import MONGO_URL, Stack
+from bench.stack import MONGO_URL, POSTGRESQL_URL, Stack
 
 RAN = ("success", "failed", "timeout")
 
@@ -34,6 +36,8 @@ def read_records(stack: Stack, name_prefix: str) -> list[Record]:
     path = stack.sqlite_path
     if path is not None:
         return _sqlite_records(str(path), name_prefix)
+    if stack.postgresql_database is not None:
+        return asyncio.run(_postgresql_records(stack.postgresql_database, name_prefix))
     assert stack.mongo_database is not None
     return _mongo_records(stack.mongo_database, name_prefix)
 
@@ -45,6 +49,19 @@ def _sqlite_records(path: str, prefix: str) -> list[Record]:
     )
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as db:
         rows = db.execute(sql, (prefix, prefix + "\uffff")).fetchall()
+    return [_record(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+
+async def _postgresql_records(database: str, prefix: str) -> list[Record]:
+    sql = (
+        "SELECT job_id, job_name, scheduled_at, finished_at, duration_ms, status "
+        "FROM executions WHERE job_name >= $1 AND job_name < $2"
+    )
+    connection = await asyncpg.connect(POSTGRESQL_URL + database, timeout=5)
+    try:
+        rows = await connection.fetch(sql, prefix, prefix + "\uffff")
+    finally:
+        await connection.close()
     return [_record(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
 

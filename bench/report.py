@@ -42,6 +42,7 @@ BURST_COLUMNS = [
     ("missed", "missed"),
     ("run twice", "run_twice"),
     ("store ops/exec", "store_ops_per_execution"),
+    ("lock contention", "lock_contention"),
     ("peak RSS MB", "peak_rss_mb"),
     ("timed out", "timed_out"),
 ]
@@ -103,8 +104,15 @@ def render(results: Row) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+FLOOR_LABELS = {
+    "embedded": "SQLite (WAL)",
+    "real": "FerretDB 1.24 (PostgreSQL)",
+    "postgresql": "PostgreSQL 15",
+}
+
+
 def _floor_label(row: Row) -> str:
-    return "SQLite (WAL)" if row["stack"] == "embedded" else "FerretDB 1.24 (PostgreSQL)"
+    return FLOOR_LABELS[row["stack"]]
 
 
 # -- the targets ----------------------------------------------------------------------------------
@@ -155,6 +163,7 @@ def targets(results: Row) -> list[Row]:
             )
         )
     rows += _real_targets(results)
+    rows += _postgresql_targets(results)
     ops = _worst(embedded, "store_ops_per_execution", high_is_bad=True)
     rows.append(
         _target(
@@ -185,6 +194,34 @@ def _real_targets(results: Row) -> list[Row]:
     at = f" (run at {steady[0]['rate_per_s']}/s)" if steady else ""
     rows.append(_target(f"real steady: p99 < 100 ms{at}", p99, lambda v: v < 100, " ms"))
     return rows
+
+
+def _postgresql_targets(results: Row) -> list[Row]:
+    one = _runs(results, "tickd postgresql", 30_000)
+    two = _runs(results, "tickd postgresql, 2 daemons", 30_000)
+    floors = [
+        r for r in results.get("floor", []) if r["stack"] == "postgresql" and r["jobs"] == 30_000
+    ]
+    rate = _worst(one, "executions_per_s", high_is_bad=False)
+    floor = floors[0]["executions_per_s"] if floors else None
+    share = round(100 * rate / floor) if rate and floor else None
+    rows = [_target("postgresql burst 30,000: >= 40 % of the floor", share, _at_least(40), " %")]
+    for key, what in (("missed", "zero missed"), ("run_twice", "zero run twice")):
+        worst = _worst(one + two, key, high_is_bad=True)
+        rows.append(_target(f"postgresql burst 30,000: {what}", worst, lambda v: v == 0))
+    ops = _worst(one, "store_ops_per_execution", high_is_bad=True)
+    rows.append(_target("postgresql: <= 0.05 store operations a run", ops, lambda v: v <= 0.05))
+    contention = _worst(two, "lock_contention", high_is_bad=True)
+    rows.append(_target("postgresql, 2 daemons: 0 lock contention", contention, lambda v: v == 0))
+    ops_two = _worst(two, "store_ops_per_execution", high_is_bad=True)
+    ratio = round(ops_two / ops, 2) if ops and ops_two else None
+    within = "postgresql, 2 daemons: store ops a run within 10 % of one daemon's"
+    rows.append(_target(within, ratio, lambda v: v <= 1.1, " x"))
+    return rows
+
+
+def _at_least(limit: float) -> Callable[[Any], bool]:
+    return lambda value: bool(value >= limit)
 
 
 def _target(

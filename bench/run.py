@@ -1,11 +1,14 @@
 """`make bench`: every performance figure and target in one run, side by side, on this machine.
 
-1. the bare floor of each store (SQLite, FerretDB): the batched store calls without the engine;
+1. the bare floor of each store (SQLite, FerretDB, PostgreSQL): the batched store calls without
+   the engine;
 2. bursts: N no-op one-shot jobs due in the same second, the real daemon (`python -m tickd run`)
-   on the embedded stack and on the real one (FerretDB + Redis + Kafka), each twice;
+   on the embedded stack, on the real one (FerretDB + Redis + Kafka) and on PostgreSQL (+
+   Redis, for the relay's turn only, + Kafka), each twice; on PostgreSQL with one daemon and
+   with two;
 3. the peer: APScheduler 3.x on the same bursts, on SQLite (SQLAlchemy) and in memory;
-4. steady load: cron jobs on `* * * * * *` at 1,000 and 2,000 a second (embedded) and at half
-   the FerretDB floor (real stack);
+4. steady load: cron jobs on `* * * * * *` at 1,000 and 2,000 a second (embedded), at half
+   the FerretDB floor (real stack) and at 1,000 a second on PostgreSQL;
 5. a profile of the largest embedded burst under py-spy (a run of its own, not counted above).
 
 Prints Markdown tables and writes var/bench/results.json (after every step, so an interrupted
@@ -13,7 +16,8 @@ run keeps what it measured) and var/bench/results.md. Measures; asserts nothing.
 bounded: a run that does not finish in time is stopped and reported as it was.
 
     python -m bench.run [--sizes 3000,10000,30000] [--real-sizes 3000] [--steady-seconds 120]
-                        [--no-real] [--no-embedded] [--no-profile] [--repeats 2]
+                        [--postgresql-sizes 3000,30000] [--no-real] [--no-postgresql]
+                        [--no-embedded] [--no-profile] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -36,7 +40,14 @@ from bench.floor import run_floor
 from bench.peer_apscheduler import run_peer
 from bench.profile import top_costs
 from bench.report import render
-from bench.stack import Stack, embedded_stack, real_stack, real_stack_reachable
+from bench.stack import (
+    Stack,
+    embedded_stack,
+    postgresql_reachable,
+    postgresql_stack,
+    real_stack,
+    real_stack_reachable,
+)
 from bench.steady import run_steady
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,8 +131,14 @@ class Bench:
         real = not a.no_real and missing is None
         if missing:
             self.results["real_stack_skipped"] = f"{missing} (scripts/services.sh start)"
+        missing = None if a.no_postgresql else postgresql_reachable()
+        postgresql = not a.no_postgresql and missing is None
+        if missing:
+            self.results["postgresql_skipped"] = f"{missing} (scripts/services.sh start)"
         self.floors(real)
         self.bursts(real)
+        if postgresql:
+            self.postgresql()
         if not a.no_embedded:
             self.peers()
         self.steady(real)
@@ -174,6 +191,38 @@ class Bench:
                 hourly=True,
                 labels={"label": "tickd embedded, hourly cron jobs"},
             )
+
+    def postgresql(self) -> None:
+        """The floor, then the daemon's bursts with one instance and with two on the one store
+        (same sizes, alternating), then steady load."""
+        a = self.args
+        for jobs in a.postgresql_sizes:
+            self.step("floor", f"floor PostgreSQL {jobs}", run_floor, postgresql_stack(), jobs)
+        for jobs in a.postgresql_sizes:
+            for repeat in range(1, a.repeats + 1):
+                for daemons in (1, 2):
+                    label = "tickd postgresql" + (f", {daemons} daemons" if daemons > 1 else "")
+                    self.step(
+                        "burst",
+                        f"{label} burst {jobs} #{repeat}",
+                        run_burst,
+                        postgresql_stack(),
+                        jobs,
+                        timeout_seconds=a.burst_timeout,
+                        log_level=a.log_level,
+                        daemons=daemons,
+                        labels={"label": label, "repeat": repeat, "daemons": daemons},
+                    )
+        rate = a.postgresql_steady_rate
+        self.step(
+            "steady",
+            f"steady postgresql {rate}/s",
+            run_steady,
+            postgresql_stack(),
+            rate,
+            a.steady_seconds,
+            log_level=a.log_level,
+        )
 
     def peers(self) -> None:
         for store, label in (("sqlite", "APScheduler SQLite"), ("memory", "APScheduler memory")):
@@ -267,8 +316,11 @@ def main() -> None:
     parser.add_argument("--burst-timeout", type=float, default=180.0)
     parser.add_argument("--real-burst-timeout", type=float, default=120.0)
     parser.add_argument("--real-floor-seconds", type=float, default=60.0)
+    parser.add_argument("--postgresql-sizes", type=_sizes, default=[3000, 30000])
+    parser.add_argument("--postgresql-steady-rate", type=int, default=1000)
     parser.add_argument("--log-level", default="INFO", help="the daemon's log_level")
     parser.add_argument("--no-real", action="store_true", help="embedded stack and peers only")
+    parser.add_argument("--no-postgresql", action="store_true", help="no PostgreSQL stack")
     parser.add_argument(
         "--no-embedded", action="store_true", help="the real stack only (no SQLite, no peers)"
     )

@@ -17,13 +17,13 @@ import time
 from typing import Any
 
 from bench.records import RAN, lag_summary, run_twice
-from bench.stack import Stack, embedded_stack, real_stack
+from bench.stack import STACKS, Stack
 from bench.trial import at, observed_fields, timed_insert, watch
 from tickd.scheduler.model import CronSchedule, Job
 
 EVERY_SECOND = "* * * * * *"
 SETTLE_SECONDS = 5.0
-LEAD_SECONDS = {"embedded": 5.0, "real": 8.0}
+LEAD_SECONDS = {"embedded": 5.0, "real": 8.0, "postgresql": 6.0}
 
 
 def steady_jobs(count: int, first: float) -> list[Job]:
@@ -77,12 +77,12 @@ def run_steady(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--stack", choices=("embedded", "real"), default="embedded")
+    parser.add_argument("--stack", choices=tuple(STACKS), default="embedded")
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
-    stack = embedded_stack() if args.stack == "embedded" else real_stack()
+    stack = STACKS[args.stack]()
     print(json.dumps(run_steady(stack, args.rate, args.seconds, log_level=args.log_level)))
 
 

@@ -6,6 +6,7 @@ they are done."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tickd.scheduler.store import open_store
 
 STORE_OPERATIONS = "tickd_store_operations_total"
 EXECUTIONS = "tickd_executions_total"
+LOCK_CONTENTION = "tickd_lock_contention_total"
 # Jobs per insert_missing_jobs call: one transaction (SQLite) or one insert command (FerretDB).
 INSERT_BATCH = 1000
 POLL_SECONDS = 0.5
@@ -59,6 +61,7 @@ class Observed:
     finished_seen: float = 0.0  # executions the daemon counted (tickd_executions_total)
     timed_out: bool = False
     store_operations: float | None = None  # during the watch, if the daemon counts them
+    lock_contention: float | None = None  # locks refused during the watch, all daemons
     peak_rss_mb: float | None = None
     log_tail: list[str] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
@@ -77,47 +80,67 @@ def watch(
     stall_seconds: float,
     log_level: str,
     profile: Path | None = None,
+    daemons: int = 1,
 ) -> Observed:
-    """Start the daemon, wait until `done` (or the timeout, or no progress for `stall_seconds`),
-    stop it, read the records of the jobs named `name`-..."""
+    """Start the daemons (`daemons` instances on the one store), wait until `done` (or the
+    timeout, or no progress for `stall_seconds`), stop them, read the records of the jobs named
+    `name`-... The metrics are summed over the daemons."""
     seen = Observed()
-    with Daemon(stack, name, log_level=log_level) as daemon:
-        seen.ready = daemon.wait_ready(READY_SECONDS)
+    with contextlib.ExitStack() as started:
+        fleet = [
+            started.enter_context(
+                Daemon(stack, name, log_level=log_level, instance=f"bench-{number}")
+            )
+            for number in range(1, daemons + 1)
+        ]
+        seen.ready = all(daemon.wait_ready(READY_SECONDS) for daemon in fleet)
         seen.ready_margin_s = round(due - time.time(), 2) if seen.ready else None
-        spy = _profiler(daemon.pid, profile) if (profile and seen.ready) else None
+        spy = _profiler(fleet[0].pid, profile) if (profile and seen.ready) else None
         try:
             if seen.ready:
-                before = metric_sum(daemon.metrics(), STORE_OPERATIONS)
-                _wait(daemon, seen, due, done, timeout_seconds, stall_seconds)
-                text = daemon.metrics()
-                after = metric_sum(text, STORE_OPERATIONS)
-                if has_metric(text, STORE_OPERATIONS) and after is not None:
-                    seen.store_operations = after - (before or 0.0)
-            seen.peak_rss_mb = daemon.peak_rss_mb()
+                before = _summed(fleet, STORE_OPERATIONS), _summed(fleet, LOCK_CONTENTION)
+                _wait(fleet, seen, due, done, timeout_seconds, stall_seconds)
+                after = _summed(fleet, STORE_OPERATIONS), _summed(fleet, LOCK_CONTENTION)
+                if after[0] is not None:
+                    seen.store_operations = after[0] - (before[0] or 0.0)
+                if after[1] is not None:
+                    seen.lock_contention = after[1] - (before[1] or 0.0)
+            rss = [daemon.peak_rss_mb() for daemon in fleet]
+            seen.peak_rss_mb = max((mb for mb in rss if mb is not None), default=None)
         finally:
             if spy is not None:
                 _stop_profiler(spy)
-            daemon.stop()
-        seen.log_tail = daemon.log_tail()
+            for daemon in fleet:
+                daemon.stop()
+        seen.log_tail = [line for daemon in fleet for line in daemon.log_tail()]
     seen.records = read_records(stack, name + "-")
     return seen
 
 
+def _summed(fleet: Sequence[Daemon], metric: str) -> float | None:
+    """A metric summed over the daemons; None when none of them exposes it."""
+    texts = [daemon.metrics() for daemon in fleet]
+    if not any(has_metric(text, metric) for text in texts):
+        return None
+    return sum(metric_sum(text, metric) or 0.0 for text in texts)
+
+
 def _wait(
-    daemon: Daemon, seen: Observed, due: float, done: Done, timeout: float, stall: float
+    fleet: Sequence[Daemon], seen: Observed, due: float, done: Done, timeout: float, stall: float
 ) -> None:
     deadline = due + timeout
     progress_at = time.time()
     while True:
         time.sleep(POLL_SECONDS)
         now = time.time()
-        counted = metric_sum(daemon.metrics(), EXECUTIONS) or 0.0
+        counted = _summed(fleet, EXECUTIONS) or 0.0
         if counted > seen.finished_seen:
             seen.finished_seen, progress_at = counted, now
         if done(seen.finished_seen, now - due):
             return
         stalled = now > due and now - max(progress_at, due) > stall
-        if now > deadline or stalled or daemon.process is None or daemon.process.poll() is not None:
+        exited = any(d.process is None or d.process.poll() is not None for d in fleet)
+        if now > deadline or stalled or exited:
             seen.timed_out = True
             return
 
@@ -168,6 +191,7 @@ def observed_fields(seen: Observed, executed: int) -> dict[str, Any]:
         "ready_before_due_s": seen.ready_margin_s,
         "timed_out": seen.timed_out,
         "store_ops_per_execution": round(ops / executed, 3) if ops and executed else None,
+        "lock_contention": seen.lock_contention,
         "peak_rss_mb": seen.peak_rss_mb,
         **({} if seen.ready and not seen.timed_out else {"daemon_log_tail": seen.log_tail}),
     }
