@@ -9,6 +9,7 @@ import asyncio
 from collections import Counter
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -20,6 +21,7 @@ from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import Claim, ExecutionQuery, StoreError
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
+from tickd.scheduler.store.postgresql import base as postgresql_base
 from tickd.scheduler.store.postgresql.dispatch import due_sql
 from tickd.scheduler.store.postgresql.schema import VERSION
 
@@ -138,6 +140,81 @@ async def test_a_server_that_does_not_answer_is_a_transient_store_error() -> Non
     with pytest.raises(StoreError) as failed:
         await store.open()
     assert failed.value.transient
+
+
+class SilentRelay:
+    """A TCP relay to the real server that, once `silenced`, passes nothing more either way and
+    closes nothing: a server cut off by the network, as its clients see it."""
+
+    def __init__(self, target: str) -> None:
+        parts = urlsplit(target)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self.silenced = False
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+        self.relaying: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> str:
+        """The address to connect to instead of the server's."""
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.relaying.append(task)
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        self.writers += [writer, upstream_writer]
+        await asyncio.gather(
+            self._pipe(reader, upstream_writer),
+            self._pipe(upstream_reader, writer),
+            return_exceptions=True,
+        )
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            if self.silenced:
+                continue  # swallowed: the peer waits for an answer that never comes
+            writer.write(data)
+            await writer.drain()
+
+    async def close(self) -> None:
+        """No new connection (the client's pool keeps trying to reconnect), then every one
+        closed both ways."""
+        if self.server is not None:
+            self.server.close()
+        for writer in self.writers:
+            writer.close()
+        await asyncio.gather(*(w.wait_closed() for w in self.writers), return_exceptions=True)
+        await asyncio.gather(*self.relaying, return_exceptions=True)
+        if self.server is not None:
+            await self.server.wait_closed()
+
+
+async def test_a_server_that_stops_answering_fails_a_call_in_bounded_time(
+    postgresql_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frozen server or a network partition closes no connection: without a bound on each
+    statement, the dispatcher would wait on it for ever."""
+    monkeypatch.setattr(postgresql_base, "COMMAND_SECONDS", 0.5)
+    monkeypatch.setattr(postgresql_base, "CLOSE_SECONDS", 0.5)
+    relay = SilentRelay(postgresql_database)
+    address = await relay.start()
+    through = urlsplit(postgresql_database)._replace(netloc=f"postgres@{address}")
+    store = PostgresStore(urlunsplit(through))
+    await store.open()
+    try:
+        await store.insert_job(make_job())
+        relay.silenced = True
+        async with asyncio.timeout(5):
+            with pytest.raises(StoreError) as failed:
+                await store.due_jobs(T0, 10)
+        assert failed.value.transient
+        async with asyncio.timeout(5):
+            await store.close()  # it waits for no answer either
+    finally:
+        await store.close()
+        await relay.close()
 
 
 async def test_a_database_that_does_not_exist_is_a_store_error_no_retry_cures(

@@ -4,6 +4,7 @@ transaction, each counted (tickd_store_operations_total), and their errors as St
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -26,6 +27,13 @@ T = TypeVar("T")
 POOL_SIZE = 10
 # How long opening waits for a server that does not answer, in seconds.
 CONNECT_SECONDS = 10.0
+# How long a statement may go unanswered, in seconds: a server that stopped answering without
+# closing its connections (frozen, or cut off by the network) fails the call as a transient
+# StoreError, and the dispatcher backs off, rather than waiting on it for ever. The server's own
+# work is bounded by statement_timeout where a read may be long (views.py).
+COMMAND_SECONDS = 30.0
+# How long closing waits for the server to see each connection out, in seconds.
+CLOSE_SECONDS = 5.0
 
 # A failure another try may cure: the connection or the server went away, the server is
 # starting or shutting down, or PostgreSQL chose this transaction to break a conflict.
@@ -118,7 +126,11 @@ class PostgresTables:
         with translating_errors():
             try:
                 self._pool = await asyncpg.create_pool(
-                    self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_SECONDS
+                    self._url,
+                    min_size=1,
+                    max_size=POOL_SIZE,
+                    timeout=CONNECT_SECONDS,
+                    command_timeout=COMMAND_SECONDS,
                 )
                 async with self._pool.acquire() as db:
                     await migrate(db)
@@ -128,8 +140,15 @@ class PostgresTables:
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        if pool is None:
+            return
+        try:
+            # A graceful close waits for the server to answer, which one that stopped answering
+            # never does: then the connections are dropped.
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await pool.close()
+        except TimeoutError:
+            pool.terminate()
 
     def _opened(self) -> Any:
         if self._pool is None:
