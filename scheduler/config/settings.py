@@ -64,7 +64,8 @@ def default_instance_id() -> str:
 class Settings:
     # Names this daemon in leases, executions and events; unique per running process.
     instance_id: str = setting(factory=default_instance_id, limits=INSTANCE_ID)
-    # Jobs, executions and history: sqlite:///path or mongodb://host/database.
+    # Jobs, executions and history: sqlite:///path, postgresql://host/database or
+    # mongodb://host/database.
     store_url: str = setting("sqlite:///var/tickd.db", Limits(schemes=STORE_SCHEMES))
     # One runner per job across instances: memory:// (one process) or redis://host:6379/0.
     lock_url: str = setting("memory://", Limits(schemes=("memory", "redis", "rediss")))
