@@ -174,6 +174,40 @@ def media_type(content_type: str) -> str:
     return content_type.partition(";")[0].strip().lower()
 
 
+# No store keeps a NUL character in a text column (PostgreSQL refuses it outright), and no
+# name, id, filter or reason of tickd's means one: a request holding one is refused, naming
+# where, before anything reads or writes. A job's params are kept as JSON text, where a NUL is
+# escaped like any character, so they may hold one (a webhook's body may).
+NUL = "\x00"
+NUL_REASON = "holds a NUL character (\\u0000), which this field may not"
+KEPT_AS_JSON = frozenset({"params"})
+
+
+def refuse_nul_in_url(request: web.Request) -> None:
+    """400 for a NUL in the path's parameters or in the query's names or values."""
+    places = [(f"path.{name}", value) for name, value in request.match_info.items()]
+    places += [(f"query.{name}", name + value) for name, value in request.query.items()]
+    for field, text in places:
+        if NUL in text:
+            raise field_error(field.replace(NUL, "\\u0000")[:100], NUL_REASON, 400)
+
+
+def refuse_nul_in_body(doc: Any, field: str = "") -> None:
+    """422 for a NUL in a string or key of a JSON body (params aside), naming its field."""
+    if isinstance(doc, str) and NUL in doc:
+        raise field_error(field or "body", NUL_REASON)
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            inner = f"{field}.{key}" if field else key
+            if NUL in key:
+                raise field_error(inner.replace(NUL, "\\u0000")[:100], NUL_REASON)
+            if not (field == "" and key in KEPT_AS_JSON):
+                refuse_nul_in_body(value, inner)
+    if isinstance(doc, list):
+        for index, value in enumerate(doc):
+            refuse_nul_in_body(value, f"{field}[{index}]")
+
+
 def parse_query(request: web.Request, model: type[M] | None) -> M | None:
     if model is None:
         if request.query:
@@ -219,6 +253,7 @@ async def parse_body(
         raise ApiError(400, "Invalid request", f"body: {exc}", [("body", str(exc))]) from None
     except ValueError as exc:  # UnicodeDecodeError too
         raise invalid_json(str(exc)) from None
+    refuse_nul_in_body(doc)
     try:
         # Strict, as JSON: a number is not taken for a string, nor `false` or "5" for a number.
         return model.model_validate_json(raw, strict=True)
@@ -303,6 +338,7 @@ def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResp
     async def handle(request: web.Request) -> web.StreamResponse:
         actor, scope = authenticate(request, route.scope)
         check_content_type(request, takes_body=route.body is not None)
+        refuse_nul_in_url(request)
         query = parse_query(request, _model(route.query))
         body = await parse_body(request, _model(route.body), route.body_check)
         # None exactly where the route declares no model, as its handler's Call says (checked

@@ -20,6 +20,7 @@ from tickd.api.problems import ApiError
 from tickd.api.routing import parse_body
 from tickd.scheduler.ports.backends import JobQuery
 
+EVERY_MINUTE = {"kind": "interval", "every_seconds": 60}
 # Far more than any answer needs: a test that waits this long has failed.
 ANSWER_TIMEOUT_SECONDS = 10
 
@@ -199,3 +200,41 @@ async def test_hostile_requests_are_refused_without_a_server_error(
         status, body = status_and_body(answer)
         assert status < 500, body
     assert not [r for r in server_errors if r.name == "tickd.api"]
+
+
+NUL_REQUESTS = [
+    ("GET", "/v1/jobs/%00", None, 400, "path.job_id"),
+    ("GET", "/v1/jobs?handler=%00", None, 400, "query.handler"),
+    ("GET", "/v1/jobs?name_prefix=a%00", None, 400, "query.name_prefix"),
+    ("GET", "/v1/executions?handler=%00", None, 400, "query.handler"),
+    ("GET", "/v1/executions?job_id=%00", None, 400, "query.job_id"),
+    ("GET", "/v1/executions/%00", None, 400, "path.execution_id"),
+    (
+        "POST",
+        "/v1/jobs",
+        {"name": "a\x00", "handler": "ping", "schedule": EVERY_MINUTE},
+        422,
+        "name",
+    ),
+    (
+        "POST",
+        "/v1/jobs",
+        {"name": "a", "handler": "ping\x00", "schedule": EVERY_MINUTE},
+        422,
+        "handler",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "field"), NUL_REQUESTS)
+async def test_a_nul_character_is_refused_by_name_and_changes_nothing(
+    api: Api, method: str, path: str, body: dict[str, Any] | None, status: int, field: str
+) -> None:
+    """PostgreSQL refuses NUL in text; every store answers alike, before anything is read.
+    (A job's params may hold one: they are kept as JSON text, test_job_admission.py.)"""
+    answered, problem, _ = await api.call(method, path, json=body)
+
+    assert answered == status, problem
+    assert [error["field"] for error in problem["errors"]] == [field]
+    assert "NUL" in problem["errors"][0]["reason"]
+    assert await api.store.list_jobs(JobQuery(limit=10)) == []
