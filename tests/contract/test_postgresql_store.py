@@ -16,9 +16,9 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
 from tests.fixtures.stores import postgresql_url
-from tickd.scheduler.model import Job, Priority, Status
+from tickd.scheduler.model import Job, Priority, Status, new_id
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import Claim, ExecutionQuery, StoreError
+from tickd.scheduler.ports.backends import Claim, ExecutionQuery, RunRequest, StoreError
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.postgresql import base as postgresql_base
@@ -105,6 +105,43 @@ async def test_claimers_racing_for_the_same_jobs_never_both_win_one(
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_requested_run_passes_over_a_job_another_transaction_holds(
+    postgresql_store: PostgresStore, postgresql_database: str
+) -> None:
+    """Two instances claiming requests of the same jobs in different orders would each wait
+    for the other's job (a deadlock, and a whole batch rolled back): a held job is passed
+    over, its request stays queued, and it is claimed once the holder is done."""
+    held, free = make_job("held"), make_job("free")
+    await postgresql_store.insert_missing_jobs([held, free])
+    requests = [
+        RunRequest(
+            id=new_id(),
+            job_id=job.id,
+            scheduled_at=T0,
+            reason="trigger",
+            not_before=T0,
+            created_at=T0,
+        )
+        for job in (held, free)
+    ]
+    await postgresql_store.insert_run_requests(requests)
+    claims = [claim_of(held, "a"), claim_of(free, "a")]
+    other = await asyncpg.connect(postgresql_database)
+    try:
+        holding = other.transaction()
+        await holding.start()
+        await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", held.id)
+        async with asyncio.timeout(5):  # a wait would last until the holder commits
+            won = await postgresql_store.claim_run_requests(requests, claims, T0)
+        assert [job.id for _, job in won] == [free.id]
+        await holding.rollback()
+    finally:
+        await other.close()
+    assert await postgresql_store.run_request_pending(held.id, T0)
+    won = await postgresql_store.claim_run_requests(requests[:1], claims[:1], T0)
+    assert [job.id for _, job in won] == [held.id]
 
 
 async def test_the_due_read_seeks_the_due_index(

@@ -30,11 +30,15 @@ from tickd.scheduler.store.sqlite.rows import (
 )
 from tickd.scheduler.store.sqlite.schema import REQUEST_COLUMNS
 
-# A requested run claims its job whenever it is free, at the revision the due query read.
+# A requested run claims its job whenever it is free, at the revision the due query read. A job
+# another transaction holds (another instance's claim, or a run's end) is passed over, not
+# waited for: two instances claiming requests of the same jobs in different orders would
+# otherwise each wait for the other (a deadlock), and the request stays queued for the next tick.
 CLAIM_FOR_REQUEST = (
-    "UPDATE jobs SET lease_owner = $1, lease_until = $2, fence = fence + 1, "
-    "lease_token = fence + 1 WHERE id = $3 AND revision = $4 AND lease_token IS NULL "
-    "RETURNING *"
+    "WITH free AS (SELECT id FROM jobs WHERE id = $3 AND revision = $4 "
+    "AND lease_token IS NULL FOR UPDATE SKIP LOCKED) "
+    "UPDATE jobs SET lease_owner = $1, lease_until = $2, fence = jobs.fence + 1, "
+    "lease_token = jobs.fence + 1 FROM free WHERE jobs.id = free.id RETURNING jobs.*"
 )
 # A shard's occurrence outlives the shard's lease by as long again (see Store.claim_run_requests).
 EXTEND_OCCURRENCE = (
