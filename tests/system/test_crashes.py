@@ -23,6 +23,7 @@ from tests.system.stack import (
     daemons,
     events_delivered,
     eventually,
+    held_leases,
     next_whole_second,
     percentile,
     runs_in,
@@ -45,11 +46,6 @@ HEARTBEAT_TIMEOUT = 10.0
 # lease (the jobs' 600 s timeout).
 TAKEOVER_WITHIN = 3 * HEARTBEAT_TIMEOUT
 TERMINAL = {"success", "failed", "timeout", "abandoned", "skipped"}
-
-
-async def held_leases(sandbox: Sandbox) -> int:
-    async with sandbox.store() as store:
-        return await store.jobs.count_documents({"lease": {"$ne": None}})
 
 
 async def mid_burst(sandbox: Sandbox, ended: int, daemon: Daemon) -> bool:

@@ -38,6 +38,7 @@ from tests.system.stack import (
     runs_in,
     tally,
     topic_event_ids,
+    unsent_before,
 )
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
@@ -202,13 +203,6 @@ async def test_without_redis_no_run_starts_and_every_due_occurrence_runs_after(
     assert not result.missed, f"occurrences missed: {result.missed[:10]}"
     assert not result.wrong_next, f"jobs whose schedule skipped ahead: {result.wrong_next[:10]}"
     assert delivered[0] == delivered[1], f"{delivered[0] - delivered[1]} events lost"
-
-
-async def unsent_before(sandbox: Sandbox, when: datetime) -> int:
-    """Events in the outbox written before `when` and not yet sent."""
-    async with sandbox.store() as store:
-        written = {"$lt": int(when.timestamp() * 1_000_000)}
-        return await store.outbox.count_documents({"sent_at_us": None, "written_us": written})
 
 
 @pytest.mark.timeout(KAFKA_OUTAGE_SECONDS + 300)
