@@ -1,7 +1,8 @@
-"""Daemons SIGKILLed with runs in flight, on FerretDB, Redis and Kafka: every occurrence ends in a
-terminal state, the runs the dead process left behind are marked `abandoned` and run again
-within seconds (its heartbeat lapses, another instance ends its leases), never when their
-ten-minute leases run out, and no job runs twice at once. Every test prints its counts.
+"""Daemons SIGKILLed with runs in flight, on FerretDB (the burst on PostgreSQL too), Redis and
+Kafka: every occurrence ends in a terminal state, the runs the dead process left behind are
+marked `abandoned` and run again within seconds (its heartbeat lapses, another instance ends its
+leases), never when their ten-minute leases run out, and no job runs twice at once. Every test
+prints its counts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.system.databases import STORES
 from tests.system.stack import (
     Daemon,
     Report,
@@ -76,6 +78,7 @@ def by_job(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("store", STORES)
 async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_gives_them_back_in_seconds(
     sandbox: Sandbox, tmp_path: Path, report: Report
 ) -> None:

@@ -1,6 +1,8 @@
-"""Daemons in processes of their own on FerretDB, Redis and Kafka, with the services taken away
-under them: every occurrence runs once, none is lost, nothing starts without its lock, an outage
-of the event bus costs no run, and a store that goes away stalls the dispatcher, never kills it.
+"""Daemons in processes of their own on FerretDB (or PostgreSQL, where a test is parametrised over
+the store), Redis and Kafka, with the services taken away under them: every occurrence runs once,
+none is lost, nothing starts without its lock, an outage of the event bus costs no run, and a
+store that goes away stalls the dispatcher, never kills it. On PostgreSQL the store's claim is the
+run's lock: Redis serves only the relay's turn there.
 
 Every test prints its counts. The rate of the first test was set by what FerretDB 1.24 sustained on
 its SQLite handler (see RATE below); the services now run its PostgreSQL handler, faster per write
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.system.databases import STORES
 from tests.system.stack import (
     RUN_ALL,
     Daemon,
@@ -91,6 +94,7 @@ def started_between(runs: list[Run], start: datetime, end: datetime) -> list[Run
     return [run for run in runs if start <= run.started_at < end]
 
 
+@pytest.mark.parametrize("store", STORES)
 async def test_two_daemons_run_every_occurrence_once(
     sandbox: Sandbox, tmp_path: Path, report: Report
 ) -> None:
