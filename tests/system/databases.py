@@ -8,6 +8,7 @@ decode thousands of documents a poll on FerretDB are its own queries, in FerretD
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from dataclasses import replace
@@ -128,9 +129,11 @@ class Database:
 
 
 class FerretDB(Database):
-    """A MongoDB database on FerretDB. Counting and pausing are the server's own aggregates and
-    updates: read through the store's roles they decode every document, a second or more a
-    poll of a 2,000-job burst on FerretDB, long enough to change what a test sees."""
+    """A MongoDB database on FerretDB. Counting and pausing are the server's own aggregate and
+    updates: through the store's roles, each poll of a 2,000-job burst would fetch and decode
+    every execution, slower than the aggregate, which already takes FerretDB a second or more on
+    a busy machine (see mid_burst in test_crashes.py); and the pause would write each job and
+    its history entry, one after another."""
 
     kind = "ferretdb"
 
@@ -209,7 +212,9 @@ class PostgreSQL(Database):
     async def create(self) -> None:
         db = await admin_connection()
         try:
-            await db.execute(f'CREATE DATABASE "{self.name}"')
+            # Made already when a first open of the store failed after it.
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+                await db.execute(f'CREATE DATABASE "{self.name}"')
         finally:
             await db.close()
 
