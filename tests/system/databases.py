@@ -9,7 +9,6 @@ decode thousands of documents a poll on FerretDB are its own queries, in FerretD
 from __future__ import annotations
 
 import contextlib
-import os
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -21,7 +20,7 @@ import asyncpg
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from tests.fixtures.services import MONGODB_URL, service_missing
+from tests.fixtures.services import MONGODB_URL, POSTGRESQL_URL, service_missing
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.model import Execution, Job, new_id
 from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, JobQuery, Store
@@ -30,10 +29,6 @@ from tickd.scheduler.store.mongodb import MongoStore
 StoreKind = Literal["ferretdb", "postgresql"]
 # The stores a test parametrised over them runs on, each in turn (their ids too).
 STORES: tuple[StoreKind, ...] = ("ferretdb", "postgresql")
-# The server FerretDB runs on (scripts/services.sh): a test's database is made on it.
-POSTGRESQL_URL = os.environ.get(
-    "TICKD_TEST_POSTGRESQL_URL", "postgresql://postgres@127.0.0.1:5433/postgres"
-)
 REACH_MS = 2_000
 # Rows a read takes at a time: every test's executions in one page on FerretDB, as its own
 # query read them.
