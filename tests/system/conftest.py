@@ -1,8 +1,9 @@
-"""System tests: tickd daemons on real FerretDB (over PostgreSQL), Redis and Kafka
-(scripts/services.sh).
+"""System tests: tickd daemons on a real store (FerretDB over PostgreSQL, or PostgreSQL itself),
+Redis and Kafka (scripts/services.sh).
 
 Selected with `pytest -m system`, left out with `-m "not system"`. Each test skips when a service
-is absent, and fails instead under TICKD_REQUIRE_SERVICES=1 (CI).
+is absent, and fails instead under TICKD_REQUIRE_SERVICES=1 (CI). A test runs on FerretDB unless it
+is parametrised over `store` (`@pytest.mark.parametrize("store", STORES)`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,23 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.system.databases import StoreKind
 from tests.system.stack import Report, Sandbox, require_services
 
 
 @pytest.fixture
-async def sandbox() -> AsyncIterator[Sandbox]:
-    """The three services up; a database, topic and keys of the test's own, removed after."""
-    await require_services()
-    corner = Sandbox()
+def store() -> StoreKind:
+    """The store the test's daemons run on: FerretDB, unless the test is parametrised over
+    STORES. It hides the store fixture of tests/fixtures in this folder."""
+    return "ferretdb"
+
+
+@pytest.fixture
+async def sandbox(store: StoreKind) -> AsyncIterator[Sandbox]:
+    """The store, Redis and Kafka up; a database, topic and keys of the test's own, removed
+    after."""
+    corner = Sandbox(kind=store)
+    await require_services(corner.db)
     try:
         yield corner
     finally:

@@ -1,6 +1,6 @@
-"""The real stack for system tests: daemons in processes of their own on FerretDB (its PostgreSQL
-handler), Redis and Kafka,
-the services stopped and started under them, and what the store says ran.
+"""The real stack for system tests: daemons in processes of their own on a store (FerretDB, on its
+PostgreSQL handler, or PostgreSQL itself: tests/system/databases.py), Redis and Kafka, the
+services stopped and started under them, and what the store says ran.
 
 Each test gets a database, a topic and job ids nobody else uses, and removes them afterwards.
 Every wait is bounded. A service stopped by a test is started again on the way out, whatever
@@ -24,24 +24,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import asyncpg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
-from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from tests.fixtures.services import KAFKA_URL, MONGODB_URL, REDIS_URL, service_missing
-from tickd.scheduler.codec import Doc
+from tests.fixtures.services import KAFKA_URL, REDIS_URL, service_missing
+from tests.system.databases import Database, StoreKind, database, with_path
 from tickd.scheduler.events.kafka_settings import KafkaSettings
-from tickd.scheduler.model import CronSchedule, Job, Misfire, MisfirePolicy, OnceSchedule
-from tickd.scheduler.ports.backends import StoreError
-from tickd.scheduler.store.kit.mongodb import from_micros
-from tickd.scheduler.store.mongodb import MongoStore
+from tickd.scheduler.model import (
+    CronSchedule,
+    Execution,
+    Job,
+    Misfire,
+    MisfirePolicy,
+    OnceSchedule,
+)
+from tickd.scheduler.ports.backends import Store, StoreError
+from tickd.scheduler.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "services.sh"
@@ -55,18 +60,12 @@ DAEMON_READY_WITHIN = 20.0
 DAEMON_STOP_WITHIN = 30.0
 SERVICE_ACTION_WITHIN = 150.0  # a start may have to wait for Kafka (90 s at worst in the script)
 HTTP_WITHIN = 5.0
-REACH_MS = 2_000
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def with_path(url: str, path: str) -> str:
-    """`url` with its path replaced (its query kept)."""
-    return urlunsplit(urlsplit(url)._replace(path=f"/{path}"))
 
 
 def next_whole_second(after: datetime, seconds_ahead: float) -> datetime:
@@ -77,15 +76,10 @@ def next_whole_second(after: datetime, seconds_ahead: float) -> datetime:
 # -- the services -------------------------------------------------------------------------------
 
 
-async def require_services() -> None:
-    """Skip (fail under TICKD_REQUIRE_SERVICES=1) unless FerretDB, Redis and Kafka all answer."""
-    admin: AsyncMongoClient[Doc] = AsyncMongoClient(MONGODB_URL, serverSelectionTimeoutMS=REACH_MS)
-    try:
-        await admin.admin.command("ping")
-    except PyMongoError as exc:
-        service_missing(f"no MongoDB-compatible server at {MONGODB_URL} ({type(exc).__name__})")
-    finally:
-        await admin.close()
+async def require_services(store: Database) -> None:
+    """Skip (fail under TICKD_REQUIRE_SERVICES=1) unless the store (FerretDB or PostgreSQL),
+    Redis and Kafka all answer."""
+    await store.require()
     redis = Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
     try:
         await redis.ping()
@@ -169,16 +163,18 @@ class Outage:
 
 @dataclass
 class Sandbox:
-    """A database, a topic and a key space of one test; `clean()` removes them."""
+    """A database on the chosen store, a topic and a key space of one test; `clean()` removes
+    them."""
 
+    kind: StoreKind = "ferretdb"
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     job_ids: list[str] = field(default_factory=list)
+    db: Database = field(init=False, repr=False)
     # One client for the whole test (see store()).
-    _store: MongoStore | None = field(default=None, init=False, repr=False)
+    _store: Store | None = field(default=None, init=False, repr=False)
 
-    @property
-    def database(self) -> str:
-        return f"tickd_sys_{self.tag}"
+    def __post_init__(self) -> None:
+        self.db = database(self.kind, f"tickd_sys_{self.tag}")
 
     @property
     def topic(self) -> str:
@@ -186,7 +182,7 @@ class Sandbox:
 
     @property
     def store_url(self) -> str:
-        return with_path(MONGODB_URL, self.database)
+        return self.db.store_url
 
     def events_url(self, **options: int) -> str:
         url = with_path(KAFKA_URL, self.topic)
@@ -194,13 +190,15 @@ class Sandbox:
         return f"{url}?{query}" if query else url
 
     @contextlib.asynccontextmanager
-    async def store(self) -> AsyncIterator[MongoStore]:
-        """The test's store, one client opened on first use and closed by clean(). A client
-        opened and closed at each poll of a test races its own monitor's connection hundreds of
-        times a test, and pymongo leaks the transport of a connection it was opening when
-        closed (its ResourceWarning then fails whichever test the collector runs in)."""
+    async def store(self) -> AsyncIterator[Store]:
+        """The test's store, its database made and one client opened on first use and closed
+        by clean(). A client opened and closed at each poll of a test races its own monitor's
+        connection hundreds of times a test, and pymongo leaks the transport of a connection it
+        was opening when closed (its ResourceWarning then fails whichever test the collector
+        runs in)."""
         if self._store is None:
-            store = MongoStore(self.store_url)
+            await self.db.create()
+            store = open_store(self.store_url)
             await store.open()
             self._store = store
         yield self._store
@@ -217,14 +215,8 @@ class Sandbox:
             with contextlib.suppress(StoreError):
                 await self._store.close()
             self._store = None
-        with contextlib.suppress(PyMongoError):
-            admin: AsyncMongoClient[Doc] = AsyncMongoClient(
-                MONGODB_URL, serverSelectionTimeoutMS=REACH_MS, timeoutMS=30_000
-            )
-            try:
-                await admin.drop_database(self.database)
-            finally:
-                await admin.close()
+        with contextlib.suppress(PyMongoError, asyncpg.PostgresError, OSError, TimeoutError):
+            await self.db.drop()
         with contextlib.suppress(RedisError, OSError):
             redis = Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
             try:
@@ -408,6 +400,7 @@ async def start_daemon(
         "TICKD_EVENTS_URL": events_url or sandbox.events_url(),
         "TICKD_MAIL_URL": mail_url or f"outbox://{workdir}/outbox-{name}",
         "TICKD_API_PORT": str(port),
+        **sandbox.db.daemon_env(workdir, name),
     }
     log_path = workdir / f"{name}.log"
     with log_path.open("wb") as log:
@@ -460,48 +453,55 @@ class Run:
     finished_at: datetime | None = None  # None while running
 
 
-async def runs_in(sandbox: Sandbox) -> list[Run]:
-    """Every execution of the sandbox, straight from the store's collection."""
+async def executions(sandbox: Sandbox, *, handler: str | None = None) -> list[Execution]:
+    """Every execution of the sandbox (of `handler`'s jobs), as its store has them."""
     async with sandbox.store() as store:
-        fields = {
-            "job_id": 1,
-            "scheduled_at_us": 1,
-            "started_at_us": 1,
-            "finished_at_us": 1,
-            "status": 1,
-            "owner": 1,
-        }
-        docs = await store.executions.find({}, fields).to_list()
-    return [
-        Run(
-            job_id=doc["job_id"],
-            scheduled_at=from_micros(doc["scheduled_at_us"]),
-            started_at=from_micros(doc["started_at_us"]),
-            status=doc["status"],
-            owner=doc["owner"],
-            finished_at=(
-                None if doc.get("finished_at_us") is None else from_micros(doc["finished_at_us"])
-            ),
-        )
-        for doc in docs
-    ]
+        return await sandbox.db.executions(store, handler=handler)
+
+
+async def runs_in(sandbox: Sandbox) -> list[Run]:
+    """Every execution of the sandbox, straight from its store."""
+    return [run_of(execution) for execution in await executions(sandbox)]
+
+
+def run_of(execution: Execution) -> Run:
+    # A daemon records every execution with its start and its instance, a skipped one too.
+    assert execution.started_at is not None and execution.owner is not None, execution
+    return Run(
+        job_id=execution.job_id,
+        scheduled_at=execution.scheduled_at,
+        started_at=execution.started_at,
+        status=str(execution.status),
+        owner=execution.owner,
+        finished_at=execution.finished_at,
+    )
 
 
 async def statuses(sandbox: Sandbox, handler: str) -> Counter[str]:
     """How many executions of the sandbox's jobs of `handler` are in each status."""
     async with sandbox.store() as store:
-        pipeline: list[Doc] = [
-            {"$match": {"handler": handler}},
-            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
-        ]
-        docs = await (await store.executions.aggregate(pipeline)).to_list()
-    return Counter({doc["_id"]: int(doc["n"]) for doc in docs})
+        return await sandbox.db.statuses(store, handler)
+
+
+async def held_leases(sandbox: Sandbox) -> int:
+    """Jobs of the sandbox whose lease is held."""
+    async with sandbox.store() as store:
+        return await sandbox.db.held_leases(store)
+
+
+async def unsent_before(sandbox: Sandbox, when: datetime) -> int:
+    """Events in the outbox written before `when` and not yet sent."""
+    async with sandbox.store() as store:
+        return await sandbox.db.unsent_before(store, when)
 
 
 async def next_runs(sandbox: Sandbox) -> dict[str, datetime]:
+    ours = set(sandbox.job_ids)
     async with sandbox.store() as store:
-        cursor = store.jobs.find({"_id": {"$in": sandbox.job_ids}}, {"next_run_at_us": 1})
-        return {doc["_id"]: from_micros(doc["next_run_at_us"]) async for doc in cursor}
+        jobs = await sandbox.db.jobs(store)
+    return {
+        job.id: job.next_run_at for job in jobs if job.id in ours and job.next_run_at is not None
+    }
 
 
 @dataclass
@@ -622,12 +622,12 @@ async def drain_outbox(sandbox: Sandbox, workdir: Path, events_url: str) -> None
     """A daemon of its own relays what stopped daemons left in the outbox, then stops. The
     sandbox's jobs are paused first, so that it runs nothing and adds no event of its own."""
     async with sandbox.store() as store:
-        await store.jobs.update_many({}, {"$set": {"enabled": False}})
+        await sandbox.db.pause_jobs(store)
     async with daemons(sandbox, workdir, ["relay"], events_url=events_url) as relaying:
 
         async def outbox_empty() -> bool:
             async with sandbox.store() as store:
-                return await store.outbox.count_documents({"sent_at_us": None}) == 0
+                return (await store.outbox_backlog()).unsent == 0
 
         await eventually("the outbox is empty", outbox_empty, within=90)
         codes = await asyncio.gather(*(daemon.stop() for daemon in relaying))
@@ -669,10 +669,9 @@ def topic_event_ids(topic: str) -> list[str]:
 async def expected_event_ids(sandbox: Sandbox) -> set[str]:
     """One event per state each execution went through: `running` when recorded, and its
     final status (a skipped occurrence is recorded skipped at once)."""
-    async with sandbox.store() as store:
-        docs = await store.executions.find({}, {"status": 1}).to_list()
-    expected = {f"{doc['_id']}:{doc['status']}" for doc in docs}
-    return expected | {f"{doc['_id']}:running" for doc in docs if doc["status"] != "skipped"}
+    found = await executions(sandbox)
+    expected = {f"{execution.id}:{execution.status}" for execution in found}
+    return expected | {f"{e.id}:running" for e in found if e.status != "skipped"}
 
 
 def lag_seconds(runs: Iterable[Run]) -> list[float]:

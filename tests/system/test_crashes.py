@@ -1,7 +1,8 @@
-"""Daemons SIGKILLed with runs in flight, on FerretDB, Redis and Kafka: every occurrence ends in a
-terminal state, the runs the dead process left behind are marked `abandoned` and run again
-within seconds (its heartbeat lapses, another instance ends its leases), never when their
-ten-minute leases run out, and no job runs twice at once. Every test prints its counts.
+"""Daemons SIGKILLed with runs in flight, on FerretDB (the burst on PostgreSQL too), Redis and
+Kafka: every occurrence ends in a terminal state, the runs the dead process left behind are
+marked `abandoned` and run again within seconds (its heartbeat lapses, another instance ends its
+leases), never when their ten-minute leases run out, and no job runs twice at once. Every test
+prints its counts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.system.databases import STORES
 from tests.system.stack import (
     Daemon,
     Report,
@@ -23,6 +25,7 @@ from tests.system.stack import (
     daemons,
     events_delivered,
     eventually,
+    held_leases,
     next_whole_second,
     percentile,
     runs_in,
@@ -45,11 +48,6 @@ HEARTBEAT_TIMEOUT = 10.0
 # lease (the jobs' 600 s timeout).
 TAKEOVER_WITHIN = 3 * HEARTBEAT_TIMEOUT
 TERMINAL = {"success", "failed", "timeout", "abandoned", "skipped"}
-
-
-async def held_leases(sandbox: Sandbox) -> int:
-    async with sandbox.store() as store:
-        return await store.jobs.count_documents({"lease": {"$ne": None}})
 
 
 async def mid_burst(sandbox: Sandbox, ended: int, daemon: Daemon) -> bool:
@@ -80,6 +78,7 @@ def by_job(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("store", STORES)
 async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_gives_them_back_in_seconds(
     sandbox: Sandbox, tmp_path: Path, report: Report
 ) -> None:

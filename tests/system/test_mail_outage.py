@@ -13,13 +13,22 @@ import contextlib
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from tests.alerts.builders import alert, part, price_rule
 from tests.alerts.conftest import SmtpServer
-from tests.system.stack import Report, Sandbox, daemons, eventually, free_port, runs_in
+from tests.system.stack import (
+    Report,
+    Sandbox,
+    daemons,
+    eventually,
+    executions,
+    free_port,
+    runs_in,
+)
 from tickd.handlers.product_store import open_product_store
 from tickd.scheduler.model import IntervalSchedule, Job
 
@@ -129,15 +138,11 @@ def scan_job() -> Job:
     )
 
 
-async def scans(sandbox: Sandbox) -> list[dict[str, int]]:
+async def scans(sandbox: Sandbox) -> list[dict[str, Any]]:
     """The counts of every finished scan, oldest first."""
-    async with sandbox.store() as store:
-        docs = await store.executions.find(
-            {"handler": "alert_scanner", "status": {"$ne": "running"}},
-            {"result": 1, "status": 1, "scheduled_at_us": 1},
-        ).to_list()
-    docs.sort(key=lambda doc: doc["scheduled_at_us"])
-    return [{"status": doc["status"], **(doc.get("result") or {})} for doc in docs]
+    found = await executions(sandbox, handler="alert_scanner")
+    finished = sorted((e for e in found if e.status != "running"), key=lambda e: e.scheduled_at)
+    return [{"status": str(e.status), **(e.result or {})} for e in finished]
 
 
 async def test_an_smtp_outage_mid_scan_delays_the_emails_and_sends_none_twice(

@@ -1,6 +1,8 @@
-"""Daemons in processes of their own on FerretDB, Redis and Kafka, with the services taken away
-under them: every occurrence runs once, none is lost, nothing starts without its lock, an outage
-of the event bus costs no run, and a store that goes away stalls the dispatcher, never kills it.
+"""Daemons in processes of their own on FerretDB (or PostgreSQL, where a test is parametrised over
+the store), Redis and Kafka, with the services taken away under them: every occurrence runs once,
+none is lost, nothing starts without its lock, an outage of the event bus costs no run, and a
+store that goes away stalls the dispatcher, never kills it. On PostgreSQL the store's claim is the
+run's lock: Redis serves only the relay's turn there.
 
 Every test prints its counts. The rate of the first test was set by what FerretDB 1.24 sustained on
 its SQLite handler (see RATE below); the services now run its PostgreSQL handler, faster per write
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.system.databases import STORES
 from tests.system.stack import (
     RUN_ALL,
     Daemon,
@@ -38,6 +41,7 @@ from tests.system.stack import (
     runs_in,
     tally,
     topic_event_ids,
+    unsent_before,
 )
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
@@ -90,6 +94,7 @@ def started_between(runs: list[Run], start: datetime, end: datetime) -> list[Run
     return [run for run in runs if start <= run.started_at < end]
 
 
+@pytest.mark.parametrize("store", STORES)
 async def test_two_daemons_run_every_occurrence_once(
     sandbox: Sandbox, tmp_path: Path, report: Report
 ) -> None:
@@ -202,13 +207,6 @@ async def test_without_redis_no_run_starts_and_every_due_occurrence_runs_after(
     assert not result.missed, f"occurrences missed: {result.missed[:10]}"
     assert not result.wrong_next, f"jobs whose schedule skipped ahead: {result.wrong_next[:10]}"
     assert delivered[0] == delivered[1], f"{delivered[0] - delivered[1]} events lost"
-
-
-async def unsent_before(sandbox: Sandbox, when: datetime) -> int:
-    """Events in the outbox written before `when` and not yet sent."""
-    async with sandbox.store() as store:
-        written = {"$lt": int(when.timestamp() * 1_000_000)}
-        return await store.outbox.count_documents({"sent_at_us": None, "written_us": written})
 
 
 @pytest.mark.timeout(KAFKA_OUTAGE_SECONDS + 300)
@@ -357,3 +355,120 @@ async def test_a_ferretdb_restart_stalls_the_dispatcher_which_recovers_on_its_ow
     assert not result.missed, f"occurrences missed: {result.missed[:10]}"
     assert not repeated, f"occurrences run twice away from the restart: {repeated[:10]}"
     assert delivered[0] == delivered[1], f"{delivered[0] - delivered[1]} events lost"
+
+
+# A dispatcher backs off at most half the heartbeat's timeout (5 s) between ticks, and a store's
+# pool reconnects at its next statement: ready again within this of PostgreSQL answering.
+POSTGRESQL_RECOVERY_SECONDS = 15
+
+
+@pytest.mark.parametrize("store", ["postgresql"])
+async def test_a_postgresql_outage_stalls_the_dispatcher_which_recovers_within_seconds(
+    sandbox: Sandbox, tmp_path: Path, report: Report
+) -> None:
+    """The daemons' store itself stopped under a steady load. A stopped PostgreSQL cuts every
+    connection of the daemons' pools: each notices at its next statement, says so on /readyz,
+    backs off, and is ready again once a statement gets through."""
+    async with daemons(sandbox, tmp_path, ["a", "b"]) as running:
+        first = next_whole_second(datetime.now(UTC), 2)
+        jobs = every_second_jobs(OUTAGE_JOBS, first, prefix=f"nopg-{sandbox.tag}", misfire=RUN_ALL)
+        await sandbox.add_jobs(jobs)
+        await alive_until(first + timedelta(seconds=4), running)
+
+        noticed: dict[str, float] = {}
+        async with outage("postgres") as down:
+            for daemon in running:
+
+                async def store_named(daemon: Daemon = daemon) -> bool:
+                    status, body = await daemon.ready()
+                    return status == 503 and "store" in body["problems"]
+
+                noticed[daemon.name] = await eventually(
+                    f"{daemon.name}: /readyz says 503 naming the store", store_named, within=15
+                )
+            await alive_until(down.stopped_at + timedelta(seconds=OUTAGE_SECONDS), running)
+        assert down.back_at is not None and down.restarting_at is not None
+
+        back_at = down.back_at
+
+        async def ready_again(daemon: Daemon) -> float:
+            """Seconds from PostgreSQL's return to the daemon's /readyz answering 200."""
+
+            async def ready() -> bool:
+                assert daemon.alive, f"{daemon.name} exited:\n{daemon.log_tail()}"
+                return (await daemon.ready())[0] == 200
+
+            await eventually(f"{daemon.name} is ready again", ready, within=60)
+            return (datetime.now(UTC) - back_at).total_seconds()
+
+        waits = await asyncio.gather(*(ready_again(daemon) for daemon in running))
+        ready_after = {daemon.name: wait for daemon, wait in zip(running, waits, strict=True)}
+        for daemon in running:
+
+            async def recovered(daemon: Daemon = daemon) -> bool:
+                return " dispatcher.recovered " in daemon.log()
+
+            await eventually(f"{daemon.name}'s dispatcher recovers", recovered, within=30)
+        due_until = whole_second(back_at) + timedelta(seconds=2)
+        await eventually(
+            "every occurrence due during the outage has run",
+            lambda: caught_up(sandbox, first, due_until),
+            within=60,
+        )
+        recovery = (datetime.now(UTC) - back_at).total_seconds()
+        logs = {daemon.name: daemon.log() for daemon in running}
+        await stop_all(running)
+    # The events are written with the executions: none lost with the store going away.
+    delivered = await events_delivered(sandbox, tmp_path, sandbox.events_url())
+
+    runs = await runs_in(sandbox)
+    result = tally(
+        sandbox.job_ids, runs, await next_runs(sandbox), first=first, due_until=due_until
+    )
+    backoffs = {name: log.count(" dispatcher.backing_off ") for name, log in logs.items()}
+    # Only a run in flight as the store went away may run again: its end written but not its
+    # job's advance, or neither (reaped, then run again). In flight: due in the seconds before
+    # the stop, or within the second after it (claimed ahead of its time).
+    in_flight = (
+        down.stopped_at - timedelta(seconds=IN_FLIGHT_SECONDS),
+        down.stopped_at + timedelta(seconds=1),
+    )
+    repeated = [
+        (job, at) for job, at in result.duplicates if not in_flight[0] <= at <= in_flight[1]
+    ]
+    started_while_down = started_between(
+        [r for r in runs if r.job_id in set(sandbox.job_ids)],
+        down.stopped_at + timedelta(seconds=1),
+        down.restarting_at,
+    )
+    due_while_down = [
+        r
+        for r in runs
+        if down.stopped_at <= r.scheduled_at < down.back_at and r.status == "success"
+    ]
+    report(
+        f"postgresql down {(down.restarting_at - down.stopped_at).total_seconds():.1f} s, back "
+        f"{(down.back_at - down.restarting_at).total_seconds():.1f} s after its start; /readyz "
+        f"503 naming the store {fmt(noticed)} s after the stop, 200 again {fmt(ready_after)} s "
+        f"after it was back; backing off logged {backoffs}"
+    )
+    report(
+        f"{len(due_while_down)} occurrences due while down ran after it, all caught up "
+        f"{recovery:.1f} s after it was back; runs recorded as started while down: "
+        f"{len(started_while_down)}; occurrences run twice: {len(result.duplicates)} "
+        f"({len(repeated)} not in flight at the stop)"
+    )
+    report(result.summary())
+    report(f"events: {delivered[1]} of {delivered[0]} in the topic")
+
+    assert all(count > 0 for count in backoffs.values()), backoffs
+    assert max(ready_after.values()) < POSTGRESQL_RECOVERY_SECONDS, ready_after
+    assert len(due_while_down) >= OUTAGE_JOBS * OUTAGE_SECONDS
+    assert not result.missed, f"occurrences missed: {result.missed[:10]}"
+    assert not repeated, f"occurrences run twice, not in flight at the stop: {repeated[:10]}"
+    assert not result.wrong_next, f"jobs whose schedule skipped ahead: {result.wrong_next[:10]}"
+    assert delivered[0] == delivered[1], f"{delivered[0] - delivered[1]} events lost"
+
+
+def fmt(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
