@@ -16,7 +16,15 @@ import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
 from tests.fixtures.stores import postgresql_url
-from tickd.scheduler.model import Job, Priority, Status, new_id
+from tickd.scheduler.model import (
+    DeadLetter,
+    Execution,
+    Job,
+    Priority,
+    RedrivePolicy,
+    Status,
+    new_id,
+)
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import Claim, ExecutionQuery, RunRequest, StoreError
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
@@ -142,6 +150,68 @@ async def test_a_requested_run_passes_over_a_job_another_transaction_holds(
     assert await postgresql_store.run_request_pending(held.id, T0)
     won = await postgresql_store.claim_run_requests(requests[:1], claims[:1], T0)
     assert [job.id for _, job in won] == [held.id]
+
+
+async def test_two_reapers_judge_a_run_abandoned_past_its_retries_once(
+    postgresql_database: str,
+) -> None:
+    """The first reap writes the dead letter in its own transaction. Written after it, the
+    dead letter left a moment in which another instance's reap judged the run again, and the
+    loser of the two ends marked it open while its re-drive was queued."""
+    first, second = PostgresStore(postgresql_database), PostgresStore(postgresql_database)
+    for store in (first, second):
+        await store.open()
+    try:
+        job = make_job(
+            "flaky", max_retries=0, redrive=RedrivePolicy(max_attempts=3, backoff_seconds=60)
+        )
+        await first.insert_job(job)
+        [claimed] = await first.claim_jobs([claim_of(job, "dead")], T0)
+        assert claimed.lease is not None
+        run = Execution(
+            job_id=job.id,
+            job_name=job.name,
+            handler=job.handler,
+            scheduled_at=T0,
+            status=Status.RUNNING,
+            started_at=T0,
+            owner="dead",
+            token=claimed.lease.token,
+        )
+        await first.insert_executions([run])
+        await first.end_leases(["dead"])
+
+        # An end written apart from the reap waits here until the second reap is done.
+        later, writing = asyncio.Event(), asyncio.Event()
+        write_ends = first.write_ends
+
+        async def held_back(*args: Any, **kwargs: Any) -> list[bool]:
+            writing.set()
+            await later.wait()
+            return await write_ends(*args, **kwargs)
+
+        first.write_ends = held_back  # type: ignore[method-assign]
+        reaping = asyncio.create_task(first.reap_expired_leases(T0, instance="a"))
+        waiting = asyncio.create_task(writing.wait())
+        await asyncio.wait({reaping, waiting}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        again = await second.reap_expired_leases(T0, instance="b")
+        later.set()
+        [reaped] = await reaping
+
+        assert again == []
+        assert reaped.dead_letter is DeadLetter.REDRIVING
+        stored = await first.get_execution(run.id)
+        assert stored is not None and stored.dead_letter is DeadLetter.REDRIVING
+        queued = await asyncpg.connect(postgresql_database)
+        try:
+            sql = "SELECT count(*) FROM run_requests WHERE job_id = $1 AND reason = 'redrive'"
+            assert await queued.fetchval(sql, job.id) == 1
+        finally:
+            await queued.close()
+    finally:
+        for store in (first, second):
+            await store.close()
 
 
 async def test_the_due_read_seeks_the_due_index(

@@ -150,20 +150,31 @@ class PostgresCompletion(PostgresTables):
     ) -> list[bool]:
         if not finishes:
             return []
-        args = Args()
-        sql = ends_sql(args, finishes, event_source)
-        more = any(f.shard is not None or f.settles or f.redrive for f in finishes)
 
         async def finish(tx: Tx) -> list[bool]:
-            jobs = {int(row["n"]) for row in await tx.fetch(sql, *args.values)}
-            if not more:
-                return _applied(finishes, jobs, set())
-            shards = await _end_shards(tx, finishes) if any(f.shard for f in finishes) else set()
-            applied = _applied(finishes, jobs, shards)
-            await _settle_and_redrive(tx, finishes, applied)
-            return applied
+            return await write_ends_in(tx, finishes, event_source)
 
-        return await (self._run(finish) if more else self._single(finish))
+        return await (
+            self._run(finish) if _more_than_one_statement(finishes) else self._single(finish)
+        )
+
+
+def _more_than_one_statement(finishes: Sequence[RunEnd]) -> bool:
+    return any(f.shard is not None or f.settles or f.redrive for f in finishes)
+
+
+async def write_ends_in(tx: Tx, finishes: Sequence[RunEnd], event_source: str | None) -> list[bool]:
+    """CompletionStore.write_ends within the caller's transaction: one statement, and more
+    only for ends that end shards, settle dead letters or queue re-drives."""
+    args = Args()
+    sql = ends_sql(args, finishes, event_source)
+    jobs = {int(row["n"]) for row in await tx.fetch(sql, *args.values)}
+    if not _more_than_one_statement(finishes):
+        return _applied(finishes, jobs, set())
+    shards = await _end_shards(tx, finishes) if any(f.shard for f in finishes) else set()
+    applied = _applied(finishes, jobs, shards)
+    await _settle_and_redrive(tx, finishes, applied)
+    return applied
 
 
 def _cancel_request(row: Row) -> CancelRequest:

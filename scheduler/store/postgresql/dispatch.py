@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from tickd.scheduler.codec import exact_micros, micros, to_json_ready
 from tickd.scheduler.model import Execution, Job, Priority, Status
 from tickd.scheduler.ports.backends import Claim, RunEnd
-from tickd.scheduler.ports.store_engine import CompletionStore
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
+from tickd.scheduler.store.postgresql.completion import write_ends_in
 from tickd.scheduler.store.postgresql.statements import (
     CLEAR_LEASE,
     IGNORE,
@@ -212,7 +212,9 @@ class PostgresDispatch(PostgresTables):
                 tokens,
                 str(Status.RUNNING),
             )
-            # Those abandoned past their retries keep their leases until their ends are written.
+            # Those abandoned past their retries keep their leases until their ends (dead
+            # letters) are written, here: another instance's reap, right after this one commits,
+            # must find them judged, or it would judge them again.
             given_up = await abandoned_for_good_in(tx, leases)
             held = {(f.execution.job_id, f.execution.token) for f in given_up}
             freed = [lease for lease in leases if lease not in held]
@@ -222,13 +224,13 @@ class PostgresDispatch(PostgresTables):
                 )
             # outbox: the abandoned executions' events, in this transaction
             await write_events(tx, [execution_from_row(row) for row in abandoned], event_source)
+            if given_up:
+                await write_ends_in(tx, given_up, event_source)
             return abandoned, given_up
 
         # Most reaps find nothing: one statement, without the lock, says so.
         if not await self._fetch(f"SELECT 1 FROM jobs WHERE {expired} LIMIT 1", *args.values):
             return []
         rows, given_up = await self._run(reap)
-        if given_up:
-            await cast(CompletionStore, self).write_ends(given_up, event_source=event_source)
         dead = {finish.execution.id: finish.execution for finish in given_up}
         return [dead.get(row["id"], execution_from_row(row)) for row in rows]
