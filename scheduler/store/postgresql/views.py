@@ -9,13 +9,12 @@ not one a bucket."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from tickd.scheduler.codec import exact_micros, micros
-from tickd.scheduler.model import DeadLetter, ExecutionError, Job, Status
+from tickd.scheduler.model import DeadLetter, Job
 from tickd.scheduler.ports.backends import (
     Attention,
     ExecutionStats,
@@ -26,14 +25,12 @@ from tickd.scheduler.ports.backends import (
 from tickd.scheduler.store.kit.sqlite import READ_SECONDS
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.statements import name_prefix
-from tickd.scheduler.store.sqlite.rows import Row, from_micros, job_from_row
-from tickd.scheduler.store.sqlite.views import like_pattern
+from tickd.scheduler.store.sqlite.rows import Row, job_from_row
+from tickd.scheduler.store.sqlite.views import grouped_troubles, like_pattern
 from tickd.scheduler.store.views import (
     MICROS,
     PROBLEM_STATUSES,
-    TroubleRow,
     bucket_count,
-    group_by_job,
     lag_percentiles,
 )
 
@@ -148,13 +145,6 @@ async def window_stats(tx: Tx, window: tuple[int, int, int, int]) -> ExecutionSt
     )
 
 
-def _error(text: str | None) -> ExecutionError | None:
-    if text is None:
-        return None
-    doc = json.loads(text)
-    return ExecutionError(type=str(doc.get("type", "")), message=str(doc.get("message", "")))
-
-
 Troubles = tuple[list[JobTrouble], int, int]
 
 
@@ -184,31 +174,7 @@ async def _troubles(tx: Tx, where: str, args: Sequence[Any], limit: int) -> Trou
         f"SELECT count(*), count(DISTINCT job_id) FROM executions WHERE {where}", *args
     )
     assert total is not None
-    return _grouped(rows, limit), int(total[0]), int(total[1])
-
-
-def _grouped(rows: Sequence[Row], limit: int) -> list[JobTrouble]:
-    return group_by_job(
-        (
-            TroubleRow(
-                job_id=row[0],
-                job_name=row[1],
-                handler=row[2],
-                status=Status(row[3]),
-                error=_error(row[4]),
-                at=_at(row[5]),
-                count=int(row[6]),
-            )
-            for row in rows
-        ),
-        limit,
-    )
-
-
-def _at(value: int) -> datetime:
-    at = from_micros(value)
-    assert at is not None
-    return at
+    return grouped_troubles(rows, limit), int(total[0]), int(total[1])
 
 
 DEAD = f"dead_letter = '{DeadLetter.OPEN}'"

@@ -22,7 +22,7 @@ from tickd.scheduler.ports.backends import (
 )
 from tickd.scheduler.store.kit.sqlite import read_stopped
 from tickd.scheduler.store.sqlite.base import SQLiteTables
-from tickd.scheduler.store.sqlite.rows import from_micros, job_from_row
+from tickd.scheduler.store.sqlite.rows import Row, from_micros, job_from_row
 from tickd.scheduler.store.sqlite.schema import FREE
 from tickd.scheduler.store.views import (
     MICROS,
@@ -207,10 +207,12 @@ def _troubles(db: sqlite3.Connection, where: str, args: Sequence[Any], limit: in
     total = db.execute(
         f"SELECT count(*), count(DISTINCT job_id) FROM executions WHERE {where}", args
     ).fetchone()
-    return _grouped(rows, limit), int(total[0]), int(total[1])
+    return grouped_troubles(rows, limit), int(total[0]), int(total[1])
 
 
-def _grouped(rows: Sequence[sqlite3.Row], limit: int) -> list[JobTrouble]:
+def grouped_troubles(rows: Sequence[Row], limit: int) -> list[JobTrouble]:
+    """Rows of (job id, name, handler, status, error, scheduled at, count) as the jobs' troubles,
+    at most `limit` jobs: what both SQL stores' trouble reads return."""
     return group_by_job(
         (
             TroubleRow(
