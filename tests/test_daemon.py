@@ -210,7 +210,7 @@ async def refused_start(tmp_path: Path, **environ: str) -> tuple[int | None, str
         ({"TICKD_HTTP_ALLOW": "not-an-ip"}, "http_allow"),
         ({"TICKD_WORKRES": "8"}, "TICKD_WORKRES"),
         ({"TICKD_HANDLER_SETTINGS__WEBHOOK__REGION": "eu"}, "handler_settings.webhook.region"),
-        ({"TICKD_STORE_URL": "postgres://tickd:hunter2-pw@db/tickd"}, "store_url"),
+        ({"TICKD_STORE_URL": "cassandra://tickd:hunter2-pw@db/tickd"}, "store_url"),
     ],
 )
 async def test_a_setting_that_would_break_the_daemon_later_stops_it_in_one_line(
