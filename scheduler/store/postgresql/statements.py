@@ -21,6 +21,7 @@ from tickd.scheduler.ports.backends import (
     ExecutionQuery,
     JobChange,
     JobQuery,
+    JobSearch,
     RunEnd,
 )
 from tickd.scheduler.store.postgresql.base import Args, Tx
@@ -286,7 +287,9 @@ def name_prefix(args: Args, prefix: str) -> str:
     return f"name >= {at} AND name < {at} || chr(1114111)"
 
 
-def job_filters(args: Args, query: JobQuery) -> list[str]:
+def job_filters(args: Args, query: JobQuery | JobSearch) -> list[str]:
+    """The filters a jobs list and a jobs search share, and a list's cursor (`after_name`; a
+    search's cursor depends on its order: views.page_reads)."""
     where = []
     if query.handler is not None:
         where.append(f"handler = {args(query.handler, 'text')}")
@@ -298,7 +301,7 @@ def job_filters(args: Args, query: JobQuery) -> list[str]:
         where.append(f"next_run_at >= {args(micros(query.next_run_from), 'int8')}")
     if query.next_run_to is not None:
         where.append(f"next_run_at < {args(micros(query.next_run_to), 'int8')}")
-    if query.after_name is not None:
+    if isinstance(query, JobQuery) and query.after_name is not None:
         where.append(f"name > {args(query.after_name, 'text')}")
     return where
 

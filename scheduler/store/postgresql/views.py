@@ -24,7 +24,7 @@ from tickd.scheduler.ports.backends import (
 )
 from tickd.scheduler.store.kit.sqlite import READ_SECONDS
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
-from tickd.scheduler.store.postgresql.statements import name_prefix
+from tickd.scheduler.store.postgresql.statements import job_filters
 from tickd.scheduler.store.sqlite.rows import Row, job_from_row
 from tickd.scheduler.store.sqlite.views import grouped_troubles, like_pattern
 from tickd.scheduler.store.views import (
@@ -43,17 +43,7 @@ PROBLEMS = [str(s) for s in PROBLEM_STATUSES]
 
 def search_filters(args: Args, search: JobSearch) -> list[str]:
     """The search's filters (not its cursor) as SQL conditions."""
-    where = []
-    if search.handler is not None:
-        where.append(f"handler = {args(search.handler, 'text')}")
-    if search.enabled is not None:
-        where.append(f"enabled = {args(int(search.enabled), 'int4')}")
-    if search.name_prefix is not None:
-        where.append(name_prefix(args, search.name_prefix))
-    if search.next_run_from is not None:
-        where.append(f"next_run_at >= {args(micros(search.next_run_from), 'int8')}")
-    if search.next_run_to is not None:
-        where.append(f"next_run_at < {args(micros(search.next_run_to), 'int8')}")
+    where = job_filters(args, search)
     if search.text:
         # ILIKE under COLLATE "C" folds ASCII letters only, as SQLite's LIKE does.
         pattern = args(like_pattern(search.text), "text")
