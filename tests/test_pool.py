@@ -89,3 +89,54 @@ async def test_runs_fired_at_their_time_are_queued_at_once_beyond_the_bound() ->
     await asyncio.wait_for(pool.join(), WAIT)
     assert runner.ran == [f"fired-{i}" for i in range(5)]
     await pool.stop(0)
+
+
+class Waves:
+    """Runs that end together, a wave at a time, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._wave = asyncio.Event()
+
+    def monotonic(self) -> float:
+        return self.seconds
+
+    async def run(self, task: Task) -> None:
+        wave = self._wave  # the wave under way when this run started
+        await wave.wait()
+
+    def end_wave(self, *, at: float) -> None:
+        self.seconds = at
+        ending, self._wave = self._wave, asyncio.Event()
+        ending.set()
+
+
+async def test_runs_that_end_together_do_not_make_the_pool_seem_faster_than_it_is() -> None:
+    # Thirty one-second runs end at once and the next thirty start within microseconds: the
+    # pool still starts thirty a second, and that is what the arming stage must be told, or it
+    # records hundreds `running` that wait seconds for a worker.
+    waves, ledger = Waves(), Ledger()
+    fake: Executor = waves  # type: ignore[assignment]  # the pool calls only its run()
+    pool = WorkerPool(
+        executor=fake,
+        ledger=ledger,
+        workers=30,
+        queue_size=0,
+        metrics=Metrics(),
+        monotonic=waves.monotonic,
+    )
+    pool.start()
+    for i in range(90):
+        pool.submit_fired(task(f"run-{i}", fired=True))
+    await _turns()
+    assert pool.starts_within(0.1) == 0, "no run has ended: the pace is not known yet"
+    waves.end_wave(at=1.0)
+    await _turns()
+    assert ledger.fired_waiting() == 30, "the first thirty ended and the next thirty started"
+    assert (pool.starts_within(0.1), pool.starts_within(1.0)) == (3, 30)
+    waves.end_wave(at=3.0)  # thirty slower runs, two seconds each: the pace follows them
+    await _turns()
+    assert pool.starts_within(1.0) == 15
+    waves.end_wave(at=4.0)
+    await asyncio.wait_for(pool.join(), WAIT)
+    await pool.stop(0)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.run.execute import Executor
@@ -26,6 +27,7 @@ class WorkerPool:
         workers: int,
         queue_size: int,
         metrics: Metrics,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._executor = executor
         self._ledger = ledger
@@ -43,12 +45,12 @@ class WorkerPool:
         # Room for a batch worth its round trips: half of what the pool holds.
         self.worthwhile_batch = max(1, (workers + queue_size) // 2)
         self.room_freed = asyncio.Event()  # there is room for such a batch
-        # How fast the workers take runs while every one is busy and runs wait for them:
-        # seconds between two starts, smoothed; None until measured. Only between two starts
-        # that each found the other workers busy and left runs waiting: neither idle workers
-        # taking a batch at once nor an idle spell is the pace the pool keeps.
-        self.start_interval: float | None = None
-        self._last_start: float | None = None  # when the last such start was
+        # How long a run keeps its worker, smoothed over the runs that ended; None until one
+        # has. A pool kept busy starts workers / run_seconds runs a second (Little's law),
+        # however its starts bunch: runs that end together free their workers together, and
+        # the gaps between those starts say nothing of the pace.
+        self.run_seconds: float | None = None
+        self._monotonic = monotonic
 
     def start(self) -> None:
         # Read when scraped: setting it as each run starts and ends took a lock twice a run.
@@ -107,14 +109,16 @@ class WorkerPool:
             task = await self._queue.get()
             self._space.set()
             self._ledger.started(task)
-            self._started()
             self.busy += 1
+            began = self._monotonic()
             try:
                 await self._executor.run(task)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug of ours must not take a worker down with it
                 log.exception("worker.task_crashed")
+            else:
+                self._ran_for(self._monotonic() - began)
             finally:
                 self._ledger.worker_done(task)
                 self.busy -= 1
@@ -122,22 +126,15 @@ class WorkerPool:
                 self._done()
 
     def starts_within(self, seconds: float) -> int:
-        """About how many waiting runs the workers will have started `seconds` from now."""
-        if self.start_interval is None:
+        """About how many waiting runs the workers will have started `seconds` from now, at
+        the pace they keep while busy."""
+        if self.run_seconds is None:
             return 0
-        return int(seconds / max(self.start_interval, 1e-6))
+        return int(seconds * self._size / max(self.run_seconds, 1e-6))
 
-    def _started(self) -> None:
-        """A worker took a run (before it counts as busy)."""
-        if self.busy < self._size - 1 or self._queue.empty():
-            self._last_start = None
-            return
-        now = time.monotonic()
-        if self._last_start is not None:
-            gap = now - self._last_start
-            known = self.start_interval
-            self.start_interval = gap if known is None else 0.8 * known + 0.2 * gap
-        self._last_start = now
+    def _ran_for(self, seconds: float) -> None:
+        known = self.run_seconds
+        self.run_seconds = seconds if known is None else 0.8 * known + 0.2 * seconds
 
     def _done(self) -> None:
         self.slot_freed.set()
