@@ -1,13 +1,12 @@
 """The dispatcher: it builds the run path's stages once, each handed what it uses (the store's
 roles, the run path's lock, the clock, the ledger, the next stage), and ticks. A tick fires the
 armed runs whose time came (run/arm.py), reaps expired leases once a tick interval (maintenance/),
-fetches what there is room for (run/fetch.py), claims it (run/claim.py), arms what is due later and
-records and queues what is due now (run/record.py, run/pool.py, which blocks when full: the
+fetches what there is room for (run/fetch.py), claims it (run/claim.py), arms what is due later,
+records and queues what is due now (run/record.py, run/pool.py: it blocks when full, and the
 dispatcher falls behind the clock instead of piling up work). The workers hand each run on
 (run/execute.py -> run/end.py -> run/write.py); the ledger (run/ledger.py) holds every run from its
 claim until its end is written. A full batch means more is due: the next tick starts at once;
-otherwise the dispatcher sleeps until the next armed run, the tick interval, a freed worker or
-written ends (their jobs can be claimed again).
+otherwise it sleeps until the next armed run, the tick, a freed worker or ends written.
 """
 
 from __future__ import annotations
@@ -77,8 +76,7 @@ class Engine:
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
-        # A run's life becomes metrics and logs here, and whatever else is listening. Its events
-        # are written by the store with each execution (the outbox) and published by the relay.
+        # A run's life becomes metrics and logs; its events go through the outbox and the relay.
         self.observer = Observers([MetricsObserver(self.metrics), LogObserver(), *observers])
         # The runs this instance holds, from their claim until their end is written.
         self.ledger = Ledger()
@@ -124,6 +122,7 @@ class Engine:
             workers=settings.workers,
             queue_size=settings.effective_queue_size,
             metrics=self.metrics,
+            clock=clock,
         )
         self.recorder = Recorder(
             settings=settings,

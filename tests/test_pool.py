@@ -8,6 +8,7 @@ import asyncio
 from tests.conftest import T0, make_job
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.run.execute import Executor
 from tickd.scheduler.run.ledger import Ledger, Task
 from tickd.scheduler.run.pool import WorkerPool
@@ -45,7 +46,12 @@ def task(name: str, *, fired: bool = False) -> Task:
 def pool_of(runner: GatedExecutor, ledger: Ledger, *, workers: int, queue_size: int) -> WorkerPool:
     fake: Executor = runner  # type: ignore[assignment]  # the pool calls only its run()
     pool = WorkerPool(
-        executor=fake, ledger=ledger, workers=workers, queue_size=queue_size, metrics=Metrics()
+        executor=fake,
+        ledger=ledger,
+        workers=workers,
+        queue_size=queue_size,
+        metrics=Metrics(),
+        clock=FakeClock(),
     )
     pool.start()
     return pool
@@ -95,18 +101,15 @@ class Waves:
     """Runs that end together, a wave at a time, on a clock the test moves."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self.clock = FakeClock()
         self._wave = asyncio.Event()
-
-    def monotonic(self) -> float:
-        return self.seconds
 
     async def run(self, task: Task) -> None:
         wave = self._wave  # the wave under way when this run started
         await wave.wait()
 
     def end_wave(self, *, at: float) -> None:
-        self.seconds = at
+        self.clock.advance(at - self.clock.monotonic())
         ending, self._wave = self._wave, asyncio.Event()
         ending.set()
 
@@ -123,7 +126,7 @@ async def test_runs_that_end_together_do_not_make_the_pool_seem_faster_than_it_i
         workers=30,
         queue_size=0,
         metrics=Metrics(),
-        monotonic=waves.monotonic,
+        clock=waves.clock,
     )
     pool.start()
     for i in range(90):

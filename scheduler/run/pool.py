@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
 
 from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.run.execute import Executor
 from tickd.scheduler.run.ledger import Ledger, Task
 
@@ -27,7 +26,7 @@ class WorkerPool:
         workers: int,
         queue_size: int,
         metrics: Metrics,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock,
     ) -> None:
         self._executor = executor
         self._ledger = ledger
@@ -50,7 +49,7 @@ class WorkerPool:
         # however its starts bunch: runs that end together free their workers together, and
         # the gaps between those starts say nothing of the pace.
         self.run_seconds: float | None = None
-        self._monotonic = monotonic
+        self._clock = clock
 
     def start(self) -> None:
         # Read when scraped: setting it as each run starts and ends took a lock twice a run.
@@ -110,7 +109,7 @@ class WorkerPool:
             self._space.set()
             self._ledger.started(task)
             self.busy += 1
-            began = self._monotonic()
+            began = self._clock.monotonic()
             try:
                 await self._executor.run(task)
             except asyncio.CancelledError:
@@ -118,7 +117,7 @@ class WorkerPool:
             except Exception:  # a bug of ours must not take a worker down with it
                 log.exception("worker.task_crashed")
             else:
-                self._ran_for(self._monotonic() - began)
+                self._ran_for(self._clock.monotonic() - began)
             finally:
                 self._ledger.worker_done(task)
                 self.busy -= 1
