@@ -209,6 +209,7 @@ class Engine:
         fetched = await self.fetcher.fetch(now, armed_due=self.arming.armed_due())
         if fetched is None:  # no room
             return Tick(fetched=0, claimed=0, full=True, fired=fired.released)
+        await self.claimer.let_go(fetched.left)
         claimed = await self._dispatch(fetched.runs, now) if fetched.runs else 0
         full = fetched.full or self._handed_to_shards > 0  # their shards are due at once
         # A full fetch of which nothing could be taken (every run held elsewhere, or over its

@@ -5,12 +5,14 @@ Counted with the injected clock and gated handlers, never timed."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests.conftest import EngineFactory, make_job
+from tests.fixtures.due_reads import spy_on_due_reads
 from tests.test_engine import WAIT, _until, executions, noop
 from tickd.scheduler.model import Execution, Job
 from tickd.scheduler.plugin.api import HandlerContext, Result
@@ -64,13 +66,12 @@ async def test_with_more_due_than_room_the_dispatcher_waits_for_room_for_a_worth
         return None
 
     limits: list[int] = []
-    due_jobs = store.due_jobs
 
-    async def recorded(now: datetime, limit: int, **kwargs: Any) -> list[Job]:
+    async def recorded(limit: int, read: Awaitable[list[Job]]) -> list[Job]:
         limits.append(limit)
-        return await due_jobs(now, limit, **kwargs)
+        return await read
 
-    monkeypatch.setattr(store, "due_jobs", recorded)
+    spy_on_due_reads(monkeypatch, store, recorded)
     # Two workers and a queue of two: a batch worth fetching has room for two.
     h = make_engine({"gated": gated}, workers=2, queue_size=2, batch_size=4, tick_seconds=60)
     for i in range(12):

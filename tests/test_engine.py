@@ -8,13 +8,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.conftest import T0, EngineFactory, make_job
+from tests.fixtures.due_reads import spy_on_due_reads
 from tickd.scheduler.lock import lock_key
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import (
@@ -541,14 +542,13 @@ async def test_a_dispatcher_waiting_on_a_slow_store_keeps_beating(
     h = make_engine({"noop": noop}, tick_seconds=0.01)
     await h.add(make_job("due", "noop"))
     stuck, release = asyncio.Event(), asyncio.Event()
-    due_jobs = h.store.due_jobs
 
-    async def slow_due_jobs(*args: Any, **kwargs: Any) -> list[Job]:
+    async def slow_due_jobs(limit: int, read: Awaitable[list[Job]]) -> list[Job]:
         stuck.set()
         await release.wait()
-        return await due_jobs(*args, **kwargs)
+        return await read
 
-    monkeypatch.setattr(h.store, "due_jobs", slow_due_jobs)
+    spy_on_due_reads(monkeypatch, h.store, slow_due_jobs)
     stop = asyncio.Event()
     running = asyncio.create_task(h.engine.run(stop))
     try:

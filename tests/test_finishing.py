@@ -5,13 +5,14 @@ store is behind. The store's batch write is held by the test, never timed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from tests.conftest import T0, EngineFactory, RecordingObserver, make_job
+from tests.fixtures.due_reads import spy_on_due_reads
 from tests.test_engine import WAIT, _until, executions, noop
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.model import CronSchedule, Execution, Job, Misfire, MisfirePolicy, Status
@@ -147,14 +148,13 @@ async def test_a_job_behind_is_taken_again_once_its_end_is_written_not_a_tick_la
         return None
 
     answers: list[int] = []
-    due_jobs = store.due_jobs
 
-    async def counted(*args: Any, **kwargs: Any) -> list[Job]:
-        jobs = await due_jobs(*args, **kwargs)
+    async def counted(limit: int, read: Awaitable[list[Job]]) -> list[Job]:
+        jobs = await read
         answers.append(len(jobs))
         return jobs
 
-    monkeypatch.setattr(store, "due_jobs", counted)
+    spy_on_due_reads(monkeypatch, store, counted)
     # A tick of a minute: only a wake-up runs the occurrences waiting in time.
     h = make_engine({"record": record}, tick_seconds=60)
     behind = make_job(

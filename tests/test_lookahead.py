@@ -6,13 +6,14 @@ watched, never timed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.conftest import T0, EngineFactory, Harness, make_job
+from tests.fixtures.due_reads import spy_on_due_reads
 from tests.test_engine import WAIT, _until, crashed_mid_run, executions, noop
 from tickd.scheduler.model import CronSchedule, Execution, IntervalSchedule, Job, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
@@ -341,13 +342,12 @@ async def test_runs_released_at_their_time_start_before_the_ticks_store_calls(
     for i in range(40):
         await h.add(make_job(f"minutely-{i:02}", next_run_at=DUE))
     await _arm(h)
-    due_jobs = store.due_jobs
 
-    async def due(*args: Any, **kwargs: Any) -> list[Job]:
+    async def due(limit: int, read: Awaitable[list[Job]]) -> list[Job]:
         h.observed.heard.append(("due query", "", ""))
-        return await due_jobs(*args, **kwargs)
+        return await read
 
-    monkeypatch.setattr(store, "due_jobs", due)
+    spy_on_due_reads(monkeypatch, store, due)
     h.clock.set(DUE - timedelta(seconds=RECORDED_AHEAD_SECONDS / 2))
     await h.engine.tick()
     h.observed.heard.clear()

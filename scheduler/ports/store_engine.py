@@ -13,6 +13,7 @@ from tickd.scheduler.ports.store_values import (
     Advance,
     Backlog,
     Claim,
+    LeaseTerms,
     OutboxBacklog,
     OutboxEvent,
     Retention,
@@ -48,6 +49,24 @@ class DispatchStore(Protocol):
         of the jobs named in `first` that are due (the jobs whose runs a crash stranded: they
         have waited longest of all). Each job at most once. A job whose lease is held (live or
         expired) is not due: an expired lease is first reaped by `reap_expired_leases`."""
+
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        horizon: datetime,
+        limit: int,
+        *,
+        lease: LeaseTerms,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
+        first: Sequence[str] = (),
+    ) -> list[Job] | None:
+        """`due_jobs(horizon, ...)` and their claims at once, where the store can read and
+        claim in one step: the jobs as claimed, in due_jobs' order. A job another claimer holds
+        at that moment is passed over and does not count against `limit`, so two instances
+        take two heads of the queue, not one. Offered only where the claim is the lock
+        (`claim_is_the_lock`): no lock is taken between a read and its claim. None where the
+        store does not offer it: it reads with due_jobs, then claims with claim_jobs."""
 
     async def due_run_requests(
         self,

@@ -73,6 +73,15 @@ class Claim:
     until: datetime
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseTerms:
+    """The leases of jobs claimed as they are read: held by `owner` until each job's time (or
+    the claim's, if later), its timeout and `margin_seconds`."""
+
+    owner: str
+    margin_seconds: float
+
+
 # The fields of a job both ops (replace_job) and a run's end (Advance) write.
 SCHEDULE_STATE = ("next_run_at", "enabled", "paused_reason", "consecutive_failures")
 

@@ -62,8 +62,8 @@ class Claimer:
         """A scheduled run claims its job as the due query read it; a requested one claims the
         job whenever it is due, and takes its request off the queue with it."""
         requested = [run for run in runs if run.request is not None]
-        scheduled = [run.job for run in runs if run.request is None]
-        won: list[DueRun] = []
+        scheduled = [run.job for run in runs if run.request is None and not run.claimed]
+        won: list[DueRun] = [run for run in runs if run.claimed]  # as they were read
         if requested:
             requests = [run.request for run in requested if run.request is not None]
             claims = [self._claim_of(run.job, now, None) for run in requested]
@@ -126,6 +126,18 @@ class Claimer:
             owner=self.settings.instance_id,
             until=starts + timedelta(seconds=job.timeout_seconds + margin),
         )
+
+    async def let_go(self, runs: list[DueRun]) -> None:
+        """Runs the store claimed as it read them that the fetch left (over their handler's
+        limit, beyond the pool's room): their leases go back at once, in one statement, so that
+        the next fetch, here or elsewhere, finds them due. They took no lock."""
+        leases = [(run.job.id, run.job.lease.token) for run in runs if run.job.lease]
+        if not leases:
+            return
+        try:
+            await self.store.give_back(leases)
+        except StoreError as exc:
+            log_event(log, "fetch.leases_left_to_expire", level=logging.WARNING, error=str(exc))
 
     async def give_back(self, held: list[tuple[DueRun, str]], why: str) -> None:
         """The leases and locks of runs claimed but never started, each with its lock token."""

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.plugin.registry import HandlerRegistry
+from tickd.scheduler.ports.backends import LeaseTerms
 from tickd.scheduler.ports.store_engine import DispatchStore
 from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
 
@@ -22,6 +23,7 @@ class Fetched:
     read: int  # due jobs and requests read
     runs: list[DueRun]  # of those, the runs to claim: one per job, within their handlers' limits
     full: bool  # the fetch hit its limit: more may be due
+    left: list[DueRun]  # runs claimed as they were read and not taken: their leases go back
 
 
 class Fetcher:
@@ -46,6 +48,10 @@ class Fetcher:
         # Jobs whose runs this instance gave back after a crash (reaped): fetched before anything
         # else due, for they have waited longest.
         self._given_back: set[str] = set()
+        # Where the store claims jobs as it reads them, the leases it gives: as Claimer's.
+        self._lease = LeaseTerms(
+            owner=settings.instance_id, margin_seconds=settings.lease_margin_seconds
+        )
 
     def give_back(self, job_ids: list[str]) -> None:
         self._given_back.update(job_ids)
@@ -65,7 +71,9 @@ class Fetcher:
         runs = self._within_start_room(one_per_job(fetched), now, start_room, full=full)
         runs = self._limits.within(runs, self._ledger.busy())
         self._backlogged = full
-        return Fetched(read=len(fetched), runs=runs, full=full)
+        taken = {id(run) for run in runs}
+        left = [run for run in fetched if run.claimed and id(run) not in taken]
+        return Fetched(read=len(fetched), runs=runs, full=full, left=left)
 
     def _starved_before(self, now: datetime) -> datetime | None:
         """Only under a backlog (the last fetch was full) can a job starve: then the jobs due
@@ -129,18 +137,42 @@ class Fetcher:
             horizon = now + timedelta(seconds=ahead)
             room = limit - len(runs)
             first = sorted(self._given_back)[:room]
-            jobs = await store.due_jobs(
-                horizon,
-                room,
-                exclude_handlers=saturated,
-                starved_before=self._starved_before(now),
-                first=first,
-            )
+            # With requests in hand the jobs are only read: a job claimed here would fail its
+            # request's claim.
+            runs += await self._due_jobs(now, horizon, room, saturated, first, claim=not runs)
             # Those due are fetched (the fetch has room for every one asked); the others are not
             # due any more (run elsewhere, paused, deleted): either way, done with.
             self._given_back.difference_update(first)
-            runs += [DueRun(job) for job in jobs]
         return runs
+
+    async def _due_jobs(
+        self,
+        now: datetime,
+        horizon: datetime,
+        limit: int,
+        saturated: list[str],
+        first: list[str],
+        *,
+        claim: bool,
+    ) -> list[DueRun]:
+        """The jobs due by `horizon`, claimed as they are read where the store can."""
+        store, starved_before = self._store, self._starved_before(now)
+        if claim:
+            claimed = await store.claim_due_jobs(
+                now,
+                horizon,
+                limit,
+                lease=self._lease,
+                exclude_handlers=saturated,
+                starved_before=starved_before,
+                first=first,
+            )
+            if claimed is not None:
+                return [DueRun(job, claimed=True) for job in claimed]
+        jobs = await store.due_jobs(
+            horizon, limit, exclude_handlers=saturated, starved_before=starved_before, first=first
+        )
+        return [DueRun(job) for job in jobs]
 
 
 class HandlerLimits:

@@ -41,6 +41,9 @@ class DueRun:
 
     job: Job
     request: RunRequest | None = None
+    # The store claimed its job as it read it (claim_due_jobs): the claimer has nothing left to
+    # claim, and a run the fetch leaves gives its lease back.
+    claimed: bool = False
 
     def starts_at(self, now: datetime) -> datetime:
         """When it should start: a request at once, a scheduled run at its time."""

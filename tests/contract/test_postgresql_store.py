@@ -26,7 +26,13 @@ from tickd.scheduler.model import (
     new_id,
 )
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import Claim, ExecutionQuery, RunRequest, StoreError
+from tickd.scheduler.ports.backends import (
+    Claim,
+    ExecutionQuery,
+    LeaseTerms,
+    RunRequest,
+    StoreError,
+)
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.postgresql import base as postgresql_base
@@ -110,6 +116,93 @@ async def test_claimers_racing_for_the_same_jobs_never_both_win_one(
             assert {job.id for job in held} == won_a | won_b
             leases = [(job.id, job.lease.token) for job in held if job.lease is not None]
             await stores[0].give_back(leases)
+    finally:
+        for store in stores:
+            await store.close()
+
+
+LEASE = LeaseTerms(owner="a", margin_seconds=30.0)
+
+
+async def test_a_claim_at_the_read_takes_what_the_read_would_in_its_order_leased_in_one_statement(
+    postgresql_store: PostgresStore,
+) -> None:
+    priorities = list(Priority)
+    jobs = [
+        make_job(
+            f"job-{i:03}",
+            next_run_at=T0 - timedelta(seconds=i),
+            priority=priorities[i % len(priorities)],
+            timeout_seconds=10 + i,
+        )
+        for i in range(60)
+    ]
+    ahead = make_job("ahead", next_run_at=T0 + timedelta(seconds=2), timeout_seconds=5)
+    await postgresql_store.insert_missing_jobs([*jobs, ahead])
+    starved, first = T0 - timedelta(seconds=50), [jobs[3].id, jobs[20].id]
+    horizon = T0 + timedelta(seconds=5)
+    read = await postgresql_store.due_jobs(horizon, 40, starved_before=starved, first=first)
+    before = STORE_OPERATIONS.snapshot()
+    claimed = await postgresql_store.claim_due_jobs(
+        T0, horizon, 40, lease=LEASE, starved_before=starved, first=first
+    )
+    spent = Counter(STORE_OPERATIONS.snapshot()) - Counter(before)
+    assert spent == Counter({("postgresql", "statement"): 1}), spent
+    assert claimed is not None
+    assert [job.id for job in claimed] == [job.id for job in read]
+    by_id = {job.id: job for job in [*jobs, ahead]}
+    for job in claimed:
+        assert job.lease is not None and job.lease.owner == "a"
+        starts = max(T0, by_id[job.id].next_run_at or T0)
+        assert job.lease.until == starts + timedelta(seconds=job.timeout_seconds + 30.0)
+    left = {job.id for job in await postgresql_store.due_jobs(horizon, 100)}
+    assert left == {job.id for job in [*jobs, ahead]} - {job.id for job in read}
+
+
+async def test_a_claim_at_the_read_passes_over_jobs_another_claimer_holds_beyond_its_limit(
+    postgresql_store: PostgresStore, postgresql_database: str
+) -> None:
+    """Two instances claiming at once take two heads of the queue: the rows the other holds
+    are passed over and do not count against the limit, so neither comes back empty."""
+    jobs = due_jobs(30)  # the first is due last
+    await postgresql_store.insert_missing_jobs(jobs)
+    other = await asyncpg.connect(postgresql_database)
+    try:
+        holding = other.transaction()
+        await holding.start()
+        held = await other.fetch("SELECT id FROM jobs ORDER BY next_run_at LIMIT 10 FOR UPDATE")
+        async with asyncio.timeout(5):  # a wait would last until the holder commits
+            claimed = await postgresql_store.claim_due_jobs(T0, T0, 10, lease=LEASE)
+        await holding.rollback()
+    finally:
+        await other.close()
+    assert claimed is not None
+    oldest = [job.id for job in reversed(jobs)]
+    assert {row["id"] for row in held} == set(oldest[:10])
+    assert [job.id for job in claimed] == oldest[10:20]
+
+
+async def test_claimers_at_the_read_racing_for_the_same_jobs_take_each_once(
+    postgresql_database: str,
+) -> None:
+    stores = [PostgresStore(postgresql_database) for _ in range(2)]
+    for store in stores:
+        await store.open()
+    try:
+        await stores[0].insert_missing_jobs(due_jobs(200))
+        won: list[Job] = []
+        for _ in range(5):
+            a, b = await asyncio.gather(
+                stores[0].claim_due_jobs(T0, T0, 20, lease=LEASE),
+                stores[1].claim_due_jobs(T0, T0, 20, lease=LeaseTerms(owner="b", margin_seconds=1)),
+            )
+            assert a is not None and b is not None
+            assert all(job.lease is not None and job.lease.owner == "a" for job in a)
+            assert all(job.lease is not None and job.lease.owner == "b" for job in b)
+            won += a + b
+        ids = [job.id for job in won]
+        assert len(ids) == len(set(ids)) == 200
+        assert await stores[0].due_jobs(T0, 10) == []
     finally:
         for store in stores:
             await store.close()

@@ -20,6 +20,7 @@ from tickd.scheduler.model import Execution, Job, Status, new_id
 from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Claim,
+    LeaseTerms,
 )
 from tickd.scheduler.ports.store_engine import CompletionStore
 from tickd.scheduler.store.kit.mongodb import (
@@ -51,6 +52,19 @@ class MongoDispatch(MongoRequests):
     # FerretDB reads a document and writes it in two steps, so two claims can interleave: the
     # lock service keeps a run to one instance.
     claim_is_the_lock = False
+
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        horizon: datetime,
+        limit: int,
+        *,
+        lease: LeaseTerms,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
+        first: Sequence[str] = (),
+    ) -> list[Job] | None:
+        return None  # read with due_jobs, then claimed with claim_jobs
 
     @translating_errors
     async def due_jobs(

@@ -11,7 +11,7 @@ from typing import Any
 
 from tickd.scheduler.codec import exact_micros, micros, to_json_ready
 from tickd.scheduler.model import Execution, Job, Priority, Status
-from tickd.scheduler.ports.backends import Claim, RunEnd
+from tickd.scheduler.ports.backends import Claim, LeaseTerms, RunEnd
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.completion import write_ends_in
 from tickd.scheduler.store.postgresql.statements import (
@@ -91,17 +91,61 @@ def _due(
     return due
 
 
-def _oldest_first(due: str) -> str:
-    return f"SELECT * FROM jobs WHERE {due} ORDER BY next_run_at LIMIT $1"
+def _oldest_first(due: str, lock: str) -> str:
+    return f"SELECT * FROM jobs WHERE {due} ORDER BY next_run_at LIMIT $1{lock}"
 
 
-def _by_urgency(args: Args, due: str) -> str:
+def _by_urgency(args: Args, due: str, lock: str) -> str:
     """One seek per priority into jobs_due, in its order, each stopping at the limit: jobs not
     due yet are never read, and no due job is sorted but those the seeks return."""
     return (
         f"SELECT j.* FROM unnest({args(PRIORITIES, 'int4[]')}) AS p(priority) CROSS JOIN LATERAL "
-        f"(SELECT * FROM jobs WHERE priority = p.priority AND {due} ORDER BY next_run_at LIMIT $1) "
-        "AS j ORDER BY j.priority, j.next_run_at LIMIT $1"
+        f"(SELECT * FROM jobs WHERE priority = p.priority AND {due} ORDER BY next_run_at LIMIT $1"
+        f"{lock}) AS j ORDER BY j.priority, j.next_run_at LIMIT $1"
+    )
+
+
+def _reads(
+    args: Args,
+    now: datetime,
+    excluded: Sequence[str],
+    starved_before: datetime | None,
+    first: Sequence[str],
+    lock: str,
+) -> list[str]:
+    """The due reads in turn (the jobs named `first`; the starved, oldest first; the others by
+    urgency), each walking an index and stopping at the limit, no job in two of them. The last
+    is by urgency."""
+    at = exact_micros(now)
+    reads = []
+    if first:
+        reads.append(_oldest_first(_due(args, at, excluded, first, among_first=True), lock))
+    if starved_before is None:
+        reads.append(_by_urgency(args, _due(args, at, excluded, first), lock))
+    else:
+        # The starved first, as if more urgent than critical, oldest first; then the others by
+        # urgency.
+        bound = exact_micros(starved_before)
+        reads.append(_oldest_first(_due(args, bound, excluded, first), lock))
+        newer = f"{_due(args, at, excluded, first)} AND next_run_at > {args(bound, 'int8')}"
+        reads.append(_by_urgency(args, newer, lock))
+    return reads
+
+
+def _in_turn(reads: list[str]) -> str:
+    """The reads as one, each row with its read's number (`read`), in their order, cut at the
+    limit; ORDER_IN_TURN orders a table holding those rows the same way."""
+    union = " UNION ALL ".join(
+        f"(SELECT {n} AS read, d.* FROM ({read}) AS d)" for n, read in enumerate(reads)
+    )
+    return f"SELECT * FROM ({union}) AS u ORDER BY {_order_in_turn('u', len(reads))} LIMIT $1"
+
+
+def _order_in_turn(table: str, reads: int) -> str:
+    by_urgency = reads - 1  # the last read
+    return (
+        f"{table}.read, CASE WHEN {table}.read = {by_urgency} THEN {table}.priority END, "
+        f"{table}.next_run_at"
     )
 
 
@@ -112,33 +156,44 @@ def due_sql(
     starved_before: datetime | None,
     first: Sequence[str],
 ) -> tuple[str, list[Any]]:
-    """DispatchStore.due_jobs in one statement, and its arguments: its reads (the jobs named
-    `first`; the starved, oldest first; the others by urgency), each walking an index and
-    stopping at the limit, in turn, no job in two of them."""
-    args, at = Args(limit), exact_micros(now)
-    reads = []
-    if first:
-        reads.append(_oldest_first(_due(args, at, excluded, first, among_first=True)))
-    if starved_before is None:
-        reads.append(_by_urgency(args, _due(args, at, excluded, first)))
-    else:
-        # The starved first, as if more urgent than critical, oldest first; then the others by
-        # urgency.
-        bound = exact_micros(starved_before)
-        reads.append(_oldest_first(_due(args, bound, excluded, first)))
-        newer = f"{_due(args, at, excluded, first)} AND next_run_at > {args(bound, 'int8')}"
-        reads.append(_by_urgency(args, newer))
-    if len(reads) == 1:
-        return reads[0], args.values
-    by_urgency = len(reads) - 1  # the last read
-    union = " UNION ALL ".join(
-        f"(SELECT {n} AS read, d.* FROM ({read}) AS d)" for n, read in enumerate(reads)
+    """DispatchStore.due_jobs in one statement, and its arguments."""
+    args = Args(limit)
+    reads = _reads(args, now, excluded, starved_before, first, lock="")
+    return (reads[0] if len(reads) == 1 else _in_turn(reads)), args.values
+
+
+def claim_due_sql(
+    now: datetime,
+    horizon: datetime,
+    limit: int,
+    lease: LeaseTerms,
+    excluded: Sequence[str],
+    starved_before: datetime | None,
+    first: Sequence[str],
+) -> tuple[str, list[Any]]:
+    """DispatchStore.claim_due_jobs in one statement, and its arguments: the due reads, each
+    locking the rows it takes and passing over those another claimer holds, so that two
+    instances take two different heads of the queue; then the claim of what they read, and
+    the jobs as claimed, in the reads' order. Each lease lasts until the job's time (or now),
+    its timeout and the margin, as Claimer's do."""
+    args = Args(limit)
+    reads = _reads(args, horizon, excluded, starved_before, first, lock=" FOR UPDATE SKIP LOCKED")
+    start = args(exact_micros(now), "int8")
+    until = (
+        f"GREATEST({start}, jobs.next_run_at) + "
+        f"((jobs.timeout_seconds + {args(lease.margin_seconds, 'float8')}) * 1000000)::int8"
     )
-    return (
-        f"SELECT * FROM ({union}) AS u ORDER BY read, "
-        f"CASE WHEN read = {by_urgency} THEN priority END, next_run_at LIMIT $1",
-        args.values,
-    )
+    sql = f"""
+WITH due AS ({_in_turn(reads)}), claimed AS (
+    UPDATE jobs SET lease_owner = {args(lease.owner, "text")}, lease_until = {until},
+        fence = jobs.fence + 1, lease_token = jobs.fence + 1
+    FROM due WHERE jobs.id = due.id
+    RETURNING jobs.*
+)
+SELECT claimed.* FROM claimed JOIN due ON claimed.id = due.id
+ORDER BY {_order_in_turn("due", len(reads))}
+"""
+    return sql, args.values
 
 
 class PostgresDispatch(PostgresTables):
@@ -158,6 +213,22 @@ class PostgresDispatch(PostgresTables):
         first: Sequence[str] = (),
     ) -> list[Job]:
         sql, args = due_sql(now, limit, exclude_handlers, starved_before, first)
+        return [job_from_row(row) for row in await self._fetch(sql, *args)]
+
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        horizon: datetime,
+        limit: int,
+        *,
+        lease: LeaseTerms,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
+        first: Sequence[str] = (),
+    ) -> list[Job] | None:
+        sql, args = claim_due_sql(
+            now, horizon, limit, lease, exclude_handlers, starved_before, first
+        )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:

@@ -17,6 +17,7 @@ from tickd.scheduler.codec import (
 from tickd.scheduler.model import Execution, ExecutionError, Job, Priority, Status
 from tickd.scheduler.ports.backends import (
     Claim,
+    LeaseTerms,
     RunEnd,
 )
 from tickd.scheduler.ports.store_engine import CompletionStore
@@ -56,6 +57,19 @@ class SQLiteDispatch(SQLiteTables):
         # The last due query's jobs by id, with their rows: the claim that follows it reads the
         # winners back and decodes only those whose row changed beyond the claim's own columns.
         self._due_read: dict[str, tuple[tuple[Any, ...], Job]] = {}
+
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        horizon: datetime,
+        limit: int,
+        *,
+        lease: LeaseTerms,
+        exclude_handlers: Sequence[str] = (),
+        starved_before: datetime | None = None,
+        first: Sequence[str] = (),
+    ) -> list[Job] | None:
+        return None  # read with due_jobs, then claimed with claim_jobs
 
     async def due_jobs(
         self,
