@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+import pytest
 
 from tests.conftest import T0, make_job
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.maintenance.relay import (
     COUNT_UNSENT_EVERY,
     KEEP_SENT_SECONDS,
+    PRUNE_BATCH,
+    PRUNE_EVERY,
     RELAY_TURN_SECONDS,
     Relay,
 )
@@ -227,6 +231,30 @@ async def test_sent_events_are_pruned_after_a_few_minutes(store: Store) -> None:
     clock.advance(KEEP_SENT_SECONDS + 61)  # a store may keep them to the end of their minute
     await relay.flush_once()
     assert await store.prune_sent_events(clock.now(), limit=100) == 0, "pruned by the relay"
+
+
+async def test_a_busy_relay_prunes_once_in_a_while_and_a_backlog_of_sent_events_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(T0)
+    relay = Relay(store, FlakyPublisher(), clock=clock, metrics=Metrics())
+    answers = iter([PRUNE_BATCH, 3, 0, 0])  # a whole batch of old ones, then the rest
+    asked: list[datetime] = []
+
+    async def prune(before: datetime, *, limit: int) -> int:
+        asked.append(clock.now())
+        return next(answers)
+
+    monkeypatch.setattr(store, "prune_sent_events", prune)
+    for _ in range(5):  # passes in the same instant: a full prune goes on at once, then waits
+        await relay.flush_once()
+    assert asked == [T0, T0]
+    clock.advance(PRUNE_EVERY.total_seconds() - 1)
+    await relay.flush_once()
+    assert len(asked) == 2
+    clock.advance(1)
+    await relay.flush_once()
+    assert asked[2:] == [clock.now()]
 
 
 async def test_one_relay_at_a_time_and_another_takes_over_when_it_stops(store: Store) -> None:

@@ -51,6 +51,9 @@ COUNT_UNSENT_EVERY = timedelta(seconds=5)
 # Sent events are kept this long (a look back for operators), then pruned in batches.
 KEEP_SENT_SECONDS = 300.0
 PRUNE_BATCH = 1000
+# How often the relay prunes while a prune leaves nothing over: each is a store round trip, and
+# under load the relay passes dozens of times a second.
+PRUNE_EVERY = timedelta(seconds=10)
 RELAY_KEY = "relay"
 # The relay's turn lasts this long unless renewed (each pass renews it).
 RELAY_TURN_SECONDS = 15.0
@@ -114,6 +117,7 @@ class Relay:
         self._backlog = 0
         self._oldest_age: float | None = None
         self._counted_at: datetime | None = None
+        self._prune_at: datetime | None = None  # None: at the next pass
 
     def state(self) -> RelayState:
         return RelayState(
@@ -175,8 +179,13 @@ class Relay:
         self._metrics.outbox_oldest_unsent_age.set(oldest_age or 0.0)
 
     async def _prune(self) -> None:
-        before = self._clock.now() - timedelta(seconds=KEEP_SENT_SECONDS)
-        await self._store.prune_sent_events(before, limit=PRUNE_BATCH)
+        """At most every PRUNE_EVERY, and at once again after a prune of a whole batch."""
+        now = self._clock.now()
+        if self._prune_at is not None and now < self._prune_at:
+            return
+        before = now - timedelta(seconds=KEEP_SENT_SECONDS)
+        pruned = await self._store.prune_sent_events(before, limit=PRUNE_BATCH)
+        self._prune_at = None if pruned >= PRUNE_BATCH else now + PRUNE_EVERY
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until `stop` is set: at once again after a full batch, after a short pause when
