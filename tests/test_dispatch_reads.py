@@ -1,22 +1,24 @@
 """What a busy dispatcher asks the store: a burst's batches are as large as the pool has room
-for, and the rare work (expired leases) is looked for once a tick interval, not per batch.
+for, and the rare work (expired leases, run requests) is looked for once in a while, not per
+batch.
 Counted with the injected clock and gated handlers, never timed."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from tests.conftest import EngineFactory, make_job
+from tests.conftest import T0, EngineFactory, make_job
 from tests.fixtures.due_reads import spy_on_due_reads
-from tests.test_engine import WAIT, _until, executions, noop
-from tickd.scheduler.model import Execution, Job
+from tests.test_engine import WAIT, _until, executions, noop, trigger
+from tickd.scheduler.model import Execution, Job, Status
 from tickd.scheduler.plugin.api import HandlerContext, Result
-from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.ports.backends import RunRequest, Store
+from tickd.scheduler.run.fetch import REQUESTS_EVERY
 
 
 def count_reaps(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[datetime]:
@@ -50,6 +52,34 @@ async def test_a_busy_dispatcher_looks_for_expired_leases_once_a_tick_interval(
     h.clock.advance(0.5)
     await h.engine.tick()
     assert asked[1:] == [h.clock.now()]
+
+
+async def test_a_busy_dispatcher_reads_the_run_requests_every_quarter_second_not_each_batch(
+    make_engine: EngineFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = make_engine({"noop": noop}, batch_size=2, tick_seconds=1)
+    for i in range(10):
+        await h.add(make_job(f"job-{i}"))
+    triggered = await h.add(make_job("triggered", next_run_at=T0 + timedelta(days=1)))
+    asked: list[datetime] = []
+    due_run_requests = store.due_run_requests
+
+    async def counted(now: datetime, limit: int, **kwargs: Any) -> list[tuple[RunRequest, Job]]:
+        asked.append(now)
+        return await due_run_requests(now, limit, **kwargs)
+
+    monkeypatch.setattr(store, "due_run_requests", counted)
+    h.engine.start()
+    for _ in range(3):  # full batches, back to back, in the same instant
+        assert (await h.engine.tick()).full
+    assert asked == [T0]
+    await store.insert_run_requests([trigger(triggered.id)])
+    h.clock.advance(REQUESTS_EVERY.total_seconds())
+    assert (await h.engine.tick()).claimed == 2  # the trigger, before the next due job
+    assert asked[1:] == [h.clock.now()]
+    await h.engine.drain()
+    assert [e.status for e in await executions(store, triggered.id)] == [Status.SUCCESS]
+    assert len(await executions(store)) == 11
 
 
 async def test_with_more_due_than_room_the_dispatcher_waits_for_room_for_a_worthwhile_batch(

@@ -2,7 +2,8 @@
 jobs falling due before the lookahead horizon, most urgent first, as many as the workers and
 the timers have room for (counted in the ledger), each handler within its concurrency limit.
 Behind the clock (more due now than the workers could take), it fetches only what is due until
-it has caught up; under a backlog, the jobs waiting longest go first."""
+it has caught up; under a backlog, the jobs waiting longest go first, and the run requests are
+read every REQUESTS_EVERY, not at each fetch."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LeaseTerms
 from tickd.scheduler.ports.store_engine import DispatchStore
 from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
+
+# Under a backlog (full fetches back to back, dozens a second) the run requests are read this
+# often, not at each fetch: each read is a round trip that almost always finds none. A request
+# waits this much longer at most behind a burst; otherwise every fetch reads them.
+REQUESTS_EVERY = timedelta(seconds=0.25)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,7 @@ class Fetcher:
         # Jobs whose runs this instance gave back after a crash (reaped): fetched before anything
         # else due, for they have waited longest.
         self._given_back: set[str] = set()
+        self._requests_read_at: datetime | None = None  # when a read last found none
         # Where the store claims jobs as it reads them, the leases it gives: as Claimer's.
         self._lease = LeaseTerms(
             owner=settings.instance_id, margin_seconds=settings.lease_margin_seconds
@@ -126,12 +133,8 @@ class Fetcher:
         """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
         Then the jobs falling due before the lookahead horizon (or due now, when behind), most
         urgent first."""
-        store = self._store
         saturated = self._limits.saturated(self._ledger.busy())
-        requested = await store.due_run_requests(
-            now, limit, exclude_handlers=saturated, instance=self._settings.instance_id
-        )
-        runs = [DueRun(job, request) for request, job in requested]
+        runs = await self._requested(now, limit, saturated)
         if len(runs) < limit:
             ahead = self._settings.lookahead_seconds if looking_ahead else 0.0
             horizon = now + timedelta(seconds=ahead)
@@ -144,6 +147,18 @@ class Fetcher:
             # due any more (run elsewhere, paused, deleted): either way, done with.
             self._given_back.difference_update(first)
         return runs
+
+    async def _requested(self, now: datetime, limit: int, saturated: list[str]) -> list[DueRun]:
+        """The run requests due, read at each fetch but under a backlog: then every
+        REQUESTS_EVERY, or at once while the last read found some."""
+        last = self._requests_read_at
+        if self._backlogged and last is not None and last <= now < last + REQUESTS_EVERY:
+            return []
+        requested = await self._store.due_run_requests(
+            now, limit, exclude_handlers=saturated, instance=self._settings.instance_id
+        )
+        self._requests_read_at = None if requested else now
+        return [DueRun(job, request) for request, job in requested]
 
     async def _due_jobs(
         self,
