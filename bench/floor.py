@@ -1,7 +1,8 @@
 """The bare floor of a store: the batched store calls of N runs, no engine around them.
 
-Per batch (100 on SQLite, 40 on FerretDB, its safe bulk size): the due query, the claim, the
-executions recorded as running, and their ends (write_ends: executions final, jobs
+Per batch (100 on SQLite, 40 on FerretDB, its safe bulk size): the due query and the claim (one
+statement on PostgreSQL, which claims as it reads, as the engine does), the executions recorded
+as running, and their ends (write_ends: executions final, jobs
 advanced, leases cleared). What the engine does beyond this (lock, planning, workers, metrics,
 events, logs, and the ticks' other queries) is the engine's cost; this is the ceiling.
 
@@ -30,7 +31,7 @@ from pymongo import monitoring
 from bench.stack import STACKS, Stack, embedded_stack, postgresql_transactions
 from bench.trial import insert_jobs
 from tickd.scheduler.model import Execution, ExecutionSummary, IntervalSchedule, Job, Status
-from tickd.scheduler.ports.backends import Advance, Claim, RunEnd, Store
+from tickd.scheduler.ports.backends import Advance, Claim, LeaseTerms, RunEnd, Store
 from tickd.scheduler.store import open_store
 from tickd.scheduler.store.sqlite import SQLiteStore
 
@@ -94,22 +95,10 @@ async def floor_calls(
     runs = 0
     while time.perf_counter() < deadline:
         clock = time.perf_counter()
-        jobs = await store.due_jobs(now, batch)
-        clock = _lap(spent, "due", clock)
-        if not jobs:
+        claimed = await _due_and_claimed(store, now, batch, spent, clock)
+        clock = time.perf_counter()
+        if not claimed:
             return runs
-        claims = [
-            Claim(
-                job_id=j.id,
-                revision=j.revision,
-                next_run_at=j.next_run_at or now,
-                owner="floor",
-                until=now + timedelta(minutes=1),
-            )
-            for j in jobs
-        ]
-        claimed = await store.claim_jobs(claims, now)
-        clock = _lap(spent, "claim", clock)
         running = [_running(j, now) for j in claimed]
         await store.insert_executions(running)
         clock = _lap(spent, "record", clock)
@@ -120,6 +109,35 @@ async def floor_calls(
         _lap(spent, "finish", clock)
         runs += len(done)
     return runs
+
+
+async def _due_and_claimed(
+    store: Store, now: datetime, batch: int, spent: dict[str, float], clock: float
+) -> list[Job]:
+    """The due jobs claimed: in one call where the store claims as it reads (as the engine
+    does), else read, then claimed."""
+    lease = LeaseTerms(owner="floor", margin_seconds=60.0)
+    claimed = await store.claim_due_jobs(now, now, batch, lease=lease)
+    if claimed is not None:
+        _lap(spent, "due_and_claim", clock)
+        return claimed
+    jobs = await store.due_jobs(now, batch)
+    clock = _lap(spent, "due", clock)
+    if not jobs:
+        return []
+    claims = [
+        Claim(
+            job_id=j.id,
+            revision=j.revision,
+            next_run_at=j.next_run_at or now,
+            owner="floor",
+            until=now + timedelta(minutes=1),
+        )
+        for j in jobs
+    ]
+    claimed = await store.claim_jobs(claims, now)
+    _lap(spent, "claim", clock)
+    return claimed
 
 
 def _lap(spent: dict[str, float], step: str, since: float) -> float:

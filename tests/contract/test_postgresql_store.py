@@ -36,7 +36,7 @@ from tickd.scheduler.ports.backends import (
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.postgresql import base as postgresql_base
-from tickd.scheduler.store.postgresql.dispatch import due_sql
+from tickd.scheduler.store.postgresql.dispatch import claim_due_sql, due_sql
 from tickd.scheduler.store.postgresql.schema import VERSION
 
 
@@ -307,7 +307,7 @@ async def test_two_reapers_judge_a_run_abandoned_past_its_retries_once(
             await store.close()
 
 
-async def test_the_due_read_seeks_the_due_index(
+async def test_the_due_read_and_the_claim_at_the_read_seek_the_due_index(
     postgresql_store: PostgresStore, postgresql_database: str
 ) -> None:
     priorities = list(Priority)
@@ -321,17 +321,22 @@ async def test_the_due_read_seeks_the_due_index(
     ]
     await postgresql_store.insert_missing_jobs(later)
     await postgresql_store.insert_missing_jobs(due_jobs(50))
-    sql, args = due_sql(T0, 100, (), None, ())
+    reads = [due_sql(T0, 100, (), None, ()), claim_due_sql(T0, T0, 100, LEASE, (), None, ())]
     db = await asyncpg.connect(postgresql_database)
     try:
         await db.execute("ANALYZE jobs")
-        plan = "\n".join(row[0] for row in await db.fetch(f"EXPLAIN {sql}", *args))
+        plans = [
+            "\n".join(row[0] for row in await db.fetch(f"EXPLAIN {sql}", *args))
+            for sql, args in reads
+        ]
     finally:
         await db.close()
-    assert any(
-        f"{scan} on jobs_due" in plan or f"{scan} using jobs_due" in plan
-        for scan in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")
-    ), plan
+    for plan in plans:  # the read, and the claim at the read
+        assert "Seq Scan" not in plan, plan
+        assert any(
+            f"{scan} on jobs_due" in plan or f"{scan} using jobs_due" in plan
+            for scan in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")
+        ), plan
 
 
 async def test_a_server_that_does_not_answer_is_a_transient_store_error() -> None:
