@@ -139,7 +139,9 @@ async def test_runs_that_end_together_do_not_make_the_pool_seem_faster_than_it_i
     assert (pool.starts_within(0.1), pool.starts_within(1.0)) == (3, 30)
     waves.end_wave(at=3.0)  # thirty slower runs, two seconds each: the pace follows them
     await _turns()
+    assert pool.starts_within(1.0) == 20  # the median of thirty at 1 s and thirty at 2 s
+    waves.end_wave(at=5.0)
+    await _turns()
     assert pool.starts_within(1.0) == 15
-    waves.end_wave(at=4.0)
     await asyncio.wait_for(pool.join(), WAIT)
     await pool.stop(0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import statistics
+from collections import deque
 
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.ports.clock import Clock
@@ -13,6 +15,9 @@ from tickd.scheduler.run.execute import Executor
 from tickd.scheduler.run.ledger import Ledger, Task
 
 log = logging.getLogger("tickd.engine")
+
+# The pool's pace is worked out from the times of its last runs, this many a worker.
+RUNS_TIMED = 4
 
 
 class WorkerPool:
@@ -44,11 +49,12 @@ class WorkerPool:
         # Room for a batch worth its round trips: half of what the pool holds.
         self.worthwhile_batch = max(1, (workers + queue_size) // 2)
         self.room_freed = asyncio.Event()  # there is room for such a batch
-        # How long a run keeps its worker, smoothed over the runs that ended; None until one
-        # has. A pool kept busy starts workers / run_seconds runs a second (Little's law),
-        # however its starts bunch: runs that end together free their workers together, and
-        # the gaps between those starts say nothing of the pace.
-        self.run_seconds: float | None = None
+        # How long the last runs kept their workers. A pool kept busy starts about
+        # workers / run time runs a second (Little's law), however its starts bunch: runs that
+        # end together free their workers together, and the gaps between the starts that follow
+        # say nothing of the pace. The median, not the mean: the last runs of a wave wait for
+        # their ends to be written, and that wait ends with the write.
+        self._run_seconds: deque[float] = deque(maxlen=RUNS_TIMED * workers)
         self._clock = clock
 
     def start(self) -> None:
@@ -117,7 +123,7 @@ class WorkerPool:
             except Exception:  # a bug of ours must not take a worker down with it
                 log.exception("worker.task_crashed")
             else:
-                self._ran_for(self._clock.monotonic() - began)
+                self._run_seconds.append(self._clock.monotonic() - began)
             finally:
                 self._ledger.worker_done(task)
                 self.busy -= 1
@@ -126,14 +132,10 @@ class WorkerPool:
 
     def starts_within(self, seconds: float) -> int:
         """About how many waiting runs the workers will have started `seconds` from now, at
-        the pace they keep while busy."""
-        if self.run_seconds is None:
+        the pace they keep while busy; none until a run has ended."""
+        if not self._run_seconds:
             return 0
-        return int(seconds * self._size / max(self.run_seconds, 1e-6))
-
-    def _ran_for(self, seconds: float) -> None:
-        known = self.run_seconds
-        self.run_seconds = seconds if known is None else 0.8 * known + 0.2 * seconds
+        return int(seconds * self._size / max(statistics.median(self._run_seconds), 1e-6))
 
     def _done(self) -> None:
         self.slot_freed.set()
