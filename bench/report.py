@@ -77,10 +77,15 @@ def _labelled(rows: Sequence[Row], label: Callable[[Row], str]) -> list[Row]:
     return [{**row, "label": label(row)} for row in rows]
 
 
+STEPS = ("due", "claim", "record", "finish")
+
+
 def _split(row: Row) -> Row:
     spent = row.get("seconds_by_call") or {}
-    parts = [spent.get(step) for step in ("due", "claim", "record", "finish")]
-    return {**row, "split": " / ".join(_cell(p) for p in parts)}
+    if "due_and_claim" in spent:  # one statement reads and claims (PostgreSQL)
+        read = f"{_cell(spent['due_and_claim'])} (both)"
+        return {**row, "split": " / ".join([read, *(_cell(spent.get(s)) for s in STEPS[2:])])}
+    return {**row, "split": " / ".join(_cell(spent.get(step)) for step in STEPS)}
 
 
 def render(results: Row) -> str:
