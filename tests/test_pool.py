@@ -145,3 +145,24 @@ async def test_runs_that_end_together_do_not_make_the_pool_seem_faster_than_it_i
     assert pool.starts_within(1.0) == 15
     await asyncio.wait_for(pool.join(), WAIT)
     await pool.stop(0)
+
+
+async def test_the_slow_last_runs_of_a_wave_do_not_hold_back_the_next_one() -> None:
+    # At 1,000 runs a second, most runs keep a worker a millisecond; the last few of each
+    # second's wave wait tens of milliseconds for their ends to be written. The next wave is
+    # started at the pace of the many, or the arming stage fires too few of it on time.
+    waves, ledger = Waves(), Ledger()
+    fake: Executor = waves  # type: ignore[assignment]  # the pool calls only its run()
+    pool = WorkerPool(
+        executor=fake, ledger=ledger, workers=30, queue_size=0, metrics=Metrics(), clock=waves.clock
+    )
+    pool.start()
+    for i in range(90):
+        pool.submit_fired(task(f"run-{i}", fired=True))
+    await _turns()
+    for ends_at in (0.001, 0.002, 0.044):  # two waves of 1 ms, then one of 42 ms
+        waves.end_wave(at=ends_at)
+        await _turns()
+    assert pool.starts_within(0.1) == 3000
+    await asyncio.wait_for(pool.join(), WAIT)
+    await pool.stop(0)
