@@ -168,6 +168,7 @@ EVERY_FIVE = "*/5 * * * * *"
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("store", STORES)
 async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbeat_lapses(
     sandbox: Sandbox, tmp_path: Path, report: Report
 ) -> None:
