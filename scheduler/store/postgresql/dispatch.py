@@ -134,7 +134,7 @@ def _reads(
 
 def _in_turn(reads: list[str]) -> str:
     """The reads as one, each row with its read's number (`read`), in their order, cut at the
-    limit; ORDER_IN_TURN orders a table holding those rows the same way."""
+    limit."""
     union = " UNION ALL ".join(
         f"(SELECT {n} AS read, d.* FROM ({read}) AS d)" for n, read in enumerate(reads)
     )
@@ -142,6 +142,7 @@ def _in_turn(reads: list[str]) -> str:
 
 
 def _order_in_turn(table: str, reads: int) -> str:
+    """The order of _in_turn's rows, for any table holding them."""
     by_urgency = reads - 1  # the last read
     return (
         f"{table}.read, CASE WHEN {table}.read = {by_urgency} THEN {table}.priority END, "
@@ -175,7 +176,8 @@ def claim_due_sql(
     locking the rows it takes and passing over those another claimer holds, so that two
     instances take two different heads of the queue; then the claim of what they read, and
     the jobs as claimed, in the reads' order. Each lease lasts until the job's time (or now),
-    its timeout and the margin, as Claimer's do."""
+    its timeout and the margin, as Claimer's do. A seek locks up to the limit of its own (one
+    per priority); the rows the union's limit then leaves are unlocked as the statement ends."""
     args = Args(limit)
     reads = _reads(args, horizon, excluded, starved_before, first, lock=" FOR UPDATE SKIP LOCKED")
     start = args(exact_micros(now), "int8")
