@@ -141,14 +141,16 @@ def test_a_long_secret_is_found_in_linear_time() -> None:
     assert_linear(lambda text: scrub_values({"body": text}, [secret]), lambda n: "a" * n)
 
 
-def test_a_hostile_document_of_a_mebibyte_is_masked_in_well_under_a_second() -> None:
+def test_a_hostile_document_of_a_mebibyte_is_masked_in_seconds_not_minutes() -> None:
+    # Its CPU time is under a second on an idle machine and near two under a loaded suite; a
+    # pattern tried at each position would take minutes. The bound tells the two apart.
     share = MIB // len(HOSTILE)
     body = "".join(make(share) for make in HOSTILE.values())
     params = {"url": "https://u:p@h/x", "body": body, body[:share]: body[share : 2 * share]}
     started = time.thread_time()
     mask(params)
     secret_values(params)
-    assert time.thread_time() - started < 1.0
+    assert time.thread_time() - started < 5.0
 
 
 def test_an_email_address_is_checked_in_linear_time() -> None:
