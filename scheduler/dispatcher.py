@@ -6,8 +6,7 @@ records and queues what is due now (run/record.py, run/pool.py: it blocks when f
 dispatcher falls behind the clock instead of piling up work). The workers hand each run on
 (run/execute.py -> run/end.py -> run/write.py); the ledger (run/ledger.py) holds every run from its
 claim until its end is written. A full batch means more is due: the next tick starts at once;
-otherwise it sleeps until the next armed run, the tick, a freed worker or ends written.
-"""
+otherwise it sleeps until the next armed run, the tick, a freed worker or ends written."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from tickd.scheduler.lock.lease import run_path_lock
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.maintenance.backlog import BacklogGauges
 from tickd.scheduler.maintenance.clock_steps import ClockSteps
-from tickd.scheduler.maintenance.heartbeat import Heartbeat
+from tickd.scheduler.maintenance.heartbeat import instance_heartbeat
 from tickd.scheduler.maintenance.reaper import Leases
 from tickd.scheduler.maintenance.relay import Relay
 from tickd.scheduler.maintenance.watchdog import LoopWatchdog
@@ -152,8 +151,13 @@ class Engine:
             metrics=self.metrics,
             event_source=source,
         )
+        self.heartbeat = instance_heartbeat(settings, store, clock, lock=lock, metrics=self.metrics)
         self.fetcher = Fetcher(
-            settings=settings, store=store, ledger=self.ledger, registry=registry
+            settings=settings,
+            store=store,
+            ledger=self.ledger,
+            registry=registry,
+            partitions=self.heartbeat.partitions,
         )
         self.relay = Relay(store, ports.events, clock=clock, metrics=self.metrics, lock=ports.lock)
         # Started beside the dispatcher by the daemon (tickd/app.py).
@@ -171,10 +175,6 @@ class Engine:
             event_source=source,
         )
         self.clock_steps = ClockSteps(store=store, claimer=self.claimer, metrics=self.metrics)
-        beats, lapse = settings.heartbeat_seconds, settings.heartbeat_timeout_seconds
-        self.heartbeat = Heartbeat(
-            store, clock, settings.instance_id, lock=lock, every_seconds=beats, lapse_seconds=lapse
-        )
         self.wake = asyncio.Event()  # set to make the dispatcher look again at once
         self.healthy = True
         self.last_error: str | None = None

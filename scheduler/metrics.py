@@ -187,6 +187,22 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.partitions_owned = Gauge(
+            "tickd_partitions_owned",
+            "Partitions of the due queue this instance holds (it reads due jobs only in those)",
+            registry=r,
+        )
+        self.partition_epoch = Gauge(
+            "tickd_partition_epoch",
+            "Highest epoch of the partitions held (each change of a partition's owner raises it)",
+            registry=r,
+        )
+        self.partition_moves = Counter(
+            "tickd_partition_moves",
+            "Partitions this instance took or freed (or lost) as instances came and went",
+            ["direction"],
+            registry=r,
+        )
         self.dead_letters = Gauge(
             "tickd_dead_letters",
             "Open dead letters (runs that failed for good, not yet re-driven or discarded)",

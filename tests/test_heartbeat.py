@@ -14,6 +14,7 @@ from tests.conftest import T0, make_job
 from tests.contract.test_store import claim_of
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.maintenance.heartbeat import Heartbeat
+from tickd.scheduler.maintenance.partitions import PartitionKeeper
 from tickd.scheduler.ports.backends import Store
 from tickd.scheduler.ports.clock import FakeClock
 
@@ -23,8 +24,15 @@ EVERY, LAPSE = 3.0, 10.0
 
 
 def observer(store: Store, clock: FakeClock) -> Heartbeat:
+    partitions = PartitionKeeper(store, clock, "me", hold_seconds=LAPSE / 2)
     return Heartbeat(
-        store, clock, "me", lock=MemoryLock(), every_seconds=EVERY, lapse_seconds=LAPSE
+        store,
+        clock,
+        "me",
+        lock=MemoryLock(),
+        every_seconds=EVERY,
+        lapse_seconds=LAPSE,
+        partitions=partitions,
     )
 
 

@@ -72,7 +72,9 @@ async def opened_ports(
     all, in reverse, on the way out. The store is opened patiently: it may come up after us."""
     async with contextlib.AsyncExitStack() as stack:
         with cannot_open("store_url", settings.store_url):
-            store = await open_patiently(lambda: open_store(settings.store_url), stop)
+            store = await open_patiently(
+                lambda: open_store(settings.store_url, partitions=settings.partitions), stop
+            )
         stack.push_async_callback(store.close)
         if lock is None:
             with cannot_open("lock_url", settings.lock_url):

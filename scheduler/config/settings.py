@@ -52,6 +52,7 @@ from tickd.scheduler.config.sources import (
     read_file,
     resource_urls_from_env,
 )
+from tickd.scheduler.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS
 
 __all__ = ["ConfigError", "Settings", "load_settings"]
 
@@ -86,6 +87,9 @@ class Settings:
     # Under a sustained backlog a job due for longer than this is taken before more urgent
     # ones, so that every priority runs within a bound (critical first, but low not never).
     starvation_bound_seconds: float = setting(60.0, Limits(above=0, high=DAY))
+    # Partitions of the due queue in a new store (scheduler/partitions.py): each instance reads
+    # due jobs only in those it owns. Fixed once the store exists (its count then stands).
+    partitions: int = setting(DEFAULT_PARTITIONS, Limits(low=1, high=MAX_PARTITIONS))
     # Each instance records that it is alive this often...
     heartbeat_seconds: float = setting(3.0, Limits(above=0, high=HOUR))
     # ...and one silent for this long is taken for dead: its leases end at once, so its runs

@@ -15,13 +15,38 @@ import contextlib
 import logging
 from datetime import datetime
 
+from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.logs import log_event
+from tickd.scheduler.maintenance.partitions import PartitionKeeper
+from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.ports.backends import Lock, LockUnavailable, StoreError
 from tickd.scheduler.ports.clock import Clock
+from tickd.scheduler.ports.store import Store
 from tickd.scheduler.ports.store_engine import InstanceStore
 
 log = logging.getLogger("tickd.engine")
+
+
+def instance_heartbeat(
+    settings: Settings, store: Store, clock: Clock, *, lock: Lock, metrics: Metrics
+) -> Heartbeat:
+    """The heartbeat of the instance `settings` describe, keeping its share of the partitions.
+    It holds them for half the heartbeat timeout after its last beat: the others take them
+    only a whole timeout after it."""
+    lapse = settings.heartbeat_timeout_seconds
+    partitions = PartitionKeeper(
+        store, clock, settings.instance_id, hold_seconds=lapse / 2, metrics=metrics
+    )
+    return Heartbeat(
+        store,
+        clock,
+        settings.instance_id,
+        lock=lock,
+        every_seconds=settings.heartbeat_seconds,
+        lapse_seconds=lapse,
+        partitions=partitions,
+    )
 
 
 class Heartbeat:
@@ -34,8 +59,10 @@ class Heartbeat:
         lock: Lock,
         every_seconds: float,
         lapse_seconds: float,
+        partitions: PartitionKeeper,
     ) -> None:
         self._store = store
+        self.partitions = partitions  # kept after each beat
         self._lock = lock
         self._clock = clock
         self._instance = instance
@@ -57,7 +84,8 @@ class Heartbeat:
     async def run(self, stop: asyncio.Event, *, pause_seconds: float) -> None:
         """Beat until `stop` is set, as a task of its own: a dispatcher that waits (for room in
         a full pool, for a slow store) must not look dead to the other instances while its runs
-        go on. An outage is logged once; the dispatcher reports the store's state."""
+        go on. An outage is logged once; the dispatcher reports the store's state. Then leave:
+        `stop` is set once the last run has ended."""
         failing = False
         while not stop.is_set():
             try:
@@ -72,6 +100,8 @@ class Heartbeat:
                 log.exception("heartbeat.unexpected_error")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause_seconds)
+        with contextlib.suppress(StoreError, OSError):  # else the others wait for its lapse
+            await self.leave()
 
     async def beat_if_due(self) -> int:
         """Beat, and end the leases of the instances that lapsed, every few seconds: returns
@@ -90,9 +120,25 @@ class Heartbeat:
         if self._beating_since is None or self._last is None or real - self._last > self._lapse:
             self._beating_since = real
         self._last = real
-        self._watch(await self._store.instances(), real)
-        if real - self._beating_since < self._lapse:
-            return 0
+        beats = await self._store.instances()
+        self._watch(beats, real)
+        ended = 0 if real - self._beating_since < self._lapse else await self._end_dead(real)
+        # The living: those read, less those just forgotten.
+        await self.partitions.keep(beats.keys() & {*self._seen, self._instance})
+        return ended
+
+    async def leave(self) -> None:
+        """A graceful stop, once the last run has ended and the beats stopped: the partitions
+        held are freed and this instance's record deleted, so that the others take its share
+        at their next beat, not a heartbeat timeout later."""
+        await self.partitions.leave()
+        beats = await self._store.instances()
+        if self._instance in beats:
+            await self._store.forget_instances({self._instance: beats[self._instance]})
+
+    async def _end_dead(self, real: float) -> int:
+        """End the leases of the instances dead for a whole lapse, break their locks and forget
+        them; returns how many leases ended."""
         dead = self._dead(real)
         if not dead:
             return 0

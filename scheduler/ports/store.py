@@ -23,6 +23,7 @@ from tickd.scheduler.ports.store_engine import (
     HousekeepingStore,
     InstanceStore,
     OutboxStore,
+    PartitionStore,
 )
 
 
@@ -47,6 +48,7 @@ class Store(
     DispatchStore,
     CompletionStore,
     InstanceStore,
+    PartitionStore,
     OutboxStore,
     HousekeepingStore,
     ExecutionStore,

@@ -16,6 +16,7 @@ from tickd.scheduler.ports.store_values import (
     LeaseTerms,
     OutboxBacklog,
     OutboxEvent,
+    PartitionOwner,
     Retention,
     RunEnd,
     RunRequest,
@@ -40,6 +41,7 @@ class DispatchStore(Protocol):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        partitions: Sequence[int] | None = None,
     ) -> list[Job]:
         """Enabled jobs with next_run_at <= now and no lease, most urgent first.
 
@@ -48,7 +50,13 @@ class DispatchStore(Protocol):
         sustained backlog every priority is taken within a bound). Before all of them, those
         of the jobs named in `first` that are due (the jobs whose runs a crash stranded: they
         have waited longest of all). Each job at most once. A job whose lease is held (live or
-        expired) is not due: an expired lease is first reaped by `reap_expired_leases`."""
+        expired) is not due: an expired lease is first reaped by `reap_expired_leases`.
+
+        With `partitions` (None: all), only jobs of those partitions, where instances' reads
+        collide otherwise: a store whose claim is the lock (`claim_is_the_lock`) or which one
+        process alone uses may read the others too. A store that reads one partition at a time
+        (FerretDB, which decodes whatever its filter's equalities select) reads them in the
+        order given and stops once it has `limit`: urgency then holds within a partition."""
 
     async def claim_due_jobs(
         self,
@@ -239,6 +247,29 @@ class InstanceStore(Protocol):
         """Delete the heartbeat records of these instances (found dead, their leases ended),
         each only while its beat is still the one given: one that beat again meanwhile (a
         paused process come back) stays. Keeps `instances` to the living and the newly dead."""
+
+
+class PartitionStore(Protocol):
+    """The partitions of the due queue and their owners (scheduler/maintenance/partitions.py).
+    Every job is in partition `partition_of(job.id, partition_count)`
+    (scheduler/partitions.py)."""
+
+    # How many partitions an open that creates the store makes (set before the open).
+    new_partition_count: int
+    # How many partitions the store has: fixed when it was created, read at open.
+    partition_count: int
+
+    async def partition_owners(self) -> list[PartitionOwner]:
+        """Every partition, by number, with its owner and epoch."""
+
+    async def take_partitions(self, instance: str, parts: Sequence[int]) -> dict[int, int]:
+        """Take for `instance` those of `parts` that are free, its own already, or held by an
+        instance with no heartbeat record (forgotten as dead); a change of owner raises the
+        partition's epoch. Returns the epoch of each of `parts` that `instance` holds after
+        the call (one held by a live instance stays with it)."""
+
+    async def release_partitions(self, instance: str, parts: Sequence[int]) -> None:
+        """Free those of `parts` that `instance` holds."""
 
 
 class OutboxStore(Protocol):

@@ -82,6 +82,16 @@ class LeaseTerms:
     margin_seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionOwner:
+    """A partition of the due queue as the store holds it: its owner (None: free) and its epoch,
+    which every change of owner raises."""
+
+    part: int
+    owner: str | None
+    epoch: int
+
+
 # The fields of a job both ops (replace_job) and a run's end (Advance) write.
 SCHEDULE_STATE = ("next_run_at", "enabled", "paused_reason", "consecutive_failures")
 

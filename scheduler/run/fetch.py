@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.plugin.registry import HandlerRegistry
@@ -22,6 +23,13 @@ from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
 # often, not at each fetch: each read is a round trip that almost always finds none. A request
 # waits this much longer at most behind a burst; otherwise every fetch reads them.
 REQUESTS_EVERY = timedelta(seconds=0.25)
+
+
+class Partitions(Protocol):
+    """The partitions this instance holds (scheduler/maintenance/partitions.py)."""
+
+    def readable(self) -> Sequence[int] | None:
+        """Those to read due jobs in now; None for all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +48,13 @@ class Fetcher:
         store: DispatchStore,
         ledger: Ledger,
         registry: HandlerRegistry,
+        partitions: Partitions | None = None,
     ) -> None:
         self._settings = settings
+        # The partitions this instance reads due jobs in (without: all); each fetch starts one
+        # further along them, so none waits behind the others where a store reads them in turn.
+        self._partitions = partitions
+        self._turn = 0
         self._store = store
         self._ledger = ledger
         # Each handler's concurrency limit, as the handler declares it or the settings override.
@@ -185,9 +198,21 @@ class Fetcher:
             if claimed is not None:
                 return [DueRun(job, claimed=True) for job in claimed]
         jobs = await store.due_jobs(
-            horizon, limit, exclude_handlers=saturated, starved_before=starved_before, first=first
+            horizon,
+            limit,
+            exclude_handlers=saturated,
+            starved_before=starved_before,
+            first=first,
+            partitions=self._partitions_in_turn(),
         )
         return [DueRun(job) for job in jobs]
+
+    def _partitions_in_turn(self) -> list[int] | None:
+        parts = None if self._partitions is None else self._partitions.readable()
+        if not parts:
+            return None if parts is None else []
+        self._turn = (self._turn + 1) % len(parts)
+        return [*parts[self._turn :], *parts[: self._turn]]
 
 
 class HandlerLimits:

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from tickd.scheduler.partitions import DEFAULT_PARTITIONS
 from tickd.scheduler.ports.backends import Store
 
 
-def open_store(url: str) -> Store:
-    """The store backend for a URL (not yet opened: call `await store.open()`)."""
+def open_store(url: str, *, partitions: int = DEFAULT_PARTITIONS) -> Store:
+    """The store backend for a URL (not yet opened: call `await store.open()`); `partitions`,
+    how many a store created by that open gets."""
+    store = _store_for(url)
+    store.new_partition_count = partitions
+    return store
+
+
+def _store_for(url: str) -> Store:
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         from tickd.scheduler.store.sqlite import SQLiteStore

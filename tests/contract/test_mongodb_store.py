@@ -37,6 +37,7 @@ from tickd.handlers.product_store.mongodb import MongoProductStore
 from tickd.handlers.product_store.mongodb_queries import ALERT_INDEXES
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Job, Status
+from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.ports.backends import Claim, Retention, RunEnd, RunRequest, StoreError
 from tickd.scheduler.store.kit.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from tickd.scheduler.store.mongodb import MongoStore
@@ -571,7 +572,7 @@ async def test_executions_written_before_the_finish_buckets_are_pruned_after_ope
         await db["executions"].update_many({}, unset)  # an older instance, after the open
         assert await store.prune_executions(retention, T0, limit=100) == 2
         assert await stored_ids(store) == {runs[-1].id}
-    assert await db["migrations"].count_documents({}) == 1
+    assert await db["migrations"].count_documents({"_id": "executions.finish_buckets"}) == 1
 
 
 async def test_documents_written_before_the_pushdown_fields_are_due_and_reaped_after_open(
@@ -607,6 +608,26 @@ async def test_documents_written_before_the_pushdown_fields_are_due_and_reaped_a
     async with opened(mongodb_url(server.database)):  # a second open changes nothing more
         pass
     assert await db["jobs"].count_documents({"leased": {"$exists": False}}) == 0
+
+
+async def test_jobs_written_before_partitions_get_theirs_at_open_and_are_read_by_them(
+    server: Server,
+) -> None:
+    jobs = [make_job(f"old-{i}") for i in range(12)]
+    async with opened(mongodb_url(server.database)) as store:
+        await store.insert_missing_jobs(jobs)
+    db = server.admin[server.database]
+    await db["jobs"].update_many({}, {"$unset": {"part": ""}})
+    await db["migrations"].delete_many({"_id": "jobs.part"})  # a database of a version before
+
+    async with opened(mongodb_url(server.database)) as store:
+        count = store.partition_count
+        for part in {partition_of(job.id, count) for job in jobs}:
+            read = await store.due_jobs(T0, 100, partitions=[part])
+            assert {job.id for job in read} == {
+                job.id for job in jobs if partition_of(job.id, count) == part
+            }
+    assert await db["jobs"].count_documents({"part": {"$exists": False}}) == 0
 
 
 async def test_the_backlog_gauges_are_one_read_each(server: Server) -> None:

@@ -22,6 +22,7 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import Execution, Job
+from tickd.scheduler.partitions import DEFAULT_PARTITIONS, partition_of
 from tickd.scheduler.ports.backends import ENDED_LEASE_UNTIL, Claim
 from tickd.scheduler.store.kit.mongodb import (
     INDEX_BUILD_SECONDS,
@@ -49,6 +50,7 @@ Update = UpdateOne | UpdateMany | ReplaceOne[Doc]
 # Executions given their FINISH_BUCKETS at open, at most (about 7 s on FerretDB here).
 MIGRATED_AT_OPEN = 2000
 FINISH_BUCKETS_MIGRATION = "executions.finish_buckets"
+JOB_PARTITIONS_MIGRATION = "jobs.part"
 
 
 class MongoCollections(MongoDatabase):
@@ -96,13 +98,32 @@ class MongoCollections(MongoDatabase):
         return self.database["outbox"]
 
     @property
+    def partitions(self) -> Collection:
+        """The due queue's partitions, one document each (`_id` its number): owner, epoch."""
+        return self.database["partitions"]
+
+    @property
     def migrations(self) -> Collection:
         """One document a migration done at open that is too costly to try at every open."""
         return self.database["migrations"]
 
+    # Partitions of a new store; how many the store has, read at open.
+    new_partition_count = DEFAULT_PARTITIONS
+    partition_count = DEFAULT_PARTITIONS
+
     async def _prepare(self, client: Client) -> None:
         await super()._prepare(client)
+        await self._make_partitions()
         await self._add_pushdown_fields()
+
+    async def _make_partitions(self) -> None:
+        """A new store gets its partitions; one that has them keeps their count."""
+        if await self.partitions.count_documents({}) == 0:
+            parts = [
+                {"_id": part, "owner": None, "epoch": 0} for part in range(self.new_partition_count)
+            ]
+            await insert_ignoring_duplicates(self.partitions, parts)
+        self.partition_count = await self.partitions.count_documents({})
 
     async def _add_pushdown_fields(self) -> None:
         """Documents written before `leased` and `ended: false` existed get them, once: the
@@ -114,8 +135,25 @@ class MongoCollections(MongoDatabase):
             await collection.update_many({**missing, "lease": None}, {"$set": {"leased": False}})
             await collection.update_many(missing, {"$set": {"leased": True}})
         await self.requests.update_many({"ended": None}, {"$set": {"ended": False}})
+        await self._add_partitions_to_jobs()
         with pymongo.timeout(INDEX_BUILD_SECONDS):  # one read of every execution, like a build
             await self._add_finish_buckets()
+
+    async def _add_partitions_to_jobs(self) -> None:
+        """Jobs written before partitions existed get their `part`, all at the first open (an
+        instance reading its partitions would never see a job without one), each by `_id`:
+        FerretDB 1.24 has no update with an aggregation pipeline. A marker then says none is
+        left, so later opens skip the read, which decodes every job on FerretDB."""
+        if await self.migrations.find_one({"_id": JOB_PARTITIONS_MIGRATION}) is not None:
+            return
+        cursor = self.jobs.find({"part": {"$exists": False}}, {"_id": 1})
+        count = self.partition_count
+        updates: list[Update] = [
+            UpdateOne({"_id": doc["_id"]}, {"$set": {"part": partition_of(doc["_id"], count)}})
+            async for doc in cursor
+        ]
+        await self._update_each(self.jobs, updates)
+        await insert_ignoring_duplicates(self.migrations, [{"_id": JOB_PARTITIONS_MIGRATION}])
 
     async def _add_finish_buckets(self) -> None:
         """Executions written before FINISH_BUCKETS existed get them: retention reads only by

@@ -4,7 +4,7 @@ shards' part of the role is requests.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import cast
 
@@ -34,6 +34,7 @@ from tickd.scheduler.store.mongodb.documents import (
     URGENCY,
     execution_document,
     execution_from_document,
+    job_from_document,
 )
 from tickd.scheduler.store.mongodb.housekeeping import abandoned_for_good_in
 from tickd.scheduler.store.mongodb.requests import MongoRequests
@@ -44,6 +45,19 @@ from tickd.scheduler.store.mongodb.statements import (
     release_lease,
     rolled_forward,
 )
+
+
+def starved_first(starved_before: datetime) -> Callable[[Job], tuple[int, int, datetime]]:
+    """The order of `due_jobs` under a backlog: the starved (due before `starved_before`)
+    first, oldest first; then by urgency."""
+
+    def order(job: Job) -> tuple[int, int, datetime]:
+        assert job.next_run_at is not None  # due
+        if job.next_run_at <= starved_before:
+            return (0, 0, job.next_run_at)
+        return (1, job.priority, job.next_run_at)
+
+    return order
 
 
 class MongoDispatch(MongoRequests):
@@ -75,11 +89,19 @@ class MongoDispatch(MongoRequests):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        partitions: Sequence[int] | None = None,
     ) -> list[Job]:
         """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
         starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
-        where the ones before it left off."""
+        where the ones before it left off. On FerretDB, with `partitions`, a read a partition
+        instead (see `_due_by_partition`)."""
+        if partitions is not None and self.on_ferretdb:
+            return await self._due_by_partition(
+                now, limit, exclude_handlers, starved_before, first, partitions
+            )
         due = due_filter(now, exclude_handlers)
+        if partitions is not None:
+            due["part"] = {"$in": list(partitions)}
         found: list[Job] = []
         if first:
             named = {**due, "_id": {"$in": list(first)}}
@@ -91,6 +113,37 @@ class MongoDispatch(MongoRequests):
             due["next_run_at_us"] = {"$gt": exact_micros(starved_before), "$lte": exact_micros(now)}
         if len(found) < limit:
             found += await self._find_jobs(due, sort=URGENCY, limit=limit - len(found))
+        return found
+
+    async def _due_by_partition(
+        self,
+        now: datetime,
+        limit: int,
+        exclude_handlers: Sequence[str],
+        starved_before: datetime | None,
+        first: Sequence[str],
+        partitions: Sequence[int],
+    ) -> list[Job]:
+        """FerretDB decodes every document the equalities of a filter select, and pushes no
+        `$in` down: a read by `part: p` decodes that partition's free jobs, where one by `$in`
+        would decode the whole queue's. So one read a partition, in the order given, each in
+        the order of `due_jobs` (the starved first, then by urgency; the jobs in `first` are
+        read by `_id` wherever they are), until `limit` are found."""
+        found: list[Job] = []
+        if first:
+            named = {**due_filter(now, exclude_handlers), "_id": {"$in": list(first)}}
+            found += await self._find_jobs(named, sort=OLDEST_DUE_FIRST, limit=limit)
+        for part in partitions:
+            if len(found) >= limit:
+                break
+            due = {**due_filter(now, exclude_handlers), "part": part}
+            if first:
+                due["_id"] = {"$nin": list(first)}
+            if starved_before is None:
+                found += await self._find_jobs(due, sort=URGENCY, limit=limit - len(found))
+            else:  # FerretDB decodes the partition's due jobs anyway: all come, sorted here
+                jobs = [job_from_document(doc) async for doc in self.jobs.find(due)]
+                found += sorted(jobs, key=starved_first(starved_before))[: limit - len(found)]
         return found
 
     @translating_errors

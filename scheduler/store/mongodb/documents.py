@@ -30,6 +30,7 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.events import event_time, execution_event
 from tickd.scheduler.model import DeadLetter, Execution, Job, Status
+from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.ports.backends import (
     DuplicateJobName,
     JobChange,
@@ -87,6 +88,9 @@ JOB_INDEXES = [
     # The store call that last claimed or released the job: a batch's outcome is read back by
     # this one value (an equality FerretDB pushes down), not by an `_id` $in it cannot.
     IndexModel([("batch", ASCENDING)], name="jobs_batch"),
+    # The partition an instance reads (scheduler/partitions.py): single-field, so that FerretDB,
+    # which reads one partition at a time by this equality, gets a GIN twin for it.
+    IndexModel([("part", ASCENDING)], name="jobs_part"),
 ]
 CHANGE_INDEXES = [
     IndexModel(
@@ -174,9 +178,11 @@ def duplicate_job_error(job: Job, exc: DuplicateKeyError) -> StoreError:
     return DuplicateJobName(job.name)
 
 
-def job_document(job: Job) -> Doc:
+def job_document(job: Job, partitions: int) -> Doc:
+    """`partitions`: the store's partition count; the job's partition is `part`."""
     doc = with_exact_times(job_to_doc(job), JOB_TIMES)
     doc["leased"] = job.lease is not None
+    doc["part"] = partition_of(job.id, partitions)
     return doc
 
 

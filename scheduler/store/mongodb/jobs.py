@@ -48,7 +48,7 @@ class MongoJobs(MongoCollections):
     @translating_errors
     async def insert_job(self, job: Job, change: JobChange | None = None) -> None:
         try:
-            await self.jobs.insert_one(job_document(job))
+            await self.jobs.insert_one(job_document(job, self.partition_count))
         except DuplicateKeyError as exc:
             raise duplicate_job_error(job, exc) from None
         await self._record(change)
@@ -57,7 +57,7 @@ class MongoJobs(MongoCollections):
     async def replace_job(
         self, job: Job, expected_revision: int, change: JobChange, *, read: Job | None = None
     ) -> Job | None:
-        doc = job_document(job)
+        doc = job_document(job, self.partition_count)
         fields = {k: doc[k] for k in DEFINITION_FIELDS}
         fields.update({f"{k}_us": doc[f"{k}_us"] for k in ("next_run_at", "updated_at")})
         for unchanged in unchanged_state(job, read):
@@ -105,7 +105,9 @@ class MongoJobs(MongoCollections):
     async def insert_missing_jobs(self, jobs: Sequence[Job]) -> list[Job]:
         if not jobs:
             return []
-        taken = await insert_ignoring_duplicates(self.jobs, [job_document(job) for job in jobs])
+        taken = await insert_ignoring_duplicates(
+            self.jobs, [job_document(job, self.partition_count) for job in jobs]
+        )
         return [job for i, job in enumerate(jobs) if i not in taken]
 
     @translating_errors

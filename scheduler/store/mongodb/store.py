@@ -34,6 +34,7 @@ from tickd.scheduler.store.mongodb.housekeeping import MongoHousekeeping
 from tickd.scheduler.store.mongodb.instances import MongoInstances
 from tickd.scheduler.store.mongodb.jobs import MongoJobs
 from tickd.scheduler.store.mongodb.outbox import MongoOutbox
+from tickd.scheduler.store.mongodb.partitions import MongoPartitions
 from tickd.scheduler.store.mongodb.requests import MongoRequests
 from tickd.scheduler.store.mongodb.views import MongoViews
 
@@ -43,6 +44,7 @@ class MongoStore(
     MongoDispatch,
     MongoCompletion,
     MongoInstances,
+    MongoPartitions,
     MongoRequests,
     MongoExecutions,
     MongoOutbox,

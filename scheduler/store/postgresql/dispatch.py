@@ -213,6 +213,8 @@ class PostgresDispatch(PostgresTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        # `partitions` unused: SKIP LOCKED and the claim keep instances apart.
+        partitions: Sequence[int] | None = None,
     ) -> list[Job]:
         sql, args = due_sql(now, limit, exclude_handlers, starved_before, first)
         return [job_from_row(row) for row in await self._fetch(sql, *args)]

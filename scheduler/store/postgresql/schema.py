@@ -154,6 +154,14 @@ CREATE TABLE outbox (
 CREATE INDEX outbox_unsent ON outbox (seq) WHERE sent_at IS NULL;
 CREATE INDEX outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
 """,
+    f"""
+-- The due queue's partitions (scheduler/partitions.py): P rows, made at the first open.
+CREATE TABLE partitions (
+    part INTEGER PRIMARY KEY,
+    owner {T},
+    epoch BIGINT NOT NULL
+);
+""",
 ]
 VERSION = len(MIGRATIONS)
 

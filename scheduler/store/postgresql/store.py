@@ -14,6 +14,7 @@ from tickd.scheduler.store.postgresql.housekeeping import PostgresHousekeeping
 from tickd.scheduler.store.postgresql.instances import PostgresInstances
 from tickd.scheduler.store.postgresql.jobs import PostgresJobs
 from tickd.scheduler.store.postgresql.outbox import PostgresOutbox
+from tickd.scheduler.store.postgresql.partitions import PostgresPartitions
 from tickd.scheduler.store.postgresql.requests import PostgresRequests
 from tickd.scheduler.store.postgresql.views import PostgresViews
 
@@ -23,6 +24,7 @@ class PostgresStore(
     PostgresDispatch,
     PostgresCompletion,
     PostgresInstances,
+    PostgresPartitions,
     PostgresRequests,
     PostgresExecutions,
     PostgresOutbox,

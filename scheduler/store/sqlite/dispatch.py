@@ -79,6 +79,8 @@ class SQLiteDispatch(SQLiteTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        # `partitions` unused: a SQLite file is one process's, which owns them all.
+        partitions: Sequence[int] | None = None,
     ) -> list[Job]:
         due = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
         others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time

@@ -94,6 +94,13 @@ CREATE TABLE IF NOT EXISTS instances (
     id TEXT PRIMARY KEY,
     beat_at INTEGER NOT NULL
 );
+
+-- The due queue's partitions (scheduler/partitions.py): P rows, made with the database.
+CREATE TABLE IF NOT EXISTS partitions (
+    part INTEGER PRIMARY KEY,
+    owner TEXT,
+    epoch INTEGER NOT NULL
+);
 CREATE INDEX IF NOT EXISTS run_requests_by_job ON run_requests (job_id, scheduled_at);
 
 -- The outbox: execution events written in the transaction of their execution's change, until

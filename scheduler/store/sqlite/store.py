@@ -17,6 +17,7 @@ from tickd.scheduler.store.sqlite.housekeeping import SQLiteHousekeeping
 from tickd.scheduler.store.sqlite.instances import SQLiteInstances
 from tickd.scheduler.store.sqlite.jobs import SQLiteJobs
 from tickd.scheduler.store.sqlite.outbox import SQLiteOutbox
+from tickd.scheduler.store.sqlite.partitions import SQLitePartitions
 from tickd.scheduler.store.sqlite.requests import SQLiteRequests
 from tickd.scheduler.store.sqlite.views import SQLiteViews
 
@@ -26,6 +27,7 @@ class SQLiteStore(
     SQLiteDispatch,
     SQLiteCompletion,
     SQLiteInstances,
+    SQLitePartitions,
     SQLiteRequests,
     SQLiteExecutions,
     SQLiteOutbox,

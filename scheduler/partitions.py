@@ -1,0 +1,67 @@
+"""Partitions: every job hashes into one of P partitions (P fixed when the store is created), and
+each partition has one owner among the live instances, which alone reads its due jobs. Instances
+then read disjoint parts of the due queue instead of all reading its head and racing for it.
+
+Who owns what follows from the live instances alone (rendezvous hashing): every instance ranks
+the instances for each partition by a hash of both and takes the partitions it ranks first, so
+instances agree without talking, and a join or a leave moves only the partitions of the instance
+that came or went (about P / N). Pure functions: the heartbeat (maintenance/partitions.py) applies
+them to the instances it reads and to what the store says each partition's owner is."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable
+
+# Partitions of a new store. Enough that 2 to 16 instances each get a share within one partition
+# of the others' (the balance is within +-1 of P / N only on average; see `assignment`).
+DEFAULT_PARTITIONS = 64
+# More would only make every heartbeat's assignment and every FerretDB fetch longer.
+MAX_PARTITIONS = 4096
+
+
+def partition_of(job_id: str, count: int) -> int:
+    """The partition of a job: CRC-32 of its id, modulo the partition count. Stable across
+    processes, versions and languages (zlib's CRC-32 is the IEEE one every language has)."""
+    return zlib.crc32(job_id.encode()) % count
+
+
+def _rank(part: int, instance: str) -> bytes:
+    return hashlib.blake2b(f"{part}/{instance}".encode(), digest_size=8).digest()
+
+
+def _ranked(part: int, instances: list[str]) -> list[str]:
+    return sorted(instances, key=lambda instance: _rank(part, instance), reverse=True)
+
+
+def assignment(count: int, instances: Iterable[str]) -> dict[int, str]:
+    """Each partition's owner among `instances`: the highest-ranked by rendezvous hashing, then
+    balanced so that shares differ by one at most.
+
+    Plain rendezvous hashing leaves shares uneven (64 partitions on 2 instances: 26 and 38 is
+    common). The balancing pass is deterministic too: each partition goes to its best-ranked
+    instance that still has room (P // N each, and one more for P % N of them), partitions
+    taken in the order of their best rank's strength, so every instance computes the same map,
+    and a join or leave still moves few partitions beyond the newcomer's (or leaver's) share."""
+    live = sorted(set(instances))
+    if not live:
+        return {}
+    share, extra = divmod(count, len(live))  # `extra` instances own one partition more
+    ranked = {part: _ranked(part, live) for part in range(count)}
+    order = sorted(range(count), key=lambda p: _rank(p, ranked[p][0]), reverse=True)
+    owners: dict[int, str] = {}
+    load = dict.fromkeys(live, 0)
+    for part in order:
+        owner = next(i for i in ranked[part] if load[i] < share or (load[i] == share and extra))
+        if load[owner] == share:
+            extra -= 1
+        owners[part] = owner
+        load[owner] += 1
+    return owners
+
+
+def owned_by(instance: str, count: int, instances: Iterable[str]) -> set[int]:
+    """The partitions `instance` should own while `instances` are alive (it among them)."""
+    owners = assignment(count, {*instances, instance})
+    return {part for part, owner in owners.items() if owner == instance}

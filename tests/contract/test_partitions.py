@@ -1,0 +1,97 @@
+"""The partitions' contract, on every store backend, with two store objects on one database as
+two instances would have: how many a new store makes, taking, releasing, a live owner's that
+cannot be taken, a dead owner's that can, and the due read of a few partitions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import pytest
+
+from tests.conftest import T0, make_job
+from tests.fixtures.stores import opened
+from tickd.scheduler.partitions import partition_of
+from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.store import open_store
+from tickd.scheduler.store.mongodb import MongoStore
+
+
+@pytest.fixture
+async def two(store_url: str) -> AsyncIterator[tuple[Store, Store]]:
+    """Two instances' stores on one new database of 8 partitions."""
+    async with AsyncExitStack() as stack:
+        stores = []
+        for _ in range(2):
+            store = open_store(store_url, partitions=8)
+            await store.open()
+            stack.push_async_callback(store.close)
+            stores.append(store)
+        yield stores[0], stores[1]
+
+
+async def test_a_new_store_makes_its_partitions_and_keeps_their_count(store_url: str) -> None:
+    first = open_store(store_url, partitions=8)
+    await first.open()
+    try:
+        assert first.partition_count == 8
+        owners = await first.partition_owners()
+        assert [(o.part, o.owner, o.epoch) for o in owners] == [(p, None, 0) for p in range(8)]
+    finally:
+        await first.close()
+    # The count is the store's, fixed when it was made: a later open asking for more keeps it.
+    async with opened(store_url) as again:
+        assert again.partition_count == 8
+
+
+async def test_a_partition_is_taken_once_and_its_epoch_counts_the_moves(
+    two: tuple[Store, Store],
+) -> None:
+    a, b = two
+    await a.beat("a", T0)
+    await b.beat("b", T0)
+    assert await a.take_partitions("a", [0, 1, 2]) == {0: 1, 1: 1, 2: 1}
+    # Held by a live instance: b gets only the free one, and a keeps its epochs.
+    assert await b.take_partitions("b", [2, 3]) == {3: 1}
+    assert await a.take_partitions("a", [0, 1, 2]) == {0: 1, 1: 1, 2: 1}
+    await a.release_partitions("a", [2])
+    await b.release_partitions("b", [0])  # not b's: nothing changes
+    assert await b.take_partitions("b", [0, 2, 3]) == {2: 2, 3: 1}
+    owners = {o.part: (o.owner, o.epoch) for o in await a.partition_owners()}
+    assert owners[0] == ("a", 1)
+    assert owners[2] == ("b", 2)
+    assert owners[4] == (None, 0)
+
+
+async def test_a_dead_owners_partitions_are_taken_once_it_is_forgotten(
+    two: tuple[Store, Store],
+) -> None:
+    a, b = two
+    await a.beat("a", T0)
+    await b.beat("b", T0)
+    assert await a.take_partitions("a", [5, 6]) == {5: 1, 6: 1}
+    assert await b.take_partitions("b", [5, 6]) == {}
+    await b.forget_instances({"a": T0})  # found dead by b's heartbeat
+    assert await b.take_partitions("b", [5, 6]) == {5: 2, 6: 2}
+    # The old owner, back, finds them gone: it stops reading them.
+    await a.beat("a", T0)
+    assert await a.take_partitions("a", [5, 6]) == {}
+
+
+async def test_the_due_read_of_some_partitions_has_every_due_job_of_them(
+    two: tuple[Store, Store],
+) -> None:
+    a, _ = two
+    jobs = [make_job(f"job-{i}") for i in range(40)]
+    await a.insert_missing_jobs(jobs)
+    part = {job.id: partition_of(job.id, a.partition_count) for job in jobs}
+    some = [1, 4, 6]
+    read = await a.due_jobs(T0, 100, partitions=some)
+    ids = {job.id for job in read}
+    assert len(ids) == len(read)
+    assert {job.id for job in jobs if part[job.id] in some} <= ids
+    if isinstance(a, MongoStore):  # its instances' reads would collide: it reads only those
+        assert ids == {job.id for job in jobs if part[job.id] in some}
+        few = await a.due_jobs(T0, 3, partitions=some)
+        assert len(few) == 3
+        assert {part[job.id] for job in few} <= set(some)

@@ -1,0 +1,121 @@
+"""Partitions: the assignment every instance computes from the live instances (balanced within
+one partition, few moves when one comes or goes), and each instance's keeper taking and freeing
+its share in the store as instances join, leave and die, and holding nothing once it cannot beat
+for half the heartbeat timeout."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import T0
+from tickd.scheduler.maintenance.partitions import PartitionKeeper
+from tickd.scheduler.metrics import Metrics
+from tickd.scheduler.partitions import assignment, owned_by, partition_of
+from tickd.scheduler.ports.clock import FakeClock
+from tickd.scheduler.store.sqlite import SQLiteStore
+
+P = 64
+HOLD = 5.0
+names = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(names, min_size=1, max_size=8), st.sampled_from([1, 7, 64, 256]))
+def test_every_partition_has_one_owner_and_shares_differ_by_one_at_most(
+    instances: set[str], count: int
+) -> None:
+    owners = assignment(count, instances)
+    assert sorted(owners) == list(range(count))
+    loads = Counter(owners.values())
+    shares = [loads.get(instance, 0) for instance in instances]
+    assert max(shares) - min(shares) <= 1
+    # Every instance computes the same map, whatever order it read the others in.
+    assert assignment(count, sorted(instances, reverse=True)) == owners
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(names, min_size=2, max_size=6), names)
+def test_a_join_moves_about_the_newcomers_share(instances: set[str], newcomer: str) -> None:
+    if newcomer in instances:
+        return
+    before = assignment(P, instances)
+    after = assignment(P, {*instances, newcomer})
+    moved = sum(before[part] != after[part] for part in range(P))
+    share = P // (len(instances) + 1)
+    # Rendezvous alone moves exactly the newcomer's share; balancing costs a few more.
+    assert share <= moved <= 2 * share + len(instances)
+
+
+def test_a_jobs_partition_is_crc32_of_its_id() -> None:
+    # Stable across processes and languages: the IEEE CRC-32 of the id's bytes, whose check
+    # value for "123456789" is 0xCBF43926.
+    assert partition_of("123456789", 64) == 0xCBF43926 % 64
+    assert partition_of("123456789", 1000) == 0xCBF43926 % 1000
+    assert {partition_of(f"job-{i}", 8) for i in range(200)} == set(range(8))
+
+
+async def keeper(store: SQLiteStore, clock: FakeClock, instance: str) -> PartitionKeeper:
+    await store.beat(instance, T0)
+    return PartitionKeeper(store, clock, instance, hold_seconds=HOLD, metrics=Metrics())
+
+
+async def test_two_instances_read_disjoint_halves_and_a_leaver_hands_its_half_over(
+    sqlite_store: SQLiteStore,
+) -> None:
+    clock = FakeClock(T0)
+    a = await keeper(sqlite_store, clock, "a")
+    b = await keeper(sqlite_store, clock, "b")
+    assert a.readable() is None  # never kept: reads everything (a drain, a test)
+    await a.keep(["a"])
+    assert a.readable() is None  # every partition held
+    # b joins: a still holds b's share until a's next keep frees it.
+    await b.keep(["a", "b"])
+    assert b.readable() == []
+    await a.keep(["a", "b"])
+    await b.keep(["a", "b"])
+    a_reads, b_reads = set(a.readable() or ()), set(b.readable() or ())
+    assert len(a_reads) == len(b_reads) == P // 2
+    assert a_reads.isdisjoint(b_reads)
+    assert a_reads == owned_by("a", P, ["a", "b"])
+    # a leaves: b takes everything at its next keep. Each partition moved twice (to a at
+    # first, then to b: b's share when b joined, a's now), and each move raised its epoch.
+    await a.leave()
+    await sqlite_store.forget_instances({"a": T0})
+    await b.keep(["b"])
+    assert b.readable() is None
+    assert b.held() == dict.fromkeys(range(P), 2)
+
+
+async def test_a_dead_instances_partitions_move_once_it_is_forgotten(
+    sqlite_store: SQLiteStore,
+) -> None:
+    clock = FakeClock(T0)
+    a = await keeper(sqlite_store, clock, "a")
+    b = await keeper(sqlite_store, clock, "b")
+    await a.keep(["a", "b"])
+    await b.keep(["a", "b"])
+    # a is killed: while its record stands, b may not take its share.
+    await b.keep(["a", "b"])
+    assert len(b.readable() or ()) == P // 2
+    await sqlite_store.forget_instances({"a": T0})  # found dead by b's heartbeat
+    await b.keep(["b"])
+    assert b.readable() is None
+
+
+async def test_an_instance_that_cannot_keep_stops_reading_before_others_may_take_over(
+    sqlite_store: SQLiteStore,
+) -> None:
+    clock = FakeClock(T0)
+    a = await keeper(sqlite_store, clock, "a")
+    await a.keep(["a", "b"])
+    held = a.readable()
+    assert held is not None and len(held) == P // 2
+    clock.advance(HOLD)
+    assert a.readable() == held
+    clock.advance(0.001)  # its beats failed for longer than the hold: it reads nothing
+    assert a.readable() == ()
+    await a.keep(["a", "b"])  # the store back
+    assert a.readable() == held
