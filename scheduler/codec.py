@@ -6,6 +6,7 @@ encoder or a BSON one takes it from there.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,7 +30,7 @@ from tickd.scheduler.model import (
     Status,
     ValidationError,
 )
-from tickd.scheduler.ports.backends import RunRequest
+from tickd.scheduler.ports.backends import InstanceStatus, RunRequest
 
 Doc = dict[str, Any]
 
@@ -354,3 +355,25 @@ def to_json_ready(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [to_json_ready(v) for v in value]
     return value
+
+
+def status_json(status: InstanceStatus) -> str:
+    """An instance's status as a heartbeat record holds it (JSON text)."""
+    return json.dumps(
+        {
+            "version": status.version,
+            "started_at": micros(status.started_at),
+            "runs_in_flight": status.runs_in_flight,
+        }
+    )
+
+
+def status_from_json(text: str | None) -> InstanceStatus | None:
+    if text is None:
+        return None
+    doc = json.loads(text)
+    return InstanceStatus(
+        version=str(doc["version"]),
+        started_at=EPOCH + timedelta(microseconds=int(doc["started_at"])),
+        runs_in_flight=int(doc["runs_in_flight"]),
+    )

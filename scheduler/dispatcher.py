@@ -151,7 +151,7 @@ class Engine:
             metrics=self.metrics,
             event_source=source,
         )
-        self.heartbeat = instance_heartbeat(settings, store, clock, lock=lock, metrics=self.metrics)
+        self.heartbeat = instance_heartbeat(settings, ports, lock, self.metrics, self.ledger)
         self.fetcher = Fetcher(
             settings=settings,
             store=store,

@@ -6,13 +6,24 @@ Who owns what follows from the live instances alone (rendezvous hashing): every 
 the instances for each partition by a hash of both and takes the partitions it ranks first, so
 instances agree without talking, and a join or a leave moves only the partitions of the instance
 that came or went (about P / N). Pure functions: the heartbeat (maintenance/partitions.py) applies
-them to the instances it reads and to what the store says each partition's owner is."""
+them to the instances it reads and to what the store says each partition's owner is.
+
+PartitionTurns is how the fetcher reads its partitions where the store can read them one at a
+time (FerretDB, see DispatchStore.due_jobs): so under a backlog, each fetch starting at the
+partition the last one stopped in, passing over for a tick the partitions a full fetch found
+drained. A burst drains some partitions before others; without that, every fetch would read each
+drained partition again (a store command each) before reaching those that still have due jobs.
+Otherwise it reads them all at once: one command, as one instance's read of the whole queue."""
 
 from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from tickd.scheduler.model import Job
 
 # Partitions of a new store. Enough that 2 to 16 instances each get a share within one partition
 # of the others' (the balance is within +-1 of P / N only on average; see `assignment`).
@@ -65,3 +76,56 @@ def owned_by(instance: str, count: int, instances: Iterable[str]) -> set[int]:
     """The partitions `instance` should own while `instances` are alive (it among them)."""
     owners = assignment(count, {*instances, instance})
     return {part for part, owner in owners.items() if owner == instance}
+
+
+class Partitions(Protocol):
+    """The partitions this instance holds (scheduler/maintenance/partitions.py)."""
+
+    @property
+    def count(self) -> int:
+        """How many partitions the store has."""
+
+    def readable(self) -> Sequence[int] | None:
+        """Those to read due jobs in now; None for all."""
+
+
+class PartitionTurns:
+    def __init__(self, partitions: Partitions, *, in_turn: bool, quiet: timedelta) -> None:
+        self._partitions = partitions
+        self._in_turn = in_turn  # the store reads them one at a time, in the order given
+        self._quiet_for = quiet
+        self._resume: int | None = None  # where the last full fetch stopped
+        self._quiet: dict[int, datetime] = {}  # drained partitions, passed over until then
+
+    def in_turn(self, *, backlogged: bool) -> bool:
+        """Whether to read the partitions one at a time now: under a backlog, where the store
+        can. Otherwise one read of them all costs one command, as it does one instance."""
+        return self._in_turn and backlogged
+
+    def order(self, now: datetime, *, backlogged: bool) -> list[int] | None:
+        """The partitions to read now, in order; None for all of them."""
+        held = self._partitions.readable()
+        if held is None:
+            return None
+        if not self.in_turn(backlogged=backlogged):
+            self._quiet.clear()
+            return list(held)
+        start = held.index(self._resume) if self._resume in held else 0
+        turn = [*held[start:], *held[:start]]
+        return [part for part in turn if self._quiet.get(part, now) <= now]
+
+    def read(self, order: Sequence[int] | None, jobs: Sequence[Job], now: datetime) -> None:
+        """Note what a full fetch read in `order`: the store stopped in the last partition it
+        took jobs from, and every partition before that which gave none had no more due."""
+        if not order:
+            return
+        count = self._partitions.count
+        gave = {partition_of(job.id, count) for job in jobs}
+        stops = [i for i, part in enumerate(order) if part in gave]
+        if not stops:
+            return
+        self._resume = order[stops[-1]]
+        until = now + self._quiet_for
+        for part in order[: stops[-1]]:
+            if part not in gave:
+                self._quiet[part] = until

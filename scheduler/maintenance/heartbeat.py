@@ -19,22 +19,28 @@ from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.lock import lock_key, shard_lock_key
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.maintenance.partitions import PartitionKeeper
-from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.ports.backends import Lock, LockUnavailable, StoreError
+from tickd.scheduler.metrics import Metrics, tickd_version
+from tickd.scheduler.ports.backends import (
+    InstanceStatus,
+    Lock,
+    LockUnavailable,
+    Ports,
+    StoreError,
+)
 from tickd.scheduler.ports.clock import Clock
-from tickd.scheduler.ports.store import Store
 from tickd.scheduler.ports.store_engine import InstanceStore
+from tickd.scheduler.run.ledger import Ledger
 
 log = logging.getLogger("tickd.engine")
 
 
 def instance_heartbeat(
-    settings: Settings, store: Store, clock: Clock, *, lock: Lock, metrics: Metrics
+    settings: Settings, ports: Ports, lock: Lock, metrics: Metrics, ledger: Ledger, /
 ) -> Heartbeat:
     """The heartbeat of the instance `settings` describe, keeping its share of the partitions.
     It holds them for half the heartbeat timeout after its last beat: the others take them
     only a whole timeout after it."""
-    lapse = settings.heartbeat_timeout_seconds
+    lapse, store, clock = settings.heartbeat_timeout_seconds, ports.store, ports.clock
     partitions = PartitionKeeper(
         store, clock, settings.instance_id, hold_seconds=lapse / 2, metrics=metrics
     )
@@ -46,6 +52,7 @@ def instance_heartbeat(
         every_seconds=settings.heartbeat_seconds,
         lapse_seconds=lapse,
         partitions=partitions,
+        ledger=ledger,
     )
 
 
@@ -60,8 +67,12 @@ class Heartbeat:
         every_seconds: float,
         lapse_seconds: float,
         partitions: PartitionKeeper,
+        ledger: Ledger | None = None,
     ) -> None:
         self._store = store
+        # Each beat says how this instance is: its version, its start, its runs in flight.
+        self._ledger = ledger
+        self._started_at = clock.now()
         self.partitions = partitions  # kept after each beat
         self._lock = lock
         self._clock = clock
@@ -113,7 +124,7 @@ class Heartbeat:
     async def beat(self, now: datetime) -> int:
         real = self._clock.monotonic()
         try:
-            await self._store.beat(self._instance, now)
+            await self._store.beat(self._instance, now, self._status())
         except StoreError:
             self._beating_since = None
             raise
@@ -126,6 +137,12 @@ class Heartbeat:
         # The living: those read, less those just forgotten.
         await self.partitions.keep(beats.keys() & {*self._seen, self._instance})
         return ended
+
+    def _status(self) -> InstanceStatus | None:
+        if self._ledger is None:
+            return None
+        in_flight = len(self._ledger.own_runs())
+        return InstanceStatus(tickd_version(), self._started_at, in_flight)
 
     async def leave(self) -> None:
         """A graceful stop, once the last run has ended and the beats stopped: the partitions

@@ -13,6 +13,8 @@ from tickd.scheduler.ports.store_values import (
     Advance,
     Backlog,
     Claim,
+    InstanceStatus,
+    InstanceView,
     LeaseTerms,
     OutboxBacklog,
     OutboxEvent,
@@ -33,6 +35,12 @@ class DispatchStore(Protocol):
     # interleave with another's (FerretDB), or where the store is one process's alone.
     claim_is_the_lock: bool
 
+    @property
+    def reads_partitions_in_turn(self) -> bool:
+        """True where `due_jobs(in_turn=True)` reads the partitions given one at a time, in
+        their order, and stops once it has its limit (FerretDB): every partition before the
+        last it took a job from then had no more due."""
+
     async def due_jobs(
         self,
         now: datetime,
@@ -42,6 +50,7 @@ class DispatchStore(Protocol):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
+        in_turn: bool = False,
     ) -> list[Job]:
         """Enabled jobs with next_run_at <= now and no lease, most urgent first.
 
@@ -54,9 +63,11 @@ class DispatchStore(Protocol):
 
         With `partitions` (None: all), only jobs of those partitions, where instances' reads
         collide otherwise: a store whose claim is the lock (`claim_is_the_lock`) or which one
-        process alone uses may read the others too. A store that reads one partition at a time
-        (FerretDB, which decodes whatever its filter's equalities select) reads them in the
-        order given and stops once it has `limit`: urgency then holds within a partition."""
+        process alone uses may read the others too. With `in_turn`, a store that reads one
+        partition at a time (`reads_partitions_in_turn`: FerretDB, which decodes whatever its
+        filter's equalities select) reads them in the order given and stops once it has
+        `limit`: urgency then holds within a partition (FerretDB reads the critical and high
+        jobs of them all first)."""
 
     async def claim_due_jobs(
         self,
@@ -227,8 +238,14 @@ class InstanceStore(Protocol):
     """The instances' heartbeats, and the leases of the instances found dead
     (scheduler/maintenance/heartbeat.py)."""
 
-    async def beat(self, instance: str, now: datetime) -> None:
-        """Say that `instance` is alive at `now` (its heartbeat)."""
+    async def beat(
+        self, instance: str, now: datetime, status: InstanceStatus | None = None
+    ) -> None:
+        """Say that `instance` is alive at `now` (its heartbeat), and how it is (`status`;
+        without, the last one stands)."""
+
+    async def instance_views(self) -> list[InstanceView]:
+        """Every instance that beat and was not forgotten, by id, as ops see it."""
 
     async def instances(self) -> dict[str, datetime]:
         """Every instance that beat and was not forgotten, with its last beat as its own clock

@@ -83,6 +83,26 @@ class LeaseTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceStatus:
+    """What an instance says of itself at each beat, for ops (`tickd instances`)."""
+
+    version: str
+    started_at: datetime
+    runs_in_flight: int  # claimed and not yet ended: armed, recorded, queued or running
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """An instance as ops see it: its last beat (by its own clock), what it last said of itself
+    (None from an instance that says nothing) and how many partitions it holds."""
+
+    instance: str
+    beat_at: datetime
+    status: InstanceStatus | None
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionOwner:
     """A partition of the due queue as the store holds it: its owner (None: free) and its epoch,
     which every change of owner raises."""

@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
 from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.partitions import Partitions, PartitionTurns
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LeaseTerms
 from tickd.scheduler.ports.store_engine import DispatchStore
@@ -23,13 +23,6 @@ from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
 # often, not at each fetch: each read is a round trip that almost always finds none. A request
 # waits this much longer at most behind a burst; otherwise every fetch reads them.
 REQUESTS_EVERY = timedelta(seconds=0.25)
-
-
-class Partitions(Protocol):
-    """The partitions this instance holds (scheduler/maintenance/partitions.py)."""
-
-    def readable(self) -> Sequence[int] | None:
-        """Those to read due jobs in now; None for all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +44,12 @@ class Fetcher:
         partitions: Partitions | None = None,
     ) -> None:
         self._settings = settings
-        # The partitions this instance reads due jobs in (without: all); each fetch starts one
-        # further along them, so none waits behind the others where a store reads them in turn.
-        self._partitions = partitions
-        self._turn = 0
+        # The partitions this instance reads due jobs in (without: all), in their turn.
+        quiet = timedelta(seconds=settings.tick_seconds)
+        in_turn = store.reads_partitions_in_turn
+        self._turns = (
+            None if partitions is None else PartitionTurns(partitions, in_turn=in_turn, quiet=quiet)
+        )
         self._store = store
         self._ledger = ledger
         # Each handler's concurrency limit, as the handler declares it or the settings override.
@@ -197,22 +192,21 @@ class Fetcher:
             )
             if claimed is not None:
                 return [DueRun(job, claimed=True) for job in claimed]
+        turns, backlogged = self._turns, self._backlogged
+        order = turns.order(now, backlogged=backlogged) if turns else None
+        in_turn = turns is not None and turns.in_turn(backlogged=backlogged)
         jobs = await store.due_jobs(
             horizon,
             limit,
             exclude_handlers=saturated,
             starved_before=starved_before,
             first=first,
-            partitions=self._partitions_in_turn(),
+            partitions=order,
+            in_turn=in_turn,
         )
+        if turns and in_turn and len(jobs) == limit:
+            turns.read(order, jobs, now)
         return [DueRun(job) for job in jobs]
-
-    def _partitions_in_turn(self) -> list[int] | None:
-        parts = None if self._partitions is None else self._partitions.readable()
-        if not parts:
-            return None if parts is None else []
-        self._turn = (self._turn + 1) % len(parts)
-        return [*parts[self._turn :], *parts[: self._turn]]
 
 
 class HandlerLimits:

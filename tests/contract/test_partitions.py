@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from dataclasses import replace
 
 import pytest
 
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
+from tickd.scheduler.model import Priority
 from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.ports.backends import Store
 from tickd.scheduler.store import open_store
@@ -90,8 +92,37 @@ async def test_the_due_read_of_some_partitions_has_every_due_job_of_them(
     ids = {job.id for job in read}
     assert len(ids) == len(read)
     assert {job.id for job in jobs if part[job.id] in some} <= ids
-    if isinstance(a, MongoStore):  # its instances' reads would collide: it reads only those
-        assert ids == {job.id for job in jobs if part[job.id] in some}
-        few = await a.due_jobs(T0, 3, partitions=some)
+    if not isinstance(a, MongoStore):
+        return
+    # Its instances' reads would collide: it reads only those, at once or one at a time.
+    for in_turn in (False, True):
+        read = await a.due_jobs(T0, 100, partitions=some, in_turn=in_turn)
+        assert {job.id for job in read} == {job.id for job in jobs if part[job.id] in some}
+        few = await a.due_jobs(T0, 3, partitions=some, in_turn=in_turn)
         assert len(few) == 3
         assert {part[job.id] for job in few} <= set(some)
+
+
+async def test_one_partition_at_a_time_reads_critical_and_high_jobs_first(
+    two: tuple[Store, Store],
+) -> None:
+    """Where a store reads the partitions in turn (FerretDB), a critical job of the last
+    partition still comes before the normal ones of the first."""
+    a, _ = two
+    jobs = [make_job(f"job-{i}") for i in range(60)]
+    count = a.partition_count
+    by_part = {
+        part: [j for j in jobs if partition_of(j.id, count) == part] for part in range(count)
+    }
+    first, last = by_part[0][:3], by_part[count - 1]
+    urgent = [
+        replace(last[0], priority=Priority.CRITICAL),
+        replace(last[1], priority=Priority.HIGH),
+    ]
+    await a.insert_missing_jobs([*first, *urgent, *last[2:]])
+    order = list(range(count))
+    read = await a.due_jobs(T0, 4, partitions=order, in_turn=True)
+    assert [job.id for job in read[:2]] == [job.id for job in urgent]
+    assert len(read) == 4
+    if a.reads_partitions_in_turn:  # then the first partition's, in order
+        assert {job.id for job in read[2:]} <= {job.id for job in first}

@@ -1,7 +1,8 @@
 """Daemons SIGKILLed with runs in flight, on FerretDB (the burst on PostgreSQL too), Redis and
 Kafka: every occurrence ends in a terminal state, the runs the dead process left behind are
 marked `abandoned` and run again within seconds (its heartbeat lapses, another instance ends its
-leases), never when their ten-minute leases run out, and no job runs twice at once. Every test
+leases), never when their ten-minute leases run out, and no job runs twice at once; the dead
+instance's partitions move to the survivor within the heartbeat timeout and 5 s. Every test
 prints its counts.
 """
 
@@ -153,6 +154,17 @@ async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_gives_the
     assert delivered[0] == delivered[1], f"{delivered[0] - delivered[1]} events lost"
 
 
+async def partition_shares(sandbox: Sandbox) -> dict[str, int]:
+    """How many partitions each daemon (by name) holds."""
+    async with sandbox.store() as store:
+        owners = await store.partition_owners()
+    return dict(Counter((o.owner or "nobody").split("-")[0] for o in owners))
+
+
+async def holds_all(sandbox: Sandbox, daemon: Daemon) -> bool:
+    return await partition_shares(sandbox) == {daemon.name: 64}
+
+
 def overlaps(job_runs: list[Run]) -> list[tuple[Run, Run]]:
     """Runs of one job (sorted by start) that started before the previous one ended."""
     return [
@@ -185,6 +197,7 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
             )
         )
         await alive_until(first + timedelta(seconds=11), list(pair))
+        split = await partition_shares(sandbox)
         # Whichever instance claims an occurrence first claims all of its 40 runs (one batch),
         # so which of the two holds runs in flight is the race's: the one that does is killed.
         busiest: list[Daemon] = []
@@ -201,6 +214,11 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
         (survivor,) = [d for d in pair if d is not doomed]
         await doomed.kill()
         killed_at = datetime.now(UTC)
+        moved_after = await eventually(
+            f"{survivor.name} holds every partition",
+            lambda: holds_all(sandbox, survivor),
+            within=HEARTBEAT_TIMEOUT + 5,
+        )
         stranded = {
             run.job_id
             for run in await runs_in(sandbox)
@@ -257,11 +275,16 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
         f"{percentile(rerun_after, 1.0):.1f} s after it (leases of 600 s)"
     )
     report(
+        f"partitions held before the kill {split}; all {survivor.name}'s {moved_after:.1f} s "
+        "after it"
+    )
+    report(
         f"executions {dict(Counter(run.status for run in runs))}; runs of one job overlapping: "
         f"{len(clashes)}; occurrences run twice: {len(twice)}; missed: {len(missed)}"
     )
 
     assert stranded, "the kill found no run in flight"
+    assert sorted(split.values()) == [32, 32], split  # 64 partitions, within one of even
     assert {run.job_id for run in abandoned} == stranded
     assert max(reaped_after) < HEARTBEAT_TIMEOUT + 10, reaped_after
     assert min(reaped_after) >= HEARTBEAT_TIMEOUT - 3.5, "taken for dead before its lapse"

@@ -16,7 +16,7 @@ from tickd.scheduler.codec import (
     Doc,
     exact_micros,
 )
-from tickd.scheduler.model import Execution, Job, Status, new_id
+from tickd.scheduler.model import Execution, Job, Priority, Status, new_id
 from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Claim,
@@ -46,6 +46,9 @@ from tickd.scheduler.store.mongodb.statements import (
     rolled_forward,
 )
 
+# Read across partitions before the partitions' own reads (see `_due_by_partition`).
+URGENT = (Priority.CRITICAL, Priority.HIGH)
+
 
 def starved_first(starved_before: datetime) -> Callable[[Job], tuple[int, int, datetime]]:
     """The order of `due_jobs` under a backlog: the starved (due before `starved_before`)
@@ -66,6 +69,10 @@ class MongoDispatch(MongoRequests):
     # FerretDB reads a document and writes it in two steps, so two claims can interleave: the
     # lock service keeps a run to one instance.
     claim_is_the_lock = False
+
+    @property
+    def reads_partitions_in_turn(self) -> bool:
+        return self.on_ferretdb  # see `_due_by_partition`
 
     async def claim_due_jobs(
         self,
@@ -90,12 +97,13 @@ class MongoDispatch(MongoRequests):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
+        in_turn: bool = False,
     ) -> list[Job]:
         """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
         starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
-        where the ones before it left off. On FerretDB, with `partitions`, a read a partition
-        instead (see `_due_by_partition`)."""
-        if partitions is not None and self.on_ferretdb:
+        where the ones before it left off. On FerretDB, with `partitions` `in_turn`, a read a
+        partition instead (see `_due_by_partition`)."""
+        if partitions is not None and in_turn and self.on_ferretdb:
             return await self._due_by_partition(
                 now, limit, exclude_handlers, starved_before, first, partitions
             )
@@ -126,23 +134,28 @@ class MongoDispatch(MongoRequests):
     ) -> list[Job]:
         """FerretDB decodes every document the equalities of a filter select, and pushes no
         `$in` down: a read by `part: p` decodes that partition's free jobs, where one by `$in`
-        would decode the whole queue's. So one read a partition, in the order given, each in
-        the order of `due_jobs` (the starved first, then by urgency; the jobs in `first` are
-        read by `_id` wherever they are), until `limit` are found."""
+        would decode the whole queue's. So, after the jobs in `first` (by `_id`), the critical
+        and high ones of every partition given (each priority an equality it pushes down: a
+        few jobs decoded), then one read a partition, in the order given, of the rest (the
+        starved first, then by urgency), until `limit` are found."""
         found: list[Job] = []
+        due = due_filter(now, exclude_handlers)
         if first:
-            named = {**due_filter(now, exclude_handlers), "_id": {"$in": list(first)}}
+            named = {**due, "_id": {"$in": list(first)}}
             found += await self._find_jobs(named, sort=OLDEST_DUE_FIRST, limit=limit)
+            due["_id"] = {"$nin": list(first)}
+        for priority in URGENT:
+            urgent = {**due, "priority": int(priority), "part": {"$in": list(partitions)}}
+            found += await self._find_jobs(urgent, sort=OLDEST_DUE_FIRST, limit=limit - len(found))
+        due["priority"] = {"$gt": int(URGENT[-1])}
         for part in partitions:
             if len(found) >= limit:
                 break
-            due = {**due_filter(now, exclude_handlers), "part": part}
-            if first:
-                due["_id"] = {"$nin": list(first)}
+            in_part = {**due, "part": part}
             if starved_before is None:
-                found += await self._find_jobs(due, sort=URGENCY, limit=limit - len(found))
+                found += await self._find_jobs(in_part, sort=URGENCY, limit=limit - len(found))
             else:  # FerretDB decodes the partition's due jobs anyway: all come, sorted here
-                jobs = [job_from_document(doc) async for doc in self.jobs.find(due)]
+                jobs = [job_from_document(doc) async for doc in self.jobs.find(in_part)]
                 found += sorted(jobs, key=starved_first(starved_before))[: limit - len(found)]
         return found
 

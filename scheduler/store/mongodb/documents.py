@@ -91,6 +91,8 @@ JOB_INDEXES = [
     # The partition an instance reads (scheduler/partitions.py): single-field, so that FerretDB,
     # which reads one partition at a time by this equality, gets a GIN twin for it.
     IndexModel([("part", ASCENDING)], name="jobs_part"),
+    # The critical and high jobs FerretDB reads across partitions, by this equality.
+    IndexModel([("priority", ASCENDING)], name="jobs_priority"),
 ]
 CHANGE_INDEXES = [
     IndexModel(

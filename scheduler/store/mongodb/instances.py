@@ -3,19 +3,26 @@ InstanceStore role)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from pymongo import (
+    ASCENDING,
     DeleteOne,
 )
 
 from tickd.scheduler.codec import (
+    Doc,
     exact_micros,
+    status_from_json,
+    status_json,
 )
 from tickd.scheduler.model import new_id
 from tickd.scheduler.ports.backends import (
     ENDED_LEASE_UNTIL,
+    InstanceStatus,
+    InstanceView,
 )
 from tickd.scheduler.store.kit.mongodb import (
     from_micros,
@@ -31,9 +38,28 @@ class MongoInstances(MongoCollections):
     """The instances of MongoStore."""
 
     @translating_errors
-    async def beat(self, instance: str, now: datetime) -> None:
-        beat = {"beat_at": now, "beat_at_us": exact_micros(now)}
+    async def beat(
+        self, instance: str, now: datetime, status: InstanceStatus | None = None
+    ) -> None:
+        beat: Doc = {"beat_at": now, "beat_at_us": exact_micros(now)}
+        if status is not None:
+            beat["status"] = status_json(status)
         await self.beats.update_one({"_id": instance}, {"$set": beat}, upsert=True)
+
+    @translating_errors
+    async def instance_views(self) -> list[InstanceView]:
+        """Two small reads: the instances, the partitions (P documents)."""
+        held = Counter([doc.get("owner") async for doc in self.partitions.find({}, {"owner": 1})])
+        cursor = self.beats.find({}).sort("_id", ASCENDING)
+        return [
+            InstanceView(
+                instance=doc["_id"],
+                beat_at=from_micros(doc["beat_at_us"]),
+                status=status_from_json(doc.get("status")),
+                partitions=held[doc["_id"]],
+            )
+            async for doc in cursor
+        ]
 
     @translating_errors
     async def instances(self) -> dict[str, datetime]:

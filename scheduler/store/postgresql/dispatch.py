@@ -204,6 +204,7 @@ class PostgresDispatch(PostgresTables):
     # A claim's UPDATE locks each row it compares and sets, and checks it again as it is once
     # locked: two instances never both win a job, so the lease is the run's lock.
     claim_is_the_lock = True
+    reads_partitions_in_turn = False
 
     async def due_jobs(
         self,
@@ -213,8 +214,9 @@ class PostgresDispatch(PostgresTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
-        # `partitions` unused: SKIP LOCKED and the claim keep instances apart.
+        # `partitions`, `in_turn` unused: SKIP LOCKED and the claim keep instances apart.
         partitions: Sequence[int] | None = None,
+        in_turn: bool = False,
     ) -> list[Job]:
         sql, args = due_sql(now, limit, exclude_handlers, starved_before, first)
         return [job_from_row(row) for row in await self._fetch(sql, *args)]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from tickd.scheduler.codec import exact_micros, micros
-from tickd.scheduler.ports.backends import ENDED_LEASE_UNTIL
+from tickd.scheduler.codec import exact_micros, micros, status_json
+from tickd.scheduler.ports.backends import ENDED_LEASE_UNTIL, InstanceStatus, InstanceView
 from tickd.scheduler.store.postgresql.base import PostgresTables, Tx
-from tickd.scheduler.store.sqlite.rows import from_micros
+from tickd.scheduler.store.sqlite.rows import from_micros, instance_view
+from tickd.scheduler.store.sqlite.statements import INSTANCE_VIEWS
 
 END_LEASES = (
     "UPDATE {0} SET lease_until = $1 WHERE lease_token IS NOT NULL AND lease_until > $1 "
@@ -20,12 +21,19 @@ END_LEASES = (
 class PostgresInstances(PostgresTables):
     """The instances of PostgresStore."""
 
-    async def beat(self, instance: str, now: datetime) -> None:
+    async def beat(
+        self, instance: str, now: datetime, status: InstanceStatus | None = None
+    ) -> None:
         sql = (
-            "INSERT INTO instances (id, beat_at) VALUES ($1, $2) "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at"
+            "INSERT INTO instances AS i (id, beat_at, status) VALUES ($1, $2, $3) "
+            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at, "
+            "status = coalesce(EXCLUDED.status, i.status)"
         )
-        await self._execute(sql, instance, micros(now))
+        text = None if status is None else status_json(status)
+        await self._execute(sql, instance, micros(now), text)
+
+    async def instance_views(self) -> list[InstanceView]:
+        return [instance_view(row) for row in await self._fetch(INSTANCE_VIEWS)]
 
     async def instances(self) -> dict[str, datetime]:
         rows = await self._fetch("SELECT id, beat_at FROM instances")

@@ -161,6 +161,8 @@ CREATE TABLE partitions (
     owner {T},
     epoch BIGINT NOT NULL
 );
+-- What each instance says of itself at its beats (JSON), for ops.
+ALTER TABLE instances ADD COLUMN status TEXT;
 """,
 ]
 VERSION = len(MIGRATIONS)

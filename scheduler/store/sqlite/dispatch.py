@@ -51,6 +51,7 @@ class SQLiteDispatch(SQLiteTables):
 
     # One process's store: the in-process lock it runs with costs nothing.
     claim_is_the_lock = False
+    reads_partitions_in_turn = False
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -79,8 +80,9 @@ class SQLiteDispatch(SQLiteTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
-        # `partitions` unused: a SQLite file is one process's, which owns them all.
+        # `partitions`, `in_turn` unused: a SQLite file is one process's, which owns them all.
         partitions: Sequence[int] | None = None,
+        in_turn: bool = False,
     ) -> list[Job]:
         due = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
         others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time

@@ -11,22 +11,35 @@ from tickd.scheduler.codec import (
     EPOCH,
     exact_micros,
     micros,
+    status_json,
 )
 from tickd.scheduler.ports.backends import (
     ENDED_LEASE_UNTIL,
+    InstanceStatus,
+    InstanceView,
 )
 from tickd.scheduler.store.sqlite.base import SQLiteTables
+from tickd.scheduler.store.sqlite.rows import instance_view
+from tickd.scheduler.store.sqlite.statements import INSTANCE_VIEWS
 
 
 class SQLiteInstances(SQLiteTables):
     """The instances of SQLiteStore."""
 
-    async def beat(self, instance: str, now: datetime) -> None:
+    async def beat(
+        self, instance: str, now: datetime, status: InstanceStatus | None = None
+    ) -> None:
         sql = (
-            "INSERT INTO instances (id, beat_at) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at"
+            "INSERT INTO instances (id, beat_at, status) VALUES (?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at, "
+            "status = coalesce(excluded.status, status)"
         )
-        await self._run(lambda db: db.execute(sql, (instance, micros(now))))
+        args = (instance, micros(now), None if status is None else status_json(status))
+        await self._run(lambda db: db.execute(sql, args))
+
+    async def instance_views(self) -> list[InstanceView]:
+        rows = await self._read(lambda db: db.execute(INSTANCE_VIEWS).fetchall())
+        return [instance_view(row) for row in rows]
 
     async def instances(self) -> dict[str, datetime]:
         sql = "SELECT id, beat_at FROM instances"

@@ -29,6 +29,7 @@ from tickd.scheduler.codec import (
     request_from_doc,
     request_to_doc,
     schedule_from_doc,
+    status_from_json,
     summary_from_doc,
     to_json_ready,
 )
@@ -43,6 +44,7 @@ from tickd.scheduler.model import (
     Schedule,
 )
 from tickd.scheduler.ports.backends import (
+    InstanceView,
     OutboxEvent,
     RunRequest,
 )
@@ -280,3 +282,10 @@ def request_from_row(row: Row) -> RunRequest:
 
 def execution_from_row(row: Row) -> Execution:
     return execution_from_doc(from_row(row))
+
+
+def instance_view(row: Row) -> InstanceView:
+    """A row of INSTANCE_VIEWS (statements.py)."""
+    beat_at = from_micros(row[1])
+    assert beat_at is not None
+    return InstanceView(str(row[0]), beat_at, status_from_json(row[2]), int(row[3]))

@@ -119,6 +119,7 @@ CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT 
 # Columns added since the first schema, with their type: a database made before gets them at
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
 ADDED_COLUMNS = {
+    "instances": [("status", "TEXT")],
     "jobs": [("redrive", "TEXT"), ("shards", "INTEGER NOT NULL DEFAULT 1"), ("managed_by", "TEXT")],
     "executions": [
         ("dead_letter", "TEXT"),

@@ -288,3 +288,10 @@ def write_events(
             )
         )
     db.executemany(OUTBOX_INSERT, rows)
+
+
+# Each instance with the partitions it holds.
+INSTANCE_VIEWS = (
+    "SELECT i.id, i.beat_at, i.status, (SELECT count(*) FROM partitions AS p WHERE p.owner = i.id) "
+    "FROM instances AS i ORDER BY i.id"
+)
