@@ -1,12 +1,15 @@
 """Burst: N no-op one-shot jobs due in the same second (1 % of them critical), the real daemon.
 With `--hourly`, N hourly cron jobs instead (`0 0 * * * *`, each its own name), due at the same
-second: the top of the hour, where every run's end also works out its next fire time.
+second: the top of the hour, where every run's end also works out its next fire time. With
+`--handler-seconds S`, each run sleeps S seconds (the `sleep` handler) instead: the workers, not
+the store, are then the limit, and a second daemon brings its own.
 
 The jobs are written into the store before the daemon starts, all due at T, a few seconds after
 the daemon is up. Drain time is T to the end of the last run; executions/s is the jobs run over
 that; missed is the jobs with no run; run twice counts extra runs of one occurrence.
 
     python -m bench.burst --stack embedded|real|postgresql --jobs 3000 [--hourly] [--daemons 2]
+        [--handler-seconds 1]
 """
 
 from __future__ import annotations
@@ -31,13 +34,16 @@ LEAD_SECONDS = {"embedded": 5.0, "real": 8.0, "postgresql": 6.0}
 INSERT_SECONDS_PER_JOB = {"embedded": 60e-6, "real": 2e-3, "postgresql": 2e-4}
 
 
-def burst_jobs(count: int, due: float, prefix: str, *, hourly: bool = False) -> list[Job]:
+def burst_jobs(
+    count: int, due: float, prefix: str, *, hourly: bool = False, handler_seconds: float = 0.0
+) -> list[Job]:
     when = at(due)
     schedule: Schedule = CronSchedule(expr=HOURLY) if hourly else OnceSchedule(at=when)
+    sleeping = {"handler": "sleep", "params": {"seconds": handler_seconds}}
     return [
         Job(
             name=f"{prefix}-{'c' if i % CRITICAL_EVERY == 0 else 'n'}-{i:06}",
-            handler="noop",
+            **(sleeping if handler_seconds else {"handler": "noop"}),
             schedule=schedule,
             next_run_at=when,
             priority=Priority.CRITICAL if i % CRITICAL_EVERY == 0 else Priority.NORMAL,
@@ -55,13 +61,15 @@ def run_burst(
     profile: Path | None = None,
     hourly: bool = False,
     daemons: int = 1,
+    handler_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """One burst on a fresh stack (cleaned up afterwards); of hourly cron jobs if `hourly`; with
     `daemons` instances of the daemon on the one store."""
     try:
         lead = LEAD_SECONDS[stack.kind] + count * INSERT_SECONDS_PER_JOB[stack.kind]
         due = math.ceil(time.time() + lead)
-        insert_s = timed_insert(stack, burst_jobs(count, due, "burst", hourly=hourly))
+        jobs = burst_jobs(count, due, "burst", hourly=hourly, handler_seconds=handler_seconds)
+        insert_s = timed_insert(stack, jobs)
         seen = watch(
             stack,
             "burst",
@@ -119,6 +127,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path)
     parser.add_argument("--hourly", action="store_true", help="hourly cron jobs, not one-shot")
     parser.add_argument("--daemons", type=int, default=1, help="instances on the one store")
+    parser.add_argument("--handler-seconds", type=float, default=0.0, help="each run sleeps")
     args = parser.parse_args()
     stack = STACKS[args.stack]()
     result = run_burst(
@@ -129,6 +138,7 @@ def main() -> None:
         profile=args.profile,
         hourly=args.hourly,
         daemons=args.daemons,
+        handler_seconds=args.handler_seconds,
     )
     print(json.dumps(result))
 
