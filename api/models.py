@@ -474,6 +474,25 @@ class InstanceOut(BaseModel):
     id: str
     last_beat_at: datetime = Field(description="Its last heartbeat, as its own clock wrote it")
     running: int = Field(description="How many executions it holds running")
+    # Defaults, so that this client reads the page of a daemon from before these fields.
+    version: str | None = Field(
+        default=None,
+        description="The tickd version it runs, as it said at its last heartbeat; null from an "
+        "instance that has not said (a release that does not)",
+    )
+    started_at: datetime | None = Field(
+        default=None, description="When it started, by its own clock; null as for `version`"
+    )
+    partitions: int | None = Field(
+        default=None,
+        description="How many partitions of the due queue it holds: it reads due jobs only in "
+        "those (0: none yet, or it is leaving; null from a daemon without partitions)",
+    )
+    runs_in_flight: int | None = Field(
+        default=None,
+        description="The runs it has claimed and not yet ended (armed, recorded, queued or "
+        "running), as it said at its last heartbeat; null as for `version`",
+    )
 
 
 class InstancePage(BaseModel):

@@ -21,7 +21,7 @@ from tickd.api.problems import ApiError
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes, parse_body
 from tickd.api.v1 import state
 from tickd.scheduler.model import CancelRequest, Execution, Status
-from tickd.scheduler.ports.backends import ExecutionQuery
+from tickd.scheduler.ports.backends import ExecutionQuery, InstanceView
 
 # The running view lists at most this many runs, the oldest start first.
 MAX_RUNNING = 1000
@@ -67,13 +67,23 @@ async def list_running(call: Call[None, None]) -> Reply:
 
 
 async def list_instances(call: Call[None, None]) -> Reply:
-    beats = await state(call).instances.instances()
+    views = await state(call).instances.instance_views()
     holding = Counter(run.owner for run in await running_executions(call))
-    items = [
-        InstanceOut(id=instance, last_beat_at=beat, running=holding[instance])
-        for instance, beat in sorted(beats.items())
-    ]
+    items = [instance_out(view, holding[view.instance]) for view in views]
     return Reply(InstancePage(items=items))
+
+
+def instance_out(view: InstanceView, running: int) -> InstanceOut:
+    status = view.status
+    return InstanceOut(
+        id=view.instance,
+        last_beat_at=view.beat_at,
+        running=running,
+        version=status.version if status else None,
+        started_at=status.started_at if status else None,
+        partitions=view.partitions,
+        runs_in_flight=status.runs_in_flight if status else None,
+    )
 
 
 async def cancel_execution(call: Call[None, None]) -> Reply:
@@ -155,7 +165,9 @@ RUNNING_ROUTES: Routes = [
         "GET",
         "/v1/instances",
         list_instances,
-        "The instances that beat, each with its last heartbeat and how many runs it holds",
+        "The instances that beat, by id: each one's last heartbeat, version, start, partitions "
+        "of the due queue held, runs in flight (as it said) and executions running (as the "
+        "store has them)",
         "read",
         InstancePage,
         tag="executions",

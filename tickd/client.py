@@ -1160,6 +1160,8 @@ class Client(_Base):
         return self.send(_ops.cancel_execution(execution_id, reason))
 
     def instances(self) -> InstancePage:
+        """The instances that beat, by id: each one's version, start, partitions held and runs
+        in flight (as its heartbeat said), executions running and last heartbeat."""
         return self.send(_ops.read("/v1/instances", _model(InstancePage), None))
 
     # -- dead letters

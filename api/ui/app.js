@@ -1,14 +1,15 @@
 // The dashboard's shell: routes (#/now, #/jobs, #/jobs/<id>, #/jobs/<id>/edit, #/new,
-// #/dead-letters?<filters>, #/runs?<filters>, #/runs/<execution id>), the token (asked for when
-// the API says 401, kept in sessionStorage only), a refresh every few seconds of whatever view is
-// open, and the wait for a daemon that stopped answering (connection.js), after which the view is
-// drawn again.
+// #/dead-letters?<filters>, #/running, #/instances, #/runs?<filters>, #/runs/<execution id>), the
+// token (asked for when the API says 401, kept in sessionStorage only), a refresh every few
+// seconds of whatever view is open, and the wait for a daemon that stopped answering
+// (connection.js), after which the view is drawn again.
 
 import { ApiError, get, setToken, token } from "./api.js";
 import { connected, reconnectLater, unreachable } from "./connection.js";
 import { deadLetterFilters, deadLettersView } from "./dead_letters.js";
 import { h, replace } from "./dom.js";
 import { formView } from "./form.js";
+import { instancesView } from "./instances.js";
 import { jobView } from "./job.js";
 import { jobsView } from "./jobs.js";
 import { focusSearchIfWanted, listenForShortcuts, showShortcuts } from "./keys.js";
@@ -32,6 +33,7 @@ function route() {
     return ["dead-letters", () => deadLettersView(main, deadLetterFilters(new URLSearchParams(query)))];
   }
   if (parts[0] === "running" && parts.length === 1) return ["running", () => runningView(main)];
+  if (parts[0] === "instances" && parts.length === 1) return ["instances", () => instancesView(main)];
   if (parts[0] === "runs" && parts.length === 1) return ["runs", () => runsView(main, runsFilters(new URLSearchParams(query)))];
   if (parts[0] === "runs" && parts[1] && parts.length === 2) return ["", () => runView(main, parts[1])];
   if (parts[0] === "jobs" && parts[1] && parts[2] === "edit") return ["jobs", () => formView(main, parts[1])];

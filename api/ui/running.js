@@ -1,9 +1,9 @@
 // The work running now: each run's job, handler, instance, attempt and age (the server's clock
-// says how old it is), longest running first, with a Cancel button that asks before it acts;
-// and the instances, their last heartbeat and how many runs each holds. Refreshed like every view.
+// says how old it is), longest running first, with a Cancel button that asks before it acts.
+// The instances that hold them have a view of their own (instances.js). Refreshed like every view.
 
 import { get, post } from "./api.js";
-import { h, jobHash, replace } from "./dom.js";
+import { h, jobHash, link, replace } from "./dom.js";
 import { dateTime, span } from "./format.js";
 import { notify } from "./notify.js";
 import { runHash } from "./run.js";
@@ -15,14 +15,12 @@ export async function runningView(main) {
   let asking = false; // a confirmation on screen is not refreshed away
   async function load() {
     if (asking) return;
-    const [running, instances] = await Promise.all([get("/v1/running"), get("/v1/instances")]);
+    const running = await get("/v1/running");
     replace(box, h("section", { class: "panel" },
       h("h1", {}, "Running"),
-      h("p", { class: "muted" }, "Runs on the workers now, the longest running first. Cancelling stops an async handler within a tick; a sync handler's run is recorded cancelled when it returns or reaches its deadline. A cancelled run is not retried."),
-      runningTable(running.items, ask, load)),
-    h("section", { class: "panel" },
-      h("h2", {}, "Instances"),
-      instancesTable(instances.items)));
+      h("p", { class: "muted" }, "Runs on the workers now, the longest running first. Cancelling stops an async handler within a tick; a sync handler's run is recorded cancelled when it returns or reaches its deadline. A cancelled run is not retried. ",
+        link("#/instances", "The instances"), " that hold them, and how each one is, have a page of their own."),
+      runningTable(running.items, ask, load)));
   }
   function ask(place, question, action) {
     asking = true;
@@ -68,18 +66,6 @@ function cancelCell(run, ask, reload) {
       await reload();
     }) }, "Cancel");
   return [button, place];
-}
-
-function instancesTable(instances) {
-  const heads = ["instance", "running", "last heartbeat"];
-  const rows = instances.map((one) => h("tr", { "data-instance": one.id },
-    h("td", { class: "instance" }, one.id),
-    h("td", { class: "num" }, String(one.running)),
-    h("td", { class: "nowrap" }, dateTime(one.last_beat_at))));
-  return h("div", { class: "table-wrap" }, h("table", { class: "table", "data-testid": "instances" },
-    h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))),
-    h("tbody", {}, rows.length ? rows
-      : h("tr", {}, h("td", { colspan: heads.length, class: "muted" }, "No instance has beat yet.")))));
 }
 
 /** A question in `place` with a confirm and a keep button; `confirmed` runs on confirm. */

@@ -1,19 +1,24 @@
 """Running work through the API: the runs on the workers now with their age and instance, the
-instances and what they hold, and a cancel that stops a run and says who asked."""
+instances, how each one says it is and what it holds, and a cancel that stops a run and says who
+asked."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from tests.api.conftest import READ, WRITE, Api, serving
 from tests.conftest import T0, EngineFactory, make_job
 from tests.test_engine import WAIT
+from tickd.scheduler.metrics import tickd_version
 from tickd.scheduler.model import Job
 from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import InstanceStatus
 
 
 @dataclass
@@ -69,6 +74,60 @@ async def test_the_instances_list_says_each_ones_last_beat_and_runs_held(stuck: 
         ("idle-instance", 0),
         ("test-instance", 1),
     ]
+
+
+def said(instance: dict[str, Any]) -> tuple[Any, ...]:
+    """What an instance of GET /v1/instances says of itself, its start as a time."""
+    started = instance["started_at"]
+    return (
+        instance["version"],
+        None if started is None else datetime.fromisoformat(started),
+        instance["partitions"],
+        instance["runs_in_flight"],
+    )
+
+
+async def test_the_instances_list_says_what_each_one_wrote_of_itself(api: Api) -> None:
+    started = T0 - timedelta(hours=5)
+    await api.store.beat("worker-a", T0, InstanceStatus("1.4.0", started, 3))
+    await api.store.take_partitions("worker-a", [0, 1, 2, 7])
+    await api.store.beat("worker-b", T0 + timedelta(seconds=2))  # says nothing of itself
+
+    status, body, _ = await api.call("GET", "/v1/instances", token=READ)
+
+    assert status == 200, body
+    listed = {i["id"]: i for i in body["items"]}
+    assert said(listed["worker-a"]) == ("1.4.0", started, 4, 3)
+    assert said(listed["worker-b"]) == (None, None, 0, None)
+    assert datetime.fromisoformat(listed["worker-b"]["last_beat_at"]) == T0 + timedelta(seconds=2)
+    assert (listed["worker-a"]["running"], listed["worker-b"]["running"]) == (0, 0)
+
+
+async def test_a_beat_without_a_status_leaves_the_last_one_listed(api: Api) -> None:
+    await api.store.beat("worker-a", T0, InstanceStatus("1.4.0", T0, 2))
+    await api.store.beat("worker-a", T0 + timedelta(seconds=3))
+
+    _, body, _ = await api.call("GET", "/v1/instances", token=READ)
+
+    [listed] = [i for i in body["items"] if i["id"] == "worker-a"]
+    assert said(listed) == ("1.4.0", T0, 0, 2)
+    assert datetime.fromisoformat(listed["last_beat_at"]) == T0 + timedelta(seconds=3)
+
+
+async def test_an_instances_own_heartbeat_lists_its_version_start_partitions_and_runs(
+    stuck: Stuck,
+) -> None:
+    api = stuck.api
+    api.clock.advance(90)
+    await api.harness.engine.heartbeat.beat(api.clock.now())
+
+    _, body, _ = await api.call("GET", "/v1/instances", token=READ)
+
+    [me] = [i for i in body["items"] if i["id"] == "test-instance"]
+    # Started when its engine was built, at T0; alone, it holds every partition.
+    assert said(me) == (tickd_version(), T0, api.harness.settings.partitions, 1)
+    assert me["running"] == 1
+    assert datetime.fromisoformat(me["last_beat_at"]) == T0 + timedelta(seconds=90)
 
 
 async def test_a_cancel_stops_the_run_and_the_record_says_who_asked(stuck: Stuck) -> None:

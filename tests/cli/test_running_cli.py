@@ -1,12 +1,19 @@
-"""`tickd runs running`, `tickd runs instances` and `tickd runs cancel`, as on-call runs them
-against a live API."""
+"""`tickd runs running`, `tickd instances` (and `tickd runs instances`) and `tickd runs cancel`,
+as on-call runs them against a live API."""
 
 from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
 
 from tests.api.conftest import READ
 from tests.api.test_cli import Live, columns
 from tests.conftest import T0, make_job
+from tickd.cli.running import INSTANCE_COLUMNS
 from tickd.scheduler.model import Execution, Status
+from tickd.scheduler.ports.backends import InstanceStatus
 
 
 async def a_running_run(live: Live) -> Execution:
@@ -79,13 +86,43 @@ async def test_runs_cancel_of_an_ended_run_fails_naming_its_status(live: Live) -
     assert await live.store.cancel_requests([done.id]) == []
 
 
-async def test_runs_instances_lists_each_instance_and_the_runs_it_holds(live: Live) -> None:
-    await a_running_run(live)
-    await live.store.beat("worker-2", T0)
+def cells(table: str) -> list[list[str]]:
+    """The rows of a table `print_table` printed, cut at its columns' starts."""
+    header, *rows = table.splitlines()
+    starts = columns(header, *INSTANCE_COLUMNS)
+    assert starts == sorted(starts)
+    ends = [*starts[1:], None]
+    return [[row[a:b].strip() for a, b in zip(starts, ends, strict=True)] for row in rows]
 
-    result = await live.tickd("runs", "instances")
+
+@pytest.mark.parametrize("command", [["instances"], ["runs", "instances"]])
+async def test_instances_lists_each_ones_version_start_partitions_and_runs(
+    live: Live, command: list[str]
+) -> None:
+    await a_running_run(live)
+    started = T0 - timedelta(hours=2)
+    await live.store.beat("worker-2", T0, InstanceStatus("1.4.0", started, 3))
+    await live.store.take_partitions("worker-2", [0, 1, 2])
+    await live.store.beat("worker-9", T0 + timedelta(seconds=1))  # says nothing of itself
+
+    result = await live.tickd(*command, token=READ)
 
     assert result.code == 0, result.err
-    header, row = result.out.splitlines()
-    assert header.split() == ["INSTANCE", "LAST", "BEAT", "RUNNING"]
-    assert row.split()[0] == "worker-2" and row.split()[-1] == "1"
+    assert cells(result.out) == [
+        ["worker-2", "1.4.0", "2026-03-02 07:00:00 UTC", "3", "3", "1", "2026-03-02 09:00:00 UTC"],
+        ["worker-9", "-", "-", "0", "-", "0", "2026-03-02 09:00:01 UTC"],
+    ]
+
+
+async def test_instances_as_json_is_the_apis_page(live: Live) -> None:
+    await live.store.beat("worker-2", T0, InstanceStatus("1.4.0", T0, 0))
+
+    result = await live.tickd("instances", "--json")
+
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == await live.get("/v1/instances")
+
+
+async def test_instances_says_so_when_none_has_beat(live: Live) -> None:
+    result = await live.tickd("instances")
+    assert (result.code, result.out.strip()) == (0, "No instance has beat.")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from tests.api.conftest import READ, Api
 from tests.client.conftest import Calls, connected
+from tests.conftest import T0
 from tickd.api.models import IntervalScheduleIn, JobCreate, JobOut
 from tickd.client import Forbidden, Unauthorized
+from tickd.scheduler.ports.backends import InstanceStatus
 
 EVERY_MINUTE = IntervalScheduleIn(kind="interval", every_seconds=60)
 
@@ -73,6 +77,20 @@ async def test_the_operations_endpoints_are_read(tickd: Calls, api: Api) -> None
     assert "tickd_" in await tickd.metrics()
     assert "paths" in await tickd.openapi()
     assert "<table>" in await tickd.docs_page()
+
+
+async def test_the_instances_are_read_with_what_each_one_said(tickd: Calls, api: Api) -> None:
+    started = T0 - timedelta(hours=1)
+    await api.store.beat("worker-a", T0, InstanceStatus("1.4.0", started, 2))
+    await api.store.take_partitions("worker-a", [3, 5])
+    await api.store.beat("worker-b", T0)
+
+    listed = {one.id: one for one in (await tickd.instances()).items}
+
+    a, b = listed["worker-a"], listed["worker-b"]
+    assert (a.version, a.started_at, a.partitions, a.runs_in_flight) == ("1.4.0", started, 2, 2)
+    assert (b.version, b.started_at, b.partitions, b.runs_in_flight) == (None, None, 0, None)
+    assert (a.last_beat_at, a.running) == (T0, 0)
 
 
 async def test_bounces_are_listed_and_cleared(tickd: Calls, api: Api) -> None:

@@ -45,7 +45,7 @@ VERBS = {
     "POST /v1/executions/{execution_id}/retry": "tickd executions retry",
     "GET /v1/running": "tickd runs running",
     "POST /v1/executions/{execution_id}/cancel": "tickd runs cancel",
-    "GET /v1/instances": "tickd runs instances",
+    "GET /v1/instances": "tickd instances",
     "POST /v1/schedules/preview": "tickd schedules preview",
     "GET /v1/handlers": "tickd handlers --api",
     "GET /v1/bounces": "tickd bounces list",

@@ -1,4 +1,5 @@
-"""`tickd runs ...`: the work running now, and stopping a run, through the API.
+"""`tickd runs ...`: the work running now, and stopping a run, through the API; and
+`tickd instances` (also `tickd runs instances`): the instances and how each one is.
 
 The parser's part (add_running_commands) imports nothing but argparse, as the rest of
 tickd.cli.parser does: the client loads only when a command runs.
@@ -13,6 +14,16 @@ if TYPE_CHECKING:
     from tickd.client import Client
 
 RUNNING_COLUMNS = ("ID", "JOB", "HANDLER", "INSTANCE", "ATTEMPTS", "STARTED", "AGE", "CANCEL")
+INSTANCE_COLUMNS = (
+    "INSTANCE",
+    "VERSION",
+    "STARTED",
+    "PARTITIONS",
+    "IN FLIGHT",
+    "RUNNING",
+    "LAST BEAT",
+)
+INSTANCES_HELP = "the instances: version, start, partitions held, runs in flight, last beat"
 
 
 def add_running_commands(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -26,9 +37,7 @@ def add_running_commands(commands: Any, common: argparse.ArgumentParser) -> None
     )
     running.set_defaults(act="running:runs_running")
 
-    instances = actions.add_parser(
-        "instances", parents=[common], help="the instances, their last beat and runs held"
-    )
+    instances = actions.add_parser("instances", parents=[common], help=INSTANCES_HELP)
     instances.set_defaults(act="running:runs_instances")
 
     cancel = actions.add_parser(
@@ -41,6 +50,10 @@ def add_running_commands(commands: Any, common: argparse.ArgumentParser) -> None
     cancel.add_argument("execution", metavar="ID")
     cancel.add_argument("--reason", default="", metavar="TEXT", help="kept with the record")
     cancel.set_defaults(act="running:runs_cancel")
+
+    # Also a command of its own: ops look at the instances apart from the runs.
+    alone = commands.add_parser("instances", parents=[common], help=INSTANCES_HELP)
+    alone.set_defaults(act="running:runs_instances")
 
 
 def runs_running(client: Client, args: argparse.Namespace) -> None:
@@ -73,8 +86,24 @@ def runs_instances(client: Client, args: argparse.Namespace) -> None:
     if args.json:
         print_json(page)
         return
-    rows = [[i["id"], when(i["last_beat_at"]), str(i["running"])] for i in page["items"]]
-    print_table(("INSTANCE", "LAST BEAT", "RUNNING"), rows, empty="No instance has beat.")
+    rows = [
+        [
+            one["id"],
+            one.get("version") or "-",
+            when(one.get("started_at")),
+            count_text(one.get("partitions")),
+            count_text(one.get("runs_in_flight")),
+            str(one["running"]),
+            when(one["last_beat_at"]),
+        ]
+        for one in page["items"]
+    ]
+    print_table(INSTANCE_COLUMNS, rows, empty="No instance has beat.")
+
+
+def count_text(value: Any) -> str:
+    """A count an instance says of itself; "-" from one that has not said."""
+    return "-" if value is None else str(value)
 
 
 def runs_cancel(client: Client, args: argparse.Namespace) -> None:
