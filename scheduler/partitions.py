@@ -25,8 +25,8 @@ from typing import Protocol
 
 from tickd.scheduler.model import Job
 
-# Partitions of a new store. Enough that 2 to 16 instances each get a share within one partition
-# of the others' (the balance is within +-1 of P / N only on average; see `assignment`).
+# Partitions of a new store: 2 to 16 instances get 4 to 32 each, so that a share is a partition's
+# worth of jobs at most from another's, and a move is a small part of one instance's work.
 DEFAULT_PARTITIONS = 64
 # More would only make every heartbeat's assignment and every FerretDB fetch longer.
 MAX_PARTITIONS = 4096

@@ -6,7 +6,11 @@ Quiet is observed, never computed from the beats' times: each instance's beat is
 own wall clock, which may be ahead or behind this one's by any amount (skewed, or stepped by
 NTP or a restored VM). So each instance watches the others' beats and notes, on its own
 monotonic clock, when it last saw each change; one whose beat has not changed for a whole lapse
-of that time is dead, whatever the clocks say."""
+of that time is dead, whatever the clocks say.
+
+After each beat the instance keeps its share of the due queue's partitions (partitions.py) from
+the instances alive then; each beat also says how the instance is (version, start, runs in
+flight), for ops."""
 
 from __future__ import annotations
 

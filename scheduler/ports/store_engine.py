@@ -61,13 +61,13 @@ class DispatchStore(Protocol):
         have waited longest of all). Each job at most once. A job whose lease is held (live or
         expired) is not due: an expired lease is first reaped by `reap_expired_leases`.
 
-        With `partitions` (None: all), only jobs of those partitions, where instances' reads
-        collide otherwise: a store whose claim is the lock (`claim_is_the_lock`) or which one
-        process alone uses may read the others too. With `in_turn`, a store that reads one
-        partition at a time (`reads_partitions_in_turn`: FerretDB, which decodes whatever its
-        filter's equalities select) reads them in the order given and stops once it has
-        `limit`: urgency then holds within a partition (FerretDB reads the critical and high
-        jobs of them all first)."""
+        With `partitions` (None: all), only jobs of those partitions (and on PostgreSQL the
+        few an older tickd wrote without one), so that instances read and claim disjoint
+        shares of the queue; SQLite, one process's, reads them all. With `in_turn`, a store
+        that reads one partition at a time (`reads_partitions_in_turn`: FerretDB, which decodes
+        whatever its filter's equalities select) reads them in the order given and stops once
+        it has `limit`: urgency then holds within a partition (FerretDB reads the critical and
+        high jobs of them all first)."""
 
     async def claim_due_jobs(
         self,
@@ -79,6 +79,7 @@ class DispatchStore(Protocol):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        partitions: Sequence[int] | None = None,
     ) -> list[Job] | None:
         """`due_jobs(horizon, ...)` and their claims at once, where the store can read and
         claim in one step: the jobs as claimed, in due_jobs' order. A job another claimer holds

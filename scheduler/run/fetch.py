@@ -180,6 +180,8 @@ class Fetcher:
     ) -> list[DueRun]:
         """The jobs due by `horizon`, claimed as they are read where the store can."""
         store, starved_before = self._store, self._starved_before(now)
+        turns, backlogged = self._turns, self._backlogged
+        order = turns.order(now, backlogged=backlogged) if turns else None
         if claim:
             claimed = await store.claim_due_jobs(
                 now,
@@ -189,11 +191,10 @@ class Fetcher:
                 exclude_handlers=saturated,
                 starved_before=starved_before,
                 first=first,
+                partitions=order,
             )
             if claimed is not None:
                 return [DueRun(job, claimed=True) for job in claimed]
-        turns, backlogged = self._turns, self._backlogged
-        order = turns.order(now, backlogged=backlogged) if turns else None
         in_turn = turns is not None and turns.in_turn(backlogged=backlogged)
         jobs = await store.due_jobs(
             horizon,

@@ -25,6 +25,7 @@ from tickd.scheduler.model import (
     Status,
     new_id,
 )
+from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import (
     Claim,
@@ -206,6 +207,38 @@ async def test_claimers_at_the_read_racing_for_the_same_jobs_take_each_once(
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_claim_in_some_partitions_takes_only_their_jobs_and_those_without_one(
+    postgresql_store: PostgresStore, postgresql_database: str
+) -> None:
+    """Each instance claims its share: a burst falling due within one instance's lookahead is
+    not all its own. A job an older tickd wrote has no partition until the next open: every
+    instance may claim it."""
+    store = postgresql_store
+    jobs = due_jobs(120)
+    await store.insert_missing_jobs(jobs)
+    count = store.partition_count
+    mine = list(range(0, count, 2))
+    older = jobs[0]
+    db = await asyncpg.connect(postgresql_database)
+    try:
+        await db.execute("UPDATE jobs SET part = NULL WHERE id = $1", older.id)
+        claimed = await store.claim_due_jobs(T0, T0, 500, lease=LEASE, partitions=mine)
+        assert claimed is not None
+        expected = {j.id for j in jobs if partition_of(j.id, count) in mine} | {older.id}
+        assert {job.id for job in claimed} == expected
+        read = await store.due_jobs(T0, 500, partitions=[p + 1 for p in mine])
+        assert {job.id for job in read} == {j.id for j in jobs} - expected
+        # The next open gives it its partition.
+        await db.execute("UPDATE jobs SET part = NULL")
+        again = PostgresStore(postgresql_database)
+        await again.open()
+        await again.close()
+        parts = dict(await db.fetch("SELECT id, part FROM jobs"))
+        assert parts == {j.id: partition_of(j.id, count) for j in jobs}
+    finally:
+        await db.close()
 
 
 async def test_a_requested_run_passes_over_a_job_another_transaction_holds(

@@ -2,8 +2,9 @@
 Kafka: every occurrence ends in a terminal state, the runs the dead process left behind are
 marked `abandoned` and run again within seconds (its heartbeat lapses, another instance ends its
 leases), never when their ten-minute leases run out, and no job runs twice at once; the dead
-instance's partitions move to the survivor within the heartbeat timeout and 5 s. Every test
-prints its counts.
+instance's partitions move to the survivor within the heartbeat timeout and 5 s, and an instance
+that joins, then stops, takes half of them and hands them back within a few heartbeats. Every
+test prints its counts.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.system.stack import (
     percentile,
     runs_in,
     sleeping_jobs,
+    start_daemon,
     statuses,
 )
 
@@ -43,6 +45,7 @@ HANDLER_SECONDS = 1.0
 # The burst is killed once this many runs have ended: well into it, with the pool full.
 KILL_AFTER_ENDED = 300
 # The daemons' heartbeat settings (the defaults): a beat every 3 s, silent for 10 s is dead.
+HEARTBEAT = 3.0
 HEARTBEAT_TIMEOUT = 10.0
 # A run left behind must be given back within this of the restart (the new instance beats for a
 # whole lapse before it judges others, then the next reap gives the runs back), far below its
@@ -154,6 +157,30 @@ async def test_a_sigkill_mid_burst_strands_only_the_runs_in_flight_and_gives_the
     assert delivered[0] == delivered[1], f"{delivered[0] - delivered[1]} events lost"
 
 
+async def join_and_leave(sandbox: Sandbox, workdir: Path, survivor: Daemon) -> tuple[float, float]:
+    """A third instance joins and takes half the partitions within two heartbeats (the holder
+    frees them at its next beat, the newcomer takes them at its next), then stops and hands
+    them back within one: it frees them and deletes its record as it goes. Returns how long
+    each took."""
+    newcomer = await start_daemon("c", sandbox, workdir)
+    try:
+        await newcomer.wait_ready()
+
+        async def split() -> bool:
+            return await partition_shares(sandbox) == {survivor.name: 32, newcomer.name: 32}
+
+        joined = await eventually("the newcomer holds half", split, within=2 * HEARTBEAT + 5)
+        assert await newcomer.stop() == 0
+        left = await eventually(
+            f"{survivor.name} holds every partition again",
+            lambda: holds_all(sandbox, survivor),
+            within=HEARTBEAT + 5,
+        )
+    finally:
+        await newcomer.kill()
+    return joined, left
+
+
 async def partition_shares(sandbox: Sandbox) -> dict[str, int]:
     """How many partitions each daemon (by name) holds."""
     async with sandbox.store() as store:
@@ -234,6 +261,7 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
             return {run.job_id for run in later} == stranded
 
         await eventually("the survivor ran the stranded jobs", stranded_ran_again, within=60)
+        joined_after, left_after = await join_and_leave(sandbox, tmp_path, survivor)
         due_until = next_whole_second(datetime.now(UTC), 0)
         await alive_until(due_until + timedelta(seconds=6), [survivor])
         await survivor.stop()
@@ -276,7 +304,8 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
     )
     report(
         f"partitions held before the kill {split}; all {survivor.name}'s {moved_after:.1f} s "
-        "after it"
+        f"after it; half to a joining instance in {joined_after:.1f} s, back when it stopped "
+        f"in {left_after:.1f} s"
     )
     report(
         f"executions {dict(Counter(run.status for run in runs))}; runs of one job overlapping: "

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from tickd.scheduler.model import Job
+from tickd.scheduler.partitions import DEFAULT_PARTITIONS
 from tickd.scheduler.ports.backends import StoreError
 from tickd.scheduler.ports.store_operations import (
     count_postgresql_statement,
@@ -115,6 +116,10 @@ class PostgresTables:
     """A pool of connections to one database with the job store's schema. A call is one
     statement on a connection of the pool (`_fetch`, `_execute`, ...), or several in one
     transaction (`_run`)."""
+
+    # Partitions of a new store; how many the store has, read at open (partitions.py).
+    new_partition_count = DEFAULT_PARTITIONS
+    partition_count = DEFAULT_PARTITIONS
 
     def __init__(self, url: str) -> None:
         self._url = url

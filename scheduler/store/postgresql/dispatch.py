@@ -76,15 +76,19 @@ def _due(
     before: int,
     excluded: Sequence[str],
     first: Sequence[str],
+    parts: Sequence[int] | None,
     *,
     among_first: bool = False,
 ) -> str:
-    """Free jobs due by `before` whose handlers are not `excluded`; with `first`, those named
-    there (`among_first`) or the others."""
+    """Free jobs due by `before` whose handlers are not `excluded`, in `parts` (None: in any
+    partition; a job an older tickd wrote, without one, is in every); with `first`, those
+    named there (`among_first`) or the others."""
     due = (
         f"{FREE} AND next_run_at <= {args(before, 'int8')} "
         f"AND handler <> ALL ({args(list(excluded), 'text[]')})"
     )
+    if parts is not None:
+        due += f" AND (part = ANY ({args(list(parts), 'int4[]')}) OR part IS NULL)"
     if first:
         named = f"id = ANY ({args(list(first), 'text[]')})"
         due += f" AND {named}" if among_first else f" AND NOT {named}"
@@ -111,6 +115,7 @@ def _reads(
     excluded: Sequence[str],
     starved_before: datetime | None,
     first: Sequence[str],
+    parts: Sequence[int] | None,
     lock: str,
 ) -> list[str]:
     """The due reads in turn (the jobs named `first`; the starved, oldest first; the others by
@@ -119,15 +124,16 @@ def _reads(
     at = exact_micros(now)
     reads = []
     if first:
-        reads.append(_oldest_first(_due(args, at, excluded, first, among_first=True), lock))
+        named = _due(args, at, excluded, first, parts, among_first=True)
+        reads.append(_oldest_first(named, lock))
     if starved_before is None:
-        reads.append(_by_urgency(args, _due(args, at, excluded, first), lock))
+        reads.append(_by_urgency(args, _due(args, at, excluded, first, parts), lock))
     else:
         # The starved first, as if more urgent than critical, oldest first; then the others by
         # urgency.
         bound = exact_micros(starved_before)
-        reads.append(_oldest_first(_due(args, bound, excluded, first), lock))
-        newer = f"{_due(args, at, excluded, first)} AND next_run_at > {args(bound, 'int8')}"
+        reads.append(_oldest_first(_due(args, bound, excluded, first, parts), lock))
+        newer = f"{_due(args, at, excluded, first, parts)} AND next_run_at > {args(bound, 'int8')}"
         reads.append(_by_urgency(args, newer, lock))
     return reads
 
@@ -156,10 +162,11 @@ def due_sql(
     excluded: Sequence[str],
     starved_before: datetime | None,
     first: Sequence[str],
+    parts: Sequence[int] | None = None,
 ) -> tuple[str, list[Any]]:
     """DispatchStore.due_jobs in one statement, and its arguments."""
     args = Args(limit)
-    reads = _reads(args, now, excluded, starved_before, first, lock="")
+    reads = _reads(args, now, excluded, starved_before, first, parts, lock="")
     return (reads[0] if len(reads) == 1 else _in_turn(reads)), args.values
 
 
@@ -171,6 +178,7 @@ def claim_due_sql(
     excluded: Sequence[str],
     starved_before: datetime | None,
     first: Sequence[str],
+    parts: Sequence[int] | None = None,
 ) -> tuple[str, list[Any]]:
     """DispatchStore.claim_due_jobs in one statement, and its arguments: the due reads, each
     locking the rows it takes and passing over those another claimer holds, so that two
@@ -179,7 +187,8 @@ def claim_due_sql(
     its timeout and the margin, as Claimer's do. A seek locks up to the limit of its own (one
     per priority); the rows the union's limit then leaves are unlocked as the statement ends."""
     args = Args(limit)
-    reads = _reads(args, horizon, excluded, starved_before, first, lock=" FOR UPDATE SKIP LOCKED")
+    lock = " FOR UPDATE SKIP LOCKED"
+    reads = _reads(args, horizon, excluded, starved_before, first, parts, lock=lock)
     start = args(exact_micros(now), "int8")
     until = (
         f"GREATEST({start}, jobs.next_run_at) + "
@@ -202,7 +211,9 @@ class PostgresDispatch(PostgresTables):
     """The dispatch of PostgresStore."""
 
     # A claim's UPDATE locks each row it compares and sets, and checks it again as it is once
-    # locked: two instances never both win a job, so the lease is the run's lock.
+    # locked: two instances never both win a job, so the lease is the run's lock. Each instance
+    # claims in the partitions it holds: SKIP LOCKED keeps claims apart, not shares (the first
+    # to read a burst within its lookahead would take all of it).
     claim_is_the_lock = True
     reads_partitions_in_turn = False
 
@@ -214,11 +225,10 @@ class PostgresDispatch(PostgresTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
-        # `partitions`, `in_turn` unused: SKIP LOCKED and the claim keep instances apart.
         partitions: Sequence[int] | None = None,
-        in_turn: bool = False,
+        in_turn: bool = False,  # one statement reads every partition given
     ) -> list[Job]:
-        sql, args = due_sql(now, limit, exclude_handlers, starved_before, first)
+        sql, args = due_sql(now, limit, exclude_handlers, starved_before, first, partitions)
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
     async def claim_due_jobs(
@@ -231,9 +241,10 @@ class PostgresDispatch(PostgresTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        partitions: Sequence[int] | None = None,
     ) -> list[Job] | None:
         sql, args = claim_due_sql(
-            now, horizon, limit, lease, exclude_handlers, starved_before, first
+            now, horizon, limit, lease, exclude_handlers, starved_before, first, partitions
         )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from tickd.scheduler.codec import micros
 from tickd.scheduler.model import Job
+from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.ports.backends import DuplicateJobName, JobChange, JobQuery, unchanged_state
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.statements import (
@@ -21,9 +23,11 @@ from tickd.scheduler.store.postgresql.statements import (
 from tickd.scheduler.store.sqlite.rows import Row, from_row, job_doc, job_from_row, job_row, to_row
 from tickd.scheduler.store.sqlite.schema import DEFINITION_COLUMNS, JOB_COLUMNS
 
+# A job's row, then its partition (a column of PostgreSQL's alone).
+COLUMNS = [*JOB_COLUMNS, "part"]
 INSERT_JOB = (
-    f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
-    f"VALUES ({', '.join(f'${n}' for n in range(1, len(JOB_COLUMNS) + 1))})"
+    f"INSERT INTO jobs ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join(f'${n}' for n in range(1, len(COLUMNS) + 1))})"
 )
 
 
@@ -31,7 +35,7 @@ class PostgresJobs(PostgresTables):
     """The jobs of PostgresStore."""
 
     async def insert_job(self, job: Job, change: JobChange | None = None) -> None:
-        row = job_row(job)
+        row = self._row(job)
 
         async def insert(tx: Tx) -> None:
             try:
@@ -73,10 +77,13 @@ class PostgresJobs(PostgresTables):
         if not jobs:
             return []
         args = Args()
-        rows = [job_row(job) for job in jobs]
-        sql = insert_rows(args, "jobs", JOB_COLUMNS, rows, f"{IGNORE} RETURNING id")
+        rows = [self._row(job) for job in jobs]
+        sql = insert_rows(args, "jobs", COLUMNS, rows, f"{IGNORE} RETURNING id")
         inserted = {row["id"] for row in await self._fetch(sql, *args.values)}
         return [job for job in jobs if job.id in inserted]
+
+    def _row(self, job: Job) -> tuple[Any, ...]:
+        return (*job_row(job), partition_of(job.id, self.partition_count))
 
     async def get_job(self, job_id: str) -> Job | None:
         return await self._one_job("SELECT * FROM jobs WHERE id = $1", job_id)

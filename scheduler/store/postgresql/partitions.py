@@ -1,12 +1,13 @@
 """The due queue's partitions and their owners on PostgreSQL (the store's PartitionStore role).
-Claims stay global here (SKIP LOCKED keeps instances apart at no cost), so the partitions decide
-only what each instance reads where reads would collide."""
+SKIP LOCKED alone would keep instances' claims apart, but not their shares: the first instance to
+read a burst falling due within its lookahead would claim all of it, and the others' workers
+would idle. So each instance claims in the partitions it holds (dispatch.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tickd.scheduler.partitions import DEFAULT_PARTITIONS
+from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.ports.backends import PartitionOwner
 from tickd.scheduler.store.postgresql.base import PostgresTables
 
@@ -33,13 +34,24 @@ SELECT part, epoch FROM partitions WHERE part = ANY ($2::int[]) AND owner = $1
 class PostgresPartitions(PostgresTables):
     """The partitions of PostgresStore."""
 
-    new_partition_count = DEFAULT_PARTITIONS
-    partition_count = DEFAULT_PARTITIONS
-
     async def open(self) -> None:
         await super().open()
         await self._execute(MAKE, self.new_partition_count)
         self.partition_count = int(await self._fetchval("SELECT count(*) FROM partitions"))
+        await self._add_partitions_to_jobs()
+
+    async def _add_partitions_to_jobs(self) -> None:
+        """Jobs written by a tickd before partitions (or during a rolling upgrade, by an
+        instance of one) get theirs: PostgreSQL has no CRC-32, so tickd works each out."""
+        ids = [str(row[0]) for row in await self._fetch("SELECT id FROM jobs WHERE part IS NULL")]
+        if ids:
+            parts = [partition_of(job_id, self.partition_count) for job_id in ids]
+            await self._execute(
+                "UPDATE jobs SET part = v.part FROM unnest($1::text[], $2::int4[]) AS v(id, part) "
+                "WHERE jobs.id = v.id",
+                ids,
+                parts,
+            )
 
     async def partition_owners(self) -> list[PartitionOwner]:
         rows = await self._fetch("SELECT part, owner, epoch FROM partitions ORDER BY part")

@@ -163,6 +163,10 @@ CREATE TABLE partitions (
 );
 -- What each instance says of itself at its beats (JSON), for ops.
 ALTER TABLE instances ADD COLUMN status TEXT;
+-- Each job's partition (partition_of: CRC-32 of its id, which PostgreSQL has no function for,
+-- so tickd writes it); the claims of an instance read only the partitions it holds. NULL for
+-- a job an older tickd wrote until the next open sets it: every instance reads those.
+ALTER TABLE jobs ADD COLUMN part INTEGER;
 """,
 ]
 VERSION = len(MIGRATIONS)

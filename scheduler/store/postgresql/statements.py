@@ -49,7 +49,7 @@ COLUMN_TYPES = {
     "requested": "text", "attempt_log": "text", "log": "text", "reason": "text",
     "not_before": "int8", "redrives": "int4", "occurrence": "int8", "advance_from": "int8",
     "ended": "text", "claimed_next_run_at": "int8", "at": "int8", "actor": "text",
-    "action": "text", "changes": "text",
+    "action": "text", "changes": "text", "part": "int4",
 }  # fmt: skip
 
 CLEAR_LEASE = "lease_owner = NULL, lease_token = NULL, lease_until = NULL"

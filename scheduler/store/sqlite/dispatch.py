@@ -69,6 +69,7 @@ class SQLiteDispatch(SQLiteTables):
         exclude_handlers: Sequence[str] = (),
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
+        partitions: Sequence[int] | None = None,
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
