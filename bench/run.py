@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.burst import run_burst
+from bench.burst import LONG_RUNS_JOBS, run_burst
 from bench.floor import run_floor
 from bench.peer_apscheduler import run_peer
 from bench.profile import top_costs
@@ -165,18 +165,23 @@ class Bench:
         if real:
             plans.append(("tickd real", real_stack, a.real_sizes, a.real_burst_timeout))
         for label, stack, sizes, timeout in plans:
+            # Two daemons on the one store too, on the real stack (alternating with one).
+            fleets = (1, 2) if stack is real_stack else (1,)
             for jobs in sizes:
                 for repeat in range(1, a.repeats + 1):
-                    self.step(
-                        "burst",
-                        f"{label} burst {jobs} #{repeat}",
-                        run_burst,
-                        stack(),
-                        jobs,
-                        timeout_seconds=timeout,
-                        log_level=a.log_level,
-                        labels={"label": label, "repeat": repeat},
-                    )
+                    for daemons in fleets:
+                        named = label + (f", {daemons} daemons" if daemons > 1 else "")
+                        self.step(
+                            "burst",
+                            f"{named} burst {jobs} #{repeat}",
+                            run_burst,
+                            stack(),
+                            jobs,
+                            timeout_seconds=timeout,
+                            log_level=a.log_level,
+                            daemons=daemons,
+                            labels={"label": named, "repeat": repeat, "daemons": daemons},
+                        )
         if not a.no_embedded:
             # The top of the hour as it comes: cron jobs, each advanced to its next fire time.
             jobs = max(a.sizes)
@@ -213,6 +218,22 @@ class Bench:
                         daemons=daemons,
                         labels={"label": label, "repeat": repeat, "daemons": daemons},
                     )
+        # Runs of a second: the workers, not the store, set the pace; a second daemon brings
+        # its own.
+        for daemons in (1, 2):
+            label = "tickd postgresql, 1 s runs" + (f", {daemons} daemons" if daemons > 1 else "")
+            self.step(
+                "burst",
+                f"{label} burst {LONG_RUNS_JOBS}",
+                run_burst,
+                postgresql_stack(),
+                LONG_RUNS_JOBS,
+                timeout_seconds=a.burst_timeout,
+                log_level=a.log_level,
+                daemons=daemons,
+                handler_seconds=1.0,
+                labels={"label": label, "daemons": daemons},
+            )
         rate = a.postgresql_steady_rate
         self.step(
             "steady",
