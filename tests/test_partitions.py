@@ -1,7 +1,7 @@
 """Partitions: the assignment every instance computes from the live instances (balanced within
 one partition, few moves when one comes or goes), and each instance's keeper taking and freeing
-its share in the store as instances join, leave and die, and holding nothing once it cannot beat
-for half the heartbeat timeout."""
+its share in the store as instances join, leave and die, holding nothing once it cannot beat for
+half the heartbeat timeout, and taking what it waits for as soon as its holder frees it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import T0
+from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.maintenance.heartbeat import Heartbeat
 from tickd.scheduler.maintenance.partitions import PartitionKeeper
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.partitions import assignment, owned_by, partition_of
@@ -119,3 +121,35 @@ async def test_an_instance_that_cannot_keep_stops_reading_before_others_may_take
     assert a.readable() == ()
     await a.keep(["a", "b"])  # the store back
     assert a.readable() == held
+
+
+def heartbeat(store: SQLiteStore, clock: FakeClock, instance: str) -> Heartbeat:
+    keeper = PartitionKeeper(store, clock, instance, hold_seconds=HOLD)
+    return Heartbeat(
+        store,
+        clock,
+        instance,
+        lock=MemoryLock(),
+        every_seconds=3.0,
+        lapse_seconds=2 * HOLD,
+        partitions=keeper,
+    )
+
+
+async def test_a_newcomer_takes_its_share_within_a_pause_of_its_holder_freeing_it(
+    sqlite_store: SQLiteStore,
+) -> None:
+    clock = FakeClock(T0)
+    a, b = heartbeat(sqlite_store, clock, "a"), heartbeat(sqlite_store, clock, "b")
+    await a.beat_if_due()
+    assert a.partitions.readable() is None  # alone: it holds them all
+    clock.advance(1.0)
+    await b.beat_if_due()  # b joins; a holds b's share until its next beat
+    assert b.partitions.waiting()
+    assert b.partitions.readable() == []
+    clock.advance(2.0)
+    await a.beat_if_due()  # a sees b and frees b's share
+    clock.advance(0.5)
+    await b.beat_if_due()  # 2.5 s after b's beat, not a beat: it takes what it waits for
+    assert not b.partitions.waiting()
+    assert len(b.partitions.readable() or ()) == P // 2

@@ -78,6 +78,7 @@ class Heartbeat:
         self._ledger = ledger
         self._started_at = clock.now()
         self.partitions = partitions  # kept after each beat
+        self._live: set[str] = {instance}  # the instances alive at the last beat
         self._lock = lock
         self._clock = clock
         self._instance = instance
@@ -120,8 +121,13 @@ class Heartbeat:
 
     async def beat_if_due(self) -> int:
         """Beat, and end the leases of the instances that lapsed, every few seconds: returns
-        how many leases ended (the next reap gives their runs back)."""
+        how many leases ended (the next reap gives their runs back). Between beats, while
+        partitions it should hold are still another's, it tries to take them again at each
+        call: their holder frees them at its own beat, and they are taken within a pause of
+        that, not a whole beat later."""
         if self._last is not None and self._clock.monotonic() - self._last < self._every:
+            if self.partitions.waiting():
+                await self.partitions.keep(self._live)
             return 0
         return await self.beat(self._clock.now())
 
@@ -139,7 +145,8 @@ class Heartbeat:
         self._watch(beats, real)
         ended = 0 if real - self._beating_since < self._lapse else await self._end_dead(real)
         # The living: those read, less those just forgotten.
-        await self.partitions.keep(beats.keys() & {*self._seen, self._instance})
+        self._live = beats.keys() & {*self._seen, self._instance}
+        await self.partitions.keep(self._live)
         return ended
 
     def _status(self) -> InstanceStatus | None:

@@ -43,6 +43,7 @@ class PartitionKeeper:
         # kept (a drain, a test) reads every partition.
         self._held: dict[int, int] | None = None
         self._kept_at: float | None = None  # monotonic time of the last successful keep
+        self._waiting = False  # some partition it should hold is still another's
 
     @property
     def count(self) -> int:
@@ -51,6 +52,10 @@ class PartitionKeeper:
     def held(self) -> dict[int, int]:
         """The partitions held, with their epochs."""
         return dict(self._held or {})
+
+    def waiting(self) -> bool:
+        """Whether some partition it should hold was still another's at the last keep."""
+        return self._waiting
 
     def readable(self) -> Sequence[int] | None:
         """The partitions to read due jobs in, None for all of them: all before the first keep
@@ -78,6 +83,7 @@ class PartitionKeeper:
         gained = sorted(taken.keys() - held.keys())
         lost = sorted(held.keys() - taken.keys() - set(freed))  # taken by another meanwhile
         self._held, self._kept_at = taken, started
+        self._waiting = bool(wanted - taken.keys())
         if freed or gained or lost:
             log_event(
                 log,

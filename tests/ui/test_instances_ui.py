@@ -15,11 +15,8 @@ from playwright.async_api import Page, expect
 from tests.conftest import T0, Harness
 from tests.ui.test_dashboard import sign_in
 from tests.ui.test_phone_night_keys import (
-    BACKGROUNDS,
-    SCREENSHOTS,
     SETTINGS,
-    document_width,
-    page_background,
+    fits_the_screen,
     themed,
 )
 from tests.ui.test_running_ui import stuck_run
@@ -64,13 +61,7 @@ async def test_the_instances_page_shows_what_each_instance_said_and_fits_the_scr
     for cell, text in [("version", "—"), ("started", "—"), ("partitions", "0"), ("in-flight", "—")]:
         await expect(silent.get_by_test_id(cell)).to_have_text(text)
     await expect(silent.get_by_test_id("last-beat")).to_have_text("2026-03-02 09:00:05 UTC")
-    width = page.viewport_size["width"] if page.viewport_size else 0
-    dark = await page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
-    scheme = "dark" if dark else "light"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=SCREENSHOTS / f"instances-{width}-{scheme}.png", full_page=True)
-    assert await document_width(page) <= width, f"the instances page is wider than {width} px"
-    assert await page_background(page) == BACKGROUNDS[scheme]
+    await fits_the_screen(page, "instances")
 
 
 async def test_the_running_page_leads_to_the_instances(

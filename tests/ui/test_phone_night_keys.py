@@ -56,6 +56,18 @@ async def page_background(page: Page) -> str:
     return colour
 
 
+async def fits_the_screen(page: Page, name: str) -> None:
+    """Screenshot the page whole (as `name`-width-scheme.png); it must be no wider than the
+    screen and take its colour scheme's background."""
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    dark = await page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
+    scheme = "dark" if dark else "light"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=SCREENSHOTS / f"{name}-{width}-{scheme}.png", full_page=True)
+    assert await document_width(page) <= width, f"the {name} page is wider than {width} px"
+    assert await page_background(page) == BACKGROUNDS[scheme]
+
+
 SETTINGS = [(PHONE, "light"), (PHONE, "dark"), (LAPTOP, "light"), (LAPTOP, "dark")]
 
 

@@ -13,11 +13,9 @@ from playwright.async_api import Page, expect
 from tests.conftest import T0, Harness, make_job
 from tests.ui.test_dashboard import sign_in
 from tests.ui.test_phone_night_keys import (
-    BACKGROUNDS,
     SCREENSHOTS,
     SETTINGS,
-    document_width,
-    page_background,
+    fits_the_screen,
     themed,
 )
 from tickd.scheduler.model import Execution, Status
@@ -63,13 +61,7 @@ async def test_the_running_page_shows_each_runs_age_and_instance_and_fits_the_sc
     await expect(row).to_contain_text("worker-eu-west-1b-2d41")
     await expect(row.get_by_test_id("age")).to_have_text("42 min")
     await expect(table).to_contain_text("worker-eu-west-1a-7f9c")
-    width = page.viewport_size["width"] if page.viewport_size else 0
-    dark = await page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
-    scheme = "dark" if dark else "light"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=SCREENSHOTS / f"running-{width}-{scheme}.png", full_page=True)
-    assert await document_width(page) <= width, f"the running page is wider than {width} px"
-    assert await page_background(page) == BACKGROUNDS[scheme]
+    await fits_the_screen(page, "running")
 
 
 async def test_cancel_asks_first_then_records_who_asked(
