@@ -241,16 +241,16 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
         (survivor,) = [d for d in pair if d is not doomed]
         await doomed.kill()
         killed_at = datetime.now(UTC)
-        moved_after = await eventually(
-            f"{survivor.name} holds every partition",
-            lambda: holds_all(sandbox, survivor),
-            within=HEARTBEAT_TIMEOUT + 5,
-        )
         stranded = {
             run.job_id
             for run in await runs_in(sandbox)
             if run.status == "running" and run.owner.startswith(f"{doomed.name}-")
         }
+        moved_after = await eventually(
+            f"{survivor.name} holds every partition",
+            lambda: holds_all(sandbox, survivor),
+            within=HEARTBEAT_TIMEOUT + 5,
+        )
 
         async def stranded_ran_again() -> bool:
             later = [
