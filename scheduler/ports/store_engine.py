@@ -61,9 +61,10 @@ class DispatchStore(Protocol):
         have waited longest of all). Each job at most once. A job whose lease is held (live or
         expired) is not due: an expired lease is first reaped by `reap_expired_leases`.
 
-        With `partitions` (None: all), only jobs of those partitions (and on PostgreSQL the
-        few an older tickd wrote without one), so that instances read and claim disjoint
-        shares of the queue; SQLite, one process's, reads them all. With `in_turn`, a store
+        With `partitions` (None: all), only jobs of those partitions (and those an older tickd
+        wrote without one, which every instance reads until an open gives them one), so that
+        instances read and claim disjoint shares of the queue; SQLite, one process's, reads
+        them all. With `in_turn`, a store
         that reads one partition at a time (`reads_partitions_in_turn`: FerretDB, which decodes
         whatever its filter's equalities select) reads them in the order given and stops once
         it has `limit`: urgency then holds within a partition (FerretDB reads the critical and

@@ -628,6 +628,13 @@ async def test_jobs_written_before_partitions_get_theirs_at_open_and_are_read_by
                 job.id for job in jobs if partition_of(job.id, count) == part
             }
     assert await db["jobs"].count_documents({"part": {"$exists": False}}) == 0
+    # An older instance still running (a rolling upgrade) writes a job without one: every
+    # instance reads it, until an open gives it its partition.
+    async with opened(mongodb_url(server.database)) as store:
+        await db["jobs"].update_one({"_id": jobs[0].id}, {"$unset": {"part": ""}})
+        elsewhere = (partition_of(jobs[0].id, store.partition_count) + 1) % store.partition_count
+        read = await store.due_jobs(T0, 100, partitions=[elsewhere])
+        assert jobs[0].id in {job.id for job in read}
 
 
 async def test_the_backlog_gauges_are_one_read_each(server: Server) -> None:

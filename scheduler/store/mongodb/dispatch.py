@@ -109,8 +109,8 @@ class MongoDispatch(MongoRequests):
                 now, limit, exclude_handlers, starved_before, first, partitions
             )
         due = due_filter(now, exclude_handlers)
-        if partitions is not None:
-            due["part"] = {"$in": list(partitions)}
+        if partitions is not None:  # and the jobs an older tickd wrote, without one
+            due["part"] = {"$in": [*partitions, None]}
         found: list[Job] = []
         if first:
             named = {**due, "_id": {"$in": list(first)}}
