@@ -2,9 +2,9 @@
 Kafka: every occurrence ends in a terminal state, the runs the dead process left behind are
 marked `abandoned` and run again within seconds (its heartbeat lapses, another instance ends its
 leases), never when their ten-minute leases run out, and no job runs twice at once; the dead
-instance's partitions move to the survivor within the heartbeat timeout and 5 s, and an instance
-that joins, then stops, takes half of them and hands them back within a few heartbeats. Every
-test prints its counts.
+instance's partitions move to the survivor within the heartbeat timeout and two beats, and an
+instance that joins, then stops, takes half of them and hands them back within a few beats.
+Every test prints its counts.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ KILL_AFTER_ENDED = 300
 # The daemons' heartbeat settings (the defaults): a beat every 3 s, silent for 10 s is dead.
 HEARTBEAT = 3.0
 HEARTBEAT_TIMEOUT = 10.0
+# A dead instance's partitions are taken at the survivor's first beat a whole timeout after it
+# first saw the dead one's last beat: that sighting is up to a beat after the kill, and beats
+# fall every 3 s, so up to 2 beats past the timeout (measured 10.5-14.7 s); 2 s for the store.
+TAKEN_OVER_WITHIN = HEARTBEAT_TIMEOUT + 2 * HEARTBEAT + 2
 # A run left behind must be given back within this of the restart (the new instance beats for a
 # whole lapse before it judges others, then the next reap gives the runs back), far below its
 # lease (the jobs' 600 s timeout).
@@ -249,7 +253,7 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
         moved_after = await eventually(
             f"{survivor.name} holds every partition",
             lambda: holds_all(sandbox, survivor),
-            within=HEARTBEAT_TIMEOUT + 5,
+            within=TAKEN_OVER_WITHIN,
         )
 
         async def stranded_ran_again() -> bool:
