@@ -6,16 +6,18 @@ half the heartbeat timeout, and taking what it waits for as soon as its holder f
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import T0
+from tests.conftest import T0, make_job
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.maintenance.heartbeat import Heartbeat
 from tickd.scheduler.maintenance.partitions import PartitionKeeper
 from tickd.scheduler.metrics import Metrics
-from tickd.scheduler.partitions import assignment, owned_by, partition_of
+from tickd.scheduler.model import Job
+from tickd.scheduler.partitions import PartitionTurns, assignment, owned_by, partition_of
 from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.store.sqlite import SQLiteStore
 
@@ -59,9 +61,11 @@ def test_a_jobs_partition_is_crc32_of_its_id() -> None:
     assert {partition_of(f"job-{i}", 8) for i in range(200)} == set(range(8))
 
 
-async def keeper(store: SQLiteStore, clock: FakeClock, instance: str) -> PartitionKeeper:
+async def keeper(
+    store: SQLiteStore, clock: FakeClock, instance: str, *, metrics: Metrics | None = None
+) -> PartitionKeeper:
     await store.beat(instance, T0)
-    return PartitionKeeper(store, clock, instance, hold_seconds=HOLD, metrics=Metrics())
+    return PartitionKeeper(store, clock, instance, hold_seconds=HOLD, metrics=metrics or Metrics())
 
 
 async def test_two_instances_read_disjoint_halves_and_a_leaver_hands_its_half_over(
@@ -69,7 +73,8 @@ async def test_two_instances_read_disjoint_halves_and_a_leaver_hands_its_half_ov
 ) -> None:
     clock = FakeClock(T0)
     a = await keeper(sqlite_store, clock, "a")
-    b = await keeper(sqlite_store, clock, "b")
+    b_metrics = Metrics()
+    b = await keeper(sqlite_store, clock, "b", metrics=b_metrics)
     assert a.readable() is None  # never kept: reads everything (a drain, a test)
     await a.keep(["a"])
     assert a.readable() is None  # every partition held
@@ -89,6 +94,11 @@ async def test_two_instances_read_disjoint_halves_and_a_leaver_hands_its_half_ov
     await b.keep(["b"])
     assert b.readable() is None
     assert b.held() == dict.fromkeys(range(P), 2)
+    metrics = b_metrics.registry
+    assert metrics.get_sample_value("tickd_partitions_owned") == P
+    assert metrics.get_sample_value("tickd_partition_epoch") == 2
+    taken = metrics.get_sample_value("tickd_partition_moves_total", {"direction": "taken"})
+    assert taken == P  # half when it joined, the other half when a left
 
 
 async def test_a_dead_instances_partitions_move_once_it_is_forgotten(
@@ -153,3 +163,33 @@ async def test_a_newcomer_takes_its_share_within_a_pause_of_its_holder_freeing_i
     await b.beat_if_due()  # 2.5 s after b's beat, not a beat: it takes what it waits for
     assert not b.partitions.waiting()
     assert len(b.partitions.readable() or ()) == P // 2
+
+
+class Held:
+    """Partitions 0-5 of 8, as a keeper would hold them."""
+
+    count = 8
+
+    def readable(self) -> list[int]:
+        return [0, 1, 2, 3, 4, 5]
+
+
+def job_in(part: int) -> Job:
+    return next(
+        job for i in range(1000) if partition_of((job := make_job(f"j{part}-{i}")).id, 8) == part
+    )
+
+
+def test_a_backlog_reads_in_turn_from_where_it_stopped_passing_over_drained_partitions() -> None:
+    turns = PartitionTurns(Held(), in_turn=True, quiet=timedelta(seconds=1))
+    assert turns.order(T0, backlogged=False) == [0, 1, 2, 3, 4, 5]  # one read of them all
+    order = turns.order(T0, backlogged=True)
+    assert order == [0, 1, 2, 3, 4, 5]
+    # A full fetch that stopped in 3, having found nothing in 0 and 2 (1 gave some).
+    turns.read(order, [job_in(1), job_in(3)], T0)
+    assert turns.order(T0, backlogged=True) == [3, 4, 5, 1]
+    later = T0 + timedelta(seconds=1)
+    assert turns.order(later, backlogged=True) == [3, 4, 5, 0, 1, 2]  # a tick on: read again
+    turns.read([3, 4, 5, 0, 1, 2], [job_in(3)], later)
+    assert turns.order(later, backlogged=False) == [0, 1, 2, 3, 4, 5]  # caught up: forgotten
+    assert turns.order(later, backlogged=True) == [3, 4, 5, 0, 1, 2]
