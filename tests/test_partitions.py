@@ -165,6 +165,32 @@ async def test_a_newcomer_takes_its_share_within_a_pause_of_its_holder_freeing_i
     assert len(b.partitions.readable() or ()) == P // 2
 
 
+async def test_a_dead_instances_share_is_taken_within_a_pause_of_its_lapse(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Not at the survivor's next beat, up to a beat later: a SIGKILL's partitions are owned
+    again within the heartbeat timeout, the time its last beat took to be seen, and a pause."""
+    clock = FakeClock(T0)
+    a, b = heartbeat(sqlite_store, clock, "a"), heartbeat(sqlite_store, clock, "b")
+    for _ in range(5):  # both beat for 15 s: b may judge others
+        await a.beat_if_due()
+        await b.beat_if_due()
+        clock.advance(3.0)
+    assert len(b.partitions.readable() or ()) == P // 2
+    lapse = 2 * HOLD
+    # a is killed now; b saw its last beat 3 s ago. b beats 3 s from now, then every 3 s.
+    dead_at = clock.monotonic() - 3.0 + lapse
+    while clock.monotonic() < dead_at - 0.5:
+        await b.beat_if_due()
+        assert len(b.partitions.readable() or ()) == P // 2, "alive until a whole lapse"
+        clock.advance(0.5)
+    while clock.monotonic() < dead_at + 0.5 and b.partitions.readable() is not None:
+        await b.beat_if_due()
+        clock.advance(0.5)
+    assert b.partitions.readable() is None, "all of a's share taken at the pause after its lapse"
+    assert set(await sqlite_store.instances()) == {"b"}
+
+
 class Held:
     """Partitions 0-5 of 8, as a keeper would hold them."""
 

@@ -124,8 +124,13 @@ class Heartbeat:
         how many leases ended (the next reap gives their runs back). Between beats, while
         partitions it should hold are still another's, it tries to take them again at each
         call: their holder frees them at its own beat, and they are taken within a pause of
-        that, not a whole beat later."""
-        if self._last is not None and self._clock.monotonic() - self._last < self._every:
+        that, not a whole beat later. It beats early, too, once another instance has been
+        silent for a lapse: the dead are judged, and their partitions taken, within a pause of
+        their lapse, not up to a beat after it."""
+        real = self._clock.monotonic()
+        if self._last is not None and real - self._last < self._every:
+            if self._dead_by(real):
+                return await self.beat(self._clock.now())
             if self.partitions.waiting():
                 await self.partitions.keep(self._live)
             return 0
@@ -193,6 +198,13 @@ class Heartbeat:
             seen = self._seen.get(instance)
             if instance != self._instance and (seen is None or seen[0] != beat):
                 self._seen[instance] = (beat, real)
+
+    def _dead_by(self, real: float) -> bool:
+        """Whether this instance may judge now, and some other's beat, as last read, has not
+        changed for a lapse: a live one's changes at every beat of ours, so only the silent
+        cost an early beat."""
+        judging = self._beating_since is not None and real - self._beating_since >= self._lapse
+        return judging and bool(self._dead(real))
 
     def _dead(self, real: float) -> list[str]:
         """The instances whose beat has not changed for a lapse of our monotonic time `real`."""
