@@ -362,12 +362,9 @@ class Engine:
         return max(0.0, tick if timer is None else min(tick, timer))
 
     def backlog_gauges(self) -> BacklogGauges:
-        return BacklogGauges(
-            self.ports.store,
-            self.ports.clock,
-            self.metrics,
-            every_seconds=self.settings.backlog_refresh_seconds,
-        )
+        every, held = self.settings.backlog_refresh_seconds, self.heartbeat.partitions
+        store, clock = self.ports.store, self.ports.clock
+        return BacklogGauges(store, clock, self.metrics, every_seconds=every, partitions=held)
 
     async def _sleep(self, seconds: float, stop: asyncio.Event, *wakeups: asyncio.Event) -> None:
         """Until `seconds` pass, `stop`, another instance's lapse (its runs are to be taken

@@ -87,10 +87,16 @@ class Metrics:
             registry=r,
         )
         self.retries = Counter("tickd_retries", "Attempts after the first", ["handler"], registry=r)
-        self.due_backlog = Gauge("tickd_due_backlog", "Jobs due and not yet running", registry=r)
+        # Of the partitions this instance holds: the sum over instances is the store's backlog.
+        self.due_backlog = Gauge(
+            "tickd_due_backlog",
+            "Jobs due and not yet running, in the partitions this instance holds",
+            registry=r,
+        )
         self.oldest_due_age = Gauge(
             "tickd_oldest_due_age_seconds",
-            "How long the longest-waiting due job, not yet running, has been due",
+            "How long the longest-waiting due job, not yet running, in the partitions this "
+            "instance holds, has been due",
             registry=r,
         )
         self.batch_size = Histogram(

@@ -1,23 +1,27 @@
 """Partitions: the assignment every instance computes from the live instances (balanced within
 one partition, few moves when one comes or goes), and each instance's keeper taking and freeing
 its share in the store as instances join, leave and die, holding nothing once it cannot beat for
-half the heartbeat timeout, and taking what it waits for as soon as its holder frees it."""
+half the heartbeat timeout, and taking what it waits for as soon as its holder frees it; the
+backlog gauges counting only the partitions held."""
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import T0, make_job
 from tickd.scheduler.lock.memory import MemoryLock
+from tickd.scheduler.maintenance.backlog import BacklogGauges
 from tickd.scheduler.maintenance.heartbeat import Heartbeat
 from tickd.scheduler.maintenance.partitions import PartitionKeeper
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job
 from tickd.scheduler.partitions import PartitionTurns, assignment, owned_by, partition_of
+from tickd.scheduler.ports.backends import Backlog
 from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.store.sqlite import SQLiteStore
 
@@ -219,3 +223,38 @@ def test_a_backlog_reads_in_turn_from_where_it_stopped_passing_over_drained_part
     turns.read([3, 4, 5, 0, 1, 2], [job_in(3)], later)
     assert turns.order(later, backlogged=False) == [0, 1, 2, 3, 4, 5]  # caught up: forgotten
     assert turns.order(later, backlogged=True) == [3, 4, 5, 0, 1, 2]
+
+
+class CountingBacklog:
+    """The store's backlog count, answering which partitions it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[Sequence[int] | None] = []
+
+    async def due_backlog(self, now: datetime, *, partitions: Sequence[int] | None) -> Backlog:
+        self.asked.append(partitions)
+        return Backlog(due=7, oldest_due_at=now - timedelta(seconds=30))
+
+
+class NoneHeld:
+    """A keeper whose last keep is older than its hold."""
+
+    count = 8
+
+    def readable(self) -> tuple[int, ...]:
+        return ()
+
+
+async def test_the_backlog_gauges_count_only_the_partitions_held() -> None:
+    store, metrics, clock = CountingBacklog(), Metrics(), FakeClock(T0)
+    gauges = BacklogGauges(store, clock, metrics, every_seconds=5, partitions=Held())  # type: ignore[arg-type]
+    await gauges.refresh(T0)
+    assert store.asked == [[0, 1, 2, 3, 4, 5]]
+    assert metrics.registry.get_sample_value("tickd_due_backlog") == 7
+    assert metrics.registry.get_sample_value("tickd_oldest_due_age_seconds") == 30
+    # Holding none (its beats fail): nothing is its to count, and the store is not asked.
+    gauges = BacklogGauges(store, clock, metrics, every_seconds=5, partitions=NoneHeld())  # type: ignore[arg-type]
+    await gauges.refresh(T0)
+    assert len(store.asked) == 1
+    assert metrics.registry.get_sample_value("tickd_due_backlog") == 0
+    assert metrics.registry.get_sample_value("tickd_oldest_due_age_seconds") == 0

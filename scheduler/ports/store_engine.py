@@ -315,9 +315,12 @@ class HousekeepingStore(Protocol):
     """Off the hot path: the counts behind the gauges, and pruning what retention no longer
     keeps (scheduler/maintenance/retention.py, scheduler/maintenance/backlog.py)."""
 
-    async def due_backlog(self, now: datetime) -> Backlog:
+    async def due_backlog(
+        self, now: datetime, *, partitions: Sequence[int] | None = None
+    ) -> Backlog:
         """How many jobs `due_jobs` could return now, without a limit, and the earliest
-        next_run_at among them: read every few seconds for the gauges, never per tick."""
+        next_run_at among them, in `partitions` as `due_jobs` reads them (None: in all): read
+        every few seconds for the gauges, never per tick."""
 
     async def count_dead_letters(self) -> dict[str, int]:
         """Open (unhandled) dead letters by handler; handlers with none are left out."""

@@ -1,12 +1,13 @@
 """The partitions' contract, on every store backend, with two store objects on one database as
 two instances would have: how many a new store makes, taking, releasing, a live owner's that
-cannot be taken, a dead owner's that can, and the due read of a few partitions."""
+cannot be taken, a dead owner's that can, and the due read and backlog of a few partitions."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -14,9 +15,10 @@ from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
 from tickd.scheduler.model import Priority
 from tickd.scheduler.partitions import partition_of
-from tickd.scheduler.ports.backends import Store
+from tickd.scheduler.ports.backends import Backlog, Store
 from tickd.scheduler.store import open_store
 from tickd.scheduler.store.mongodb import MongoStore
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 
 @pytest.fixture
@@ -101,6 +103,30 @@ async def test_the_due_read_of_some_partitions_has_every_due_job_of_them(
         few = await a.due_jobs(T0, 3, partitions=some, in_turn=in_turn)
         assert len(few) == 3
         assert {part[job.id] for job in few} <= set(some)
+
+
+async def test_the_backlog_of_each_instances_partitions_adds_up_to_the_stores(
+    two: tuple[Store, Store],
+) -> None:
+    """Each instance counts the partitions it holds: the sum of the counts is the store's, the
+    oldest of their oldest the store's (SQLite, one process's, counts them all)."""
+    a, _ = two
+    due_at = {f"job-{i}": T0 - timedelta(minutes=i) for i in range(40)}
+    jobs = [replace(make_job(name), next_run_at=at) for name, at in due_at.items()]
+    await a.insert_missing_jobs(jobs)
+    count = a.partition_count
+    halves = [list(range(0, count, 2)), list(range(1, count, 2))]
+    whole = await a.due_backlog(T0)
+    counts = [await a.due_backlog(T0, partitions=half) for half in halves]
+    assert whole.due == 40 and whole.oldest_due_at == T0 - timedelta(minutes=39)
+    if isinstance(a, SQLiteStore):
+        assert counts == [whole, whole]
+        return
+    for half, backlog in zip(halves, counts, strict=True):
+        mine = [job for job in jobs if partition_of(job.id, count) in half]
+        assert backlog.due == len(mine)
+        assert backlog.oldest_due_at == min(due_at[job.name] for job in mine)
+    assert await a.due_backlog(T0, partitions=[]) == Backlog(due=0, oldest_due_at=None)
 
 
 async def test_one_partition_at_a_time_reads_critical_and_high_jobs_first(

@@ -44,10 +44,15 @@ class MongoHousekeeping(MongoRetention):
     """The counts and the retention of MongoStore (executions: MongoRetention)."""
 
     @translating_errors
-    async def due_backlog(self, now: datetime) -> Backlog:
+    async def due_backlog(
+        self, now: datetime, *, partitions: Sequence[int] | None = None
+    ) -> Backlog:
         """One read of the due jobs' times (the jobs_next index), counted here: a count and a
         sorted find would each make FerretDB decode every due job, and its $group has no $min."""
-        cursor = self.jobs.find(due_filter(now), {"_id": 0, "next_run_at_us": 1})
+        query = due_filter(now)
+        if partitions is not None:  # and the jobs an older tickd wrote, without one
+            query["part"] = {"$in": [*partitions, None]}
+        cursor = self.jobs.find(query, {"_id": 0, "next_run_at_us": 1})
         due = [doc["next_run_at_us"] async for doc in cursor]
         return Backlog(due=len(due), oldest_due_at=from_micros(min(due)) if due else None)
 

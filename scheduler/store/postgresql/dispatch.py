@@ -71,7 +71,7 @@ GIVE_BACK_SQL = (
 )
 
 
-def _due(
+def due_where(
     args: Args,
     before: int,
     excluded: Sequence[str],
@@ -124,16 +124,18 @@ def _reads(
     at = exact_micros(now)
     reads = []
     if first:
-        named = _due(args, at, excluded, first, parts, among_first=True)
+        named = due_where(args, at, excluded, first, parts, among_first=True)
         reads.append(_oldest_first(named, lock))
     if starved_before is None:
-        reads.append(_by_urgency(args, _due(args, at, excluded, first, parts), lock))
+        reads.append(_by_urgency(args, due_where(args, at, excluded, first, parts), lock))
     else:
         # The starved first, as if more urgent than critical, oldest first; then the others by
         # urgency.
         bound = exact_micros(starved_before)
-        reads.append(_oldest_first(_due(args, bound, excluded, first, parts), lock))
-        newer = f"{_due(args, at, excluded, first, parts)} AND next_run_at > {args(bound, 'int8')}"
+        reads.append(_oldest_first(due_where(args, bound, excluded, first, parts), lock))
+        newer = (
+            f"{due_where(args, at, excluded, first, parts)} AND next_run_at > {args(bound, 'int8')}"
+        )
         reads.append(_by_urgency(args, newer, lock))
     return reads
 

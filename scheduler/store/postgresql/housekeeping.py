@@ -4,15 +4,16 @@ the hot path)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from tickd.scheduler.codec import micros
+from tickd.scheduler.codec import exact_micros, micros
 from tickd.scheduler.model import DeadLetter
 from tickd.scheduler.ports.backends import Backlog, Retention
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
+from tickd.scheduler.store.postgresql.dispatch import due_where
 from tickd.scheduler.store.sqlite.rows import from_micros
 
-FREE = "enabled = 1 AND lease_token IS NULL"
 # Dead letters that pruning must keep (DeadLetter.unhandled).
 UNHANDLED = f"('{DeadLetter.OPEN}', '{DeadLetter.REDRIVING}')"
 PRUNABLE = f"status <> 'running' AND (dead_letter IS NULL OR dead_letter NOT IN {UNHANDLED})"
@@ -21,9 +22,14 @@ PRUNABLE = f"status <> 'running' AND (dead_letter IS NULL OR dead_letter NOT IN 
 class PostgresHousekeeping(PostgresTables):
     """The counts and the retention of PostgresStore."""
 
-    async def due_backlog(self, now: datetime) -> Backlog:
-        sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= $1"
-        row = await self._fetchrow(sql, micros(now))
+    async def due_backlog(
+        self, now: datetime, *, partitions: Sequence[int] | None = None
+    ) -> Backlog:
+        args = Args()
+        due = due_where(args, exact_micros(now), (), (), partitions)
+        row = await self._fetchrow(
+            f"SELECT count(*), min(next_run_at) FROM jobs WHERE {due}", *args.values
+        )
         assert row is not None
         return Backlog(due=int(row[0]), oldest_due_at=from_micros(row[1]))
 

@@ -5,6 +5,7 @@ the hot path)."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,7 +30,13 @@ from tickd.scheduler.store.sqlite.schema import (
 class SQLiteHousekeeping(SQLiteTables):
     """The counts and the retention of SQLiteStore."""
 
-    async def due_backlog(self, now: datetime) -> Backlog:
+    async def due_backlog(
+        self,
+        now: datetime,
+        *,
+        # Unused: a SQLite file is one process's, which owns every partition.
+        partitions: Sequence[int] | None = None,
+    ) -> Backlog:
         sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= ?"
         row = await self._run(lambda db: db.execute(sql, (micros(now),)).fetchone())
         return Backlog(due=int(row[0]), oldest_due_at=from_micros(row[1]))
