@@ -44,6 +44,7 @@ BURST_COLUMNS = [
     ("missed", "missed"),
     ("run twice", "run_twice"),
     ("store ops/exec", "store_ops_per_execution"),
+    ("idle store ops/s", "idle_store_ops_per_s"),
     ("lock contention", "lock_contention"),
     ("peak RSS MB", "peak_rss_mb"),
     ("timed out", "timed_out"),

@@ -30,6 +30,10 @@ LOCK_CONTENTION = "tickd_lock_contention_total"
 INSERT_BATCH = 1000
 POLL_SECONDS = 0.5
 READY_SECONDS = 60.0
+# The earliest a daemon reads jobs due at T: its lookahead (2 s) and a tick (1 s) before. Store
+# operations are counted from there: before it the daemons idle for as long as the trial's lead
+# lasts, and their idle ticks are reported apart (idle_store_ops_per_s), not charged to the runs.
+FIRST_READ_SECONDS = 3.0
 
 
 async def insert_jobs(stack: Stack, jobs: Sequence[Job]) -> None:
@@ -60,7 +64,8 @@ class Observed:
     ready_margin_s: float | None = None  # how long before the jobs fell due the daemon was ready
     finished_seen: float = 0.0  # executions the daemon counted (tickd_executions_total)
     timed_out: bool = False
-    store_operations: float | None = None  # during the watch, if the daemon counts them
+    store_operations: float | None = None  # from the first read of the work, if counted
+    idle_store_ops_per_s: float | None = None  # before it, all daemons together
     lock_contention: float | None = None  # locks refused during the watch, all daemons
     peak_rss_mb: float | None = None
     log_tail: list[str] = field(default_factory=list)
@@ -98,6 +103,7 @@ def watch(
         spy = _profiler(fleet[0].pid, profile) if (profile and seen.ready) else None
         try:
             if seen.ready:
+                seen.idle_store_ops_per_s = _idle_until(fleet, due - FIRST_READ_SECONDS)
                 before = _summed(fleet, STORE_OPERATIONS), _summed(fleet, LOCK_CONTENTION)
                 _wait(fleet, seen, due, done, timeout_seconds, stall_seconds)
                 after = _summed(fleet, STORE_OPERATIONS), _summed(fleet, LOCK_CONTENTION)
@@ -115,6 +121,19 @@ def watch(
         seen.log_tail = [line for daemon in fleet for line in daemon.log_tail()]
     seen.records = read_records(stack, name + "-")
     return seen
+
+
+def _idle_until(fleet: Sequence[Daemon], until: float) -> float | None:
+    """Wait until `until` (the daemons idle: nothing falls due before it); their store
+    operations a second meanwhile, if they count them and it is a second or more away."""
+    started, ops = time.time(), _summed(fleet, STORE_OPERATIONS)
+    if until - started < 1.0:
+        return None
+    time.sleep(until - started)
+    after = _summed(fleet, STORE_OPERATIONS)
+    if ops is None or after is None:
+        return None
+    return round((after - ops) / (time.time() - started), 1)
 
 
 def _summed(fleet: Sequence[Daemon], metric: str) -> float | None:
@@ -191,6 +210,7 @@ def observed_fields(seen: Observed, executed: int) -> dict[str, Any]:
         "ready_before_due_s": seen.ready_margin_s,
         "timed_out": seen.timed_out,
         "store_ops_per_execution": round(ops / executed, 3) if ops and executed else None,
+        "idle_store_ops_per_s": seen.idle_store_ops_per_s,
         "lock_contention": seen.lock_contention,
         "peak_rss_mb": seen.peak_rss_mb,
         **({} if seen.ready and not seen.timed_out else {"daemon_log_tail": seen.log_tail}),

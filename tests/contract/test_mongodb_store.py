@@ -31,6 +31,7 @@ from tests.contract.test_store import (
     running,
     stored_ids,
 )
+from tests.fixtures.proxy import LoopbackProxy
 from tests.fixtures.services import MONGODB_URL
 from tests.fixtures.stores import fresh_mongodb_database, mongodb_url
 from tickd.handlers.product_store.mongodb import MongoProductStore
@@ -266,57 +267,6 @@ async def test_the_database_is_the_url_path(server: Server, store: MongoStore) -
 # -- failing fast -------------------------------------------------------------------------------
 
 
-class LoopbackProxy:
-    """Forwards a loopback port to `upstream`, or with none swallows everything (a hung server);
-    `stop` drops every connection at once, as a crashed server would."""
-
-    def __init__(self, upstream: tuple[str, int] | None) -> None:
-        self._upstream = upstream
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-        self._handlers: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> str:
-        """The proxy's address, as a URL prefix: append a database name."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return f"mongodb://127.0.0.1:{port}/"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        self._writers.append(writer)
-        if self._upstream is None:
-            await _drain(reader)
-            return
-        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-        self._writers.append(up_writer)
-        await asyncio.gather(
-            _copy(reader, up_writer), _copy(up_reader, writer), return_exceptions=True
-        )
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-        await asyncio.wait_for(asyncio.gather(*self._handlers, return_exceptions=True), 5)
-        await self._server.wait_closed()
-
-
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while chunk := await reader.read(65536):
-        writer.write(chunk)
-        await writer.drain()
-    writer.close()
-
-
-async def _drain(reader: asyncio.StreamReader) -> None:
-    while await reader.read(65536):
-        pass
-
-
 def upstream() -> tuple[str, int]:
     parts = urlsplit(MONGODB_URL)
     return parts.hostname or "127.0.0.1", parts.port or 27017
@@ -330,7 +280,7 @@ async def transient_error_within(seconds: float, operation: Awaitable[object]) -
 
 async def test_a_server_that_goes_away_is_a_quick_transient_store_error(server: Server) -> None:
     proxy = LoopbackProxy(upstream())
-    url = await proxy.start()
+    url = f"mongodb://127.0.0.1:{await proxy.start()}/"
     async with opened(url + server.database) as store:
         job = make_job()
         await store.insert_job(job)
@@ -344,7 +294,7 @@ async def test_a_server_that_goes_away_is_a_quick_transient_store_error(server: 
 
 async def test_a_server_that_never_answers_is_a_quick_transient_store_error() -> None:
     silent = LoopbackProxy(None)
-    store = MongoStore(await silent.start() + "tickd_unreachable")
+    store = MongoStore(f"mongodb://127.0.0.1:{await silent.start()}/tickd_unreachable")
     try:
         await transient_error_within(FAIL_FAST_SECONDS, store.open())
     finally:

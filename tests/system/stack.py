@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -379,6 +380,7 @@ async def start_daemon(
     *,
     events_url: str | None = None,
     mail_url: str | None = None,
+    store_url: str | None = None,
     **settings: Any,
 ) -> Daemon:
     port = free_port()
@@ -395,7 +397,7 @@ async def start_daemon(
     env = {
         **os.environ,
         "TICKD_INSTANCE_ID": f"{name}-{sandbox.tag}",
-        "TICKD_STORE_URL": sandbox.store_url,
+        "TICKD_STORE_URL": store_url or sandbox.store_url,
         "TICKD_LOCK_URL": REDIS_URL,
         "TICKD_EVENTS_URL": events_url or sandbox.events_url(),
         "TICKD_MAIL_URL": mail_url or f"outbox://{workdir}/outbox-{name}",
@@ -571,6 +573,35 @@ def tally(
         if next_run_at.get(job_id) != last + timedelta(seconds=1):
             result.wrong_next.append(job_id)
     return result
+
+
+def by_job(runs: list[Run]) -> dict[str, list[Run]]:
+    grouped: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        grouped[run.job_id].append(run)
+    for job_runs in grouped.values():
+        job_runs.sort(key=lambda run: run.started_at)
+    return grouped
+
+
+async def partition_shares(sandbox: Sandbox) -> dict[str, int]:
+    """How many partitions each daemon (by name) holds."""
+    async with sandbox.store() as store:
+        owners = await store.partition_owners()
+    return dict(Counter((o.owner or "nobody").split("-")[0] for o in owners))
+
+
+async def holds_all(sandbox: Sandbox, daemon: Daemon) -> bool:
+    return await partition_shares(sandbox) == {daemon.name: 64}
+
+
+def overlaps(job_runs: list[Run]) -> list[tuple[Run, Run]]:
+    """Runs of one job (sorted by start) that started before the previous one ended."""
+    return [
+        (before, after)
+        for before, after in itertools.pairwise(job_runs)
+        if before.finished_at is None or after.started_at < before.finished_at
+    ]
 
 
 # -- waiting and reading -------------------------------------------------------------------------

@@ -9,9 +9,8 @@ Every test prints its counts.
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,14 +20,17 @@ from tests.system.databases import STORES
 from tests.system.stack import (
     Daemon,
     Report,
-    Run,
     Sandbox,
     alive_until,
+    by_job,
     daemons,
     events_delivered,
     eventually,
     held_leases,
+    holds_all,
     next_whole_second,
+    overlaps,
+    partition_shares,
     percentile,
     runs_in,
     sleeping_jobs,
@@ -74,15 +76,6 @@ async def mid_burst(sandbox: Sandbox, ended: int, daemon: Daemon) -> bool:
         return True
     daemon.thaw()
     return False
-
-
-def by_job(runs: list[Run]) -> dict[str, list[Run]]:
-    grouped: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        grouped[run.job_id].append(run)
-    for job_runs in grouped.values():
-        job_runs.sort(key=lambda run: run.started_at)
-    return grouped
 
 
 @pytest.mark.timeout(600)
@@ -183,26 +176,6 @@ async def join_and_leave(sandbox: Sandbox, workdir: Path, survivor: Daemon) -> t
     finally:
         await newcomer.kill()
     return joined, left
-
-
-async def partition_shares(sandbox: Sandbox) -> dict[str, int]:
-    """How many partitions each daemon (by name) holds."""
-    async with sandbox.store() as store:
-        owners = await store.partition_owners()
-    return dict(Counter((o.owner or "nobody").split("-")[0] for o in owners))
-
-
-async def holds_all(sandbox: Sandbox, daemon: Daemon) -> bool:
-    return await partition_shares(sandbox) == {daemon.name: 64}
-
-
-def overlaps(job_runs: list[Run]) -> list[tuple[Run, Run]]:
-    """Runs of one job (sorted by start) that started before the previous one ended."""
-    return [
-        (before, after)
-        for before, after in itertools.pairwise(job_runs)
-        if before.finished_at is None or after.started_at < before.finished_at
-    ]
 
 
 SURVIVOR_JOBS = 40
