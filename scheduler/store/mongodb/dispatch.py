@@ -138,7 +138,9 @@ class MongoDispatch(MongoRequests):
         would decode the whole queue's. So, after the jobs in `first` (by `_id`), the critical
         and high ones of every partition given (each priority an equality it pushes down: a
         few jobs decoded), then one read a partition, in the order given, of the rest (the
-        starved first, then by urgency), until `limit` are found."""
+        starved first, then by urgency), until `limit` are found. A job an older tickd wrote
+        without a partition is read among the urgent ones, and otherwise once the backlog is
+        gone (by `due_jobs`'s read of all the partitions held at once)."""
         found: list[Job] = []
         due = due_filter(now, exclude_handlers)
         if first:
@@ -146,7 +148,7 @@ class MongoDispatch(MongoRequests):
             found += await self._find_jobs(named, sort=OLDEST_DUE_FIRST, limit=limit)
             due["_id"] = {"$nin": list(first)}
         for priority in URGENT:
-            urgent = {**due, "priority": int(priority), "part": {"$in": list(partitions)}}
+            urgent = {**due, "priority": int(priority), "part": {"$in": [*partitions, None]}}
             found += await self._find_jobs(urgent, sort=OLDEST_DUE_FIRST, limit=limit - len(found))
         due["priority"] = {"$gt": int(URGENT[-1])}
         for part in partitions:
