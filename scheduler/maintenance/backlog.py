@@ -1,7 +1,9 @@
 """What ops alert on, read off the dispatcher's hot path: how many jobs are due and not yet
 taken, and how long the oldest of them has waited. One store read every few seconds, never one
 per tick, of the partitions this instance holds: the instances' figures add up to the store's
-(their sum is the backlog, their largest age the oldest), and each counts only its share."""
+(their sum is the backlog, their largest age the oldest), and each counts only its share. A
+partition nobody holds, for the seconds its owner's death takes to be seen, is in no figure:
+the alerts on these gauges wait minutes."""
 
 from __future__ import annotations
 
