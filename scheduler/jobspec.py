@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.model import (
     CronSchedule,
     IntervalSchedule,
@@ -113,6 +114,8 @@ class JobSpec:
     shards: int = 1
     system: bool = False
     managed_by: str | None = None
+    # The team or tenant the job belongs to (scheduler/domains.py).
+    domain: str = DEFAULT_DOMAIN
 
 
 class JobRules:
@@ -140,6 +143,7 @@ class JobRules:
             shards=spec.shards,
             system=spec.system,
             managed_by=spec.managed_by,
+            domain=spec.domain,
             created_at=now,
             updated_at=now,
         )

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from tickd.scheduler.domains import DEFAULT_DOMAIN, DOMAIN_RULE, is_domain_name
+
 
 class Priority(enum.IntEnum):
     """Lower value runs first: the due query orders by priority, then by next_run_at."""
@@ -227,6 +229,8 @@ class Job:
     shards: int = 1
     # Who keeps the definition (`tickd apply` marks the jobs it makes); None: made by hand.
     managed_by: str | None = None
+    # The team or tenant the job belongs to (scheduler/domains.py).
+    domain: str = DEFAULT_DOMAIN
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
 
@@ -243,6 +247,8 @@ class Job:
             raise ValidationError("jitter_seconds", "must not be negative")
         if not 1 <= self.shards <= MAX_SHARDS:
             raise ValidationError("shards", f"must be from 1 to {MAX_SHARDS}")
+        if not is_domain_name(self.domain):
+            raise ValidationError("domain", f"must be {DOMAIN_RULE}")
         require_utc("next_run_at", self.next_run_at)
 
 
