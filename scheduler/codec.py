@@ -10,6 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.model import (
     Attempt,
     CronSchedule,
@@ -115,6 +116,7 @@ def job_to_doc(job: Job) -> Doc:
         "redrive": redrive_to_doc(job.redrive),
         "shards": job.shards,
         "managed_by": job.managed_by,
+        "domain": job.domain,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
@@ -144,6 +146,8 @@ def job_from_doc(doc: Doc) -> Job:
         redrive=redrive_from_doc(doc.get("redrive")),
         shards=int(doc.get("shards") or 1),
         managed_by=doc.get("managed_by"),
+        # A job stored before domains existed has none: it is in the default one.
+        domain=doc.get("domain") or DEFAULT_DOMAIN,
         created_at=as_datetime(doc["created_at"], "created_at"),
         updated_at=as_datetime(doc["updated_at"], "updated_at"),
     )

@@ -214,6 +214,7 @@ class JobQuery:
     """Ordered by name; `after_name` is the name of the last job of the previous page."""
 
     handler: str | None = None
+    domain: str | None = None  # only the jobs of this domain
     enabled: bool | None = None
     name_prefix: str | None = None
     next_run_from: datetime | None = None  # next_run_at >= this
@@ -235,6 +236,7 @@ class JobSearch:
 
     text: str | None = None  # in the name or the id, ignoring ASCII case
     handler: str | None = None
+    domain: str | None = None  # only the jobs of this domain
     enabled: bool | None = None
     name_prefix: str | None = None
     next_run_from: datetime | None = None  # next_run_at >= this

@@ -23,6 +23,8 @@ SEARCHES = {
     "by next run": JobSearch(order=JobOrder.NEXT_RUN, limit=PAGE),
     "a handler, by next run": JobSearch(handler="ping", order=JobOrder.NEXT_RUN, limit=PAGE),
     "a handler, by name": JobSearch(handler="ping", limit=PAGE),
+    "a domain, by name": JobSearch(domain="payments", limit=PAGE),
+    "a domain, by next run": JobSearch(domain="payments", order=JobOrder.NEXT_RUN, limit=PAGE),
     "last run failed": JobSearch(last_status=frozenset({Status.FAILED}), limit=PAGE),
     "a page further on": JobSearch(order=JobOrder.NEXT_RUN, limit=PAGE, after_name="j-00100",
                                    after_next_run_at=T0 + timedelta(seconds=100)),
@@ -54,14 +56,16 @@ def jobs(count: int) -> list[Job]:
     failed = ExecutionSummary(execution_id="run", status=Status.FAILED, finished_at=T0)
     made = []
     for i in range(count):
-        job = make_job(f"j-{i:05}", "ping", next_run_at=T0 + timedelta(seconds=i))
+        job = make_job(
+            f"j-{i:05}", "ping", next_run_at=T0 + timedelta(seconds=i), domain="payments"
+        )
         made.append(replace(job, last_execution=failed) if i % 2 else job)
     return made
 
 
 def others(count: int) -> list[Job]:
-    """Jobs that sort before the others by name and by next run, of another handler, never run:
-    a page that walked past the ones its filter drops would read them all."""
+    """Jobs that sort before the others by name and by next run, of another handler and domain,
+    never run: a page that walked past the ones its filter drops would read them all."""
     return [
         make_job(f"a-{i:05}", "sleep", next_run_at=T0 - timedelta(seconds=i)) for i in range(count)
     ]

@@ -19,6 +19,7 @@ from tickd.scheduler.codec import (
     micros,
     summary_to_doc,
 )
+from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.model import DeadLetter, Execution, Status
 from tickd.scheduler.ports.backends import (
     Advance,
@@ -212,10 +213,20 @@ def retention_scope(retention: Retention) -> Doc:
     return {}
 
 
+def in_domain(domain: str) -> Doc:
+    """The jobs of `domain`; the default one's include the jobs written without a domain (by
+    a tickd from before domains, which reads as DEFAULT_DOMAIN)."""
+    if domain == DEFAULT_DOMAIN:
+        return {"domain": {"$in": [DEFAULT_DOMAIN, None]}}
+    return {"domain": domain}
+
+
 def jobs_filter(query: JobQuery) -> Doc:
     found: Doc = {}
     if query.handler is not None:
         found["handler"] = query.handler
+    if query.domain is not None:
+        found |= in_domain(query.domain)
     if query.enabled is not None:
         found["enabled"] = query.enabled
     name: Doc = {}

@@ -35,6 +35,7 @@ from tickd.scheduler.store.mongodb.documents import (
     OUTBOX_INDEXES,
     REQUEST_INDEXES,
 )
+from tickd.scheduler.store.mongodb.statements import in_domain
 from tickd.scheduler.store.views import (
     PROBLEM_STATUSES,
     ExecutionTally,
@@ -48,6 +49,7 @@ BY_NEXT_RUN = [("next_run_at_us", ASCENDING), ("name", ASCENDING)]
 MOST_FAILURES = [("consecutive_failures", DESCENDING), ("name", ASCENDING)]
 VIEW_JOB_INDEXES = [
     IndexModel([("handler", ASCENDING), *BY_NAME], name="jobs_by_handler"),
+    IndexModel([("domain", ASCENDING), *BY_NAME], name="jobs_by_domain"),
     IndexModel(BY_NEXT_RUN, name="jobs_by_next_run"),
     IndexModel([("last_execution.status", ASCENDING), *BY_NAME], name="jobs_by_last_status"),
     IndexModel(MOST_FAILURES, name="jobs_failing"),
@@ -60,6 +62,8 @@ def search_filter(search: JobSearch) -> list[Doc]:
     """The search's filters (not its cursor), as conditions to AND."""
     wanted: Doc = {"handler": search.handler, "enabled": search.enabled}
     found: list[Doc] = [{k: v} for k, v in wanted.items() if v is not None]
+    if search.domain is not None:
+        found.append(in_domain(search.domain))
     if search.name_prefix is not None:
         prefix = search.name_prefix
         found.append({"name": {"$gte": prefix, "$lt": prefix + "\U0010ffff"}})

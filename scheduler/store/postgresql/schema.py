@@ -168,6 +168,12 @@ ALTER TABLE instances ADD COLUMN status TEXT;
 -- a job an older tickd wrote until the next open sets it: every instance reads those.
 ALTER TABLE jobs ADD COLUMN part INTEGER;
 """,
+    f"""
+-- The team or tenant each job belongs to (scheduler/domains.py): the jobs written before are
+-- in the default one. The jobs list filters by it, in name order.
+ALTER TABLE jobs ADD COLUMN domain {T} NOT NULL DEFAULT 'default';
+CREATE INDEX jobs_by_domain ON jobs (domain, name);
+""",
 ]
 VERSION = len(MIGRATIONS)
 

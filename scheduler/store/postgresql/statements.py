@@ -43,6 +43,7 @@ COLUMN_TYPES = {
     "lease_until": "int8", "fence": "int8", "revision": "int4", "consecutive_failures": "int4",
     "paused_reason": "text", "last_execution": "text", "system": "int4", "created_at": "int8",
     "updated_at": "int8", "redrive": "text", "shards": "int4", "managed_by": "text",
+    "domain": "text",
     "scheduled_at": "int8", "started_at": "int8", "finished_at": "int8",
     "duration_ms": "float8", "status": "text", "attempts": "int4", "error": "text",
     "result": "text", "owner": "text", "token": "int8", "dead_letter": "text", "shard": "int4",
@@ -293,6 +294,8 @@ def job_filters(args: Args, query: JobQuery | JobSearch) -> list[str]:
     where = []
     if query.handler is not None:
         where.append(f"handler = {args(query.handler, 'text')}")
+    if query.domain is not None:
+        where.append(f"domain = {args(query.domain, 'text')}")
     if query.enabled is not None:
         where.append(f"enabled = {args(int(query.enabled), 'int4')}")
     if query.name_prefix is not None:

@@ -120,7 +120,8 @@ JOB_DECODED = (
     "id", "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
     "max_retries", "priority", "misfire", "jitter_seconds", "lease_owner", "lease_token",
     "lease_until", "fence", "revision", "consecutive_failures", "paused_reason",
-    "last_execution", "system", "redrive", "shards", "managed_by", "created_at", "updated_at",
+    "last_execution", "system", "redrive", "shards", "managed_by", "domain", "created_at",
+    "updated_at",
 )  # fmt: skip
 PRIORITY_OF = {int(priority): priority for priority in Priority}
 
@@ -139,7 +140,7 @@ def job_from_row(row: Row) -> Job:
         id_, name, handler, params, schedule, enabled, next_run_at, timeout_seconds,
         max_retries, priority, misfire, jitter_seconds, lease_owner, lease_token, lease_until,
         fence, revision, consecutive_failures, paused_reason, last_execution, system, redrive,
-        shards, managed_by, created_at, updated_at,
+        shards, managed_by, domain, created_at, updated_at,
     ) = _job_columns(tuple(row.keys()))(tuple(row))  # fmt: skip
     return Job(
         id=id_,
@@ -166,6 +167,7 @@ def job_from_row(row: Row) -> Job:
         redrive=_redrive(redrive),
         shards=int(shards),
         managed_by=managed_by,
+        domain=domain,
         created_at=_time(created_at),
         updated_at=_time(updated_at),
     )

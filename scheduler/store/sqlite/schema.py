@@ -120,7 +120,13 @@ CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT 
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
 ADDED_COLUMNS = {
     "instances": [("status", "TEXT")],
-    "jobs": [("redrive", "TEXT"), ("shards", "INTEGER NOT NULL DEFAULT 1"), ("managed_by", "TEXT")],
+    "jobs": [
+        ("redrive", "TEXT"),
+        ("shards", "INTEGER NOT NULL DEFAULT 1"),
+        ("managed_by", "TEXT"),
+        # The jobs of a database made before domains are in the default one (DEFAULT_DOMAIN).
+        ("domain", "TEXT NOT NULL DEFAULT 'default'"),
+    ],
     "executions": [
         ("dead_letter", "TEXT"),
         ("shard", "INTEGER NOT NULL DEFAULT 0"),
@@ -187,6 +193,7 @@ JOB_COLUMNS = [
     "redrive",
     "shards",
     "managed_by",
+    "domain",
 ]
 EXECUTION_COLUMNS = [
     "id",
@@ -236,6 +243,7 @@ DEFINITION_COLUMNS = [
     "redrive",
     "shards",
     "managed_by",
+    "domain",
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",

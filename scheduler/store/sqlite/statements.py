@@ -205,6 +205,7 @@ def record_change_row(db: sqlite3.Connection, change: JobChange | None) -> None:
 def job_filters(query: JobQuery) -> tuple[list[str], list[Any]]:
     conditions: list[tuple[str, Any]] = [
         ("handler = ?", query.handler),
+        ("domain = ?", query.domain),
         ("enabled = ?", None if query.enabled is None else int(query.enabled)),
         ("name >= ? AND name < ? || char(1114111)", query.name_prefix),
         ("next_run_at >= ?", micros(query.next_run_from)),

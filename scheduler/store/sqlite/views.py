@@ -38,6 +38,7 @@ LAST_STATUS = "json_extract(last_execution, '$.status')"
 # for the dispatcher's due query (`enabled = 1 AND ...`) over that query's own partial indexes.
 VIEW_INDEXES = f"""
 CREATE INDEX IF NOT EXISTS jobs_by_handler ON jobs (handler, name);
+CREATE INDEX IF NOT EXISTS jobs_by_domain ON jobs (domain, name);
 CREATE INDEX IF NOT EXISTS jobs_by_next_run ON jobs (next_run_at, name);
 CREATE INDEX IF NOT EXISTS jobs_by_last_status ON jobs ({LAST_STATUS}, name);
 CREATE INDEX IF NOT EXISTS jobs_failing ON jobs (consecutive_failures DESC, name)
@@ -57,6 +58,7 @@ def search_filters(search: JobSearch) -> tuple[list[str], list[Any]]:
     """The search's filters (not its cursor) as SQL conditions and their arguments."""
     conditions: list[tuple[str, Any]] = [
         ("handler = ?", search.handler),
+        ("domain = ?", search.domain),
         ("enabled = ?", None if search.enabled is None else int(search.enabled)),
         ("name >= ? AND name < ? || char(1114111)", search.name_prefix),
         ("next_run_at >= ?", micros(search.next_run_from)),
