@@ -55,6 +55,7 @@ M = TypeVar("M", bound=BaseModel)
 TRACKED = [
     "name", "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries",
     "priority", "misfire", "jitter_seconds", "paused_reason", "redrive", "shards", "managed_by",
+    "domain",
 ]  # fmt: skip
 
 
@@ -135,6 +136,7 @@ class JobBuilder:
             redrive=_redrive(body.redrive),
             shards=body.shards,
             managed_by=body.managed_by,
+            domain=body.domain,
         )
         with validation_problems():
             return self.rules.build(spec, now)
@@ -166,6 +168,7 @@ class JobBuilder:
             redrive=_redrive(body.redrive) if "redrive" in fields else job.redrive,
             shards=_given(body.shards, job.shards),
             managed_by=_given(body.managed_by, job.managed_by),
+            domain=_given(body.domain, job.domain),
             updated_at=now,
         )
         with validation_problems():
@@ -398,6 +401,7 @@ def job_search(
     return JobSearch(
         text=q.q,
         handler=q.handler,
+        domain=q.domain,
         enabled=q.enabled,
         name_prefix=q.name_prefix,
         next_run_from=q.next_run_from,

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from tickd.scheduler.domains import DEFAULT_DOMAIN, DOMAIN_PATTERN, DOMAIN_RULE
 from tickd.scheduler.jobspec import (
     MAX_GRACE_SECONDS,
     MAX_INTERVAL_SECONDS,
@@ -103,6 +104,11 @@ ManagedBy = Annotated[
     ),
 ]
 
+DOMAIN_DESCRIPTION = f"The team or tenant the job belongs to, a label: {DOMAIN_RULE}"
+Domain = Annotated[
+    str, Field(pattern=DOMAIN_PATTERN, description=DOMAIN_DESCRIPTION, examples=["payments"])
+]
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -158,6 +164,7 @@ class JobCreate(Strict):
     redrive: RedriveIn | None = Field(default=None, description="None: re-driven by hand only")
     shards: Shards = 1
     managed_by: ManagedBy | None = None
+    domain: Domain = DEFAULT_DOMAIN
 
 
 class JobPatch(Strict):
@@ -176,6 +183,7 @@ class JobPatch(Strict):
     redrive: RedriveIn | None = Field(default=None, description="null removes the policy")
     shards: Shards | None = None
     managed_by: ManagedBy | None = None
+    domain: Domain | None = None
 
 
 class LeaseOut(BaseModel):
@@ -213,6 +221,8 @@ class JobOut(BaseModel):
     redrive: RedriveIn | None = None
     shards: int = 1
     managed_by: str | None = None
+    # A default, so that this client reads the jobs of a daemon from before domains.
+    domain: str = Field(default=DEFAULT_DOMAIN, description=DOMAIN_DESCRIPTION)
     created_at: datetime
     updated_at: datetime
 
@@ -403,6 +413,9 @@ class WriteQuery(Strict):
 
 class JobListQuery(PageQuery):
     handler: str | None = Field(default=None, max_length=200)
+    domain: str | None = Field(
+        default=None, pattern=DOMAIN_PATTERN, description="Only the jobs of this domain"
+    )
     enabled: bool | None = None
     name_prefix: str | None = Field(default=None, max_length=200)
     next_run_from: Rfc3339 | None = None
