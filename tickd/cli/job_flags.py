@@ -22,6 +22,7 @@ FLAG_FIELDS = (
     ("priority", "priority"),
     ("jitter", "jitter_seconds"),
     ("shards", "shards"),
+    ("domain", "domain"),
 )
 
 

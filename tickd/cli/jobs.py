@@ -32,7 +32,11 @@ JOB_COLUMNS = ("NAME", "HANDLER", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST STATU
 
 def jobs_list(client: Client, args: argparse.Namespace) -> None:
     filters = given(
-        handler=args.handler, enabled=args.enabled, name_prefix=args.prefix, limit=args.limit
+        handler=args.handler,
+        domain=args.domain,
+        enabled=args.enabled,
+        name_prefix=args.prefix,
+        limit=args.limit,
     )
     if args.all:
         page: Json = {
@@ -195,6 +199,7 @@ def job_fields(job: Json) -> list[tuple[str, str]]:
         ("id", str(job.get("id"))),
         ("name", str(job.get("name"))),
         ("handler", str(job.get("handler"))),
+        ("domain", str(job.get("domain"))),
         ("schedule", schedule_text(job.get("schedule") or {})),
         ("enabled", "yes" if job.get("enabled") else "no"),
     ]

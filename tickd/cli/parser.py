@@ -13,6 +13,7 @@ from importlib.metadata import version
 from typing import Any, TypeAlias
 
 from tickd.cli.running import add_running_commands
+from tickd.scheduler.domains import DOMAIN_RULE, is_domain_name
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -147,6 +148,9 @@ def add_job_commands(commands: Subparsers, common: argparse.ArgumentParser) -> N
 
     listing = actions.add_parser("list", parents=[common], help="list jobs, by name")
     listing.add_argument("--handler", help="only the jobs of this handler")
+    listing.add_argument(
+        "--domain", type=domain_name, metavar="NAME", help="only the jobs of this domain"
+    )
     state = listing.add_mutually_exclusive_group()
     state.add_argument(
         "--enabled", dest="enabled", action="store_const", const=True, help="only enabled jobs"
@@ -468,6 +472,20 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shards", type=int, metavar="N", help="run each occurrence as N shards (default 1)"
     )
+    parser.add_argument(
+        "--domain",
+        type=domain_name,
+        metavar="NAME",
+        help="the team or tenant the job belongs to (default: default)",
+    )
+
+
+def domain_name(text: str) -> str:
+    """A --domain value, checked here by the rule the API applies: a mistake is a usage error
+    before anything is sent."""
+    if not is_domain_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a domain is {DOMAIN_RULE}")
+    return text
 
 
 def add_completion_command(commands: Subparsers) -> None:
