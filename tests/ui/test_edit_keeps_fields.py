@@ -24,6 +24,7 @@ EVERY_FIELD: dict[str, Any] = {
     "jitter_seconds": 7.5,
     "redrive": {"max_attempts": 3, "backoff_seconds": 60},
     "shards": 2,
+    "domain": "billing",
 }
 # What an edit of the timeout changes by design.
 CHANGED_BY_THE_EDIT = {"timeout_seconds", "revision", "updated_at"}
