@@ -59,8 +59,11 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+## Two workers for the tests that share the services (each has its own database, key prefix and
+## topic), then the system tests alone: they stop and start the services under their daemons.
 unit: install
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not system" -n 2 --dist loadgroup
+	$(BIN)/pytest -m system
 	cd examples/tickd-example-plugin && ../../$(BIN)/pytest
 
 ## Every performance figure and target in one run, side by side (about 20 minutes): bursts and steady load

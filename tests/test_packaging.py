@@ -80,6 +80,11 @@ def run(command: Sequence[str | Path], cwd: Path) -> str:
     return done.stdout
 
 
+# One worker builds the wheel: pip builds it in the repository's own folder (build/), and two
+# builds there at once would trip over each other.
+pytestmark = pytest.mark.xdist_group("wheel_in_the_repository")
+
+
 @dataclass
 class PlainInstall:
     """tickd as `pip install tickd` leaves it, without extras, in a virtual environment."""

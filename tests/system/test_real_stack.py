@@ -58,10 +58,10 @@ RUN_SECONDS = 20
 IN_FLIGHT_SECONDS = 5
 # Jobs of the outage tests: enough to see, few enough to catch up on quickly.
 OUTAGE_JOBS = 10
-# The outages: the store (FerretDB and PostgreSQL under it) and Redis for 30 s, Kafka for
-# five minutes.
+# The outages: the store (FerretDB and PostgreSQL under it) and Redis for 30 s, Kafka for two
+# minutes: far past the producer's delivery timeout (3 s here) and its reconnect backoff (10 s).
 OUTAGE_SECONDS = 30
-KAFKA_OUTAGE_SECONDS = 300
+KAFKA_OUTAGE_SECONDS = 120
 SUCCESS = 'tickd_executions_total{handler="noop",status="success"}'
 
 
