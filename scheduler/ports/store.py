@@ -12,6 +12,7 @@ from typing import Protocol
 
 from tickd.scheduler.ports.store_api import (
     CancelRequestStore,
+    DomainStore,
     ExecutionStore,
     JobStore,
     RunRequestStore,
@@ -54,6 +55,7 @@ class Store(
     ExecutionStore,
     CancelRequestStore,
     ViewStore,
+    DomainStore,
     Protocol,
 ):
     """Jobs, their executions, their history and the runs asked of them: every role at once.

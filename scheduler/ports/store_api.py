@@ -1,6 +1,7 @@
 """The store's roles ops reach through the API (and the CLI, and seeding): jobs and their
-history, the runs asked for, executions and their dead letters, the views. Part of the store's
-contract (scheduler/ports/store.py, Store), each method documented once, here."""
+history, the runs asked for, executions and their dead letters, the views, the domains' settings.
+Part of the store's contract (scheduler/ports/store.py, Store), each method documented once,
+here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from tickd.scheduler.domain_settings import DomainSettings
 from tickd.scheduler.model import CancelRequest, DeadLetter, Execution, Job
 from tickd.scheduler.ports.store_values import (
     Attention,
@@ -141,3 +143,26 @@ class ViewStore(Protocol):
     ) -> Attention:
         """What needs ops now, grouped by job (see Attention); failures are those due in
         [since, until)."""
+
+
+class DomainStore(Protocol):
+    """The domains' settings (scheduler/domain_settings.py), one record a domain that has any,
+    and how many jobs each domain holds: the API's domains, and its job writes, which check a
+    domain's max_jobs."""
+
+    async def list_domains(self) -> list[DomainSettings]:
+        """Every record, by name (a domain without one has the defaults and is not listed)."""
+
+    async def get_domain(self, name: str) -> DomainSettings | None:
+        """The record of domain `name`; None if it has none (it then has the defaults)."""
+
+    async def put_domain(self, settings: DomainSettings) -> DomainSettings:
+        """Insert the record of `settings.name`, or replace it whole; returns it as stored."""
+
+    async def delete_domain(self, name: str) -> bool:
+        """Remove the record of domain `name` (it has the defaults again, and its jobs stay);
+        False if it had none."""
+
+    async def count_jobs_by_domain(self) -> dict[str, int]:
+        """How many jobs each domain holds, in one read (a domain with none is not a key); the
+        jobs stored before domains count in the default one."""

@@ -17,8 +17,11 @@ from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.model import new_id
 from tickd.scheduler.ports.backends import JobChange, JobQuery, JobSearch, Store
-from tickd.scheduler.store.postgresql.schema import VERSION
 from tickd.scheduler.urls import local_path
+
+# PostgreSQL's schema version that added jobs.domain: a database from before domains is at the
+# one below it (the domains' settings came later still).
+JOB_DOMAINS_VERSION = 3
 
 
 async def test_a_jobs_domain_round_trips_and_defaults_to_default(store: Store) -> None:
@@ -97,25 +100,33 @@ async def test_a_job_stored_before_domains_reads_as_default(store_url: str) -> N
 
 
 async def as_before_domains(url: str) -> None:
-    """The database at `url` as a tickd from before domains left it."""
+    """The database at `url` as a tickd from before domains left it: no domain on the jobs, no
+    domains' settings."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         db = sqlite3.connect(local_path(url))
         try:
-            db.executescript("DROP INDEX jobs_by_domain; ALTER TABLE jobs DROP COLUMN domain;")
+            db.executescript(
+                "DROP INDEX jobs_by_domain; ALTER TABLE jobs DROP COLUMN domain; "
+                "DROP TABLE domains;"
+            )
         finally:
             db.close()
     elif scheme == "postgresql":
         connection = await asyncpg.connect(url)
         try:
+            await connection.execute("DROP TABLE domains")
             await connection.execute("ALTER TABLE jobs DROP COLUMN domain")  # and its index
-            await connection.execute("DELETE FROM schema_version WHERE version = $1", VERSION)
+            await connection.execute(
+                "DELETE FROM schema_version WHERE version >= $1", JOB_DOMAINS_VERSION
+            )
         finally:
             await connection.close()
     else:
         client: AsyncMongoClient[Doc] = AsyncMongoClient(url)
         try:
-            jobs = client.get_default_database()["jobs"]
-            await jobs.update_many({}, {"$unset": {"domain": ""}})
+            database = client.get_default_database()
+            await database["jobs"].update_many({}, {"$unset": {"domain": ""}})
+            await database.drop_collection("domains")
         finally:
             await client.close()

@@ -103,6 +103,11 @@ class MongoCollections(MongoDatabase):
         return self.database["partitions"]
 
     @property
+    def domains(self) -> Collection:
+        """The domains' settings, one document a domain that has a record (`_id` its name)."""
+        return self.database["domains"]
+
+    @property
     def migrations(self) -> Collection:
         """One document a migration done at open that is too costly to try at every open."""
         return self.database["migrations"]

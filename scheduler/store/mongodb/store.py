@@ -2,9 +2,9 @@
 
 Documents are the codec's (scheduler/codec.py), written as documents.py says: `_id`
 strings, times as BSON dates with exact `_us` twins, collections `jobs`, `executions`,
-`job_changes` and `run_requests`. The database is the URL's path (default `tickd`); a store built
-on a client it was handed uses that client's default database and never closes it. What every
-MongoDB store shares (errors, FerretDB's limits, clients, indexes) is
+`job_changes`, `run_requests` and `domains`. The database is the URL's path (default `tickd`);
+a store built on a client it was handed uses that client's default database and never closes
+it. What every MongoDB store shares (errors, FerretDB's limits, clients, indexes) is
 scheduler/store/kit/mongodb.py.
 
 Compare-and-set without transactions. Each statement is atomic on its document, which is all a
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from tickd.scheduler.store.mongodb.completion import MongoCompletion
 from tickd.scheduler.store.mongodb.dispatch import MongoDispatch
+from tickd.scheduler.store.mongodb.domains import MongoDomains
 from tickd.scheduler.store.mongodb.executions import MongoExecutions
 from tickd.scheduler.store.mongodb.housekeeping import MongoHousekeeping
 from tickd.scheduler.store.mongodb.instances import MongoInstances
@@ -50,6 +51,7 @@ class MongoStore(
     MongoOutbox,
     MongoHousekeeping,
     MongoViews,
+    MongoDomains,
 ):
     """Jobs and executions in MongoDB; every batch of the engine is a bounded number of commands.
     A mixin per role of the store (scheduler/ports/store_engine.py, store_api.py), a file

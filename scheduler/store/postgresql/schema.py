@@ -174,6 +174,18 @@ ALTER TABLE jobs ADD COLUMN part INTEGER;
 ALTER TABLE jobs ADD COLUMN domain {T} NOT NULL DEFAULT 'default';
 CREATE INDEX jobs_by_domain ON jobs (domain, name);
 """,
+    f"""
+-- Each domain's settings (scheduler/domain_settings.py): a row a domain that has a record; one
+-- without a row has the defaults.
+CREATE TABLE domains (
+    name {T} PRIMARY KEY,
+    weight INTEGER NOT NULL,
+    max_running INTEGER,
+    max_jobs INTEGER,
+    lag_objective_seconds DOUBLE PRECISION,
+    updated_at BIGINT
+);
+""",
 ]
 VERSION = len(MIGRATIONS)
 

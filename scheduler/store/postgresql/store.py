@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tickd.scheduler.store.postgresql.completion import PostgresCompletion
 from tickd.scheduler.store.postgresql.dispatch import PostgresDispatch
+from tickd.scheduler.store.postgresql.domains import PostgresDomains
 from tickd.scheduler.store.postgresql.executions import PostgresExecutions
 from tickd.scheduler.store.postgresql.housekeeping import PostgresHousekeeping
 from tickd.scheduler.store.postgresql.instances import PostgresInstances
@@ -30,6 +31,7 @@ class PostgresStore(
     PostgresOutbox,
     PostgresHousekeeping,
     PostgresViews,
+    PostgresDomains,
 ):
     """Jobs and executions in one PostgreSQL database. A mixin per role of the store
     (scheduler/ports/store_engine.py, store_api.py), a file each."""

@@ -33,6 +33,7 @@ from tickd.scheduler.codec import (
     summary_from_doc,
     to_json_ready,
 )
+from tickd.scheduler.domain_settings import DomainSettings
 from tickd.scheduler.model import (
     Execution,
     ExecutionSummary,
@@ -291,3 +292,29 @@ def instance_view(row: Row) -> InstanceView:
     beat_at = from_micros(row[1])
     assert beat_at is not None
     return InstanceView(str(row[0]), beat_at, status_from_json(row[2]), int(row[3]))
+
+
+def domain_row(settings: DomainSettings) -> tuple[Any, ...]:
+    """A domain's settings, in DOMAIN_COLUMNS' order."""
+    objective = settings.lag_objective_seconds
+    return (
+        settings.name,
+        settings.weight,
+        settings.max_running,
+        settings.max_jobs,
+        None if objective is None else float(objective),  # a float column on PostgreSQL
+        micros(settings.updated_at),
+    )
+
+
+def domain_from_row(row: Row) -> DomainSettings:
+    """A row of DOMAIN_COLUMNS, by name."""
+    objective = row["lag_objective_seconds"]
+    return DomainSettings(
+        name=row["name"],
+        weight=int(row["weight"]),
+        max_running=row["max_running"],
+        max_jobs=row["max_jobs"],
+        lag_objective_seconds=None if objective is None else float(objective),
+        updated_at=from_micros(row["updated_at"]),
+    )

@@ -115,6 +115,17 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (seq) WHERE sent_at IS NULL;
 CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
+
+-- Each domain's settings (scheduler/domain_settings.py): a row a domain that has a record; one
+-- without a row has the defaults. A database made before gets the table at its next open.
+CREATE TABLE IF NOT EXISTS domains (
+    name TEXT PRIMARY KEY,
+    weight INTEGER NOT NULL,
+    max_running INTEGER,
+    max_jobs INTEGER,
+    lag_objective_seconds REAL,
+    updated_at INTEGER
+);
 """
 # Columns added since the first schema, with their type: a database made before gets them at
 # open (ADD COLUMN), then the indexes that use them (LATE_SCHEMA).
@@ -218,6 +229,9 @@ EXECUTION_COLUMNS = [
     "log",
 ]
 CHANGE_COLUMNS = ["id", "job_id", "job_name", "at", "actor", "action", "changes"]
+DOMAIN_COLUMNS = [
+    "name", "weight", "max_running", "max_jobs", "lag_objective_seconds", "updated_at",
+]  # fmt: skip
 REQUEST_COLUMNS = [
     "id", "job_id", "scheduled_at", "reason", "not_before", "created_at", "redrives", "shard",
     "shards", "occurrence", "revision", "advance_from", "lease_owner", "lease_token",

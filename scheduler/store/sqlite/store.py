@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tickd.scheduler.store.sqlite.completion import SQLiteCompletion
 from tickd.scheduler.store.sqlite.dispatch import SQLiteDispatch
+from tickd.scheduler.store.sqlite.domains import SQLiteDomains
 from tickd.scheduler.store.sqlite.executions import SQLiteExecutions
 from tickd.scheduler.store.sqlite.housekeeping import SQLiteHousekeeping
 from tickd.scheduler.store.sqlite.instances import SQLiteInstances
@@ -33,6 +34,7 @@ class SQLiteStore(
     SQLiteOutbox,
     SQLiteHousekeeping,
     SQLiteViews,
+    SQLiteDomains,
 ):
     """Jobs and executions in one SQLite file: a batch of the engine is one transaction. A mixin
     per role of the store (scheduler/ports/store_engine.py, store_api.py), a file each."""
