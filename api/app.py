@@ -13,6 +13,7 @@ from aiohttp import web
 
 from tickd.api.bounces import BOUNCE_ROUTES
 from tickd.api.dead_letters import DEAD_LETTER_ROUTES
+from tickd.api.domains import DOMAIN_ROUTES
 from tickd.api.edge import BODY_TIMEOUT, body_deadline_middleware, edge_middleware
 from tickd.api.executions import EXECUTION_ROUTES
 from tickd.api.handlers_routes import HANDLER_ROUTES
@@ -46,7 +47,9 @@ V1_ROUTES: Routes = [
     SCHEDULE_PREVIEW_ROUTE,
     *HANDLER_ROUTES,
 ]
-ALL_ROUTES = V1_ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES + DEAD_LETTER_ROUTES
+ALL_ROUTES = (
+    V1_ROUTES + BOUNCE_ROUTES + OPS_ROUTES + STATS_ROUTES + DEAD_LETTER_ROUTES + DOMAIN_ROUTES
+)
 
 
 def create_app(api_state: ApiState, probes: dict[str, Probe]) -> web.Application:

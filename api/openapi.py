@@ -89,10 +89,19 @@ def _operation_id(route: Route[Any, Any]) -> str:
 
 
 def _path_parameters(route: Route[Any, Any]) -> list[dict[str, Any]]:
-    return [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in PATH_PARAM.findall(route.path)
-    ]
+    """Each parameter of the path, a string, with the rule and the description its route's
+    path model gives it."""
+    declared = {} if route.path_model is None else route.path_model.model_json_schema()
+    properties = declared.get("properties", {})
+    parameters = []
+    for name in PATH_PARAM.findall(route.path):
+        prop = properties.get(name, {"type": "string"})
+        schema = {k: v for k, v in prop.items() if k not in ("title", "description")}
+        parameter = {"name": name, "in": "path", "required": True, "schema": schema}
+        if "description" in prop:
+            parameter["description"] = prop["description"]
+        parameters.append(parameter)
+    return parameters
 
 
 def _query_parameters(route: Route[Any, Any]) -> list[dict[str, Any]]:

@@ -76,6 +76,9 @@ class Route(Generic[Q, B]):
     # The route's own checks of what the body's model accepted, when the model refused some of
     # it: the answer names both at once.
     body_check: BodyCheck | None = None
+    # The path parameters' model, where a rule holds them (a domain's name): a value that breaks
+    # it is a 400 naming `path.<name>` before the handler runs, and the document states the rule.
+    path_model: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         # mypy ties a declared model to the handler's Call, but not a model left out (the
@@ -206,6 +209,16 @@ def refuse_nul_in_body(doc: Any, field: str = "") -> None:
     if isinstance(doc, list):
         for index, value in enumerate(doc):
             refuse_nul_in_body(value, f"{field}[{index}]")
+
+
+def check_path(request: web.Request, model: type[BaseModel] | None) -> None:
+    """400 naming each path parameter that breaks its rule (the route's path model)."""
+    if model is None:
+        return
+    try:
+        model.model_validate(dict(request.match_info), strict=True)
+    except ValidationError as exc:
+        raise from_pydantic(exc, "path.", status=400) from None
 
 
 def parse_query(request: web.Request, model: type[M] | None) -> M | None:
@@ -339,6 +352,7 @@ def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResp
         actor, scope = authenticate(request, route.scope)
         check_content_type(request, takes_body=route.body is not None)
         refuse_nul_in_url(request)
+        check_path(request, route.path_model)
         query = parse_query(request, _model(route.query))
         body = await parse_body(request, _model(route.body), route.body_check)
         # None exactly where the route declares no model, as its handler's Call says (checked

@@ -3,7 +3,8 @@ executions, loading a job, and If-Match (a write applies only to the revision th
 
 The endpoints themselves, by what they do: api/jobs_routes.py (jobs and their history),
 api/runs.py (trigger, backfill, retry), api/executions.py, api/schedules.py (previews),
-api/handlers_routes.py; api/app.py puts their routes into one table.
+api/handlers_routes.py, api/domains.py (the domains' settings); api/app.py puts their routes
+into one table.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.ports.store_api import (
     CancelRequestStore,
+    DomainStore,
     ExecutionStore,
     JobStore,
     RunRequestStore,
@@ -53,6 +55,7 @@ class ApiState:
     executions: ExecutionStore
     cancels: CancelRequestStore
     views: ViewStore
+    domains: DomainStore
     housekeeping: HousekeepingStore
     instances: InstanceStore
     registry: HandlerRegistry

@@ -299,6 +299,7 @@ def build_api(
         executions=store,
         cancels=store,
         views=store,
+        domains=store,
         housekeeping=store,
         instances=store,
         registry=registry,

@@ -60,6 +60,7 @@ from tickd.api.dead_letters import (
     RedriveFilter,
     RedriveOut,
 )
+from tickd.api.domains import DomainList, DomainOut, DomainSettingsIn
 from tickd.api.executions import RunOut
 from tickd.api.jobs import JobListPage, JobSearchQuery
 from tickd.api.models import (
@@ -161,6 +162,10 @@ OPERATIONS: dict[str, str] = {
     "post_v1_dead_letters_discard": "discard_dead_letters",
     "post_v1_dead_letters_execution_id_redrive": "redrive_dead_letter",
     "post_v1_dead_letters_execution_id_discard": "discard_dead_letter",
+    "get_v1_domains": "list_domains",
+    "get_v1_domains_name": "get_domain",
+    "put_v1_domains_name": "put_domain",
+    "delete_v1_domains_name": "delete_domain",
 }
 
 
@@ -755,6 +760,7 @@ def _dry_run(dry_run: bool) -> dict[str, Any]:
 JOB = "/v1/jobs/{}"
 EXECUTION = "/v1/executions/{}"
 DEAD_LETTER = "/v1/dead-letters/{}"
+DOMAIN = "/v1/domains/{}"
 Fields = Mapping[str, Any]  # a query's fields, as a method's keyword arguments give them
 
 
@@ -885,6 +891,21 @@ class _Operations:
     @staticmethod
     def dead_letter_action(execution_id: str, action: str, model: type[M]) -> Request[M]:
         return Request("POST", _path(DEAD_LETTER + "/" + action, execution_id), _model(model))
+
+    @staticmethod
+    def get_domain(name: str) -> Request[DomainOut]:
+        return Request("GET", _path(DOMAIN, name), _model(DomainOut))
+
+    @staticmethod
+    def put_domain(
+        name: str, settings: DomainSettingsIn | None, fields: Fields
+    ) -> Request[DomainOut]:
+        body = _body(_query(DomainSettingsIn, settings, fields))
+        return Request("PUT", _path(DOMAIN, name), _model(DomainOut), body=body)
+
+    @staticmethod
+    def delete_domain(name: str) -> Request[None]:
+        return Request("DELETE", _path(DOMAIN, name), _nothing)
 
 
 _ops = _Operations
@@ -1195,6 +1216,27 @@ class Client(_Base):
         """Identical errors of the newest dead letters, counted, the largest group first."""
         return self.send(_ops.dead_letter_groups(query, fields))
 
+    # -- domains
+
+    def list_domains(self) -> DomainList:
+        """Every domain jobs are in or settings are stored for: its settings and job count."""
+        return self.send(_ops.read("/v1/domains", _model(DomainList), None))
+
+    def get_domain(self, name: str) -> DomainOut:
+        """A domain's settings (the defaults when none are stored) and its job count."""
+        return self.send(_ops.get_domain(name))
+
+    def put_domain(
+        self, name: str, settings: DomainSettingsIn | None = None, **fields: Any
+    ) -> DomainOut:
+        """Store a domain's settings, whole: `fields` are DomainSettingsIn's (weight,
+        max_running, max_jobs, lag_objective_seconds); one left out takes its default."""
+        return self.send(_ops.put_domain(name, settings, fields))
+
+    def delete_domain(self, name: str) -> None:
+        """Remove a domain's settings (NotFound when it has none): it has the defaults again."""
+        self.send(_ops.delete_domain(name))
+
     # -- schedules, handlers, mail
 
     def preview_schedule(self, preview: PreviewRequest) -> PreviewOut:
@@ -1471,6 +1513,27 @@ class AsyncClient(_Base):
     ) -> ErrorGroups:
         """Identical errors of the newest dead letters, counted, the largest group first."""
         return await self.send(_ops.dead_letter_groups(query, fields))
+
+    # -- domains
+
+    async def list_domains(self) -> DomainList:
+        """Every domain jobs are in or settings are stored for: its settings and job count."""
+        return await self.send(_ops.read("/v1/domains", _model(DomainList), None))
+
+    async def get_domain(self, name: str) -> DomainOut:
+        """A domain's settings (the defaults when none are stored) and its job count."""
+        return await self.send(_ops.get_domain(name))
+
+    async def put_domain(
+        self, name: str, settings: DomainSettingsIn | None = None, **fields: Any
+    ) -> DomainOut:
+        """Store a domain's settings, whole: `fields` are DomainSettingsIn's (weight,
+        max_running, max_jobs, lag_objective_seconds); one left out takes its default."""
+        return await self.send(_ops.put_domain(name, settings, fields))
+
+    async def delete_domain(self, name: str) -> None:
+        """Remove a domain's settings (NotFound when it has none): it has the defaults again."""
+        await self.send(_ops.delete_domain(name))
 
     # -- schedules, handlers, mail
 

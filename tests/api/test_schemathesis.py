@@ -6,8 +6,9 @@ as declared, auth enforced, invalid data refused, unsupported methods answered 4
 The API runs on a real port in a thread of its own (its own event loop), on SQLite, with the
 built-in handlers and tokens configured; requests carry the admin token. Jobs and executions are
 seeded, and path parameters take their ids most of the time, so that the operations on one job or
-one execution reach their logic instead of answering 404; positive job bodies mostly get a real
-handler, valid params and a cron expression that parses (`realistic`), so that creates succeed.
+one execution reach their logic instead of answering 404 (the domain the examples name has
+settings stored); positive job bodies mostly get a real handler, valid params and a cron
+expression that parses (`realistic`), so that creates succeed.
 
 Hand-written cases follow: inputs that once made the server fail (an Authorization header that
 is not UTF-8, JSON nested a thousand levels deep), sent as they are and checked the same way.
@@ -24,7 +25,8 @@ What is narrowed, and why:
   SEMANTIC_REFUSALS; any other refusal of valid data still fails.
 - A number beyond 64 bits (an integer past 2**63, a float past a double) is refused with a 400
   anywhere in a body: no store keeps it, and free-form values (`params`) have no schema that
-  could say so.
+  could say so. So is a NUL character in any string but the params (api/routing.py), with a 422
+  naming its field: no store keeps one, and the document does not repeat it for every string.
 - A request line over aiohttp's limit is refused by its HTTP parser, before any operation runs,
   with a text/plain 400 that the document does not describe: such cases are not checked.
 """
@@ -53,6 +55,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tickd.api.app import ALL_ROUTES
 from tickd.api.openapi import openapi_document
+from tickd.api.routing import NUL_REASON
 from tickd.app import build_api
 from tickd.handlers.http_check import http_check
 from tickd.handlers.noop import noop
@@ -61,6 +64,7 @@ from tickd.handlers.sleep import sleep
 from tickd.handlers.webhook import webhook
 from tickd.scheduler.config.api_tokens import ApiToken
 from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.domain_settings import DomainSettings
 from tickd.scheduler.events.log import NullPublisher
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
@@ -175,6 +179,9 @@ SEED_EXECUTIONS = {
     + executions_of(_gone, [Status.FAILED, Status.SUCCESS])
 }
 
+# Settings stored for the domain the document's examples name, so that its delete finds them.
+SEED_DOMAIN = DomainSettings(name="payments", weight=3, max_running=10, updated_at=NOW)
+
 
 # -- the server -----------------------------------------------------------------------------------
 
@@ -195,6 +202,11 @@ class Server:
         job = SEED_JOBS.get(job_id)
         if job is not None and self.run(self.store.get_job(job_id)) is None:
             self.run(self.store.insert_job(job))
+
+    def restore_domain(self, name: str) -> None:
+        """Put the seed domain's settings back, so that later deletes still find them."""
+        if name == SEED_DOMAIN.name:
+            self.run(self.store.put_domain(SEED_DOMAIN))
 
 
 def registry() -> HandlerRegistry:
@@ -219,6 +231,7 @@ async def start(tmp_path: Path) -> tuple[web.AppRunner, Store, ProductStore, str
     for job in SEED_JOBS.values():
         await store.insert_job(job)
     await store.insert_executions(list(SEED_EXECUTIONS.values()))
+    await store.put_domain(SEED_DOMAIN)
     settings = Settings(api_port=0, api_tokens=TOKENS, max_timeout_seconds=MAX_TIMEOUT_SECONDS)
     ports = Ports(
         store=store,
@@ -392,6 +405,9 @@ def semantic_refusal(response: schemathesis.Response) -> bool:
         return False
     if response.status_code == 400 and NUMBER_TOO_LARGE in str(problem.get("detail", "")):
         return True
+    reasons = [error.get("reason") for error in problem["errors"]]
+    if response.status_code == 422 and reasons and set(reasons) == {NUL_REASON}:
+        return True
     return bool(fields) and all(
         SEMANTIC_REFUSALS.get(field.split(".")[0] if field.startswith("params.") else field)
         == response.status_code
@@ -434,7 +450,11 @@ def test_the_api_keeps_to_its_document(case: schemathesis.Case[Any], server: Ser
     realistic(case)
     response = case.call(base_url=server.url, headers=AUTH)
     if case.method == "DELETE" and response.status_code == 204:
-        server.restore((case.path_parameters or {})["job_id"])
+        deleted = case.path_parameters or {}
+        if "job_id" in deleted:
+            server.restore(deleted["job_id"])
+        if "name" in deleted:
+            server.restore_domain(deleted["name"])
     if refused_by_the_http_parser(response):
         return
     case.validate_response(
