@@ -4,9 +4,9 @@
 are clients of a running API and read neither settings nor handlers. parser.py defines every
 command and option; the client commands talk to the API through tickd.client, as any
 application does (connect.py: where, and how a failure is printed), one module of actions per
-family of commands: jobs.py, runs.py (executions, dead letters), apply.py (jobs as code),
-reads.py (the rest); only a client command loads them. handlers.py: `tickd handlers` (and
-`handlers run`); completion.py: `tickd completion`.
+family of commands: jobs.py, runs.py (executions, dead letters), domains.py (the domains'
+settings), apply.py (jobs as code), reads.py (the rest); only a client command loads them.
+handlers.py: `tickd handlers` (and `handlers run`); completion.py: `tickd completion`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import argparse
 from importlib.metadata import version
 from typing import Any, TypeAlias
 
+from tickd.cli.domains import add_domain_commands, domain_name
 from tickd.cli.running import add_running_commands
-from tickd.scheduler.domains import DOMAIN_RULE, is_domain_name
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_commands(commands, common)
     add_dead_letter_commands(commands, common)
     add_running_commands(commands, common)
+    add_domain_commands(commands, common)
     add_apply_commands(commands, common)
     add_read_commands(commands, common)
     add_completion_command(commands)
@@ -478,14 +479,6 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the team or tenant the job belongs to (default: default)",
     )
-
-
-def domain_name(text: str) -> str:
-    """A --domain value, checked here by the rule the API applies: a mistake is a usage error
-    before anything is sent."""
-    if not is_domain_name(text):
-        raise argparse.ArgumentTypeError(f"{text!r}: a domain is {DOMAIN_RULE}")
-    return text
 
 
 def add_completion_command(commands: Subparsers) -> None:

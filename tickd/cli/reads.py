@@ -61,6 +61,10 @@ VERBS = {
     "POST /v1/dead-letters/redrive": "tickd dead-letters redrive",
     "POST /v1/dead-letters/{execution_id}/redrive": "tickd dead-letters redrive",
     "POST /v1/dead-letters/{execution_id}/discard": "tickd dead-letters discard",
+    "GET /v1/domains": "tickd domains list",
+    "GET /v1/domains/{name}": "tickd domains show",
+    "PUT /v1/domains/{name}": "tickd domains set",
+    "DELETE /v1/domains/{name}": "tickd domains delete",
 }
 # Operations that are not for a shell, and why.
 NOT_VERBS = {
