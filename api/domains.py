@@ -5,6 +5,9 @@ The domains listed are those jobs are in and those with a record. Any valid name
 without a record has the defaults (weight 1, no caps, no objective), so reading it answers them,
 and a PUT is the whole record (a field it leaves out takes its default). `weight` and
 `max_running` are stored and shown; the dispatcher does not apply them yet.
+
+`max_jobs` is checked by the job writes (check_room, api/jobs_routes.py): a create, or a move into
+the domain, that would put it over its cap is a 409 naming `domain`, and nothing is written.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, Field
 
 from tickd.api.models import Strict, integral
-from tickd.api.problems import ApiError, validation_problems
+from tickd.api.problems import ApiError, field_error, validation_problems
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.v1 import state
 from tickd.scheduler.domain_settings import (
@@ -112,6 +115,24 @@ def domain_out(settings: DomainSettings, job_count: int, *, has_record: bool) ->
 
 async def jobs_in(call: Call[Q, B], name: str) -> int:
     return await state(call).views.count_jobs(JobSearch(domain=name))
+
+
+async def check_room(call: Call[Q, B], domain: str) -> None:
+    """A job written into `domain` (created, or moved from another) must leave it within its
+    max_jobs: a 409 naming `domain` otherwise. One read of its settings and, when it has a cap,
+    one count of its jobs. The count is read at the write, not with it: two writers at once may
+    each pass it, and take the domain over its cap by one each."""
+    record = await state(call).domains.get_domain(domain)
+    if record is None or record.max_jobs is None:
+        return
+    held = await jobs_in(call, domain)
+    if held >= record.max_jobs:
+        raise field_error(
+            "domain",
+            f"domain {domain!r} is full: it holds {held} jobs and its max_jobs is "
+            f"{record.max_jobs}; raise the cap (PUT /v1/domains/{domain}) or remove a job",
+            409,
+        )
 
 
 async def list_domains(call: Call[None, None]) -> Reply:

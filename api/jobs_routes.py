@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tickd.api.domains import check_room
 from tickd.api.jobs import (
     JobListPage,
     JobSearchQuery,
@@ -98,6 +99,7 @@ async def create_job(call: Call[WriteQuery, JobCreate]) -> Reply:
     now = s.clock.now()
     job = s.builder.create(call.body, now)
     guard_system(job, call.scope, s.registry)
+    await check_room(call, job.domain)
     if call.query.dry_run:
         await _check_name_free(call, job)
         return job_reply(job, call, 201)
@@ -262,6 +264,8 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply 
     expected = if_match(call, before)
     if action == "update" and not definition_changed(before, after):
         return job_reply(before, call)  # nothing to write: no revision, no history entry
+    if after.domain != before.domain:
+        await check_room(call, after.domain)
     change = change_entry(action, before, after, call.actor, s.clock.now(), s.registry)
     try:
         stored = await s.jobs.replace_job(after, expected, change, read=before)
@@ -285,6 +289,8 @@ async def rehearse(call: Call[Q, B], before: Job, after: Job, action: str) -> Re
         return job_reply(before, call)
     if after.name != before.name:
         await _check_name_free(call, after)
+    if after.domain != before.domain:
+        await check_room(call, after.domain)
     return job_reply(replace(after, revision=before.revision + 1), call)
 
 

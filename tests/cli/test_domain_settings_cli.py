@@ -1,12 +1,13 @@
 """`tickd domains list|show|set|delete` against a real API (tests/api/test_cli.py's `live`
 server): settings stored whole and shown, the list with each domain's jobs, --json as the API
 sends it; a bad name is a usage error and a bad value an API error naming the field, and neither
-changes anything."""
+changes anything. `tickd apply` stops at a domain's max_jobs, job by job."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.api.test_cli import Live
 from tests.conftest import make_job
 from tickd.cli.domains import DOMAIN_COLUMNS
 from tickd.scheduler.domain_settings import DomainSettings
+from tickd.scheduler.ports.backends import JobQuery
 
 # The `tickd` command in a subprocess, against a real port: left out of `make quick`.
 pytestmark = pytest.mark.slow
@@ -124,3 +126,29 @@ async def test_deleting_settings_that_are_not_stored_fails_saying_so(live: Live)
 
     assert run.code == 1
     assert "no settings stored" in run.err
+
+
+JOBS_TOML = """
+[[jobs]]
+name = "{name}"
+handler = "ping"
+schedule = {{ kind = "interval", every_seconds = 300 }}
+params = {{ url = "https://example.com/sync" }}
+domain = "payments"
+"""
+
+
+async def test_apply_creates_up_to_a_domains_max_jobs_and_names_the_rest(
+    live: Live, tmp_path: Path
+) -> None:
+    await live.store.put_domain(DomainSettings(name="payments", max_jobs=2))
+    jobs_file = tmp_path / "jobs.toml"
+    jobs_file.write_text("".join(JOBS_TOML.format(name=n) for n in "abc"), encoding="utf-8")
+
+    run = await live.tickd("apply", "-f", str(jobs_file))
+
+    assert run.code == 1
+    assert run.out.splitlines() == ["created a", "created b", "2 changed, 1 failed, 0 unchanged."]
+    assert "tickd: create c: domain: domain 'payments' is full" in run.err
+    assert "its max_jobs is 2" in run.err
+    assert [job.name for job in await live.store.list_jobs(JobQuery())] == ["a", "b"]
