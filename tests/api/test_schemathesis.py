@@ -25,8 +25,9 @@ What is narrowed, and why:
   SEMANTIC_REFUSALS; any other refusal of valid data still fails.
 - A number beyond 64 bits (an integer past 2**63, a float past a double) is refused with a 400
   anywhere in a body: no store keeps it, and free-form values (`params`) have no schema that
-  could say so. So is a NUL character in any string but the params (api/routing.py), with a 422
-  naming its field: no store keeps one, and the document does not repeat it for every string.
+  could say so. So is a NUL character in any string but the params (api/routing.py), with a 400
+  (in the URL) or a 422 (in a body) naming its field: no store keeps one, and the document does
+  not repeat it for every string.
 - A request line over aiohttp's limit is refused by its HTTP parser, before any operation runs,
   with a text/plain 400 that the document does not describe: such cases are not checked.
 """
@@ -406,7 +407,7 @@ def semantic_refusal(response: schemathesis.Response) -> bool:
     if response.status_code == 400 and NUMBER_TOO_LARGE in str(problem.get("detail", "")):
         return True
     reasons = [error.get("reason") for error in problem["errors"]]
-    if response.status_code == 422 and reasons and set(reasons) == {NUL_REASON}:
+    if response.status_code in (400, 422) and reasons and set(reasons) == {NUL_REASON}:
         return True
     return bool(fields) and all(
         SEMANTIC_REFUSALS.get(field.split(".")[0] if field.startswith("params.") else field)
