@@ -595,6 +595,19 @@ async def holds_all(sandbox: Sandbox, daemon: Daemon) -> bool:
     return await partition_shares(sandbox) == {daemon.name: 64}
 
 
+def occurrences_due(
+    jobs: Iterable[str], first: datetime, *, every: int, until: datetime
+) -> set[tuple[str, datetime]]:
+    """Each job's occurrences every `every` seconds from `first`, those due 10 s or more before
+    `until` (the later ones may still be in flight when the daemons stop)."""
+    return {
+        (job, at)
+        for job in jobs
+        for at in (first + timedelta(seconds=every * i) for i in range(100))
+        if at <= until - timedelta(seconds=10)
+    }
+
+
 def overlaps(job_runs: list[Run]) -> list[tuple[Run, Run]]:
     """Runs of one job (sorted by start) that started before the previous one ended."""
     return [

@@ -29,6 +29,7 @@ from tests.system.stack import (
     held_leases,
     holds_all,
     next_whole_second,
+    occurrences_due,
     overlaps,
     partition_shares,
     percentile,
@@ -265,13 +266,7 @@ async def test_the_survivor_takes_over_a_killed_instances_jobs_once_its_heartbea
     clashes = [pair for job_runs in jobs.values() for pair in overlaps(job_runs)]
     occurrences = Counter((run.job_id, run.scheduled_at) for run in runs if run.status == "success")
     twice = [key for key, n in occurrences.items() if n > 1]
-    due = {
-        (job, at)
-        for job in jobs
-        for at in (first + timedelta(seconds=5 * i) for i in range(100))
-        if at <= due_until - timedelta(seconds=10)
-    }
-    missed = due - set(occurrences)
+    missed = occurrences_due(jobs, first, every=5, until=due_until) - set(occurrences)
     report(
         f"two daemons, {SURVIVOR_JOBS} jobs of {SURVIVOR_SECONDS:g} s every 5 s; {doomed.name} "
         f"SIGKILLed with {len(stranded)} runs in flight: marked abandoned "

@@ -27,6 +27,7 @@ from tests.system.stack import (
     eventually,
     holds_all,
     next_whole_second,
+    occurrences_due,
     overlaps,
     partition_shares,
     runs_in,
@@ -133,13 +134,7 @@ async def test_an_instance_cut_off_from_the_store_stops_before_its_partitions_mo
         and run.started_at < cut_at + timedelta(seconds=CLAIMED_AHEAD)
         and (run.finished_at is None or run.finished_at > cut_at)
     }
-    due = {
-        (job, at)
-        for job in ours
-        for at in (first + timedelta(seconds=5 * i) for i in range(100))
-        if at <= due_until - timedelta(seconds=10)
-    }
-    missed = due - set(occurrences)
+    missed = occurrences_due(ours, first, every=5, until=due_until) - set(occurrences)
     report(
         f"{cut_off.name} cut off from the store for {(healed_at - cut_at).total_seconds():.1f} s: "
         f"{other.name} held every partition {moved_after:.1f} s after the cut; {cut_off.name} "
