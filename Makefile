@@ -80,7 +80,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 ## The fault suite on the real stack: daemons SIGKILLed mid-burst and taken over, outages of
 ## Redis, Kafka, FerretDB and an SMTP server under real daemons, with figures
-## (docs/reliability.md; about 14 minutes). Also part of `make test`.
+## (docs/reliability.md; about 13 minutes). Also part of `make test`.
 faults: services install
 	$(BIN)/pytest -m system -s
 
