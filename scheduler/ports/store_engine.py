@@ -95,12 +95,14 @@ class DispatchStore(Protocol):
         limit: int,
         *,
         exclude_handlers: Sequence[str] = (),
+        exclude_domains: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Up to `limit` requests whose not_before has passed, of jobs with no lease and whose
-        handler is not among `exclude_handlers` (those at their concurrency limit), each with
-        its job as it is now; ordered by not_before, then id. The requests left out are left out
-        before the limit applies. A job with several due requests appears once for each.
+        handler is not among `exclude_handlers` (those at their concurrency limit) nor domain
+        among `exclude_domains` (those at their cap of runs in flight), each with its job as it
+        is now; ordered by not_before, then id. The requests left out are left out before the
+        limit applies. A job with several due requests appears once for each.
 
         Shard entries are due too, while their job's lease is still their occurrence's: those
         not ended and not leased, or whose lease may be taken over (its instance died: the shard

@@ -1249,6 +1249,23 @@ async def test_requests_of_handlers_at_their_limit_are_left_out_before_the_limit
     assert len(await store.due_run_requests(T0, 10)) == 3
 
 
+async def test_requests_of_domains_at_their_cap_are_left_out_before_the_limit(
+    store: Store,
+) -> None:
+    capped = make_job("capped", domain="busy")
+    other, default = make_job("other", domain="quiet"), make_job("in-default")
+    for job in (capped, other, default):
+        await store.insert_job(job)
+    queued = [request_for(capped, not_before=T0 - timedelta(seconds=s)) for s in (3, 2)]
+    wanted = request_for(other, not_before=T0 - timedelta(seconds=1))
+    await store.insert_run_requests([*queued, wanted, request_for(default, not_before=T0)])
+    due = await store.due_run_requests(T0, 1, exclude_domains=["busy"])
+    assert [(r.id, j.id) for r, j in due] == [(wanted.id, other.id)]
+    due = await store.due_run_requests(T0, 10, exclude_domains=["busy", "default"])
+    assert [j.id for _, j in due] == [other.id]
+    assert len(await store.due_run_requests(T0, 10)) == 4
+
+
 # -- sharded occurrences (scheduler/schedule/shards.py) --------------------------------------------
 
 

@@ -84,6 +84,7 @@ class MongoRequests(MongoCollections):
         limit: int,
         *,
         exclude_handlers: Sequence[str] = (),
+        exclude_domains: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Two reads a page: the due requests, then their jobs (those not leased nor on an
@@ -93,7 +94,8 @@ class MongoRequests(MongoCollections):
         after: RunRequest | None = None
         while len(pairs) < limit:
             page = await self._due_requests_page(now, after, limit)
-            free = await self._with_free_jobs(page, exclude_handlers, now, instance)
+            excluded = (exclude_handlers, exclude_domains)
+            free = await self._with_free_jobs(page, excluded, now, instance)
             pairs += free[: limit - len(pairs)]
             if len(page) < limit:
                 break
@@ -119,7 +121,7 @@ class MongoRequests(MongoCollections):
     async def _with_free_jobs(
         self,
         requests: list[RunRequest],
-        exclude_handlers: Sequence[str],
+        excluded: tuple[Sequence[str], Sequence[str]],  # handlers, domains
         now: datetime,
         instance: str | None,
     ) -> list[tuple[RunRequest, Job]]:
@@ -128,7 +130,12 @@ class MongoRequests(MongoCollections):
         job_ids = {r.job_id for r in requests}
         by_id = self._jobs_by_id if self.on_ferretdb else self._jobs_in
         found = await by_id(job_ids)
-        jobs = {job_id: job for job_id, job in found.items() if job.handler not in exclude_handlers}
+        handlers, domains = excluded
+        jobs = {
+            job_id: job
+            for job_id, job in found.items()
+            if job.handler not in handlers and job.domain not in domains
+        }
         paired = [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job)]
         held = {r.id: r.lease for r, _ in paired if r.lease is not None}
         leases = [(lease.owner, exact_micros(lease.until)) for lease in held.values()]

@@ -89,6 +89,7 @@ class PostgresRequests(PostgresTables):
         limit: int,
         *,
         exclude_handlers: Sequence[str] = (),
+        exclude_domains: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         args = Args(micros(now))
@@ -100,6 +101,7 @@ class PostgresRequests(PostgresTables):
             "OR (r.occurrence = j.lease_token AND r.ended IS NULL "
             f"AND (r.lease_token IS NULL OR ({takeable('r', args, now, instance)})))) "
             f"AND j.handler <> ALL ({args(list(exclude_handlers), 'text[]')}) "
+            f"AND j.domain <> ALL ({args(list(exclude_domains), 'text[]')}) "
             f"ORDER BY r.not_before, r.id LIMIT {args(limit, 'int8')}"
         )
 

@@ -83,9 +83,11 @@ class SQLiteRequests(SQLiteTables):
         limit: int,
         *,
         exclude_handlers: Sequence[str] = (),
+        exclude_domains: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         excluded = ",".join("?" * len(exclude_handlers))
+        capped = ",".join("?" * len(exclude_domains))
         # A request, of a free job; or a shard entry of the occurrence holding its job, not
         # ended, and free or whose lease may be taken over.
         sql = (
@@ -94,9 +96,16 @@ class SQLiteRequests(SQLiteTables):
             "OR (r.occurrence = j.lease_token AND r.ended IS NULL "
             f"AND (r.lease_token IS NULL OR ({takeable('r')}))))"
             + (f" AND j.handler NOT IN ({excluded})" if excluded else "")
+            + (f" AND j.domain NOT IN ({capped})" if capped else "")
             + " ORDER BY r.not_before, r.id LIMIT ?"
         )
-        args = (micros(now), *takeable_args(now, instance), *exclude_handlers, limit)
+        args = (
+            micros(now),
+            *takeable_args(now, instance),
+            *exclude_handlers,
+            *exclude_domains,
+            limit,
+        )
 
         def due(db: sqlite3.Connection) -> list[tuple[sqlite3.Row, sqlite3.Row]]:
             pairs = []
