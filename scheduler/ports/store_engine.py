@@ -51,6 +51,8 @@ class DispatchStore(Protocol):
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
         in_turn: bool = False,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job]:
         """Enabled jobs with next_run_at <= now and no lease, most urgent first.
 
@@ -68,7 +70,13 @@ class DispatchStore(Protocol):
         that reads one partition at a time (`reads_partitions_in_turn`: FerretDB, which decodes
         whatever its filter's equalities select) reads them in the order given and stops once
         it has `limit`: urgency then holds within a partition (FerretDB reads the critical and
-        high jobs of them all first)."""
+        high jobs of them all first).
+
+        With `domains` (None: any), only jobs of those domains; with `exclude_domains`, none of
+        those: the due queue can then be shared between domains, each busy domain's head read
+        on its own and the others' together. Both hold in every read the call makes (of the
+        jobs in `first` too). A job stored without a domain (by a tickd from before domains) is
+        in the default one (DEFAULT_DOMAIN, scheduler/domains.py)."""
 
     async def claim_due_jobs(
         self,
@@ -81,6 +89,8 @@ class DispatchStore(Protocol):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job] | None:
         """`due_jobs(horizon, ...)` and their claims at once, where the store can read and
         claim in one step: the jobs as claimed, in due_jobs' order. A job another claimer holds

@@ -1,11 +1,12 @@
 """A job's domain in the store, on every backend: it round-trips, it is `default` when the job
-names none, a job stored before domains existed reads as `default`, and the jobs lists keep
-exactly the jobs of the domain asked for."""
+names none, a job stored before domains existed reads as `default`, and the jobs lists and the
+due reads keep exactly the jobs of the domains asked for."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,13 +16,15 @@ from pymongo import AsyncMongoClient
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
-from tickd.scheduler.model import new_id
-from tickd.scheduler.ports.backends import JobChange, JobQuery, JobSearch, Store
+from tickd.scheduler.model import Job, Priority, new_id
+from tickd.scheduler.partitions import partition_of
+from tickd.scheduler.ports.backends import JobChange, JobQuery, JobSearch, LeaseTerms, Store
 from tickd.scheduler.urls import local_path
 
 # PostgreSQL's schema version that added jobs.domain: a database from before domains is at the
 # one below it (the domains' settings came later still).
 JOB_DOMAINS_VERSION = 3
+LEASE = LeaseTerms(owner="instance-a", margin_seconds=30.0)
 
 
 async def test_a_jobs_domain_round_trips_and_defaults_to_default(store: Store) -> None:
@@ -78,6 +81,97 @@ async def test_the_jobs_lists_keep_exactly_the_jobs_of_a_domain(store: Store) ->
     assert await store.count_jobs(JobSearch(domain="nobody")) == 0
 
 
+def due_in_three_domains() -> list[Job]:
+    """Jobs of payments, search and the default domain, due at T0 but one, each of a priority
+    and a time that puts it between the others' in the order of the due reads."""
+
+    def job(name: str, domain: str, priority: Priority, seconds_ago: int) -> Job:
+        due = T0 - timedelta(seconds=seconds_ago)
+        return make_job(name, domain=domain, priority=priority, next_run_at=due)
+
+    return [
+        job("pay-critical", "payments", Priority.CRITICAL, 1),
+        job("pay-normal", "payments", Priority.NORMAL, 3),
+        job("pay-low", "payments", Priority.LOW, 5),
+        job("pay-later", "payments", Priority.CRITICAL, -60),  # not due
+        job("search-high", "search", Priority.HIGH, 2),
+        job("search-normal", "search", Priority.NORMAL, 4),
+        job("search-old", "search", Priority.LOW, 7),
+        job("plain", "default", Priority.NORMAL, 6),
+    ]
+
+
+def names(jobs: list[Job]) -> list[str]:
+    return [job.name for job in jobs]
+
+
+async def test_a_due_read_keeps_the_jobs_of_the_domains_asked_for_most_urgent_first(
+    store: Store,
+) -> None:
+    await store.insert_missing_jobs(due_in_three_domains())
+
+    async def due(limit: int = 10, **filters: Any) -> list[str]:
+        return names(await store.due_jobs(T0, limit, **filters))
+
+    every = ["pay-critical", "search-high", "plain", "search-normal", "pay-normal", "search-old"]
+    assert await due() == [*every, "pay-low"]
+    payments = ["pay-critical", "pay-normal", "pay-low"]
+    assert await due(domains=["payments"]) == payments
+    assert await due(2, domains=["payments"]) == payments[:2]
+    others = ["search-high", "plain", "search-normal", "search-old"]
+    assert await due(domains=["search", "default"]) == others
+    assert await due(exclude_domains=["payments"]) == others
+    assert await due(domains=["payments", "search"], exclude_domains=["search"]) == payments
+    assert await due(domains=["default"]) == ["plain"]
+    assert await due(exclude_domains=["default", "search"]) == payments
+    assert await due(domains=["nobody"]) == await due(domains=[]) == []
+
+    # Where the store claims as it reads, the claim takes what the read would, and only that.
+    search = await store.claim_due_jobs(
+        T0, T0, 10, lease=LEASE, domains=["search", "default"], exclude_domains=["default"]
+    )
+    if search is None:  # the store reads with due_jobs, then claims
+        return
+    assert names(search) == ["search-high", "search-normal", "search-old"]
+    assert all(job.lease is not None and job.lease.owner == LEASE.owner for job in search)
+    rest = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, exclude_domains=["payments"])
+    assert rest is not None and names(rest) == ["plain"]
+    assert await due() == payments
+
+
+async def test_the_domains_asked_for_hold_in_every_read_of_a_due_read(store: Store) -> None:
+    """The jobs named first, the starved, the rest by urgency: each read would bring a job of
+    another domain without the filter. So would each partition's read, and the urgent jobs'
+    across them, where a store reads the partitions in turn (FerretDB)."""
+    jobs = due_in_three_domains()
+    await store.insert_missing_jobs(jobs)
+    by_name = {job.name: job for job in jobs}
+    reads: dict[str, Any] = {
+        "first": [by_name["pay-low"].id, by_name["search-normal"].id],
+        "starved_before": T0 - timedelta(seconds=2.5),
+    }
+
+    async def due(**filters: Any) -> list[str]:
+        return names(await store.due_jobs(T0, 10, **reads, **filters))
+
+    search = ["search-normal", "search-old", "search-high"]
+    not_search = ["pay-low", "plain", "pay-normal", "pay-critical"]
+    assert await due(domains=["search"]) == search
+    assert await due(exclude_domains=["search"]) == not_search
+    parts = sorted({partition_of(job.id, store.partition_count) for job in jobs})
+    in_turn = {"partitions": parts, "in_turn": True}  # an order of its own on FerretDB
+    assert sorted(await due(domains=["search"], **in_turn)) == sorted(search)
+    assert sorted(await due(exclude_domains=["search"], **in_turn)) == sorted(not_search)
+
+    claimed = await store.claim_due_jobs(
+        T0, T0, 10, lease=LEASE, domains=["search"], partitions=parts, **reads
+    )
+    if claimed is not None:  # the store claims as it reads
+        assert names(claimed) == search
+        rest = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, exclude_domains=["payments"])
+        assert rest is not None and names(rest) == ["plain"]
+
+
 async def test_a_job_stored_before_domains_reads_as_default(store_url: str) -> None:
     """A database an older tickd wrote: SQLite's jobs table without the column (added at the
     next open), PostgreSQL's schema before the migration that adds it, MongoDB's job documents
@@ -97,6 +191,12 @@ async def test_a_job_stored_before_domains_reads_as_default(store_url: str) -> N
         assert [job.name for job in await store.search_jobs(JobSearch(domain="payments"))] == [
             "newer"
         ]
+        # So it is to the due reads, and to a claim at the read.
+        assert names(await store.due_jobs(T0, 10, domains=["default"])) == ["older"]
+        assert names(await store.due_jobs(T0, 10, exclude_domains=["default"])) == ["newer"]
+        assert names(await store.due_jobs(T0, 10, exclude_domains=["payments"])) == ["older"]
+        claimed = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, domains=["default"])
+        assert claimed is None or names(claimed) == ["older"]
 
 
 async def as_before_domains(url: str) -> None:

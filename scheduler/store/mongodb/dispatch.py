@@ -85,6 +85,8 @@ class MongoDispatch(MongoRequests):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
@@ -99,16 +101,16 @@ class MongoDispatch(MongoRequests):
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
         in_turn: bool = False,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job]:
         """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
         starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
         where the ones before it left off. On FerretDB, with `partitions` `in_turn`, a read a
         partition instead (see `_due_by_partition`)."""
+        due = due_filter(now, exclude_handlers, domains=domains, exclude_domains=exclude_domains)
         if partitions is not None and in_turn and self.on_ferretdb:
-            return await self._due_by_partition(
-                now, limit, exclude_handlers, starved_before, first, partitions
-            )
-        due = due_filter(now, exclude_handlers)
+            return await self._due_by_partition(due, limit, starved_before, first, partitions)
         if partitions is not None:  # and the jobs an older tickd wrote, without one
             due["part"] = {"$in": [*partitions, None]}
         found: list[Job] = []
@@ -126,9 +128,8 @@ class MongoDispatch(MongoRequests):
 
     async def _due_by_partition(
         self,
-        now: datetime,
+        due: Doc,
         limit: int,
-        exclude_handlers: Sequence[str],
         starved_before: datetime | None,
         first: Sequence[str],
         partitions: Sequence[int],
@@ -140,9 +141,9 @@ class MongoDispatch(MongoRequests):
         few jobs decoded), then one read a partition, in the order given, of the rest (the
         starved first, then by urgency), until `limit` are found. A job an older tickd wrote
         without a partition is read among the urgent ones, and otherwise once the backlog is
-        gone (by `due_jobs`'s read of all the partitions held at once)."""
+        gone (by `due_jobs`'s read of all the partitions held at once). `due`: the due filter
+        (due_filter), which every read here narrows."""
         found: list[Job] = []
-        due = due_filter(now, exclude_handlers)
         if first:
             named = {**due, "_id": {"$in": list(first)}}
             found += await self._find_jobs(named, sort=OLDEST_DUE_FIRST, limit=limit)

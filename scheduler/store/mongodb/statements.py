@@ -49,11 +49,17 @@ def held_by(job_id: str, token: int) -> Doc:
     return {"_id": job_id, "fence": token, "lease": {"$ne": None}}
 
 
-def due_filter(now: datetime, exclude_handlers: Sequence[str] = ()) -> Doc:
+def due_filter(
+    now: datetime,
+    exclude_handlers: Sequence[str] = (),
+    *,
+    domains: Sequence[str] | None = None,
+    exclude_domains: Sequence[str] = (),
+) -> Doc:
     due: Doc = {**FREE, "next_run_at_us": {"$lte": exact_micros(now)}}
     if exclude_handlers:
         due["handler"] = {"$nin": list(exclude_handlers)}
-    return due
+    return due | in_domains(domains, exclude_domains)
 
 
 def take_lease(claim: Claim, batch: str) -> Doc:
@@ -219,6 +225,24 @@ def in_domain(domain: str) -> Doc:
     if domain == DEFAULT_DOMAIN:
         return {"domain": {"$in": [DEFAULT_DOMAIN, None]}}
     return {"domain": domain}
+
+
+def in_domains(domains: Sequence[str] | None, exclude_domains: Sequence[str] = ()) -> Doc:
+    """The jobs of `domains` (None: of any) and not of `exclude_domains`, a job written without
+    a domain being in the default one. One domain other than the default is an equality, which
+    FerretDB pushes down: it then decodes only that domain's jobs."""
+    wanted: Doc = {}
+    if domains is not None:
+        named = with_unnamed(domains)
+        wanted = {"$eq": named[0]} if len(named) == 1 else {"$in": named}
+    if exclude_domains:
+        wanted["$nin"] = with_unnamed(exclude_domains)
+    return {"domain": wanted} if wanted else {}
+
+
+def with_unnamed(domains: Sequence[str]) -> list[str | None]:
+    """`domains`, and None (a job written without a domain) where the default one is there."""
+    return [*domains, None] if DEFAULT_DOMAIN in domains else list(domains)
 
 
 def jobs_filter(query: JobQuery) -> Doc:

@@ -79,16 +79,23 @@ def due_where(
     parts: Sequence[int] | None,
     *,
     among_first: bool = False,
+    domains: Sequence[str] | None = None,
+    exclude_domains: Sequence[str] = (),
 ) -> str:
     """Free jobs due by `before` whose handlers are not `excluded`, in `parts` (None: in any
-    partition; a job an older tickd wrote, without one, is in every); with `first`, those
-    named there (`among_first`) or the others."""
+    partition; a job an older tickd wrote, without one, is in every), in `domains` (None: in
+    any) and not in `exclude_domains`; with `first`, those named there (`among_first`) or the
+    others."""
     due = (
         f"{FREE} AND next_run_at <= {args(before, 'int8')} "
         f"AND handler <> ALL ({args(list(excluded), 'text[]')})"
     )
     if parts is not None:
         due += f" AND (part = ANY ({args(list(parts), 'int4[]')}) OR part IS NULL)"
+    if domains is not None:
+        due += f" AND domain = ANY ({args(list(domains), 'text[]')})"
+    if exclude_domains:
+        due += f" AND domain <> ALL ({args(list(exclude_domains), 'text[]')})"
     if first:
         named = f"id = ANY ({args(list(first), 'text[]')})"
         due += f" AND {named}" if among_first else f" AND NOT {named}"
@@ -117,25 +124,37 @@ def _reads(
     first: Sequence[str],
     parts: Sequence[int] | None,
     lock: str,
+    domains: Sequence[str] | None,
+    exclude_domains: Sequence[str],
 ) -> list[str]:
     """The due reads in turn (the jobs named `first`; the starved, oldest first; the others by
     urgency), each walking an index and stopping at the limit, no job in two of them. The last
     is by urgency."""
+
+    def where(before: int, *, among_first: bool = False) -> str:
+        return due_where(
+            args,
+            before,
+            excluded,
+            first,
+            parts,
+            among_first=among_first,
+            domains=domains,
+            exclude_domains=exclude_domains,
+        )
+
     at = exact_micros(now)
     reads = []
     if first:
-        named = due_where(args, at, excluded, first, parts, among_first=True)
-        reads.append(_oldest_first(named, lock))
+        reads.append(_oldest_first(where(at, among_first=True), lock))
     if starved_before is None:
-        reads.append(_by_urgency(args, due_where(args, at, excluded, first, parts), lock))
+        reads.append(_by_urgency(args, where(at), lock))
     else:
         # The starved first, as if more urgent than critical, oldest first; then the others by
         # urgency.
         bound = exact_micros(starved_before)
-        reads.append(_oldest_first(due_where(args, bound, excluded, first, parts), lock))
-        newer = (
-            f"{due_where(args, at, excluded, first, parts)} AND next_run_at > {args(bound, 'int8')}"
-        )
+        reads.append(_oldest_first(where(bound), lock))
+        newer = f"{where(at)} AND next_run_at > {args(bound, 'int8')}"
         reads.append(_by_urgency(args, newer, lock))
     return reads
 
@@ -165,10 +184,13 @@ def due_sql(
     starved_before: datetime | None,
     first: Sequence[str],
     parts: Sequence[int] | None = None,
+    *,
+    domains: Sequence[str] | None = None,
+    exclude_domains: Sequence[str] = (),
 ) -> tuple[str, list[Any]]:
     """DispatchStore.due_jobs in one statement, and its arguments."""
     args = Args(limit)
-    reads = _reads(args, now, excluded, starved_before, first, parts, lock="")
+    reads = _reads(args, now, excluded, starved_before, first, parts, "", domains, exclude_domains)
     return (reads[0] if len(reads) == 1 else _in_turn(reads)), args.values
 
 
@@ -181,6 +203,9 @@ def claim_due_sql(
     starved_before: datetime | None,
     first: Sequence[str],
     parts: Sequence[int] | None = None,
+    *,
+    domains: Sequence[str] | None = None,
+    exclude_domains: Sequence[str] = (),
 ) -> tuple[str, list[Any]]:
     """DispatchStore.claim_due_jobs in one statement, and its arguments: the due reads, each
     locking the rows it takes and passing over those another claimer holds, so that two
@@ -190,7 +215,9 @@ def claim_due_sql(
     per priority); the rows the union's limit then leaves are unlocked as the statement ends."""
     args = Args(limit)
     lock = " FOR UPDATE SKIP LOCKED"
-    reads = _reads(args, horizon, excluded, starved_before, first, parts, lock=lock)
+    reads = _reads(
+        args, horizon, excluded, starved_before, first, parts, lock, domains, exclude_domains
+    )
     start = args(exact_micros(now), "int8")
     until = (
         f"GREATEST({start}, jobs.next_run_at) + "
@@ -229,8 +256,19 @@ class PostgresDispatch(PostgresTables):
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
         in_turn: bool = False,  # one statement reads every partition given
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job]:
-        sql, args = due_sql(now, limit, exclude_handlers, starved_before, first, partitions)
+        sql, args = due_sql(
+            now,
+            limit,
+            exclude_handlers,
+            starved_before,
+            first,
+            partitions,
+            domains=domains,
+            exclude_domains=exclude_domains,
+        )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
     async def claim_due_jobs(
@@ -244,9 +282,20 @@ class PostgresDispatch(PostgresTables):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job] | None:
         sql, args = claim_due_sql(
-            now, horizon, limit, lease, exclude_handlers, starved_before, first, partitions
+            now,
+            horizon,
+            limit,
+            lease,
+            exclude_handlers,
+            starved_before,
+            first,
+            partitions,
+            domains=domains,
+            exclude_domains=exclude_domains,
         )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 

@@ -70,6 +70,8 @@ class SQLiteDispatch(SQLiteTables):
         starved_before: datetime | None = None,
         first: Sequence[str] = (),
         partitions: Sequence[int] | None = None,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
@@ -84,11 +86,19 @@ class SQLiteDispatch(SQLiteTables):
         # `partitions`, `in_turn` unused: a SQLite file is one process's, which owns them all.
         partitions: Sequence[int] | None = None,
         in_turn: bool = False,
+        domains: Sequence[str] | None = None,
+        exclude_domains: Sequence[str] = (),
     ) -> list[Job]:
         due = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
         others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time
         if exclude_handlers:
             due += f" AND handler NOT IN ({','.join('?' * len(exclude_handlers))})"
+        if domains is not None:
+            due += f" AND domain IN ({','.join('?' * len(domains))})"
+            others += tuple(domains)
+        if exclude_domains:
+            due += f" AND domain NOT IN ({','.join('?' * len(exclude_domains))})"
+            others += tuple(exclude_domains)
         # One seek per priority into the due index, in its order: no sort, and jobs not due yet
         # are never read (without the IN, SQLite walks them or sorts every due job).
         by_urgency = f" AND priority IN {PRIORITIES} ORDER BY priority, next_run_at LIMIT ?"
