@@ -216,7 +216,7 @@ async def as_before_domains(url: str) -> None:
         connection = await asyncpg.connect(url)
         try:
             await connection.execute("DROP TABLE domains")
-            await connection.execute("ALTER TABLE jobs DROP COLUMN domain")  # and its index
+            await connection.execute("ALTER TABLE jobs DROP COLUMN domain")  # and its indexes
             await connection.execute(
                 "DELETE FROM schema_version WHERE version >= $1", JOB_DOMAINS_VERSION
             )

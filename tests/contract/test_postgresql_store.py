@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -370,6 +371,52 @@ async def test_the_due_read_and_the_claim_at_the_read_seek_the_due_index(
             f"{scan} on jobs_due" in plan or f"{scan} using jobs_due" in plan
             for scan in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")
         ), plan
+
+
+async def test_a_due_read_of_one_domain_seeks_its_jobs_alone_however_many_others_are_due(
+    postgresql_store: PostgresStore, postgresql_database: str
+) -> None:
+    """A dispatcher that reads a quiet domain's head apart from a busy one's reads the quiet
+    one's rows, not the busy one's backlog; even when most of the quiet one's jobs are not due
+    yet, so that the planner, which takes a job's domain and its time as unrelated, expects
+    its due jobs among the busy one's."""
+    priorities = list(Priority)
+    busy = [
+        make_job(
+            f"busy-{i:05}",
+            domain="busy",
+            next_run_at=T0 - timedelta(microseconds=i),
+            priority=priorities[i % len(priorities)],
+        )
+        for i in range(3_000)
+    ]
+    await postgresql_store.insert_missing_jobs(busy)
+    quiet = [replace(job, domain="quiet") for job in due_jobs(30, prefix="quiet")]
+    later = [
+        make_job(f"later-{i:05}", domain="quiet", next_run_at=T0 + timedelta(seconds=1 + i))
+        for i in range(3_000)
+    ]
+    await postgresql_store.insert_missing_jobs([*quiet, *later])
+    only = ["quiet"]
+    reads = [
+        due_sql(T0, 100, (), None, (), domains=only),
+        claim_due_sql(T0, T0, 100, LEASE, (), None, (), domains=only),
+    ]
+    db = await asyncpg.connect(postgresql_database)
+    try:
+        await db.execute("ANALYZE jobs")
+        plans = [
+            "\n".join(row[0] for row in await db.fetch(f"EXPLAIN {sql}", *args))
+            for sql, args in reads
+        ]
+    finally:
+        await db.close()
+    for plan in plans:  # the read, and the claim at the read (which updates by id after)
+        assert "jobs_due_by_domain" in plan, plan
+        assert "jobs_next" not in plan and "jobs_due " not in plan, plan
+    assert "Seq Scan" not in plans[0], plans[0]
+    read = await postgresql_store.due_jobs(T0, 100, domains=only)
+    assert [job.name for job in read] == [job.name for job in reversed(quiet)]  # oldest first
 
 
 async def test_a_server_that_does_not_answer_is_a_transient_store_error() -> None:

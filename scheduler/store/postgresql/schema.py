@@ -186,6 +186,12 @@ CREATE TABLE domains (
     updated_at BIGINT
 );
 """,
+    """
+-- A due read of some domains can seek this index as the others seek jobs_due: it then walks
+-- only their jobs, however many of another domain are due.
+CREATE INDEX jobs_due_by_domain ON jobs (domain, priority, next_run_at)
+    WHERE enabled = 1 AND lease_token IS NULL;
+""",
 ]
 VERSION = len(MIGRATIONS)
 
