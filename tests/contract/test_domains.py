@@ -207,8 +207,8 @@ async def as_before_domains(url: str) -> None:
         db = sqlite3.connect(local_path(url))
         try:
             db.executescript(
-                "DROP INDEX jobs_by_domain; ALTER TABLE jobs DROP COLUMN domain; "
-                "DROP TABLE domains;"
+                "DROP INDEX jobs_by_domain; DROP INDEX jobs_due_by_domain; "
+                "ALTER TABLE jobs DROP COLUMN domain; DROP TABLE domains;"
             )
         finally:
             db.close()

@@ -93,7 +93,7 @@ class SQLiteDispatch(SQLiteTables):
         others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time
         if exclude_handlers:
             due += f" AND handler NOT IN ({','.join('?' * len(exclude_handlers))})"
-        if domains is not None:
+        if domains is not None:  # one domain: a seek into jobs_due_by_domain
             due += f" AND domain IN ({','.join('?' * len(domains))})"
             others += tuple(domains)
         if exclude_domains:

@@ -173,6 +173,9 @@ CREATE INDEX IF NOT EXISTS executions_by_finish ON executions (finished_at);
 CREATE INDEX IF NOT EXISTS job_changes_by_time ON job_changes (at);
 CREATE INDEX IF NOT EXISTS run_requests_by_occurrence ON run_requests (job_id, occurrence)
     WHERE occurrence IS NOT NULL;
+-- A due read of one domain seeks only its jobs here, as the others seek jobs_due.
+CREATE INDEX IF NOT EXISTS jobs_due_by_domain ON jobs (domain, priority, next_run_at)
+    WHERE enabled = 1 AND lease_token IS NULL;
 """
 # Dead letters that pruning must keep (DeadLetter.unhandled), as SQL.
 UNHANDLED = "('open', 'redriving')"
