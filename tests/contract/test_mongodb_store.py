@@ -215,7 +215,7 @@ async def test_open_creates_the_indexes_the_queries_need(server: Server) -> None
     db = server.admin[server.database]
     jobs = await db["jobs"].index_information()
     assert jobs["jobs_name"].get("unique") is True
-    assert {"jobs_due", "jobs_next", "jobs_lease_expiry"} <= set(jobs)
+    assert {"jobs_due", "jobs_next", "jobs_lease_expiry", "jobs_domain"} <= set(jobs)
     executions = await db["executions"].index_information()
     assert {"executions_by_job", "executions_by_time", "executions_by_status"} <= set(executions)
 
