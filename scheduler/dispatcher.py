@@ -155,6 +155,7 @@ class Engine:
         self.fetcher = Fetcher(
             settings=settings,
             store=store,
+            domains=store,
             ledger=self.ledger,
             registry=registry,
             partitions=self.heartbeat.partitions,

@@ -70,6 +70,7 @@ def fetcher(parts: Parts, **overrides: Any) -> Fetcher:
     return Fetcher(
         settings=settings(**overrides),
         store=parts.store,
+        domains=parts.store,
         ledger=parts.ledger,
         registry=HandlerRegistry(),
     )

@@ -2,8 +2,9 @@
 jobs falling due before the lookahead horizon, most urgent first, as many as the workers and
 the timers have room for (counted in the ledger), each handler within its concurrency limit.
 Behind the clock (more due now than the workers could take), it fetches only what is due until
-it has caught up; under a backlog, the jobs waiting longest go first, and the run requests are
-read every REQUESTS_EVERY, not at each fetch."""
+it has caught up; under a backlog, the jobs waiting longest go first, the run requests are
+read every REQUESTS_EVERY, not at each fetch, and the domains share the fetch by weight
+(scheduler/fair_share.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
+from tickd.scheduler.fair_share import DomainCaps, DomainWeights, LaneRead, Lanes
 from tickd.scheduler.partitions import Partitions, PartitionTurns
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LeaseTerms
+from tickd.scheduler.ports.store_api import DomainStore
 from tickd.scheduler.ports.store_engine import DispatchStore
 from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
 
@@ -39,6 +42,7 @@ class Fetcher:
         *,
         settings: Settings,
         store: DispatchStore,
+        domains: DomainStore,
         ledger: Ledger,
         registry: HandlerRegistry,
         partitions: Partitions | None = None,
@@ -52,6 +56,11 @@ class Fetcher:
         )
         self._store = store
         self._ledger = ledger
+        # Under a backlog, each busy domain's head is read apart, for its share of the fetch;
+        # a domain at its cap of runs in flight is not read.
+        weights = DomainWeights(domains)
+        self._lanes = Lanes(weights)
+        self._caps = DomainCaps(weights, partitions)
         # Each handler's concurrency limit, as the handler declares it or the settings override.
         self._limits = HandlerLimits(settings, registry)
         # What the workers hold: each worker's run, and the queue before them.
@@ -79,12 +88,12 @@ class Fetcher:
         if limit == 0:
             return None
         looking_ahead = not self._behind
-        fetched = await self._due(now, limit, looking_ahead=looking_ahead)
-        full = len(fetched) == limit
+        fetched, full = await self._due(now, limit, looking_ahead=looking_ahead)
         if not looking_ahead:
             self._behind = False  # caught up once a fetch of what is due has room to spare
         runs = self._within_start_room(one_per_job(fetched), now, start_room, full=full)
         runs = self._limits.within(runs, self._ledger.busy())
+        runs = self._caps.within(runs, self._ledger.busy_domains())
         self._backlogged = full
         taken = {id(run) for run in runs}
         left = [run for run in fetched if run.claimed and id(run) not in taken]
@@ -137,33 +146,75 @@ class Fetcher:
             self._behind = True
         return kept
 
-    async def _due(self, now: datetime, limit: int, *, looking_ahead: bool) -> list[DueRun]:
+    async def _due(
+        self, now: datetime, limit: int, *, looking_ahead: bool
+    ) -> tuple[list[DueRun], bool]:
         """Run requests (trigger, retry, backfill) first: someone asked for them explicitly.
         Then the jobs falling due before the lookahead horizon (or due now, when behind), most
-        urgent first."""
+        urgent first; under a backlog, each busy domain's for its share. Also whether more may
+        be due than was read."""
         saturated = self._limits.saturated(self._ledger.busy())
-        runs = await self._requested(now, limit, saturated)
-        if len(runs) < limit:
-            ahead = self._settings.lookahead_seconds if looking_ahead else 0.0
-            horizon = now + timedelta(seconds=ahead)
-            room = limit - len(runs)
-            first = sorted(self._given_back)[:room]
-            # With requests in hand the jobs are only read: a job claimed here would fail its
-            # request's claim.
-            runs += await self._due_jobs(now, horizon, room, saturated, first, claim=not runs)
-            # Those due are fetched (the fetch has room for every one asked); the others are not
-            # due any more (run elsewhere, paused, deleted): either way, done with.
-            self._given_back.difference_update(first)
-        return runs
+        await self._lanes.weights.refresh_if_due(now)
+        capped = self._caps.capped(self._ledger.busy_domains())
+        runs = await self._requested(now, limit, saturated, capped)
+        if len(runs) == limit:
+            return runs, True
+        ahead = self._settings.lookahead_seconds if looking_ahead else 0.0
+        horizon = now + timedelta(seconds=ahead)
+        room = limit - len(runs)
+        first = sorted(self._given_back)[:room]
+        # With requests in hand the jobs are only read: a job claimed here would fail its
+        # request's claim.
+        claim = not runs
+        if self._backlogged and not first:
+            jobs, full = await self._due_in_lanes(now, horizon, room, saturated, capped, claim)
+        else:
+            everyone = LaneRead(None, room, None, capped)
+            jobs = await self._due_jobs(now, horizon, saturated, first, everyone, claim=claim)
+            full = len(jobs) == room
+            self._lanes.seen(run.job for run in jobs)
+        if not full:
+            self._lanes.clear()
+        # Those due are fetched (the fetch has room for every one asked); the others are not
+        # due any more (run elsewhere, paused, deleted): either way, done with.
+        self._given_back.difference_update(first)
+        return runs + jobs, full
 
-    async def _requested(self, now: datetime, limit: int, saturated: list[str]) -> list[DueRun]:
+    async def _due_in_lanes(
+        self,
+        now: datetime,
+        horizon: datetime,
+        limit: int,
+        saturated: list[str],
+        capped: list[str],
+        claim: bool,
+    ) -> tuple[list[DueRun], bool]:
+        """The busy domains' heads, each read apart for its share of `limit`; more may be due
+        when any read found all it asked for."""
+        taken: list[tuple[LaneRead, list[DueRun]]] = []
+        for read in self._lanes.reads(limit, now, capped=capped):
+            runs = await self._due_jobs(now, horizon, saturated, [], read, claim=claim)
+            self._lanes.took(read, [run.job for run in runs], now)
+            taken.append((read, runs))
+        by_job = {run.job.id: run for _, runs in taken for run in runs}
+        merged = self._lanes.merged([(read, [run.job for run in runs]) for read, runs in taken])
+        full = any(len(runs) == read.limit for read, runs in taken)
+        return [by_job[job.id] for job in merged], full
+
+    async def _requested(
+        self, now: datetime, limit: int, saturated: list[str], capped: list[str]
+    ) -> list[DueRun]:
         """The run requests due, read at each fetch but under a backlog: then every
         REQUESTS_EVERY, or at once while the last read found some."""
         last = self._requests_read_at
         if self._backlogged and last is not None and last <= now < last + REQUESTS_EVERY:
             return []
         requested = await self._store.due_run_requests(
-            now, limit, exclude_handlers=saturated, instance=self._settings.instance_id
+            now,
+            limit,
+            exclude_handlers=saturated,
+            exclude_domains=capped,
+            instance=self._settings.instance_id,
         )
         self._requests_read_at = None if requested else now
         return [DueRun(job, request) for request, job in requested]
@@ -172,16 +223,18 @@ class Fetcher:
         self,
         now: datetime,
         horizon: datetime,
-        limit: int,
         saturated: list[str],
         first: list[str],
+        read: LaneRead,
         *,
         claim: bool,
     ) -> list[DueRun]:
-        """The jobs due by `horizon`, claimed as they are read where the store can."""
-        store, starved_before = self._store, self._starved_before(now)
+        """Up to `read.limit` jobs due by `horizon` in `read`'s domains, claimed as they are read
+        where the store can."""
+        store, starved_before, limit = self._store, self._starved_before(now), read.limit
         turns, backlogged = self._turns, self._backlogged
         order = turns.order(now, backlogged=backlogged) if turns else None
+        domains, exclude_domains = read.domains, read.exclude_domains
         if claim:
             claimed = await store.claim_due_jobs(
                 now,
@@ -192,6 +245,8 @@ class Fetcher:
                 starved_before=starved_before,
                 first=first,
                 partitions=order,
+                domains=domains,
+                exclude_domains=exclude_domains,
             )
             if claimed is not None:
                 return [DueRun(job, claimed=True) for job in claimed]
@@ -204,8 +259,12 @@ class Fetcher:
             first=first,
             partitions=order,
             in_turn=in_turn,
+            domains=domains,
+            exclude_domains=exclude_domains,
         )
-        if turns and in_turn and len(jobs) == limit:
+        # A read of some domains says nothing of the others' jobs in the partitions it passed.
+        every_domain = domains is None and not exclude_domains
+        if turns and in_turn and len(jobs) == limit and every_domain:
             turns.read(order, jobs, now)
         return [DueRun(job) for job in jobs]
 

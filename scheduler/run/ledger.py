@@ -153,6 +153,7 @@ class Ledger:
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}  # by lock key: what runs once at a time
         self._busy: Counter[str] = Counter()  # by handler: runs in a BUSY state
+        self._busy_domains: Counter[str] = Counter()  # by domain: runs in a BUSY state
         self._on_workers = 0  # queued or running
         self._armed = 0
         self._started_since_asked: set[str] = set()  # job names (Ledger.running_jobs)
@@ -225,6 +226,10 @@ class Ledger:
     def busy(self) -> Counter[str]:
         """Runs of each handler armed, recorded, queued or running."""
         return self._busy
+
+    def busy_domains(self) -> Counter[str]:
+        """Runs of each domain armed, recorded, queued or running."""
+        return self._busy_domains
 
     def waiting_for_workers(self) -> int:
         """Runs queued for a worker or on one, and those armed or recorded ahead, which join
@@ -308,6 +313,7 @@ class Ledger:
     def _count(self, run: DueRun, state: RunState, sign: int) -> None:
         if state in BUSY:
             self._busy[run.job.handler] += sign
+            self._busy_domains[run.job.domain] += sign
         if state is RunState.QUEUED or state is RunState.RUNNING:
             self._on_workers += sign
         elif state is RunState.ARMED:

@@ -1,0 +1,199 @@
+"""Fair share and caps between domains, in the fetch. While everything due fits in a fetch, one
+read takes it all, whatever the domains. Once a fetch comes back full (more is due than it took),
+the next ones read each busy domain's head apart, a lane each, as much as its turn allows:
+deficit round robin. Each fetch adds to a busy domain's credit its weight's share of the fetch;
+what its read takes is spent; a domain whose read finds less than it asked for has nothing more
+due, leaves the lanes and loses its credit, so its share goes to the others at the next fetch.
+Under saturation the domains then get runs in proportion to their weights, whatever the fetch's
+size.
+
+Every domain not read apart shares one more lane, "the others", read for one run beside the
+fetch's share: that is where a domain's work first shows up behind another's burst; a domain
+seen there has a lane of its own from the next fetch. While the others' lane finds nothing, it
+is read every OTHERS_EVERY, not at each fetch.
+
+Within a lane the store's order holds (critical first); the lanes' runs are then merged by
+priority, then by turn (a run's place in its lane over its domain's weight).
+
+A domain's cap on runs in flight (max_running) is split between the instances by the partitions
+each holds (at least one each): an instance's runs of the domain, armed, recorded, queued or
+running, stay within its part; a domain at its part is read by no lane until runs end."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
+
+from tickd.scheduler.domain_settings import DEFAULT_WEIGHT
+from tickd.scheduler.logs import log_event
+from tickd.scheduler.model import Job
+from tickd.scheduler.partitions import Partitions
+from tickd.scheduler.ports.backends import StoreError
+from tickd.scheduler.ports.store_api import DomainStore
+
+log = logging.getLogger("tickd.engine")
+
+
+class Run(Protocol):
+    """A run as the fetch holds it (run/ledger.py's DueRun): its job, and how many runs it
+    starts (a sharded occurrence none: its shards are taken one by one)."""
+
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def width(self) -> int: ...
+
+
+R = TypeVar("R", bound=Run)
+
+# While the others' lane finds nothing, it is read this often: each read is a round trip that,
+# in a burst of one domain, almost always finds none. A new domain waits this much at most.
+OTHERS_EVERY = timedelta(seconds=0.25)
+# The domains' weights are read again this often while the lanes are in use.
+WEIGHTS_EVERY = timedelta(seconds=10)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRead:
+    """One read of a fetch: a busy domain's head (`domain`), or, with `domain` None, the head
+    of every domain not read apart."""
+
+    domain: str | None
+    limit: int
+    domains: list[str] | None  # the store's filters
+    exclude_domains: list[str]
+
+
+class DomainWeights:
+    """Each domain's weight and cap on runs in flight, as its settings in the store say (the
+    defaults without a record), read again every WEIGHTS_EVERY while asked for. A read that
+    fails keeps the last known."""
+
+    def __init__(self, store: DomainStore) -> None:
+        self._store = store
+        self._weights: dict[str, int] = {}
+        self.caps: dict[str, int] = {}  # max_running, of the domains that have one
+        self._read_at: datetime | None = None
+
+    def of(self, domain: str | None) -> int:
+        return DEFAULT_WEIGHT if domain is None else self._weights.get(domain, DEFAULT_WEIGHT)
+
+    async def refresh_if_due(self, now: datetime) -> None:
+        if self._read_at is not None and now < self._read_at + WEIGHTS_EVERY:
+            return
+        self._read_at = now
+        try:
+            records = await self._store.list_domains()
+        except StoreError as exc:
+            log_event(log, "lanes.weights_unread", level=logging.WARNING, error=str(exc))
+            return
+        self._weights = {record.name: record.weight for record in records}
+        self.caps = {r.name: r.max_running for r in records if r.max_running is not None}
+
+
+class DomainCaps:
+    """Each domain's cap on runs in flight, this instance's part of it: in proportion to the
+    partitions it holds (all, without partitions), at least one while it holds any."""
+
+    def __init__(self, weights: DomainWeights, partitions: Partitions | None) -> None:
+        self._weights = weights
+        self._partitions = partitions
+
+    def part(self, domain: str) -> int | None:
+        cap = self._weights.caps.get(domain)
+        if cap is None or self._partitions is None:
+            return cap
+        held = self._partitions.readable()
+        if held is None:
+            return cap
+        return max(1, math.floor(cap * len(held) / self._partitions.count)) if held else 0
+
+    def capped(self, busy: Counter[str]) -> list[str]:
+        """The domains with no room left, given how many runs of each are `busy`."""
+        return [d for d in self._weights.caps if busy[d] >= (self.part(d) or 0)]
+
+    def within(self, runs: Sequence[R], busy: Counter[str]) -> list[R]:
+        """The runs their domains have room for."""
+        taken: Counter[str] = Counter()
+        kept: list[R] = []
+        for run in runs:
+            domain = run.job.domain
+            part = self.part(domain)
+            if part is None or busy[domain] + taken[domain] + run.width <= part:
+                taken[domain] += run.width
+                kept.append(run)
+        return kept
+
+
+class Lanes:
+    """The busy domains' credit, and the reads of each fetch under saturation."""
+
+    def __init__(self, weights: DomainWeights) -> None:
+        self.weights = weights
+        self._credit: dict[str, float] = {}  # the busy domains, each read apart
+        self._others_empty_at: datetime | None = None  # when the others' lane last found none
+
+    def seen(self, jobs: Iterable[Job]) -> None:
+        """Domains with work due: each gets a lane of its own."""
+        for job in jobs:
+            self._credit.setdefault(job.domain, 0.0)
+
+    def clear(self) -> None:
+        """Everything due was taken: no domain is busy."""
+        self._credit.clear()
+        self._others_empty_at = None
+
+    def reads(self, limit: int, now: datetime, *, capped: Sequence[str] = ()) -> list[LaneRead]:
+        """The reads of a fetch of `limit` runs (and one, for the others' lane); the `capped`
+        domains (at their cap of runs in flight) are read in none."""
+        busy = [domain for domain in self._credit if domain not in capped]
+        total = sum(self.weights.of(domain) for domain in busy)
+        for domain in busy:
+            self._credit[domain] += limit * self.weights.of(domain) / total
+        asked = {domain: int(self._credit[domain]) for domain in busy}
+        if busy and not any(asked.values()):
+            # Shares of less than a run each (a small fetch, many lanes): the lane owed most
+            # goes, and owes the difference.
+            asked[max(busy, key=self._credit.__getitem__)] = 1
+        reads, left = [], limit
+        for domain in busy:
+            if (n := min(asked[domain], left)) > 0:
+                reads.append(LaneRead(domain, n, [domain], []))
+                left -= n
+        if self._others_due(now):
+            # One run beyond the fetch's limit (a run beyond the room goes back): enough to
+            # find a domain with work due, which has a lane of its own from the next fetch.
+            reads.append(LaneRead(None, 1, None, [*busy, *capped]))
+        return reads
+
+    def took(self, read: LaneRead, jobs: Sequence[Job], now: datetime) -> None:
+        """What a read found: its runs are spent from its lane's credit; a lane that found less
+        than it asked for has nothing more due now."""
+        if read.domain is None:
+            self._others_empty_at = None if jobs else now
+            self.seen(jobs)
+        elif len(jobs) < read.limit:
+            self._credit.pop(read.domain, None)
+        else:
+            self._credit[read.domain] -= len(jobs)
+
+    def merged(self, taken: Sequence[tuple[LaneRead, Sequence[Job]]]) -> list[Job]:
+        """The lanes' jobs as one batch: by priority, then by turn (a job's place in its lane
+        over its domain's weight), so that a batch cut short still shares by weight."""
+        turns = [
+            (job.priority, (place + 1) / self.weights.of(read.domain), n, job)
+            for n, (read, jobs) in enumerate(taken)
+            for place, job in enumerate(jobs)
+        ]
+        turns.sort(key=lambda turn: turn[:3])
+        return [job for *_, job in turns]
+
+    def _others_due(self, now: datetime) -> bool:
+        empty_at = self._others_empty_at
+        return empty_at is None or not empty_at <= now < empty_at + OTHERS_EVERY
