@@ -3,8 +3,8 @@ with the jobs each domain holds.
 
 The domains listed are those jobs are in and those with a record. Any valid name is a domain: one
 without a record has the defaults (weight 1, no caps, no objective), so reading it answers them,
-and a PUT is the whole record (a field it leaves out takes its default). `weight` and
-`max_running` are stored and shown; the dispatcher does not apply them yet.
+and a PUT is the whole record (a field it leaves out takes its default). The dispatcher applies
+`weight` and `max_running` (scheduler/fair_share.py), reading them again every few seconds.
 
 `max_jobs` is checked by the job writes (check_room, api/jobs_routes.py): a create, or a move into
 the domain, that would put it over its cap is a 409 naming `domain`, and nothing is written.
@@ -34,14 +34,15 @@ from tickd.scheduler.domains import DOMAIN_PATTERN, DOMAIN_RULE
 from tickd.scheduler.ports.backends import JobSearch
 
 DOMAIN = "/v1/domains/{name}"
-NOT_APPLIED = "stored and shown; the dispatcher does not apply it yet"
+APPLIED = "the dispatchers read it again within 10 seconds"
 WEIGHT = (
     "The domain's fair share of runs under saturation, relative to the other domains' weights: "
-    f"1 to {MAX_WEIGHT} (default {DEFAULT_WEIGHT}); {NOT_APPLIED}"
+    f"1 to {MAX_WEIGHT} (default {DEFAULT_WEIGHT}); {APPLIED}"
 )
 MAX_RUNNING = (
-    f"At most this many of the domain's runs in flight at once, 1 to {MAX_RUNNING_CAP}; null: "
-    f"no cap; {NOT_APPLIED}"
+    f"At most this many of the domain's runs in flight at once, 1 to {MAX_RUNNING_CAP}, split "
+    f"between the instances by the partitions each holds (at least one each); null: no cap; "
+    f"{APPLIED}"
 )
 MAX_JOBS = (
     f"At most this many jobs in the domain, 1 to {MAX_JOBS_CAP}; null: no cap. A job write "

@@ -190,7 +190,7 @@ async def test_the_openapi_document_describes_the_domains_and_their_rules(api: A
     assert (name["in"], name["schema"]["pattern"]) == ("path", DOMAIN_PATTERN)
     body = doc["components"]["schemas"]["DomainSettingsIn"]["properties"]
     assert (body["weight"]["minimum"], body["weight"]["maximum"]) == (1, 1000)
-    assert "does not apply it yet" in body["max_running"]["description"]
+    assert "split between the instances" in body["max_running"]["description"]
     assert "fair share" in body["weight"]["description"]
     out = doc["components"]["schemas"]["DomainOut"]["properties"]
     assert all(field.get("description") for field in out.values())

@@ -26,7 +26,7 @@ SETTING_FLAGS = (
     ("max_jobs", "max_jobs"),
     ("lag_objective", "lag_objective_seconds"),
 )
-NOT_APPLIED = "stored and shown; the dispatcher does not apply it yet"
+APPLIED = "the dispatchers read it again within 10 seconds"
 
 
 def domain_name(text: str) -> str:
@@ -71,13 +71,13 @@ def add_domain_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "--weight",
         type=int,
         metavar="N",
-        help=f"its fair share of runs under saturation, 1 to 1000 (default 1); {NOT_APPLIED}",
+        help=f"its fair share of runs under saturation, 1 to 1000 (default 1); {APPLIED}",
     )
     setting.add_argument(
         "--max-running",
         type=int,
         metavar="N",
-        help=f"at most N of its runs in flight, 1 to 100000 (default: no cap); {NOT_APPLIED}",
+        help=f"at most N of its runs in flight, 1 to 100000 (default: no cap); {APPLIED}",
     )
     setting.add_argument(
         "--max-jobs",
