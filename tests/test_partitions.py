@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,6 +136,35 @@ async def test_an_instance_that_cannot_keep_stops_reading_before_others_may_take
     assert a.readable() == ()
     await a.keep(["a", "b"])  # the store back
     assert a.readable() == held
+
+
+async def test_a_keep_with_nothing_to_move_asks_the_store_only_after_a_gap_or_a_change(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beats less than the hold apart: no one can have taken what it holds meanwhile."""
+    clock = FakeClock(T0)
+    a = await keeper(sqlite_store, clock, "a")
+    await a.keep(["a", "b"])
+    held = a.readable()
+    asked: list[str] = []
+    take = sqlite_store.take_partitions
+
+    async def counted(instance: str, parts: Sequence[int]) -> dict[int, int]:
+        asked.append(instance)
+        return await take(instance, parts)
+
+    monkeypatch.setattr(sqlite_store, "take_partitions", counted)
+    for _ in range(3):
+        clock.advance(HOLD)
+        await a.keep(["a", "b"])
+    assert asked == []
+    assert a.readable() == held, "each keep holds on for another hold"
+    clock.advance(HOLD + 0.001)  # a gap: its record may have been forgotten meanwhile
+    await a.keep(["a", "b"])
+    assert asked == ["a"]
+    await a.keep(["a"])  # b left: its share is to be taken
+    assert asked == ["a", "a"]
+    assert a.readable() is None
 
 
 def heartbeat(store: SQLiteStore, clock: FakeClock, instance: str) -> Heartbeat:

@@ -71,9 +71,12 @@ class PartitionKeeper:
 
     async def keep(self, live: Iterable[str]) -> None:
         """Free what this instance should no longer own, then take (or keep) what it should,
-        given the instances alive (as the heartbeat last read them)."""
+        given the instances alive (as the heartbeat last read them, just after a beat)."""
         started = self._clock.monotonic()
         wanted = owned_by(self._instance, self.count, live)
+        if self._still_held(wanted, started):
+            self._kept_at = started
+            return
         held = self._held or {}
         freed = sorted(held.keys() - wanted)
         if freed:
@@ -95,6 +98,15 @@ class PartitionKeeper:
                 waiting_for=len(wanted - taken.keys()),
             )
         self._count(freed=len(freed) + len(lost), taken=len(gained))
+
+    def _still_held(self, wanted: set[int], now: float) -> bool:
+        """Whether the last keep holds all of `wanted` and is within the hold: then no one can
+        have taken any since, and the store need not be asked. Others take a partition held
+        only once its holder's record is forgotten, a whole heartbeat timeout after its beat
+        last changed, and this instance beat then and again now, less than the hold apart."""
+        if self._held is None or self._kept_at is None:
+            return False
+        return self._held.keys() == wanted and now - self._kept_at <= self._hold
 
     async def leave(self) -> None:
         """Free every partition held (a graceful stop): the others take them at their next beat."""
