@@ -1,6 +1,6 @@
 """The dispatcher: it builds the run path's stages once, each handed what it uses (the store's
 roles, the run path's lock, the clock, the ledger, the next stage), and ticks. A tick fires the
-armed runs whose time came (run/arm.py), reaps expired leases once a tick interval (maintenance/),
+armed runs whose time came (run/arm.py), reaps expired leases once a heartbeat (maintenance/),
 fetches what there is room for (run/fetch.py), claims it (run/claim.py), arms what is due later,
 records and queues what is due now (run/record.py, run/pool.py: it blocks when full, and the
 dispatcher falls behind the clock instead of piling up work). The workers hand each run on

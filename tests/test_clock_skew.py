@@ -23,7 +23,7 @@ from tickd.scheduler.ports.clock import FakeClock
 WAIT = 5.0
 HOUR = 3600.0
 LAPSE, EVERY = 10.0, 3.0  # the heartbeat's defaults (Settings)
-STEP = 1.0  # real seconds a round: the tick interval, so that every tick reaps
+STEP = 1.0  # real seconds a round: the tick interval
 # A crash is seen once the dead instance's beat has stood still for a lapse; its last beat may be
 # a beat interval old when it dies, and seen a beat interval late; a round more to reap and claim.
 TAKEOVER_BOUND = LAPSE + 2 * EVERY + 2 * STEP

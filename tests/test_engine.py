@@ -615,7 +615,7 @@ async def test_runs_stranded_by_a_crash_run_before_the_rest_of_the_backlog(
 async def test_a_lapse_the_heartbeat_saw_makes_the_next_tick_reap_at_once(
     make_engine: EngineFactory, clock: FakeClock
 ) -> None:
-    """The reaper looks once a tick interval; another instance found dead is not left to it,
+    """The reaper looks once a heartbeat; another instance found dead is not left to it,
     or the dead one's runs would wait up to a tick more to be given back."""
 
     job = await died_after_beating(make_engine)

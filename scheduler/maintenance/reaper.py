@@ -51,14 +51,15 @@ class Leases:
         occurrences are due again. A run abandoned past its job's retries (its worker or
         instance died each time) is not given back: the store ends it as a dead letter.
         Expired leases are rare (an instance died, a run overran its lease): looked for once a
-        tick interval, not in every batch of a busy dispatcher, or at once when asked; and not
-        while runs fired at their time start (`busy`), unless a tick overdue: the store's
-        thread is theirs then."""
+        heartbeat (or a tick, if longer), not at every tick of each instance, or at once when
+        asked, as when the heartbeat ends a dead instance's leases; and not while runs fired at
+        their time start (`busy`), unless a tick overdue: the store's thread is theirs then."""
         real = self._clock.monotonic()
         patience = self._settings.tick_seconds if busy else 0.0
         if self._next_reap is not None and real < self._next_reap + patience:
             return []
-        self._next_reap = real + self._settings.tick_seconds
+        every = max(self._settings.tick_seconds, self._settings.heartbeat_seconds)
+        self._next_reap = real + every
         # Only the leases this instance may judge by its own clock: its own, those of the dead
         # (ended by a heartbeat) and those of owners that never beat (see the Store contract).
         reaped = await self._store.reap_expired_leases(
