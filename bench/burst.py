@@ -32,6 +32,9 @@ LONG_RUNS_JOBS = 900
 HOURLY = "0 0 * * * *"
 # Seconds between the daemon's start and the jobs' due time; the daemon needs about 1-2 s.
 LEAD_SECONDS = {"embedded": 5.0, "real": 8.0, "postgresql": 6.0}
+# Seconds more with several daemons: each takes its share of the partitions once the others have
+# seen it, at their next heartbeat (3 s) and a tick; a burst due before that goes to one of them.
+SETTLE_SECONDS = 4.0
 # Seconds per job to write them (measured: SQLite about 30 us, FerretDB about 1 ms), doubled.
 INSERT_SECONDS_PER_JOB = {"embedded": 60e-6, "real": 2e-3, "postgresql": 2e-4}
 
@@ -69,6 +72,7 @@ def run_burst(
     `daemons` instances of the daemon on the one store."""
     try:
         lead = LEAD_SECONDS[stack.kind] + count * INSERT_SECONDS_PER_JOB[stack.kind]
+        lead += SETTLE_SECONDS if daemons > 1 else 0.0
         due = math.ceil(time.time() + lead)
         jobs = burst_jobs(count, due, "burst", hourly=hourly, handler_seconds=handler_seconds)
         insert_s = timed_insert(stack, jobs)
