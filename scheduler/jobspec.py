@@ -116,6 +116,9 @@ class JobSpec:
     managed_by: str | None = None
     # The team or tenant the job belongs to (scheduler/domains.py).
     domain: str = DEFAULT_DOMAIN
+    # Runs of the jobs naming the key, at most the limit in flight at once (scheduler/keys.py).
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 class JobRules:
@@ -144,6 +147,8 @@ class JobRules:
             system=spec.system,
             managed_by=spec.managed_by,
             domain=spec.domain,
+            concurrency_key=spec.concurrency_key,
+            concurrency_limit=spec.concurrency_limit,
             created_at=now,
             updated_at=now,
         )

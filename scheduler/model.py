@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from tickd.scheduler.domains import DEFAULT_DOMAIN, DOMAIN_RULE, is_domain_name
+from tickd.scheduler.keys import key_problem
 
 
 class Priority(enum.IntEnum):
@@ -231,6 +232,10 @@ class Job:
     managed_by: str | None = None
     # The team or tenant the job belongs to (scheduler/domains.py).
     domain: str = DEFAULT_DOMAIN
+    # At most `concurrency_limit` runs of the jobs naming this key in flight at once, across
+    # all instances (scheduler/keys.py); None: no key.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
 
@@ -249,6 +254,8 @@ class Job:
             raise ValidationError("shards", f"must be from 1 to {MAX_SHARDS}")
         if not is_domain_name(self.domain):
             raise ValidationError("domain", f"must be {DOMAIN_RULE}")
+        if problem := key_problem(self.concurrency_key, self.concurrency_limit, self.shards):
+            raise ValidationError(*problem)
         require_utc("next_run_at", self.next_run_at)
 
 

@@ -38,6 +38,13 @@ def partition_of(job_id: str, count: int) -> int:
     return zlib.crc32(job_id.encode()) % count
 
 
+def job_partition(job: Job, count: int) -> int:
+    """The partition a job lives in: its concurrency key's, when it names one, so that one
+    instance (that partition's owner) admits every run of the key (scheduler/keys.py); its
+    own otherwise."""
+    return partition_of(job.concurrency_key or job.id, count)
+
+
 def _rank(part: int, instance: str) -> bytes:
     return hashlib.blake2b(f"{part}/{instance}".encode(), digest_size=8).digest()
 

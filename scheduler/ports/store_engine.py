@@ -282,8 +282,8 @@ class InstanceStore(Protocol):
 
 class PartitionStore(Protocol):
     """The partitions of the due queue and their owners (scheduler/maintenance/partitions.py).
-    Every job is in partition `partition_of(job.id, partition_count)`
-    (scheduler/partitions.py)."""
+    Every job is in partition `job_partition(job, partition_count)`: its concurrency key's,
+    or its own (scheduler/partitions.py)."""
 
     # How many partitions an open that creates the store makes (set before the open).
     new_partition_count: int

@@ -30,7 +30,7 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.events import event_time, execution_event
 from tickd.scheduler.model import DeadLetter, Execution, Job, Status
-from tickd.scheduler.partitions import partition_of
+from tickd.scheduler.partitions import job_partition
 from tickd.scheduler.ports.backends import (
     DuplicateJobName,
     JobChange,
@@ -188,7 +188,7 @@ def job_document(job: Job, partitions: int) -> Doc:
     """`partitions`: the store's partition count; the job's partition is `part`."""
     doc = with_exact_times(job_to_doc(job), JOB_TIMES)
     doc["leased"] = job.lease is not None
-    doc["part"] = partition_of(job.id, partitions)
+    doc["part"] = job_partition(job, partitions)
     return doc
 
 

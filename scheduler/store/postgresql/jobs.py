@@ -10,7 +10,7 @@ import asyncpg
 
 from tickd.scheduler.codec import micros
 from tickd.scheduler.model import Job
-from tickd.scheduler.partitions import partition_of
+from tickd.scheduler.partitions import job_partition
 from tickd.scheduler.ports.backends import DuplicateJobName, JobChange, JobQuery, unchanged_state
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.statements import (
@@ -83,7 +83,7 @@ class PostgresJobs(PostgresTables):
         return [job for job in jobs if job.id in inserted]
 
     def _row(self, job: Job) -> tuple[Any, ...]:
-        return (*job_row(job), partition_of(job.id, self.partition_count))
+        return (*job_row(job), job_partition(job, self.partition_count))
 
     async def get_job(self, job_id: str) -> Job | None:
         return await self._one_job("SELECT * FROM jobs WHERE id = $1", job_id)
