@@ -75,7 +75,7 @@ def type_text(hint: Any) -> str:
         Mapping[str, Mapping[str, Any]]: "table of tables",
         tuple[int, ...]: "list of integers (env: comma-separated)",
         tuple[str, ...]: "list of strings (env: comma-separated)",
-        tuple[ApiToken, ...]: "list of tokens (env: `name:scope:token,...`)",
+        tuple[ApiToken, ...]: "list of tokens (env: `name:scope[@domain+...]:token,...`)",
     }
     return named.get(hint, str(hint))
 

@@ -1,6 +1,7 @@
 """The bearer tokens of the REST API, as configured: each token checked at construction (a
 placeholder or a short one is refused), and read from `[[api_tokens]]` tables or from
-TICKD_API_TOKENS."""
+TICKD_API_TOKENS. A read or write token may be limited to some domains: it then sees and changes
+only their jobs (api/scoping.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickd.scheduler.config.limits import ConfigError
+from tickd.scheduler.domains import DOMAIN_RULE, is_domain_name
 
 SCOPES = ("read", "write", "admin")
 MIN_TOKEN_LENGTH = 32
@@ -30,11 +32,14 @@ MAKE_A_TOKEN = "e.g. from `openssl rand -base64 32`"
 @dataclass(frozen=True, kw_only=True)
 class ApiToken:
     """A bearer token of the REST API. `read` sees, `write` changes jobs, `admin` also changes
-    system jobs. The token itself never appears in a repr, a log, an error or a response."""
+    system jobs. `domains`: the only domains a read or write token sees (None: every one); an
+    admin token sees all. The token itself never appears in a repr, a log, an error or a
+    response."""
 
     name: str
     scope: str
     token: str = field(repr=False)
+    domains: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not TOKEN_NAME.fullmatch(self.name):
@@ -46,6 +51,19 @@ class ApiToken:
         problem = token_problem(self.token)
         if problem:
             raise ConfigError(f"api_tokens.{self.name}.token", problem)
+        if self.domains is not None:
+            check_domains(self)
+
+
+def check_domains(token: ApiToken) -> None:
+    where = f"api_tokens.{token.name}.domains"
+    if token.scope == "admin":
+        raise ConfigError(where, "an admin token sees every domain: leave domains out")
+    if not token.domains:
+        raise ConfigError(where, "name at least one domain, or leave domains out for all")
+    wrong = sorted(d for d in token.domains if not is_domain_name(d))
+    if wrong:
+        raise ConfigError(where, f"{wrong[0][:80]!r} is not a domain's name: {DOMAIN_RULE}")
 
 
 def token_problem(token: str) -> str | None:
@@ -77,14 +95,23 @@ def check_tokens_differ(tokens: tuple[ApiToken, ...]) -> None:
 
 
 def tokens_from_env(setting: str, raw: str) -> tuple[ApiToken, ...]:
-    """`name:scope:token,...`; a token may itself contain colons. Errors never repeat the value:
-    it is made of tokens."""
+    """`name:scope:token,...`, the scope of a token limited to domains followed by them,
+    `name:scope@payments+search:token`; a token may itself contain colons. Errors never repeat
+    the value: it is made of tokens."""
     tokens = []
     for position, item in enumerate((i for i in raw.split(",") if i.strip()), start=1):
         parts = item.strip().split(":", 2)
         if len(parts) != 3:
             raise ConfigError(setting, f"entry {position}: expected name:scope:token")
-        tokens.append(ApiToken(name=parts[0], scope=parts[1], token=parts[2]))
+        scope, limited, domains = parts[1].partition("@")
+        tokens.append(
+            ApiToken(
+                name=parts[0],
+                scope=scope,
+                token=parts[2],
+                domains=frozenset(domains.split("+")) if limited else None,
+            )
+        )
     return tuple(tokens)
 
 
@@ -93,8 +120,21 @@ def tokens_from_file(value: Any) -> tuple[ApiToken, ...]:
         raise ConfigError("api_tokens", "expected [[api_tokens]] tables of name, scope, token")
     tokens = []
     for i, table in enumerate(value):
-        unknown = set(table) - {"name", "scope", "token"}
+        unknown = set(table) - {"name", "scope", "token", "domains"}
         if unknown or not all(isinstance(table.get(k), str) for k in ("name", "scope", "token")):
-            raise ConfigError(f"api_tokens[{i}]", "needs name, scope and token, as strings")
-        tokens.append(ApiToken(**table))
+            raise ConfigError(
+                f"api_tokens[{i}]", "needs name, scope and token, as strings (and maybe domains)"
+            )
+        tokens.append(ApiToken(**{**table, "domains": domains_of(table, i)}))
     return tuple(tokens)
+
+
+def domains_of(table: dict[str, Any], index: int) -> frozenset[str] | None:
+    """A table's `domains`, a list of names; None where it has none."""
+    if "domains" not in table:
+        return None
+    domains = table["domains"]
+    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+        name = table["name"] if TOKEN_NAME.fullmatch(table["name"]) else f"[{index}]"
+        raise ConfigError(f"api_tokens.{name}.domains", "must be a list of domain names")
+    return frozenset(domains)

@@ -126,7 +126,7 @@ class Settings:
     api_host: str = setting("127.0.0.1", HOST)
     # The API's port (also /ui, the dashboard).
     api_port: int = setting(8080, Limits(low=0, high=65535))
-    # Bearer tokens of the API and the dashboard: [[api_tokens]] name, scope, token.
+    # Bearer tokens of the API and the dashboard: [[api_tokens]] name, scope, token, domains.
     api_tokens: tuple[ApiToken, ...] = setting((), secret=True)
     # text, or json for one JSON object per line.
     log_format: str = setting("text", Limits(choices=("text", "json")))
