@@ -132,17 +132,29 @@ class ViewStore(Protocol):
         """How many jobs the search's filters keep, whatever its cursor and limit."""
 
     async def execution_stats(
-        self, since: datetime, until: datetime, bucket_seconds: int
+        self,
+        since: datetime,
+        until: datetime,
+        bucket_seconds: int,
+        *,
+        domains: frozenset[str] | None = None,
     ) -> ExecutionStats:
-        """Every execution due in [since, until), aggregated (see ExecutionStats). A store that
-        bounds its reads in time counts the newest buckets first and, stopped, answers with
-        those it counted whole and since when (`counted_since`), never with a stall."""
+        """Every execution due in [since, until), aggregated (see ExecutionStats); with
+        `domains`, only those of jobs in them, as ExecutionQuery.domains. A store that bounds
+        its reads in time counts the newest buckets first and, stopped, answers with those it
+        counted whole and since when (`counted_since`), never with a stall."""
 
     async def attention(
-        self, since: datetime, until: datetime, late_before: datetime, *, limit: int
+        self,
+        since: datetime,
+        until: datetime,
+        late_before: datetime,
+        *,
+        limit: int,
+        domains: frozenset[str] | None = None,
     ) -> Attention:
         """What needs ops now, grouped by job (see Attention); failures are those due in
-        [since, until)."""
+        [since, until). With `domains`, only the jobs of those domains and their executions."""
 
 
 class DomainStore(Protocol):

@@ -328,11 +328,15 @@ class HousekeepingStore(Protocol):
     keeps (scheduler/maintenance/retention.py, scheduler/maintenance/backlog.py)."""
 
     async def due_backlog(
-        self, now: datetime, *, partitions: Sequence[int] | None = None
+        self,
+        now: datetime,
+        *,
+        partitions: Sequence[int] | None = None,
+        domains: frozenset[str] | None = None,
     ) -> Backlog:
         """How many jobs `due_jobs` could return now, without a limit, and the earliest
-        next_run_at among them, in `partitions` as `due_jobs` reads them (None: in all): read
-        every few seconds for the gauges, never per tick."""
+        next_run_at among them, in `partitions` as `due_jobs` reads them (None: in all) and in
+        `domains` (None: in all): read every few seconds for the gauges, never per tick."""
 
     async def count_dead_letters(self) -> dict[str, int]:
         """Open (unhandled) dead letters by handler; handlers with none are left out."""

@@ -207,6 +207,9 @@ class ExecutionQuery:
     before: tuple[datetime, str] | None = None
     limit: int = 100
     dead_letter: DeadLetter | None = None  # only the dead letters in this state
+    # Only the executions of jobs in these domains (None: of any); those of a deleted job are in
+    # none. Read with the jobs table (SQL) or the domains' job ids (MongoDB), in the same read.
+    domains: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -242,6 +245,7 @@ class JobSearch:
     next_run_from: datetime | None = None  # next_run_at >= this
     next_run_to: datetime | None = None  # next_run_at < this
     last_status: frozenset[Status] = frozenset()  # the status of its last run is one of these
+    domains: frozenset[str] | None = None  # only the jobs of these domains (None: of any)
     order: JobOrder = JobOrder.NAME
     after_name: str | None = None
     after_next_run_at: datetime | None = None

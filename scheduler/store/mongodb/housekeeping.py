@@ -45,11 +45,15 @@ class MongoHousekeeping(MongoRetention):
 
     @translating_errors
     async def due_backlog(
-        self, now: datetime, *, partitions: Sequence[int] | None = None
+        self,
+        now: datetime,
+        *,
+        partitions: Sequence[int] | None = None,
+        domains: frozenset[str] | None = None,
     ) -> Backlog:
         """One read of the due jobs' times (the jobs_next index), counted here: a count and a
         sorted find would each make FerretDB decode every due job, and its $group has no $min."""
-        query = due_filter(now)
+        query = due_filter(now, domains=None if domains is None else sorted(domains))
         if partitions is not None:  # and the jobs an older tickd wrote, without one
             query["part"] = {"$in": [*partitions, None]}
         cursor = self.jobs.find(query, {"_id": 0, "next_run_at_us": 1})

@@ -35,7 +35,8 @@ from tickd.scheduler.store.mongodb.documents import (
     OUTBOX_INDEXES,
     REQUEST_INDEXES,
 )
-from tickd.scheduler.store.mongodb.statements import in_domain
+from tickd.scheduler.store.mongodb.executions import job_ids_in
+from tickd.scheduler.store.mongodb.statements import in_domain, in_domains
 from tickd.scheduler.store.views import (
     PROBLEM_STATUSES,
     ExecutionTally,
@@ -77,6 +78,8 @@ def search_filter(search: JobSearch) -> list[Doc]:
     if search.last_status:
         statuses = sorted(str(status) for status in search.last_status)
         found.append({"last_execution.status": {"$in": statuses}})
+    if search.domains is not None:
+        found.append(in_domains(sorted(search.domains)))
     return found
 
 
@@ -158,9 +161,20 @@ class MongoViews(MongoCollections):
     async def count_jobs(self, search: JobSearch) -> int:
         return await self.jobs.count_documents(_all(search_filter(search)))
 
+    async def _runs_in(self, domains: frozenset[str] | None) -> Doc:
+        """The condition that keeps the executions of the jobs in `domains` ({}: every one)."""
+        if domains is None:
+            return {}
+        return {"job_id": {"$in": await job_ids_in(self.jobs, domains)}}
+
     @translating_errors
     async def execution_stats(
-        self, since: datetime, until: datetime, bucket_seconds: int
+        self,
+        since: datetime,
+        until: datetime,
+        bucket_seconds: int,
+        *,
+        domains: frozenset[str] | None = None,
     ) -> ExecutionStats:
         tally = ExecutionTally(
             since_us=exact_micros(since),
@@ -169,7 +183,8 @@ class MongoViews(MongoCollections):
         )
         window = {"$gte": exact_micros(since), "$lt": exact_micros(until)}
         projection = {**TALLIED, "started_at_us": 1}
-        async for doc in self.executions.find({"scheduled_at_us": window}, projection):
+        runs = {"scheduled_at_us": window, **await self._runs_in(domains)}
+        async for doc in self.executions.find(runs, projection):
             tally.add(
                 job_id=doc["job_id"],
                 shard=int(doc.get("shard") or 0),
@@ -182,17 +197,29 @@ class MongoViews(MongoCollections):
 
     @translating_errors
     async def attention(
-        self, since: datetime, until: datetime, late_before: datetime, *, limit: int
+        self,
+        since: datetime,
+        until: datetime,
+        late_before: datetime,
+        *,
+        limit: int,
+        domains: frozenset[str] | None = None,
     ) -> Attention:
-        dead_letters, dead_total = await self._troubles({"dead_letter": str(DeadLetter.OPEN)})
+        runs = await self._runs_in(domains)
+        jobs = {} if domains is None else in_domains(sorted(domains))
+        dead = {"dead_letter": str(DeadLetter.OPEN), **runs}
+        dead_letters, dead_total = await self._troubles(dead)
         window = {"$gte": exact_micros(since), "$lt": exact_micros(until)}
         # One read a status: an equality FerretDB pushes down, where `$in` would make it decode
         # every execution.
         failures, _ = await self._troubles(
-            *({"status": str(status), "scheduled_at_us": window} for status in PROBLEM_STATUSES)
+            *(
+                {"status": str(status), "scheduled_at_us": window, **runs}
+                for status in PROBLEM_STATUSES
+            )
         )
-        failing: Doc = {"consecutive_failures": {"$gt": 0}}
-        late: Doc = {**FREE, "next_run_at_us": {"$lt": exact_micros(late_before)}}
+        failing: Doc = {"consecutive_failures": {"$gt": 0}, **jobs}
+        late: Doc = {**FREE, "next_run_at_us": {"$lt": exact_micros(late_before)}, **jobs}
         return Attention(
             dead_letters=dead_letters[:limit],
             dead_letters_total=dead_total,

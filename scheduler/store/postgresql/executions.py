@@ -13,6 +13,12 @@ from tickd.scheduler.store.postgresql.statements import execution_filters
 from tickd.scheduler.store.sqlite.rows import execution_from_row
 
 
+def in_domains(args: Args, domains: frozenset[str]) -> str:
+    """The condition that keeps the executions whose job is in `domains`, read with the jobs
+    table in the same statement; a deleted job's executions are in none."""
+    return f"job_id IN (SELECT id FROM jobs WHERE domain = ANY ({args(sorted(domains), 'text[]')}))"
+
+
 class PostgresExecutions(PostgresTables):
     """The executions of PostgresStore."""
 
@@ -23,6 +29,8 @@ class PostgresExecutions(PostgresTables):
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         args = Args()
         where = execution_filters(args, query)
+        if query.domains is not None:
+            where.append(in_domains(args, query.domains))
         sql = "SELECT * FROM executions" + (" WHERE " + " AND ".join(where) if where else "")
         sql += f" ORDER BY scheduled_at DESC, id DESC LIMIT {args(query.limit, 'int8')}"
         return [execution_from_row(row) for row in await self._fetch(sql, *args.values)]

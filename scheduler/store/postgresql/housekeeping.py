@@ -23,10 +23,15 @@ class PostgresHousekeeping(PostgresTables):
     """The counts and the retention of PostgresStore."""
 
     async def due_backlog(
-        self, now: datetime, *, partitions: Sequence[int] | None = None
+        self,
+        now: datetime,
+        *,
+        partitions: Sequence[int] | None = None,
+        domains: frozenset[str] | None = None,
     ) -> Backlog:
         args = Args()
-        due = due_where(args, exact_micros(now), (), (), partitions)
+        named = None if domains is None else sorted(domains)
+        due = due_where(args, exact_micros(now), (), (), partitions, domains=named)
         row = await self._fetchrow(
             f"SELECT count(*), min(next_run_at) FROM jobs WHERE {due}", *args.values
         )

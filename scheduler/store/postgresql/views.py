@@ -24,6 +24,7 @@ from tickd.scheduler.ports.backends import (
 )
 from tickd.scheduler.store.kit.sqlite import READ_SECONDS
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
+from tickd.scheduler.store.postgresql.executions import in_domains
 from tickd.scheduler.store.postgresql.statements import job_filters
 from tickd.scheduler.store.sqlite.rows import Row, job_from_row
 from tickd.scheduler.store.sqlite.views import grouped_troubles, like_pattern
@@ -51,6 +52,8 @@ def search_filters(args: Args, search: JobSearch) -> list[str]:
     if search.last_status:
         statuses = sorted(str(status) for status in search.last_status)
         where.append(f"{LAST_STATUS} = ANY ({args(statuses, 'text[]')})")
+    if search.domains is not None:
+        where.append(f"domain = ANY ({args(sorted(search.domains), 'text[]')})")
     return where
 
 
@@ -101,30 +104,44 @@ async def _read_pages(tx: Tx, reads: Sequence[tuple[str, list[Any]]], limit: int
 
 
 # $1 the window's start, $2 its end, $3 a bucket's width, $4 the count of buckets: the last
-# bucket ends with the window.
+# bucket ends with the window. {scope}: the domains' condition, if any ($5).
 BUCKET = "least((scheduled_at - $1) / $3, $4 - 1)"
 COUNTS = f"""
 SELECT {BUCKET}, status, handler, count(*) FROM executions
-WHERE scheduled_at >= $1 AND scheduled_at < $2 GROUP BY 1, 2, 3
+WHERE scheduled_at >= $1 AND scheduled_at < $2 {{scope}} GROUP BY 1, 2, 3
 """
 # Each occurrence's first start (a retry of it starts late by design, and is not fire lag),
 # skipped ones left out (they never started).
 FIRST_STARTS = f"""
 SELECT {BUCKET}, greatest(min(started_at) - scheduled_at, 0) FROM executions
 WHERE scheduled_at >= $1 AND scheduled_at < $2 AND started_at IS NOT NULL AND status <> 'skipped'
-GROUP BY job_id, scheduled_at, shard
+{{scope}} GROUP BY job_id, scheduled_at, shard
 """
 
 
-async def window_stats(tx: Tx, window: tuple[int, int, int, int]) -> ExecutionStats:
+def executions_in(args: Args, domains: frozenset[str] | None) -> str:
+    """`AND` the executions of the jobs in `domains` (None: nothing, every execution)."""
+    return "" if domains is None else f"AND {in_domains(args, domains)}"
+
+
+def jobs_in(args: Args, domains: frozenset[str] | None) -> str:
+    """`AND` the jobs in `domains` (None: nothing, every job)."""
+    return "" if domains is None else f"AND domain = ANY ({args(sorted(domains), 'text[]')})"
+
+
+async def window_stats(
+    tx: Tx, window: tuple[int, int, int, int], domains: frozenset[str] | None
+) -> ExecutionStats:
     count = window[3]
     counts: dict[tuple[str, str], int] = {}
     bucket_counts: list[dict[str, int]] = [{} for _ in range(count)]
     lags: list[list[float]] = [[] for _ in range(count)]
-    for bucket, status, handler, n in await tx.fetch(COUNTS, *window):
+    args = Args(*window)
+    scope = executions_in(args, domains)
+    for bucket, status, handler, n in await tx.fetch(COUNTS.format(scope=scope), *args.values):
         counts[(status, handler)] = counts.get((status, handler), 0) + n
         bucket_counts[bucket][status] = bucket_counts[bucket].get(status, 0) + n
-    for bucket, lag in await tx.fetch(FIRST_STARTS, *window):
+    for bucket, lag in await tx.fetch(FIRST_STARTS.format(scope=scope), *args.values):
         lags[bucket].append(lag / MICROS)
     return ExecutionStats(
         counts=counts,
@@ -174,23 +191,39 @@ LATE = f"FROM jobs WHERE {FREE} AND next_run_at < $1"
 
 
 async def read_attention(
-    tx: Tx, window: tuple[int, int], late_before: datetime, limit: int
+    tx: Tx,
+    window: tuple[int, int],
+    late_before: datetime,
+    limit: int,
+    domains: frozenset[str] | None,
 ) -> Attention:
-    dead_letters, dead_total, dead_jobs = await _troubles(tx, DEAD, (), limit)
-    failures, _, failure_jobs = await _troubles(tx, FAILED, (*window, PROBLEMS), limit)
-    failing = f"SELECT * {FAILING} ORDER BY consecutive_failures DESC, name LIMIT $1"
-    before = exact_micros(late_before)
-    late = f"SELECT * {LATE} ORDER BY next_run_at LIMIT $2"
+    dead = Args()
+    dead_where = f"{DEAD} {executions_in(dead, domains)}"
+    dead_letters, dead_total, dead_jobs = await _troubles(tx, dead_where, dead.values, limit)
+    failed = Args(*window, PROBLEMS)
+    failed_where = f"{FAILED} {executions_in(failed, domains)}"
+    failures, _, failure_jobs = await _troubles(tx, failed_where, failed.values, limit)
+    failing_args = Args()
+    failing_rows = f"{FAILING} {jobs_in(failing_args, domains)}"
+    late_args = Args(exact_micros(late_before))
+    late_rows = f"{LATE} {jobs_in(late_args, domains)}"
+    failing = (
+        f"SELECT * {failing_rows} ORDER BY consecutive_failures DESC, name "
+        f"LIMIT ${len(failing_args.values) + 1}"
+    )
+    late = f"SELECT * {late_rows} ORDER BY next_run_at LIMIT ${len(late_args.values) + 1}"
     return Attention(
         dead_letters=dead_letters,
         dead_letters_total=dead_total,
         dead_letter_jobs=dead_jobs,
         failures=failures,
         failure_jobs=failure_jobs,
-        failing=[job_from_row(row) for row in await tx.fetch(failing, limit)],
-        failing_total=int(await tx.fetchval(f"SELECT count(*) {FAILING}")),
-        late=[job_from_row(row) for row in await tx.fetch(late, before, limit)],
-        late_total=int(await tx.fetchval(f"SELECT count(*) {LATE}", before)),
+        failing=[job_from_row(row) for row in await tx.fetch(failing, *failing_args.values, limit)],
+        failing_total=int(
+            await tx.fetchval(f"SELECT count(*) {failing_rows}", *failing_args.values)
+        ),
+        late=[job_from_row(row) for row in await tx.fetch(late, *late_args.values, limit)],
+        late_total=int(await tx.fetchval(f"SELECT count(*) {late_rows}", *late_args.values)),
     )
 
 
@@ -225,7 +258,12 @@ class PostgresViews(PostgresTables):
         return int(await self._fetchval(sql, *args.values))
 
     async def execution_stats(
-        self, since: datetime, until: datetime, bucket_seconds: int
+        self,
+        since: datetime,
+        until: datetime,
+        bucket_seconds: int,
+        *,
+        domains: frozenset[str] | None = None,
     ) -> ExecutionStats:
         window = (
             exact_micros(since),
@@ -233,10 +271,18 @@ class PostgresViews(PostgresTables):
             bucket_seconds * MICROS,
             bucket_count(since, until, bucket_seconds),
         )
-        return await self._limited(lambda tx: window_stats(tx, window))
+        return await self._limited(lambda tx: window_stats(tx, window, domains))
 
     async def attention(
-        self, since: datetime, until: datetime, late_before: datetime, *, limit: int
+        self,
+        since: datetime,
+        until: datetime,
+        late_before: datetime,
+        *,
+        limit: int,
+        domains: frozenset[str] | None = None,
     ) -> Attention:
         window = (exact_micros(since), exact_micros(until))
-        return await self._limited(lambda tx: read_attention(tx, window, late_before, limit))
+        return await self._limited(
+            lambda tx: read_attention(tx, window, late_before, limit, domains)
+        )

@@ -4,6 +4,7 @@ store's ExecutionStore role)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tickd.scheduler.codec import exact_micros
 from tickd.scheduler.model import CancelRequest, DeadLetter, Execution
@@ -19,6 +20,14 @@ from tickd.scheduler.store.sqlite.statements import (
 )
 
 
+def in_domains(domains: frozenset[str], column: str = "job_id") -> tuple[str, list[Any]]:
+    """The condition that keeps the rows whose job (`column` its id) is in `domains`, read with
+    the jobs table in the same statement; a deleted job's rows are in none."""
+    names = sorted(domains)
+    marks = ", ".join("?" * len(names))
+    return f"{column} IN (SELECT id FROM jobs WHERE domain IN ({marks}))", names
+
+
 class SQLiteExecutions(SQLiteTables):
     """The executions of SQLiteStore."""
 
@@ -29,6 +38,9 @@ class SQLiteExecutions(SQLiteTables):
 
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         where, args = execution_filters(query)
+        if query.domains is not None:
+            scope, names = in_domains(query.domains)
+            where, args = [*where, scope], [*args, *names]
         sql = "SELECT * FROM executions"
         if where:
             sql += " WHERE " + " AND ".join(where)

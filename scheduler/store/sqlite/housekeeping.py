@@ -36,9 +36,14 @@ class SQLiteHousekeeping(SQLiteTables):
         *,
         # Unused: a SQLite file is one process's, which owns every partition.
         partitions: Sequence[int] | None = None,
+        domains: frozenset[str] | None = None,
     ) -> Backlog:
         sql = f"SELECT count(*), min(next_run_at) FROM jobs WHERE {FREE} AND next_run_at <= ?"
-        row = await self._run(lambda db: db.execute(sql, (micros(now),)).fetchone())
+        args: list[Any] = [micros(now)]
+        if domains is not None:
+            sql += f" AND domain IN ({', '.join('?' * len(domains))})"
+            args += sorted(domains)
+        row = await self._run(lambda db: db.execute(sql, args).fetchone())
         return Backlog(due=int(row[0]), oldest_due_at=from_micros(row[1]))
 
     async def count_dead_letters(self) -> dict[str, int]:

@@ -22,6 +22,7 @@ from tickd.scheduler.ports.backends import (
 )
 from tickd.scheduler.store.kit.sqlite import read_stopped
 from tickd.scheduler.store.sqlite.base import SQLiteTables
+from tickd.scheduler.store.sqlite.executions import in_domains
 from tickd.scheduler.store.sqlite.rows import Row, from_micros, job_from_row
 from tickd.scheduler.store.sqlite.schema import FREE
 from tickd.scheduler.store.views import (
@@ -76,6 +77,9 @@ def search_filters(search: JobSearch) -> tuple[list[str], list[Any]]:
         statuses = sorted(str(status) for status in search.last_status)
         where.append(f"{LAST_STATUS} IN ({', '.join('?' * len(statuses))})")
         args += statuses
+    if search.domains is not None:
+        where.append(f"domain IN ({', '.join('?' * len(search.domains))})")
+        args += sorted(search.domains)
     return where, args
 
 
@@ -118,16 +122,34 @@ def _read_pages(
 
 
 # Each occurrence's first start in a bucket (a retry of it starts late by design, and is not fire
-# lag), skipped ones left out (they never started).
+# lag), skipped ones left out (they never started). {scope}: the domains' condition, if any.
 FIRST_STARTS = """
 SELECT max(min(started_at) - scheduled_at, 0) FROM executions
 WHERE scheduled_at >= ? AND scheduled_at < ? AND started_at IS NOT NULL AND status != 'skipped'
-GROUP BY job_id, scheduled_at, shard
+{scope} GROUP BY job_id, scheduled_at, shard
 """
 COUNTS = """
 SELECT status, handler, count(*) FROM executions
-WHERE scheduled_at >= ? AND scheduled_at < ? GROUP BY status, handler
+WHERE scheduled_at >= ? AND scheduled_at < ? {scope} GROUP BY status, handler
 """
+# A condition on executions (or jobs) and its arguments, ANDed to a read: ("", []) for none.
+Scope = tuple[str, list[Any]]
+EVERY_DOMAIN: Scope = ("", [])
+
+
+def executions_in(domains: frozenset[str] | None) -> Scope:
+    """The executions of the jobs in `domains` (None: every execution), as a Scope."""
+    if domains is None:
+        return EVERY_DOMAIN
+    condition, args = in_domains(domains)
+    return f"AND {condition}", args
+
+
+def jobs_in(domains: frozenset[str] | None) -> Scope:
+    """The jobs in `domains` (None: every job), as a Scope."""
+    if domains is None:
+        return EVERY_DOMAIN
+    return f"AND domain IN ({', '.join('?' * len(domains))})", sorted(domains)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +169,7 @@ class Buckets:
         ) * self.width
 
 
-def window_stats(db: sqlite3.Connection, buckets: Buckets) -> ExecutionStats:
+def window_stats(db: sqlite3.Connection, buckets: Buckets, scope: Scope) -> ExecutionStats:
     """The window's counts, by SQL; its fire lag percentiles from each occurrence's lag, which
     SQL finds (SQLite's window functions take longer to rank them than a sort here does). Read a
     bucket at a time, the newest first: a read stopped at its time limit answers with the
@@ -156,15 +178,17 @@ def window_stats(db: sqlite3.Connection, buckets: Buckets) -> ExecutionStats:
     bucket_counts: list[dict[str, int]] = [{} for _ in range(buckets.count)]
     lags: list[list[float]] = [[] for _ in range(buckets.count)]
     counted_since = None
+    condition, args = scope
+    counts_sql, starts_sql = COUNTS.format(scope=condition), FIRST_STARTS.format(scope=condition)
     for index in reversed(range(buckets.count)):
-        bounds = buckets.bounds(index)
+        bounds = (*buckets.bounds(index), *args)
         try:
-            rows = db.execute(COUNTS, bounds).fetchall()
-            lags[index] = [lag / MICROS for (lag,) in db.execute(FIRST_STARTS, bounds)]
+            rows = db.execute(counts_sql, bounds).fetchall()
+            lags[index] = [lag / MICROS for (lag,) in db.execute(starts_sql, bounds)]
         except sqlite3.OperationalError as exc:
             if not read_stopped(exc):
                 raise
-            counted_since = from_micros(bounds[1])
+            counted_since = from_micros(buckets.bounds(index)[1])
             break
         for status, handler, count in rows:
             counts[(status, handler)] = counts.get((status, handler), 0) + count
@@ -245,25 +269,32 @@ LATE = f"FROM jobs WHERE {FREE} AND next_run_at < ?"
 
 
 def read_attention(
-    db: sqlite3.Connection, window: tuple[int, int], late_before: datetime, limit: int
+    db: sqlite3.Connection,
+    window: tuple[int, int],
+    late_before: datetime,
+    limit: int,
+    domains: frozenset[str] | None,
 ) -> Attention:
-    dead_letters, dead_total, dead_jobs = _troubles(db, DEAD, (), limit)
-    failures, _, failure_jobs = _troubles(db, FAILED, window, limit)
-    failing = f"SELECT * {FAILING} ORDER BY consecutive_failures DESC, name LIMIT ?"
-    before = (exact_micros(late_before),)
+    runs, runs_args = executions_in(domains)
+    jobs, jobs_args = jobs_in(domains)
+    dead_letters, dead_total, dead_jobs = _troubles(db, f"{DEAD} {runs}", runs_args, limit)
+    failures, _, failure_jobs = _troubles(db, f"{FAILED} {runs}", [*window, *runs_args], limit)
+    failing = f"SELECT * {FAILING} {jobs} ORDER BY consecutive_failures DESC, name LIMIT ?"
+    late = f"{LATE} {jobs}"
+    before = (exact_micros(late_before), *jobs_args)
     return Attention(
         dead_letters=dead_letters,
         dead_letters_total=dead_total,
         dead_letter_jobs=dead_jobs,
         failures=failures,
         failure_jobs=failure_jobs,
-        failing=[job_from_row(row) for row in db.execute(failing, (limit,))],
-        failing_total=_count(db, FAILING, ()),
+        failing=[job_from_row(row) for row in db.execute(failing, (*jobs_args, limit))],
+        failing_total=_count(db, f"{FAILING} {jobs}", jobs_args),
         late=[
             job_from_row(row)
-            for row in db.execute(f"SELECT * {LATE} ORDER BY next_run_at LIMIT ?", (*before, limit))
+            for row in db.execute(f"SELECT * {late} ORDER BY next_run_at LIMIT ?", (*before, limit))
         ],
-        late_total=_count(db, LATE, before),
+        late_total=_count(db, late, before),
     )
 
 
@@ -290,7 +321,12 @@ class SQLiteViews(SQLiteTables):
         return int((await self._read(lambda db: db.execute(sql, args).fetchone()))[0])
 
     async def execution_stats(
-        self, since: datetime, until: datetime, bucket_seconds: int
+        self,
+        since: datetime,
+        until: datetime,
+        bucket_seconds: int,
+        *,
+        domains: frozenset[str] | None = None,
     ) -> ExecutionStats:
         buckets = Buckets(
             start=exact_micros(since),
@@ -298,10 +334,17 @@ class SQLiteViews(SQLiteTables):
             width=bucket_seconds * MICROS,
             count=bucket_count(since, until, bucket_seconds),
         )
-        return await self._read(lambda db: window_stats(db, buckets))
+        scope = executions_in(domains)
+        return await self._read(lambda db: window_stats(db, buckets, scope))
 
     async def attention(
-        self, since: datetime, until: datetime, late_before: datetime, *, limit: int
+        self,
+        since: datetime,
+        until: datetime,
+        late_before: datetime,
+        *,
+        limit: int,
+        domains: frozenset[str] | None = None,
     ) -> Attention:
         window = (exact_micros(since), exact_micros(until))
-        return await self._read(lambda db: read_attention(db, window, late_before, limit))
+        return await self._read(lambda db: read_attention(db, window, late_before, limit, domains))
