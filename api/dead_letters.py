@@ -43,6 +43,7 @@ from tickd.api.models import (
 from tickd.api.problems import ApiError
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.runs import run_request_out
+from tickd.api.scoping import executions_seen
 from tickd.api.v1 import execution_out, state, time_cursor
 from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
 from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
@@ -161,6 +162,7 @@ async def list_dead_letters(call: Call[DeadLetterQuery, None]) -> Reply:
         dead_letter=q.state,
         before=time_cursor(q.cursor),
         limit=q.limit,
+        domains=call.domains,
     )
     return await page_of(call, query)
 
@@ -230,22 +232,28 @@ async def matching(
     """The dead letters the filter matches (by `ids`: in one of the `unhandled` states; else
     open ones), and whether more may match than its limit."""
     body = call.body
-    store = state(call).executions
+    s = state(call)
     if body.ids is not None:
-        read = [await store.get_execution(i) for i in dict.fromkeys(body.ids)]
-        return [e for e in read if e is not None and chosen_by(body, e, unhandled)], False
-    found, cut = await newest_matching(store, body, want=body.limit + 1)
+        read = [await s.executions.get_execution(i) for i in dict.fromkeys(body.ids)]
+        found = [e for e in read if e is not None and chosen_by(body, e, unhandled)]
+        return await executions_seen(call, s.jobs, found), False
+    found, cut = await newest_matching(s.executions, body, call.domains, want=body.limit + 1)
     return found[: body.limit], cut or len(found) > body.limit
 
 
 async def newest_matching(
-    store: ExecutionStore, body: DeadLetterFilter, *, want: int
+    store: ExecutionStore,
+    body: DeadLetterFilter,
+    domains: frozenset[str] | None,
+    *,
+    want: int,
 ) -> tuple[list[Execution], bool]:
-    """Up to `want` open dead letters the filter matches, newest first, read in pages of
-    SCAN_PAGE, at most MAX_SCAN of them; and whether the read stopped there with fewer than
-    `want` found (more may match)."""
+    """Up to `want` open dead letters the filter matches in `domains` (None: in any), newest
+    first, read in pages of SCAN_PAGE, at most MAX_SCAN of them; and whether the read stopped
+    there with fewer than `want` found (more may match)."""
     found: list[Execution] = []
-    query = store_query(body, DeadLetter.OPEN, limit=want if body.error_type is None else SCAN_PAGE)
+    limit = want if body.error_type is None else SCAN_PAGE
+    query = store_query(body, DeadLetter.OPEN, domains, limit=limit)
     read = 0
     while len(found) < want and read < MAX_SCAN:
         page = await store.list_executions(replace(query, limit=min(query.limit, MAX_SCAN - read)))
@@ -258,7 +266,11 @@ async def newest_matching(
 
 
 def store_query(
-    body: DeadLetterFilter | GroupQuery, dead_letter: DeadLetter, *, limit: int
+    body: DeadLetterFilter | GroupQuery,
+    dead_letter: DeadLetter,
+    domains: frozenset[str] | None,
+    *,
+    limit: int,
 ) -> ExecutionQuery:
     return ExecutionQuery(
         job_id=body.job_id,
@@ -267,6 +279,7 @@ def store_query(
         until=body.until,
         dead_letter=dead_letter,
         limit=limit,
+        domains=domains,
     )
 
 
@@ -487,7 +500,7 @@ async def error_groups(call: Call[GroupQuery, None]) -> Reply:
     """Identical errors of the newest MAX_SCAN dead letters the query matches: one group per
     job, error type and first line of the message, the largest first."""
     store = state(call).executions
-    query = store_query(call.query, call.query.state, limit=SCAN_PAGE)
+    query = store_query(call.query, call.query.state, call.domains, limit=SCAN_PAGE)
     read: list[Execution] = []
     complete = False
     while len(read) < MAX_SCAN:

@@ -18,8 +18,9 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, Field
 
 from tickd.api.models import Strict, integral
-from tickd.api.problems import ApiError, field_error, validation_problems
+from tickd.api.problems import field_error, validation_problems
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.scoping import domain_not_found, sees
 from tickd.api.v1 import state
 from tickd.scheduler.domain_settings import (
     DEFAULT_WEIGHT,
@@ -144,12 +145,21 @@ async def list_domains(call: Call[None, None]) -> Reply:
     items = [
         domain_out(settings_of(name, records), counts.get(name, 0), has_record=name in records)
         for name in sorted(records.keys() | counts.keys())
+        if sees(call, name)
     ]
     return Reply(DomainList(items=items))
 
 
-async def get_domain(call: Call[None, None]) -> Reply:
+def domain_seen(call: Call[Q, B]) -> str:
+    """The path's domain; 404 for a token that does not reach it, as for a domain unknown."""
     name = call.path("name")
+    if not sees(call, name):
+        raise domain_not_found(name)
+    return name
+
+
+async def get_domain(call: Call[None, None]) -> Reply:
+    name = domain_seen(call)
     record = await state(call).domains.get_domain(name)
     settings = record or DomainSettings(name=name)
     return Reply(domain_out(settings, await jobs_in(call, name), has_record=record is not None))
@@ -157,18 +167,17 @@ async def get_domain(call: Call[None, None]) -> Reply:
 
 async def put_domain(call: Call[None, DomainSettingsIn]) -> Reply:
     s = state(call)
+    name = domain_seen(call)
     with validation_problems():
-        settings = DomainSettings(
-            name=call.path("name"), **call.body.model_dump(), updated_at=s.clock.now()
-        )
+        settings = DomainSettings(name=name, **call.body.model_dump(), updated_at=s.clock.now())
     stored = await s.domains.put_domain(settings)
     return Reply(domain_out(stored, await jobs_in(call, stored.name), has_record=True))
 
 
 async def delete_domain(call: Call[None, None]) -> Reply:
-    name = call.path("name")
+    name = domain_seen(call)
     if not await state(call).domains.delete_domain(name):
-        raise ApiError(404, "Not Found", f"domain {name!r} has no settings stored")
+        raise domain_not_found(name)
     return Reply(None, 204)
 
 

@@ -15,8 +15,9 @@ from tickd.api.models import (
     ExecutionPage,
     JobExecutionQuery,
 )
-from tickd.api.problems import ApiError, field_error
+from tickd.api.problems import field_error
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.scoping import execution_not_found, executions_seen
 from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
@@ -106,6 +107,7 @@ async def execution_page(
         until=q.until,
         before=time_cursor(q.cursor),
         limit=q.limit,
+        domains=call.domains,
     )
     return await page_of(call, query)
 
@@ -137,9 +139,12 @@ def occurrences_together(page: list[Execution]) -> list[Execution]:
 
 
 async def load_execution(call: Call[Q, B]) -> Execution:
-    execution = await state(call).executions.get_execution(call.path("execution_id"))
-    if execution is None:
-        raise ApiError(404, "Not Found", f"no execution with id {call.path('execution_id')!r}")
+    """The execution of the path; 404 when there is none or its job is not one the token sees
+    (for a limited token, one read of its job)."""
+    s = state(call)
+    execution = await s.executions.get_execution(call.path("execution_id"))
+    if execution is None or not await executions_seen(call, s.jobs, [execution]):
+        raise execution_not_found(call.path("execution_id"))
     return execution
 
 

@@ -33,7 +33,8 @@ from tickd.api.models import (
     WriteQuery,
 )
 from tickd.api.problems import ApiError, field_error
-from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.routing import B, Call, Q, Reply, Route, Routes, authenticate
+from tickd.api.scoping import refuse_foreign_domain
 from tickd.api.v1 import (
     JOB,
     STATE,
@@ -56,7 +57,7 @@ from tickd.scheduler.ports.backends import DuplicateJobName, JobOrder, Unstorabl
 async def list_jobs(call: Call[JobSearchQuery, None]) -> Reply:
     q = call.query
     s = state(call)
-    search = job_search(q, *_after(q.cursor, q.sort))
+    search = replace(job_search(q, *_after(q.cursor, q.sort)), domains=call.domains)
     jobs = await s.views.search_jobs(search)
     page, more = jobs[: q.limit], len(jobs) > q.limit
     total = await s.views.count_jobs(search) if q.total else None
@@ -99,6 +100,7 @@ async def create_job(call: Call[WriteQuery, JobCreate]) -> Reply:
     now = s.clock.now()
     job = s.builder.create(call.body, now)
     guard_system(job, call.scope, s.registry)
+    refuse_foreign_domain(call, job.domain)
     await check_room(call, job.domain)
     if call.query.dry_run:
         await _check_name_free(call, job)
@@ -138,7 +140,7 @@ async def put_refusals(
     """What a replace's checks refuse of the fields its body's model accepted."""
     s = request.app[STATE]
     body = accepted_part(JobCreate, doc, refused)
-    job = await s.jobs.get_job(request.match_info["job_id"])
+    job = await job_seen(request)
     if body is None or job is None:
         return []
     return refusals_beside(lambda: s.builder.replace(job, body, s.clock.now()), refused)
@@ -150,10 +152,18 @@ async def patch_refusals(
     """What a change's checks refuse of the fields its body's model accepted."""
     s = request.app[STATE]
     body = accepted_part(JobPatch, doc, refused)
-    job = await s.jobs.get_job(request.match_info["job_id"])
+    job = await job_seen(request)
     if body is None or job is None:
         return []
     return refusals_beside(lambda: s.builder.patch(job, body, s.clock.now()), refused)
+
+
+async def job_seen(request: web.Request) -> Job | None:
+    """The path's job, if the presented token sees it: a refused body's answer says nothing
+    more of a job of another domain than of one that does not exist."""
+    job = await request.app[STATE].jobs.get_job(request.match_info["job_id"])
+    domains = authenticate(request, "read").domains
+    return job if job is not None and (domains is None or job.domain in domains) else None
 
 
 async def get_job(call: Call[None, None]) -> Reply:
@@ -265,6 +275,7 @@ async def save(call: Call[Q, B], before: Job, after: Job, action: str) -> Reply 
     if action == "update" and not definition_changed(before, after):
         return job_reply(before, call)  # nothing to write: no revision, no history entry
     if after.domain != before.domain:
+        refuse_foreign_domain(call, after.domain)
         await check_room(call, after.domain)
     change = change_entry(action, before, after, call.actor, s.clock.now(), s.registry)
     try:
@@ -290,6 +301,7 @@ async def rehearse(call: Call[Q, B], before: Job, after: Job, action: str) -> Re
     if after.name != before.name:
         await _check_name_free(call, after)
     if after.domain != before.domain:
+        refuse_foreign_domain(call, after.domain)
         await check_room(call, after.domain)
     return job_reply(replace(after, revision=before.revision + 1), call)
 
@@ -319,6 +331,9 @@ async def delete_job(call: Call[None, None]) -> Reply:
 async def job_history(call: Call[PageQuery, None]) -> Reply:
     q = call.query
     job_id = call.path("job_id")
+    if call.domains is not None:
+        # A deleted job's history is read by its id; its domain is gone with it.
+        await load_job(call)
     changes = await state(call).jobs.list_changes(
         job_id, limit=q.limit + 1, before=time_cursor(q.cursor)
     )

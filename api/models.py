@@ -486,7 +486,10 @@ class RunningPage(BaseModel):
 class InstanceOut(BaseModel):
     id: str
     last_beat_at: datetime = Field(description="Its last heartbeat, as its own clock wrote it")
-    running: int = Field(description="How many executions it holds running")
+    running: int = Field(
+        description="How many executions it holds running (of its domains, for a token limited "
+        "to domains)"
+    )
     # Defaults, so that this client reads the page of a daemon from before these fields.
     version: str | None = Field(
         default=None,
@@ -504,7 +507,8 @@ class InstanceOut(BaseModel):
     runs_in_flight: int | None = Field(
         default=None,
         description="The runs it has claimed and not yet ended (armed, recorded, queued or "
-        "running), as it said at its last heartbeat; null as for `version`",
+        "running), as it said at its last heartbeat; null as for `version`, and for a token "
+        "limited to domains (the count is of every domain's)",
     )
 
 

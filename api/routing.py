@@ -46,6 +46,8 @@ class Call(Generic[Q, B]):
     scope: str
     query: Q
     body: B
+    # The only domains the token reaches (api/scoping.py); None: every domain.
+    domains: frozenset[str] | None = None
 
     def path(self, name: str) -> str:
         return self.request.match_info[name]
@@ -118,15 +120,22 @@ OCTET_STREAM = "application/octet-stream"
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
-    """The token's name (the actor in the job history) and scope; 401 without a valid token,
-    403 when its scope is too low. With no tokens configured (the API then listens on loopback
-    only) every caller is `anonymous` with every right."""
+@dataclass(frozen=True)
+class Caller:
+    actor: str  # the token's name, the actor in the job history
+    scope: str
+    domains: frozenset[str] | None = None  # the only domains it reaches; None: every one
+
+
+def authenticate(request: web.Request, scope: str | None) -> Caller:
+    """Who presents the token: its name, scope and domains; 401 without a valid token, 403 when
+    its scope is too low. With no tokens configured (the API then listens on loopback only)
+    every caller is `anonymous` with every right."""
     tokens: tuple[ApiToken, ...] = request.app[TOKENS]
     if not tokens:
-        return "anonymous", "admin"
+        return Caller("anonymous", "admin")
     if scope is None:
-        return "anonymous", "none"
+        return Caller("anonymous", "none")
     presented = _bearer(request)
     # Compare against every token, in constant time each, so timing tells nothing.
     matches = [t for t in tokens if hmac.compare_digest(t.token.encode(), presented)]
@@ -140,7 +149,7 @@ def authenticate(request: web.Request, scope: str | None) -> tuple[str, str]:
     token = matches[0]
     if SCOPES.index(token.scope) < SCOPES.index(scope):
         raise ApiError(403, "Forbidden", f"this needs a token with the {scope} scope")
-    return token.name, token.scope
+    return Caller(token.name, token.scope, token.domains)
 
 
 def _bearer(request: web.Request) -> bytes:
@@ -349,7 +358,7 @@ def _int64(text: str) -> int:
 
 def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
-        actor, scope = authenticate(request, route.scope)
+        caller = authenticate(request, route.scope)
         check_content_type(request, takes_body=route.body is not None)
         refuse_nul_in_url(request)
         check_path(request, route.path_model)
@@ -357,7 +366,9 @@ def wrap(route: Route[Q, B]) -> Callable[[web.Request], Awaitable[web.StreamResp
         body = await parse_body(request, _model(route.body), route.body_check)
         # None exactly where the route declares no model, as its handler's Call says (checked
         # when the route is declared).
-        call = Call(request, actor, scope, cast(Q, query), cast(B, body))
+        call = Call(
+            request, caller.actor, caller.scope, cast(Q, query), cast(B, body), caller.domains
+        )
         reply = await route.handler(call)
         if isinstance(reply, web.StreamResponse):
             return reply

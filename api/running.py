@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tickd.api.executions import load_execution
 from tickd.api.jobs import guard_system, is_system_handler
 from tickd.api.models import (
     CancelOut,
@@ -32,7 +33,7 @@ INTERRUPTS = (
 
 
 async def running_executions(call: Call[Q, B]) -> list[Execution]:
-    query = ExecutionQuery(status=Status.RUNNING, limit=MAX_RUNNING)
+    query = ExecutionQuery(status=Status.RUNNING, limit=MAX_RUNNING, domains=call.domains)
     runs = await state(call).executions.list_executions(query)
     return sorted(runs, key=lambda e: (e.started_at or e.scheduled_at, e.id))
 
@@ -69,11 +70,13 @@ async def list_running(call: Call[None, None]) -> Reply:
 async def list_instances(call: Call[None, None]) -> Reply:
     views = await state(call).instances.instance_views()
     holding = Counter(run.owner for run in await running_executions(call))
-    items = [instance_out(view, holding[view.instance]) for view in views]
+    # An instance's own count of runs in flight is of every domain: not for a limited token.
+    whole = call.domains is None
+    items = [instance_out(view, holding[view.instance], whole=whole) for view in views]
     return Reply(InstancePage(items=items))
 
 
-def instance_out(view: InstanceView, running: int) -> InstanceOut:
+def instance_out(view: InstanceView, running: int, *, whole: bool = True) -> InstanceOut:
     status = view.status
     return InstanceOut(
         id=view.instance,
@@ -82,7 +85,7 @@ def instance_out(view: InstanceView, running: int) -> InstanceOut:
         version=status.version if status else None,
         started_at=status.started_at if status else None,
         partitions=view.partitions,
-        runs_in_flight=status.runs_in_flight if status else None,
+        runs_in_flight=status.runs_in_flight if status and whole else None,
     )
 
 
@@ -90,9 +93,7 @@ async def cancel_execution(call: Call[None, None]) -> Reply:
     s = state(call)
     execution_id = call.path("execution_id")
     body = await cancel_body(call)
-    execution = await s.executions.get_execution(execution_id)
-    if execution is None:
-        raise ApiError(404, "Not Found", f"no execution with id {execution_id!r}")
+    execution = await load_execution(call)
     await guard_its_job(call, execution)
     if execution.status is not Status.RUNNING:
         ended = f"only running executions are cancelled; this one is {execution.status}"

@@ -96,7 +96,10 @@ class StatsOut(BaseModel):
     window_seconds: int
     bucket_seconds: int
     due_backlog: int = Field(description="Enabled jobs due now and not running")
-    busy_workers: int | None = Field(description="Null when no dispatcher runs in this process")
+    busy_workers: int | None = Field(
+        description="Null when no dispatcher runs in this process, and for a token limited to "
+        "domains (the workers are shared by every domain)"
+    )
     workers: int
     totals: dict[str, int] = Field(description="Every execution of the window, by status")
     by_handler: dict[str, dict[str, int]] = Field(description="Handler -> status -> executions")
@@ -127,15 +130,18 @@ async def stats(call: Call[StatsQuery, None]) -> Reply:
     since = now - timedelta(seconds=call.query.window)
     until = now + timedelta(microseconds=1)
     bucket_seconds = max(MIN_BUCKET_SECONDS, math.ceil(call.query.window / BUCKETS))
-    figures = await s.views.execution_stats(since, until, bucket_seconds)
+    domains = call.domains
+    figures = await s.views.execution_stats(since, until, bucket_seconds, domains=domains)
     late_before = now - timedelta(seconds=LATE_AFTER_SECONDS)
-    attention = await s.views.attention(since, until, late_before, limit=ATTENTION_SHOWN)
+    attention = await s.views.attention(
+        since, until, late_before, limit=ATTENTION_SHOWN, domains=domains
+    )
     return Reply(
         StatsOut(
             now=now,
             window_seconds=call.query.window,
             bucket_seconds=bucket_seconds,
-            due_backlog=(await s.housekeeping.due_backlog(now)).due,
+            due_backlog=(await s.housekeeping.due_backlog(now, domains=domains)).due,
             busy_workers=busy_workers(call),
             workers=s.settings.workers,
             totals=totals(figures),
@@ -167,6 +173,8 @@ def busy_workers(call: Call[Q, B]) -> int | None:
     s = state(call)
     if s.dispatcher_health is None:
         return None  # `tickd api`: the workers are in another process
+    if call.domains is not None:
+        return None  # the workers are every domain's: not for a token limited to some
     value = s.metrics.registry.get_sample_value("tickd_busy_workers")
     return int(value or 0)
 
@@ -257,11 +265,19 @@ def late_out(job: Job, now: datetime) -> LateJobOut:
 class SessionOut(BaseModel):
     actor: str = Field(description="The token's name; `anonymous` when the API has no tokens")
     scope: str = Field(description="read, write or admin: what the dashboard offers to do")
+    domains: list[str] | None = Field(
+        default=None,
+        description="The only domains the token reaches, by name; null: every domain",
+    )
     now: datetime = Field(description="The daemon's clock, which relative times are shown against")
 
 
 async def session(call: Call[None, None]) -> Reply:
-    return Reply(SessionOut(actor=call.actor, scope=call.scope, now=state(call).clock.now()))
+    domains = None if call.domains is None else sorted(call.domains)
+    out = SessionOut(
+        actor=call.actor, scope=call.scope, domains=domains, now=state(call).clock.now()
+    )
+    return Reply(out)
 
 
 STATS_ROUTES: Routes = [

@@ -27,6 +27,7 @@ from tickd.api.mail_health import MailHealth
 from tickd.api.models import ExecutionOut, JobOut
 from tickd.api.problems import ApiError, field_error
 from tickd.api.routing import B, Call, Q, Reply
+from tickd.api.scoping import job_not_found, visible
 from tickd.handlers.product_store import ProductStore
 from tickd.scheduler.codec import execution_to_doc, job_to_doc, to_json_ready
 from tickd.scheduler.config.settings import Settings
@@ -166,9 +167,11 @@ def job_reply(job: Job, call: Call[Q, B], status: int = 200) -> Reply:
 
 
 async def load_job(call: Call[Q, B]) -> Job:
-    job = await state(call).jobs.get_job(call.path("job_id"))
+    """The job of the path; 404 when there is none or it is of a domain the token does not
+    reach."""
+    job = visible(call, await state(call).jobs.get_job(call.path("job_id")))
     if job is None:
-        raise ApiError(404, "Not Found", f"no job with id {call.path('job_id')!r}")
+        raise job_not_found(call.path("job_id"))
     return job
 
 
