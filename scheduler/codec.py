@@ -117,6 +117,8 @@ def job_to_doc(job: Job) -> Doc:
         "shards": job.shards,
         "managed_by": job.managed_by,
         "domain": job.domain,
+        "concurrency_key": job.concurrency_key,
+        "concurrency_limit": job.concurrency_limit,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
@@ -148,6 +150,9 @@ def job_from_doc(doc: Doc) -> Job:
         managed_by=doc.get("managed_by"),
         # A job stored before domains existed has none: it is in the default one.
         domain=doc.get("domain") or DEFAULT_DOMAIN,
+        # A job stored before keys existed names none.
+        concurrency_key=doc.get("concurrency_key"),
+        concurrency_limit=doc.get("concurrency_limit"),
         created_at=as_datetime(doc["created_at"], "created_at"),
         updated_at=as_datetime(doc["updated_at"], "updated_at"),
     )

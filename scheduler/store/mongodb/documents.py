@@ -119,6 +119,7 @@ DEFINITION_FIELDS = (
     "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
     "max_retries", "priority", "misfire", "jitter_seconds", "consecutive_failures",
     "paused_reason", "system", "updated_at", "redrive", "shards", "managed_by", "domain",
+    "concurrency_key", "concurrency_limit",
 )  # fmt: skip
 # Dead letters pruning keeps (DeadLetter.unhandled).
 UNHANDLED = [str(state) for state in DeadLetter if state.unhandled]

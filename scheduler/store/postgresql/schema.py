@@ -192,6 +192,15 @@ CREATE TABLE domains (
 CREATE INDEX jobs_due_by_domain ON jobs (domain, priority, next_run_at)
     WHERE enabled = 1 AND lease_token IS NULL;
 """,
+    f"""
+-- Each job's concurrency key and limit (scheduler/keys.py): NULL for the jobs written before,
+-- which name none.
+ALTER TABLE jobs ADD COLUMN concurrency_key {T};
+ALTER TABLE jobs ADD COLUMN concurrency_limit INTEGER;
+-- The leases of some keys, counted (running_by_key): only the leased jobs that name a key.
+CREATE INDEX jobs_keyed_leased ON jobs (concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND lease_token IS NOT NULL;
+""",
 ]
 VERSION = len(MIGRATIONS)
 

@@ -43,7 +43,7 @@ COLUMN_TYPES = {
     "lease_until": "int8", "fence": "int8", "revision": "int4", "consecutive_failures": "int4",
     "paused_reason": "text", "last_execution": "text", "system": "int4", "created_at": "int8",
     "updated_at": "int8", "redrive": "text", "shards": "int4", "managed_by": "text",
-    "domain": "text",
+    "domain": "text", "concurrency_key": "text", "concurrency_limit": "int4",
     "scheduled_at": "int8", "started_at": "int8", "finished_at": "int8",
     "duration_ms": "float8", "status": "text", "attempts": "int4", "error": "text",
     "result": "text", "owner": "text", "token": "int8", "dead_letter": "text", "shard": "int4",

@@ -121,8 +121,8 @@ JOB_DECODED = (
     "id", "name", "handler", "params", "schedule", "enabled", "next_run_at", "timeout_seconds",
     "max_retries", "priority", "misfire", "jitter_seconds", "lease_owner", "lease_token",
     "lease_until", "fence", "revision", "consecutive_failures", "paused_reason",
-    "last_execution", "system", "redrive", "shards", "managed_by", "domain", "created_at",
-    "updated_at",
+    "last_execution", "system", "redrive", "shards", "managed_by", "domain", "concurrency_key",
+    "concurrency_limit", "created_at", "updated_at",
 )  # fmt: skip
 PRIORITY_OF = {int(priority): priority for priority in Priority}
 
@@ -141,7 +141,7 @@ def job_from_row(row: Row) -> Job:
         id_, name, handler, params, schedule, enabled, next_run_at, timeout_seconds,
         max_retries, priority, misfire, jitter_seconds, lease_owner, lease_token, lease_until,
         fence, revision, consecutive_failures, paused_reason, last_execution, system, redrive,
-        shards, managed_by, domain, created_at, updated_at,
+        shards, managed_by, domain, concurrency_key, concurrency_limit, created_at, updated_at,
     ) = _job_columns(tuple(row.keys()))(tuple(row))  # fmt: skip
     return Job(
         id=id_,
@@ -169,6 +169,8 @@ def job_from_row(row: Row) -> Job:
         shards=int(shards),
         managed_by=managed_by,
         domain=domain,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
         created_at=_time(created_at),
         updated_at=_time(updated_at),
     )

@@ -137,6 +137,9 @@ ADDED_COLUMNS = {
         ("managed_by", "TEXT"),
         # The jobs of a database made before domains are in the default one (DEFAULT_DOMAIN).
         ("domain", "TEXT NOT NULL DEFAULT 'default'"),
+        # Both NULL for the jobs of a database made before keys: they name none.
+        ("concurrency_key", "TEXT"),
+        ("concurrency_limit", "INTEGER"),
     ],
     "executions": [
         ("dead_letter", "TEXT"),
@@ -176,6 +179,9 @@ CREATE INDEX IF NOT EXISTS run_requests_by_occurrence ON run_requests (job_id, o
 -- A due read of one domain seeks only its jobs here, as the others seek jobs_due.
 CREATE INDEX IF NOT EXISTS jobs_due_by_domain ON jobs (domain, priority, next_run_at)
     WHERE enabled = 1 AND lease_token IS NULL;
+-- The leases of some keys, counted (running_by_key): only the leased jobs that name a key.
+CREATE INDEX IF NOT EXISTS jobs_keyed_leased ON jobs (concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND lease_token IS NOT NULL;
 """
 # Dead letters that pruning must keep (DeadLetter.unhandled), as SQL.
 UNHANDLED = "('open', 'redriving')"
@@ -208,6 +214,8 @@ JOB_COLUMNS = [
     "shards",
     "managed_by",
     "domain",
+    "concurrency_key",
+    "concurrency_limit",
 ]
 EXECUTION_COLUMNS = [
     "id",
@@ -261,6 +269,8 @@ DEFINITION_COLUMNS = [
     "shards",
     "managed_by",
     "domain",
+    "concurrency_key",
+    "concurrency_limit",
 ]
 JSON_COLUMNS = {
     "params", "schedule", "misfire", "last_execution", "error", "result", "changes", "redrive",

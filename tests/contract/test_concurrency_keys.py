@@ -1,0 +1,111 @@
+"""A job's concurrency key and limit in the store, on every backend: they round-trip, a job
+stored before keys names none, a keyed job's partition follows its key, and the reads the
+owner of a key's partition admits its runs by (scheduler/keys.py)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+from pymongo import AsyncMongoClient
+
+from tests.conftest import T0, make_job
+from tests.fixtures.stores import opened
+from tickd.scheduler.codec import Doc
+from tickd.scheduler.model import Job, new_id
+from tickd.scheduler.ports.backends import JobChange, Store
+from tickd.scheduler.urls import local_path
+
+VENDOR = "endpoint:api.vendor.com"
+MAPS = "endpoint:maps.example.org"
+
+
+def keyed(name: str, key: str, limit: int = 2, **fields: Any) -> Job:
+    return make_job(name, concurrency_key=key, concurrency_limit=limit, **fields)
+
+
+def change_of(job: Job) -> JobChange:
+    return JobChange(
+        id=new_id(), job_id=job.id, job_name=job.name, at=T0, actor="ops", action="update",
+        changes={"concurrency_key": {"from": None, "to": job.concurrency_key}},
+    )  # fmt: skip
+
+
+async def test_a_jobs_key_and_limit_round_trip_and_default_to_none(store: Store) -> None:
+    limited, plain = keyed("vendor-sync", VENDOR, 3), make_job("cleanup")
+    await store.insert_missing_jobs([limited, plain])
+
+    assert await store.get_job(limited.id) == limited
+    assert await store.get_job_by_name("vendor-sync") == limited
+    read = await store.get_job(plain.id)
+    assert read is not None and read.concurrency_key is None and read.concurrency_limit is None
+
+
+async def test_a_replace_sets_changes_and_drops_a_jobs_key(store: Store) -> None:
+    job = make_job("report")
+    await store.insert_job(job)
+    revision = job.revision
+    for key, limit in ((VENDOR, 1), (MAPS, 5), (None, None)):
+        wanted = replace(job, concurrency_key=key, concurrency_limit=limit)
+        stored = await store.replace_job(wanted, revision, change_of(wanted))
+        assert stored is not None
+        assert (stored.concurrency_key, stored.concurrency_limit) == (key, limit)
+        assert await store.get_job(job.id) == stored
+        revision = stored.revision
+
+
+async def test_a_job_stored_before_keys_names_none(store_url: str) -> None:
+    """A database an older tickd wrote: SQLite's jobs table without the columns (added at the
+    next open), PostgreSQL's without them and the record of the migration that adds them,
+    MongoDB's job documents without the fields (which an older instance keeps writing)."""
+    older, newer = make_job("older"), keyed("newer", VENDOR)
+    async with opened(store_url) as store:
+        await store.insert_missing_jobs([older])
+    await as_before_keys(store_url)
+
+    async with opened(store_url) as store:
+        read = await store.get_job(older.id)
+        assert read is not None
+        assert (read.concurrency_key, read.concurrency_limit) == (None, None)
+        assert read == older
+        await store.insert_job(newer)
+        assert await store.get_job(newer.id) == newer
+
+
+# PostgreSQL's schema version that adds the jobs' concurrency key and limit.
+JOB_KEYS_VERSION = 6
+
+
+async def as_before_keys(url: str) -> None:
+    """The database at `url` as a tickd from before keys left it: no key nor limit on the jobs."""
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        db = sqlite3.connect(local_path(url))
+        try:
+            db.executescript(
+                "DROP INDEX jobs_keyed_leased; ALTER TABLE jobs DROP COLUMN concurrency_key; "
+                "ALTER TABLE jobs DROP COLUMN concurrency_limit;"
+            )
+        finally:
+            db.close()
+    elif scheme == "postgresql":
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(
+                "ALTER TABLE jobs DROP COLUMN concurrency_key, DROP COLUMN concurrency_limit"
+            )
+            await connection.execute(
+                "DELETE FROM schema_version WHERE version = $1", JOB_KEYS_VERSION
+            )
+        finally:
+            await connection.close()
+    else:
+        client: AsyncMongoClient[Doc] = AsyncMongoClient(url)
+        try:
+            jobs = client.get_default_database()["jobs"]
+            await jobs.update_many({}, {"$unset": {"concurrency_key": "", "concurrency_limit": ""}})
+        finally:
+            await client.close()
