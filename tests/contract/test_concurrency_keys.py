@@ -10,12 +10,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
+import pytest
 from pymongo import AsyncMongoClient
 
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.model import Job, new_id
+from tickd.scheduler.partitions import job_partition, partition_of
 from tickd.scheduler.ports.backends import JobChange, Store
 from tickd.scheduler.urls import local_path
 
@@ -55,6 +57,54 @@ async def test_a_replace_sets_changes_and_drops_a_jobs_key(store: Store) -> None
         assert (stored.concurrency_key, stored.concurrency_limit) == (key, limit)
         assert await store.get_job(job.id) == stored
         revision = stored.revision
+
+
+async def stored_part(url: str, job_id: str) -> int | None:
+    """The partition the database at `url` keeps the job in (`part`)."""
+    if urlsplit(url).scheme == "postgresql":
+        connection = await asyncpg.connect(url)
+        try:
+            return await connection.fetchval("SELECT part FROM jobs WHERE id = $1", job_id)  # type: ignore[no-any-return]
+        finally:
+            await connection.close()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(url)
+    try:
+        doc = await client.get_default_database()["jobs"].find_one({"_id": job_id})
+        assert doc is not None
+        return doc["part"]  # type: ignore[no-any-return]
+    finally:
+        await client.close()
+
+
+async def test_a_jobs_partition_follows_its_key_through_every_write(store_url: str) -> None:
+    """Inserted with a key, in the key's partition; a replace that changes the key moves it to
+    the new key's, one that drops the key back to its own (by id). SQLite keeps no partition:
+    one process reads them all."""
+    if urlsplit(store_url).scheme == "sqlite":
+        pytest.skip("SQLite keeps no partition")
+    # An id whose partition is neither key's, so that each move shows.
+    job, seeded = keyed("vendor-sync", VENDOR, id="vendor-sync-job"), keyed("seeded", MAPS)
+    async with opened(store_url) as store:
+        count = store.partition_count
+        parts = {partition_of(name, count) for name in (VENDOR, MAPS, job.id)}
+        assert len(parts) == 3
+        await store.insert_job(job)
+        await store.insert_missing_jobs([seeded])
+        assert await stored_part(store_url, job.id) == partition_of(VENDOR, count)
+        assert await stored_part(store_url, seeded.id) == partition_of(MAPS, count)
+
+        revision = job.revision
+        for key, limit in ((MAPS, 1), (None, None), (VENDOR, 4)):
+            wanted = replace(job, concurrency_key=key, concurrency_limit=limit)
+            stored = await store.replace_job(wanted, revision, change_of(wanted))
+            assert stored is not None
+            assert await stored_part(store_url, job.id) == job_partition(wanted, count)
+            revision = stored.revision
+        # A replace given the job as read writes only the schedule state it changes; the
+        # partition, whenever.
+        moved = replace(stored, concurrency_key=MAPS)
+        assert await store.replace_job(moved, revision, change_of(moved), read=stored)
+        assert await stored_part(store_url, job.id) == partition_of(MAPS, count)
 
 
 async def test_a_job_stored_before_keys_names_none(store_url: str) -> None:

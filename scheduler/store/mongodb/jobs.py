@@ -59,6 +59,8 @@ class MongoJobs(MongoCollections):
     ) -> Job | None:
         doc = job_document(job, self.partition_count)
         fields = {k: doc[k] for k in DEFINITION_FIELDS}
+        # The partition follows the concurrency key: the key's owner admits the job's runs.
+        fields["part"] = doc["part"]
         fields.update({f"{k}_us": doc[f"{k}_us"] for k in ("next_run_at", "updated_at")})
         for unchanged in unchanged_state(job, read):
             fields.pop(unchanged)

@@ -55,8 +55,10 @@ class PostgresJobs(PostgresTables):
             f"{column} = {args(value, COLUMN_TYPES[column])}"
             for column, value in zip(columns, to_row(job_doc(job), columns), strict=True)
         )
+        # The partition follows the concurrency key: the key's owner admits the job's runs.
+        part = args(job_partition(job, self.partition_count), "int4")
         sql = (
-            f"UPDATE jobs SET {assignments}, revision = revision + 1 "
+            f"UPDATE jobs SET {assignments}, part = {part}, revision = revision + 1 "
             f"WHERE id = {args(job.id, 'text')} AND revision = {args(expected_revision, 'int4')} "
             "RETURNING *"
         )
