@@ -120,6 +120,13 @@ class DispatchStore(Protocol):
         of `reap_expired_leases`: ended (`end_leases`), or expired by `now` and held by
         `instance` itself or by an owner with no heartbeat record."""
 
+    async def running_by_key(self, keys: Sequence[str]) -> dict[str, int]:
+        """For each of `keys`, how many jobs naming it as their concurrency key hold a lease now
+        (live or expired: until it is given back, reaped or ended), in one round trip; a key
+        none holds is absent. No keys: {}, without a round trip. The owner of a key's partition
+        counts the key's runs in flight by it, those of a previous owner's runs too
+        (scheduler/keys.py)."""
+
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         """Compare-and-set a batch: each job takes its claim's lease and fencing token only if its
         revision and next_run_at are still those the claim read and it has no lease.

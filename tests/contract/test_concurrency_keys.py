@@ -5,7 +5,9 @@ owner of a key's partition admits its runs by (scheduler/keys.py)."""
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,7 +20,8 @@ from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.model import Job, new_id
 from tickd.scheduler.partitions import job_partition, partition_of
-from tickd.scheduler.ports.backends import JobChange, Store
+from tickd.scheduler.ports.backends import Claim, JobChange, Store
+from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.urls import local_path
 
 VENDOR = "endpoint:api.vendor.com"
@@ -159,3 +162,42 @@ async def as_before_keys(url: str) -> None:
             await jobs.update_many({}, {"$unset": {"concurrency_key": "", "concurrency_limit": ""}})
         finally:
             await client.close()
+
+
+def claim_of(job: Job, owner: str = "instance-a", *, minutes: int = 5) -> Claim:
+    until = T0 + timedelta(minutes=minutes)
+    return Claim(
+        job_id=job.id, revision=job.revision, next_run_at=job.next_run_at, owner=owner, until=until
+    )
+
+
+def round_trips() -> Counter[tuple[str, str]]:
+    return Counter(STORE_OPERATIONS.snapshot())
+
+
+async def test_the_runs_of_some_keys_are_the_leased_jobs_naming_them(store: Store) -> None:
+    """Counted in one round trip: the jobs of the keys asked that hold a lease, live or expired,
+    of any owner; not the free ones, nor other keys', nor the jobs that name none."""
+    vendor = [keyed(f"vendor-{i}", VENDOR) for i in range(4)]
+    maps, other, plain = keyed("maps", MAPS), keyed("other", "other-key"), make_job("plain")
+    await store.insert_missing_jobs([*vendor, maps, other, plain])
+    assert await store.running_by_key([VENDOR, MAPS]) == {}
+
+    held = [vendor[0], vendor[1], maps, other, plain]
+    won = await store.claim_jobs([claim_of(job) for job in held], T0)
+    assert len(won) == len(held)
+    # Another instance's lease, expired and not reaped yet, counts as the caller's do.
+    assert await store.claim_jobs([claim_of(vendor[2], "instance-b", minutes=-1)], T0)
+
+    before = round_trips()
+    assert await store.running_by_key([VENDOR, MAPS, "nobody"]) == {VENDOR: 3, MAPS: 1}
+    assert sum((round_trips() - before).values()) == 1
+    assert await store.running_by_key(["other-key"]) == {"other-key": 1}
+    before = round_trips()
+    assert await store.running_by_key([]) == {}
+    assert round_trips() == before
+
+    given_back = next(job for job in won if job.id == vendor[0].id)
+    assert given_back.lease is not None
+    await store.give_back([(given_back.id, given_back.lease.token)])
+    assert await store.running_by_key([VENDOR, MAPS]) == {VENDOR: 2, MAPS: 1}

@@ -164,6 +164,18 @@ class MongoDispatch(MongoRequests):
         return found
 
     @translating_errors
+    async def running_by_key(self, keys: Sequence[str]) -> dict[str, int]:
+        """One aggregate over the leased jobs (`leased`, an equality FerretDB pushes down):
+        those of the runs in flight, few whatever the queue. FerretDB pushes no `$in` down and
+        decodes each of them, so an index on the key would not narrow the read there."""
+        if not keys:
+            return {}
+        held = {**LEASED, "concurrency_key": {"$in": list(keys)}}
+        by_key = {"_id": "$concurrency_key", "running": {"$sum": 1}}
+        cursor = await self.jobs.aggregate([{"$match": held}, {"$group": by_key}])
+        return {doc["_id"]: int(doc["running"]) async for doc in cursor}
+
+    @translating_errors
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         if not claims:
             return []

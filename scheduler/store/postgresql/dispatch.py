@@ -65,6 +65,11 @@ WHERE id IN (
 ) AND status = $6
 RETURNING *
 """
+# A seek into jobs_keyed_leased for each key: only the leased jobs that name one are read.
+RUNNING_BY_KEY = (
+    "SELECT concurrency_key, count(*) FROM jobs WHERE concurrency_key = ANY ($1::text[]) "
+    "AND lease_token IS NOT NULL GROUP BY concurrency_key"
+)
 GIVE_BACK_SQL = (
     f"UPDATE jobs SET {CLEAR_LEASE} FROM unnest($1::text[], $2::int8[]) AS l(id, token) "
     "WHERE jobs.id = l.id AND jobs.lease_token = l.token"
@@ -302,6 +307,12 @@ class PostgresDispatch(PostgresTables):
             exclude_domains=exclude_domains,
         )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
+
+    async def running_by_key(self, keys: Sequence[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        rows = await self._fetch(RUNNING_BY_KEY, list(keys))
+        return {str(row[0]): int(row[1]) for row in rows}
 
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         if not claims:

@@ -145,6 +145,18 @@ class SQLiteDispatch(SQLiteTables):
                 claimed.append(job_from_row(row))
         return claimed
 
+    async def running_by_key(self, keys: Sequence[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        # A seek into jobs_keyed_leased for each key.
+        sql = (
+            "SELECT concurrency_key, COUNT(*) FROM jobs "
+            f"WHERE concurrency_key IN ({','.join('?' * len(keys))}) AND lease_token IS NOT NULL "
+            "GROUP BY concurrency_key"
+        )
+        rows = await self._run(lambda db: db.execute(sql, tuple(keys)).fetchall(), at_once=True)
+        return {str(key): int(count) for key, count in rows}
+
     async def claim_jobs(self, claims: Sequence[Claim], now: datetime) -> list[Job]:
         if not claims:
             return []
