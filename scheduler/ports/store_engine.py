@@ -53,6 +53,7 @@ class DispatchStore(Protocol):
         in_turn: bool = False,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job]:
         """Enabled jobs with next_run_at <= now and no lease, most urgent first.
 
@@ -76,7 +77,10 @@ class DispatchStore(Protocol):
         those: the due queue can then be shared between domains, each busy domain's head read
         on its own and the others' together. Both hold in every read the call makes (of the
         jobs in `first` too). A job stored without a domain (by a tickd from before domains) is
-        in the default one (DEFAULT_DOMAIN, scheduler/domains.py)."""
+        in the default one (DEFAULT_DOMAIN, scheduler/domains.py).
+
+        With `exclude_keys`, no job naming one of those concurrency keys (those at their limit,
+        scheduler/keys.py), in every read as well; the jobs naming no key are kept."""
 
     async def claim_due_jobs(
         self,
@@ -91,6 +95,7 @@ class DispatchStore(Protocol):
         partitions: Sequence[int] | None = None,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job] | None:
         """`due_jobs(horizon, ...)` and their claims at once, where the store can read and
         claim in one step: the jobs as claimed, in due_jobs' order. A job another claimer holds
@@ -106,13 +111,15 @@ class DispatchStore(Protocol):
         *,
         exclude_handlers: Sequence[str] = (),
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Up to `limit` requests whose not_before has passed, of jobs with no lease and whose
         handler is not among `exclude_handlers` (those at their concurrency limit) nor domain
-        among `exclude_domains` (those at their cap of runs in flight), each with its job as it
-        is now; ordered by not_before, then id. The requests left out are left out before the
-        limit applies. A job with several due requests appears once for each.
+        among `exclude_domains` (those at their cap of runs in flight) nor concurrency key
+        among `exclude_keys` (those at their limit), each with its job as it is now; ordered by
+        not_before, then id. The requests left out are left out before the limit applies. A job
+        with several due requests appears once for each.
 
         Shard entries are due too, while their job's lease is still their occurrence's: those
         not ended and not leased, or whose lease may be taken over (its instance died: the shard

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -18,14 +19,15 @@ from pymongo import AsyncMongoClient
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
-from tickd.scheduler.model import Job, new_id
+from tickd.scheduler.model import Job, Priority, new_id
 from tickd.scheduler.partitions import job_partition, partition_of
-from tickd.scheduler.ports.backends import Claim, JobChange, Store
+from tickd.scheduler.ports.backends import Claim, JobChange, LeaseTerms, RunRequest, Store
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.urls import local_path
 
 VENDOR = "endpoint:api.vendor.com"
 MAPS = "endpoint:maps.example.org"
+LEASE = LeaseTerms(owner="instance-a", margin_seconds=30.0)
 
 
 def keyed(name: str, key: str, limit: int = 2, **fields: Any) -> Job:
@@ -96,17 +98,17 @@ async def test_a_jobs_partition_follows_its_key_through_every_write(store_url: s
         assert await stored_part(store_url, job.id) == partition_of(VENDOR, count)
         assert await stored_part(store_url, seeded.id) == partition_of(MAPS, count)
 
-        revision = job.revision
+        last = job
         for key, limit in ((MAPS, 1), (None, None), (VENDOR, 4)):
             wanted = replace(job, concurrency_key=key, concurrency_limit=limit)
-            stored = await store.replace_job(wanted, revision, change_of(wanted))
+            stored = await store.replace_job(wanted, last.revision, change_of(wanted))
             assert stored is not None
             assert await stored_part(store_url, job.id) == job_partition(wanted, count)
-            revision = stored.revision
+            last = stored
         # A replace given the job as read writes only the schedule state it changes; the
         # partition, whenever.
-        moved = replace(stored, concurrency_key=MAPS)
-        assert await store.replace_job(moved, revision, change_of(moved), read=stored)
+        moved = replace(last, concurrency_key=MAPS)
+        assert await store.replace_job(moved, last.revision, change_of(moved), read=last)
         assert await stored_part(store_url, job.id) == partition_of(MAPS, count)
 
 
@@ -201,3 +203,110 @@ async def test_the_runs_of_some_keys_are_the_leased_jobs_naming_them(store: Stor
     assert given_back.lease is not None
     await store.give_back([(given_back.id, given_back.lease.token)])
     assert await store.running_by_key([VENDOR, MAPS]) == {VENDOR: 2, MAPS: 1}
+
+
+def due_with_keys() -> list[Job]:
+    """Jobs due at T0, of two keys and of none, each of a priority and a time that puts it
+    between the others' in the order of the due reads."""
+
+    def job(name: str, key: str | None, priority: Priority, seconds_ago: int) -> Job:
+        due = T0 - timedelta(seconds=seconds_ago)
+        limit = None if key is None else 2
+        return make_job(
+            name, concurrency_key=key, concurrency_limit=limit, priority=priority, next_run_at=due
+        )
+
+    return [
+        job("vendor-critical", VENDOR, Priority.CRITICAL, 1),
+        job("vendor-starved", VENDOR, Priority.NORMAL, 4),
+        job("vendor-low", VENDOR, Priority.LOW, 5),
+        job("maps-high", MAPS, Priority.HIGH, 2),
+        job("maps-old", MAPS, Priority.LOW, 7),
+        job("plain-normal", None, Priority.NORMAL, 3),
+        job("plain-old", None, Priority.LOW, 6),
+    ]
+
+
+def names(jobs: Sequence[Job]) -> list[str]:
+    return [job.name for job in jobs]
+
+
+async def test_a_due_read_leaves_out_the_jobs_of_the_keys_excluded(store: Store) -> None:
+    """In each read (the jobs named first, the starved, the rest by urgency), before the limit:
+    a job of an excluded key never takes the place of one that could run."""
+    jobs = due_with_keys()
+    await store.insert_missing_jobs(jobs)
+    by_name = {job.name: job for job in jobs}
+
+    async def due(limit: int = 10, **filters: Any) -> list[str]:
+        return names(await store.due_jobs(T0, limit, **filters))
+
+    every = [
+        "vendor-critical", "maps-high", "vendor-starved", "plain-normal", "maps-old", "plain-old",
+        "vendor-low",
+    ]  # fmt: skip
+    assert await due() == await due(exclude_keys=["nobody"]) == every
+    assert await due(exclude_keys=[VENDOR]) == [
+        "maps-high",
+        "plain-normal",
+        "maps-old",
+        "plain-old",
+    ]
+    assert await due(2, exclude_keys=[VENDOR]) == ["maps-high", "plain-normal"]
+    assert await due(exclude_keys=[VENDOR, MAPS]) == ["plain-normal", "plain-old"]
+
+    reads: dict[str, Any] = {
+        "first": [by_name["vendor-low"].id, by_name["maps-old"].id],
+        "starved_before": T0 - timedelta(seconds=2.5),
+    }
+    assert await due(**reads) == [
+        "maps-old", "vendor-low", "plain-old", "vendor-starved", "plain-normal", "vendor-critical",
+        "maps-high",
+    ]  # fmt: skip
+    kept = ["maps-old", "plain-old", "plain-normal", "maps-high"]
+    assert await due(exclude_keys=[VENDOR], **reads) == kept
+    parts = sorted({job_partition(job, store.partition_count) for job in jobs})
+    in_turn: dict[str, Any] = {"partitions": parts, "in_turn": True}  # FerretDB's own order
+    assert sorted(await due(exclude_keys=[VENDOR], **reads, **in_turn)) == sorted(kept)
+
+    # Where the store claims as it reads, the claim leaves them out as the read does.
+    claimed = await store.claim_due_jobs(T0, T0, 2, lease=LEASE, exclude_keys=[VENDOR])
+    if claimed is None:  # the store reads with due_jobs, then claims
+        return
+    assert names(claimed) == ["maps-high", "plain-normal"]
+    rest = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, exclude_keys=[MAPS], **reads)
+    assert rest is not None
+    assert names(rest) == ["vendor-low", "plain-old", "vendor-starved", "vendor-critical"]
+    assert await due() == ["maps-old"]
+
+
+def request_for(job: Job, seconds: int) -> RunRequest:
+    at = T0 - timedelta(seconds=seconds)
+    return RunRequest(
+        id=new_id(), job_id=job.id, scheduled_at=at, reason="trigger", not_before=at, created_at=at
+    )
+
+
+async def test_the_due_requests_leave_out_those_of_the_keys_excluded(store: Store) -> None:
+    """Before the limit, as the requests of excluded handlers and domains are."""
+    vendor, maps, plain = keyed("vendor", VENDOR), keyed("maps", MAPS), make_job("plain")
+    await store.insert_missing_jobs([vendor, maps, plain])
+    # Oldest first: vendor's, then maps', then plain's.
+    await store.insert_run_requests(
+        [
+            request_for(vendor, 9),
+            request_for(vendor, 8),
+            request_for(maps, 7),
+            request_for(plain, 6),
+        ]
+    )
+
+    async def due(limit: int = 10, **filters: Any) -> list[str]:
+        pairs = await store.due_run_requests(T0, limit, **filters)
+        return [job.name for _, job in pairs]
+
+    assert await due() == ["vendor", "vendor", "maps", "plain"]
+    assert await due(exclude_keys=["nobody"]) == ["vendor", "vendor", "maps", "plain"]
+    assert await due(2, exclude_keys=[VENDOR]) == ["maps", "plain"]
+    assert await due(exclude_keys=[VENDOR, MAPS]) == ["plain"]
+    assert await due(1, exclude_keys=[MAPS], exclude_handlers=["noop"]) == []

@@ -87,6 +87,7 @@ class MongoDispatch(MongoRequests):
         partitions: Sequence[int] | None = None,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
@@ -103,12 +104,19 @@ class MongoDispatch(MongoRequests):
         in_turn: bool = False,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job]:
         """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
         starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
         where the ones before it left off. On FerretDB, with `partitions` `in_turn`, a read a
         partition instead (see `_due_by_partition`)."""
-        due = due_filter(now, exclude_handlers, domains=domains, exclude_domains=exclude_domains)
+        due = due_filter(
+            now,
+            exclude_handlers,
+            domains=domains,
+            exclude_domains=exclude_domains,
+            exclude_keys=exclude_keys,
+        )
         if partitions is not None and in_turn and self.on_ferretdb:
             return await self._due_by_partition(due, limit, starved_before, first, partitions)
         if partitions is not None:  # and the jobs an older tickd wrote, without one

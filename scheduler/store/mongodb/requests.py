@@ -85,16 +85,17 @@ class MongoRequests(MongoCollections):
         *,
         exclude_handlers: Sequence[str] = (),
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
-        """Two reads a page: the due requests, then their jobs (those not leased nor on an
-        excluded handler). Usually one page; another only while requests left out filled the
-        one before."""
+        """Two reads a page: the due requests, then their jobs (those not leased, nor of an
+        excluded handler, domain or key). Usually one page; another only while requests left
+        out filled the one before."""
         pairs: list[tuple[RunRequest, Job]] = []
         after: RunRequest | None = None
         while len(pairs) < limit:
             page = await self._due_requests_page(now, after, limit)
-            excluded = (exclude_handlers, exclude_domains)
+            excluded = (exclude_handlers, exclude_domains, exclude_keys)
             free = await self._with_free_jobs(page, excluded, now, instance)
             pairs += free[: limit - len(pairs)]
             if len(page) < limit:
@@ -121,7 +122,7 @@ class MongoRequests(MongoCollections):
     async def _with_free_jobs(
         self,
         requests: list[RunRequest],
-        excluded: tuple[Sequence[str], Sequence[str]],  # handlers, domains
+        excluded: tuple[Sequence[str], Sequence[str], Sequence[str]],  # handlers, domains, keys
         now: datetime,
         instance: str | None,
     ) -> list[tuple[RunRequest, Job]]:
@@ -130,11 +131,13 @@ class MongoRequests(MongoCollections):
         job_ids = {r.job_id for r in requests}
         by_id = self._jobs_by_id if self.on_ferretdb else self._jobs_in
         found = await by_id(job_ids)
-        handlers, domains = excluded
+        handlers, domains, keys = excluded
         jobs = {
             job_id: job
             for job_id, job in found.items()
-            if job.handler not in handlers and job.domain not in domains
+            if job.handler not in handlers
+            and job.domain not in domains
+            and (job.concurrency_key is None or job.concurrency_key not in keys)
         }
         paired = [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job)]
         held = {r.id: r.lease for r, _ in paired if r.lease is not None}

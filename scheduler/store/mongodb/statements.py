@@ -55,10 +55,13 @@ def due_filter(
     *,
     domains: Sequence[str] | None = None,
     exclude_domains: Sequence[str] = (),
+    exclude_keys: Sequence[str] = (),
 ) -> Doc:
     due: Doc = {**FREE, "next_run_at_us": {"$lte": exact_micros(now)}}
     if exclude_handlers:
         due["handler"] = {"$nin": list(exclude_handlers)}
+    if exclude_keys:  # $nin keeps the jobs without a key (null or missing)
+        due["concurrency_key"] = {"$nin": list(exclude_keys)}
     return due | in_domains(domains, exclude_domains)
 
 

@@ -22,6 +22,7 @@ from tickd.scheduler.store.postgresql.statements import (
     insert_events,
     takeable_job_lease,
     upsert_executions,
+    without_keys,
     write_events,
 )
 from tickd.scheduler.store.sqlite.rows import Row, execution_from_row, execution_row, job_from_row
@@ -86,11 +87,12 @@ def due_where(
     among_first: bool = False,
     domains: Sequence[str] | None = None,
     exclude_domains: Sequence[str] = (),
+    exclude_keys: Sequence[str] = (),
 ) -> str:
     """Free jobs due by `before` whose handlers are not `excluded`, in `parts` (None: in any
     partition; a job an older tickd wrote, without one, is in every), in `domains` (None: in
-    any) and not in `exclude_domains`; with `first`, those named there (`among_first`) or the
-    others."""
+    any) and not in `exclude_domains`, naming no key or one not in `exclude_keys`; with
+    `first`, those named there (`among_first`) or the others."""
     due = (
         f"{FREE} AND next_run_at <= {args(before, 'int8')} "
         f"AND handler <> ALL ({args(list(excluded), 'text[]')})"
@@ -105,6 +107,8 @@ def due_where(
         due += f" AND domain = ANY ({args(list(domains), 'text[]')})"
     if exclude_domains:
         due += f" AND domain <> ALL ({args(list(exclude_domains), 'text[]')})"
+    if exclude_keys:
+        due += f" AND {without_keys(args, exclude_keys)}"
     if first:
         named = f"id = ANY ({args(list(first), 'text[]')})"
         due += f" AND {named}" if among_first else f" AND NOT {named}"
@@ -135,6 +139,7 @@ def _reads(
     lock: str,
     domains: Sequence[str] | None,
     exclude_domains: Sequence[str],
+    exclude_keys: Sequence[str] = (),
 ) -> list[str]:
     """The due reads in turn (the jobs named `first`; the starved, oldest first; the others by
     urgency), each walking an index and stopping at the limit, no job in two of them. The last
@@ -150,6 +155,7 @@ def _reads(
             among_first=among_first,
             domains=domains,
             exclude_domains=exclude_domains,
+            exclude_keys=exclude_keys,
         )
 
     at = exact_micros(now)
@@ -196,10 +202,22 @@ def due_sql(
     *,
     domains: Sequence[str] | None = None,
     exclude_domains: Sequence[str] = (),
+    exclude_keys: Sequence[str] = (),
 ) -> tuple[str, list[Any]]:
     """DispatchStore.due_jobs in one statement, and its arguments."""
     args = Args(limit)
-    reads = _reads(args, now, excluded, starved_before, first, parts, "", domains, exclude_domains)
+    reads = _reads(
+        args,
+        now,
+        excluded,
+        starved_before,
+        first,
+        parts,
+        "",
+        domains,
+        exclude_domains,
+        exclude_keys,
+    )
     return (reads[0] if len(reads) == 1 else _in_turn(reads)), args.values
 
 
@@ -215,6 +233,7 @@ def claim_due_sql(
     *,
     domains: Sequence[str] | None = None,
     exclude_domains: Sequence[str] = (),
+    exclude_keys: Sequence[str] = (),
 ) -> tuple[str, list[Any]]:
     """DispatchStore.claim_due_jobs in one statement, and its arguments: the due reads, each
     locking the rows it takes and passing over those another claimer holds, so that two
@@ -225,7 +244,16 @@ def claim_due_sql(
     args = Args(limit)
     lock = " FOR UPDATE SKIP LOCKED"
     reads = _reads(
-        args, horizon, excluded, starved_before, first, parts, lock, domains, exclude_domains
+        args,
+        horizon,
+        excluded,
+        starved_before,
+        first,
+        parts,
+        lock,
+        domains,
+        exclude_domains,
+        exclude_keys,
     )
     start = args(exact_micros(now), "int8")
     until = (
@@ -267,6 +295,7 @@ class PostgresDispatch(PostgresTables):
         in_turn: bool = False,  # one statement reads every partition given
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job]:
         sql, args = due_sql(
             now,
@@ -277,6 +306,7 @@ class PostgresDispatch(PostgresTables):
             partitions,
             domains=domains,
             exclude_domains=exclude_domains,
+            exclude_keys=exclude_keys,
         )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
@@ -293,6 +323,7 @@ class PostgresDispatch(PostgresTables):
         partitions: Sequence[int] | None = None,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job] | None:
         sql, args = claim_due_sql(
             now,
@@ -305,6 +336,7 @@ class PostgresDispatch(PostgresTables):
             partitions,
             domains=domains,
             exclude_domains=exclude_domains,
+            exclude_keys=exclude_keys,
         )
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 

@@ -18,6 +18,7 @@ from tickd.scheduler.store.postgresql.statements import (
     release_sql,
     release_values,
     takeable,
+    without_keys,
     write_events,
 )
 from tickd.scheduler.store.sqlite.rows import (
@@ -90,6 +91,7 @@ class PostgresRequests(PostgresTables):
         *,
         exclude_handlers: Sequence[str] = (),
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         args = Args(micros(now))
@@ -102,7 +104,8 @@ class PostgresRequests(PostgresTables):
             f"AND (r.lease_token IS NULL OR ({takeable('r', args, now, instance)})))) "
             f"AND j.handler <> ALL ({args(list(exclude_handlers), 'text[]')}) "
             f"AND j.domain <> ALL ({args(list(exclude_domains), 'text[]')}) "
-            f"ORDER BY r.not_before, r.id LIMIT {args(limit, 'int8')}"
+            + (f"AND {without_keys(args, exclude_keys, 'j')} " if exclude_keys else "")
+            + f"ORDER BY r.not_before, r.id LIMIT {args(limit, 'int8')}"
         )
 
         requests = await self._fetch(sql, *args.values)

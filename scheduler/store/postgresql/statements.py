@@ -327,3 +327,10 @@ def execution_filters(args: Args, query: ExecutionQuery) -> list[str]:
         at, before_id = args(micros(query.before[0]), "int8"), args(query.before[1], "text")
         where.append(f"(scheduled_at, id) < ({at}, {before_id})")
     return where
+
+
+def without_keys(args: Args, keys: Sequence[str], table: str = "") -> str:
+    """The jobs (of `table`, the alias, if given) naming no key or one not among `keys`: `<>
+    ALL` alone would leave out the jobs naming none (NULL)."""
+    key = f"{table}.concurrency_key" if table else "concurrency_key"
+    return f"({key} IS NULL OR {key} <> ALL ({args(list(keys), 'text[]')}))"

@@ -40,6 +40,7 @@ from tickd.scheduler.store.sqlite.statements import (
     abandoned_for_good_in,
     insert_sql,
     takeable_args,
+    without_keys,
     write_events,
 )
 
@@ -72,6 +73,7 @@ class SQLiteDispatch(SQLiteTables):
         partitions: Sequence[int] | None = None,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
@@ -88,6 +90,7 @@ class SQLiteDispatch(SQLiteTables):
         in_turn: bool = False,
         domains: Sequence[str] | None = None,
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
     ) -> list[Job]:
         due = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
         others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time
@@ -99,6 +102,9 @@ class SQLiteDispatch(SQLiteTables):
         if exclude_domains:
             due += f" AND domain NOT IN ({','.join('?' * len(exclude_domains))})"
             others += tuple(exclude_domains)
+        if exclude_keys:
+            due += f" AND {without_keys(len(exclude_keys))}"
+            others += tuple(exclude_keys)
         # One seek per priority into the due index, in its order: no sort, and jobs not due yet
         # are never read (without the IN, SQLite walks them or sorts every due job).
         by_urgency = f" AND priority IN {PRIORITIES} ORDER BY priority, next_run_at LIMIT ?"

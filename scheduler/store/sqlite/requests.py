@@ -34,6 +34,7 @@ from tickd.scheduler.store.sqlite.statements import (
     release_sql,
     takeable,
     takeable_args,
+    without_keys,
     write_events,
 )
 
@@ -84,6 +85,7 @@ class SQLiteRequests(SQLiteTables):
         *,
         exclude_handlers: Sequence[str] = (),
         exclude_domains: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
         instance: str | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         excluded = ",".join("?" * len(exclude_handlers))
@@ -97,6 +99,7 @@ class SQLiteRequests(SQLiteTables):
             f"AND (r.lease_token IS NULL OR ({takeable('r')}))))"
             + (f" AND j.handler NOT IN ({excluded})" if excluded else "")
             + (f" AND j.domain NOT IN ({capped})" if capped else "")
+            + (f" AND {without_keys(len(exclude_keys), 'j')}" if exclude_keys else "")
             + " ORDER BY r.not_before, r.id LIMIT ?"
         )
         args = (
@@ -104,6 +107,7 @@ class SQLiteRequests(SQLiteTables):
             *takeable_args(now, instance),
             *exclude_handlers,
             *exclude_domains,
+            *exclude_keys,
             limit,
         )
 

@@ -296,3 +296,10 @@ INSTANCE_VIEWS = (
     "SELECT i.id, i.beat_at, i.status, (SELECT count(*) FROM partitions AS p WHERE p.owner = i.id) "
     "FROM instances AS i ORDER BY i.id"
 )
+
+
+def without_keys(count: int, table: str = "") -> str:
+    """The jobs (of `table`, the alias, if given) naming no key or none of `count` keys (its
+    arguments): NOT IN alone would leave out the jobs naming none (NULL)."""
+    key = f"{table}.concurrency_key" if table else "concurrency_key"
+    return f"({key} IS NULL OR {key} NOT IN ({','.join('?' * count)}))"
