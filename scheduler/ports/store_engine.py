@@ -113,6 +113,7 @@ class DispatchStore(Protocol):
         exclude_domains: Sequence[str] = (),
         exclude_keys: Sequence[str] = (),
         instance: str | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Up to `limit` requests whose not_before has passed, of jobs with no lease and whose
         handler is not among `exclude_handlers` (those at their concurrency limit) nor domain
@@ -120,6 +121,11 @@ class DispatchStore(Protocol):
         among `exclude_keys` (those at their limit), each with its job as it is now; ordered by
         not_before, then id. The requests left out are left out before the limit applies. A job
         with several due requests appears once for each.
+
+        With `partitions` (None: all), the requests of a job naming a concurrency key are read
+        only where its partition (its key's) is among them, so that the key's owner alone
+        admits its runs; those of the jobs naming none are read whatever the partitions. SQLite,
+        one process's, reads them all.
 
         Shard entries are due too, while their job's lease is still their occurrence's: those
         not ended and not leased, or whose lease may be taken over (its instance died: the shard

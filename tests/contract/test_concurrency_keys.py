@@ -23,6 +23,7 @@ from tickd.scheduler.model import Job, Priority, new_id
 from tickd.scheduler.partitions import job_partition, partition_of
 from tickd.scheduler.ports.backends import Claim, JobChange, LeaseTerms, RunRequest, Store
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
+from tickd.scheduler.store.sqlite import SQLiteStore
 from tickd.scheduler.urls import local_path
 
 VENDOR = "endpoint:api.vendor.com"
@@ -310,3 +311,40 @@ async def test_the_due_requests_leave_out_those_of_the_keys_excluded(store: Stor
     assert await due(2, exclude_keys=[VENDOR]) == ["maps", "plain"]
     assert await due(exclude_keys=[VENDOR, MAPS]) == ["plain"]
     assert await due(1, exclude_keys=[MAPS], exclude_handlers=["noop"]) == []
+
+
+async def test_the_requests_of_a_keyed_job_are_read_where_its_partition_is(store: Store) -> None:
+    """With `partitions`, only the owner of a key's partition reads the requests of its jobs;
+    those of the jobs naming no key are read by all. SQLite, one process's, reads them all."""
+    count = store.partition_count
+    vendor, maps = keyed("vendor", VENDOR), keyed("maps", MAPS)
+    plain = make_job("plain", id="plain-job")  # its own partition, neither key's
+    assert (
+        len({partition_of(VENDOR, count), partition_of(MAPS, count), job_partition(plain, count)})
+        == 3
+    )
+    await store.insert_missing_jobs([vendor, maps, plain])
+    await store.insert_run_requests(
+        [
+            request_for(vendor, 9),
+            request_for(maps, 8),
+            request_for(plain, 7),
+            request_for(vendor, 6),
+        ]
+    )
+
+    async def due(limit: int = 10, **filters: Any) -> list[str]:
+        pairs = await store.due_run_requests(T0, limit, **filters)
+        return [job.name for _, job in pairs]
+
+    every = ["vendor", "maps", "plain", "vendor"]
+    assert await due() == every
+    if isinstance(store, SQLiteStore):
+        assert await due(partitions=[]) == every
+        return
+    assert await due(partitions=[partition_of(VENDOR, count)]) == ["vendor", "plain", "vendor"]
+    assert await due(2, partitions=[partition_of(MAPS, count)]) == ["maps", "plain"]
+    assert await due(partitions=[job_partition(plain, count)]) == ["plain"]
+    assert await due(partitions=[]) == ["plain"]
+    both = [partition_of(VENDOR, count), partition_of(MAPS, count)]
+    assert await due(partitions=both, exclude_keys=[VENDOR]) == ["maps", "plain"]

@@ -17,6 +17,7 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.model import Execution, Job, Status, new_id
+from tickd.scheduler.partitions import job_partition
 from tickd.scheduler.ports.backends import (
     OCCURRENCE_OWNER,
     Advance,
@@ -87,6 +88,7 @@ class MongoRequests(MongoCollections):
         exclude_domains: Sequence[str] = (),
         exclude_keys: Sequence[str] = (),
         instance: str | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         """Two reads a page: the due requests, then their jobs (those not leased, nor of an
         excluded handler, domain or key). Usually one page; another only while requests left
@@ -96,7 +98,7 @@ class MongoRequests(MongoCollections):
         while len(pairs) < limit:
             page = await self._due_requests_page(now, after, limit)
             excluded = (exclude_handlers, exclude_domains, exclude_keys)
-            free = await self._with_free_jobs(page, excluded, now, instance)
+            free = await self._with_free_jobs(page, excluded, now, instance, partitions)
             pairs += free[: limit - len(pairs)]
             if len(page) < limit:
                 break
@@ -125,6 +127,7 @@ class MongoRequests(MongoCollections):
         excluded: tuple[Sequence[str], Sequence[str], Sequence[str]],  # handlers, domains, keys
         now: datetime,
         instance: str | None,
+        partitions: Sequence[int] | None,
     ) -> list[tuple[RunRequest, Job]]:
         if not requests:
             return []
@@ -138,6 +141,7 @@ class MongoRequests(MongoCollections):
             if job.handler not in handlers
             and job.domain not in domains
             and (job.concurrency_key is None or job.concurrency_key not in keys)
+            and self._admits_here(job, partitions)
         }
         paired = [(r, job) for r in requests if (job := jobs.get(r.job_id)) and _due_now(r, job)]
         held = {r.id: r.lease for r, _ in paired if r.lease is not None}
@@ -145,6 +149,13 @@ class MongoRequests(MongoCollections):
         takeable = await self._may_take_over(leases, now, instance)
         taken_over = {r_id for r_id, take in zip(held, takeable, strict=True) if take}
         return [(r, job) for r, job in paired if r.id not in held or r.id in taken_over]
+
+    def _admits_here(self, job: Job, partitions: Sequence[int] | None) -> bool:
+        """Whether the caller, holding `partitions` (None: all), reads the job's requests: a
+        keyed job's only where its partition (its key's) is held."""
+        if partitions is None or job.concurrency_key is None:
+            return True
+        return job_partition(job, self.partition_count) in partitions
 
     async def _jobs_in(self, job_ids: set[str]) -> dict[str, Job]:
         """One read by `_id` $in: on MongoDB, where the index serves it (FerretDB would decode

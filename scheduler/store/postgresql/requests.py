@@ -57,6 +57,11 @@ ABANDON_RUN = (
 )
 
 
+def keyed_in(args: Args, partitions: Sequence[int]) -> str:
+    """The jobs naming no key, and those naming one whose partition is among `partitions`."""
+    return f"(j.concurrency_key IS NULL OR j.part = ANY ({args(list(partitions), 'int4[]')}))"
+
+
 class PostgresRequests(PostgresTables):
     """The run requests of PostgresStore."""
 
@@ -93,6 +98,7 @@ class PostgresRequests(PostgresTables):
         exclude_domains: Sequence[str] = (),
         exclude_keys: Sequence[str] = (),
         instance: str | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         args = Args(micros(now))
         # A request, of a free job; or a shard entry of the occurrence holding its job, not
@@ -105,6 +111,7 @@ class PostgresRequests(PostgresTables):
             f"AND j.handler <> ALL ({args(list(exclude_handlers), 'text[]')}) "
             f"AND j.domain <> ALL ({args(list(exclude_domains), 'text[]')}) "
             + (f"AND {without_keys(args, exclude_keys, 'j')} " if exclude_keys else "")
+            + (f"AND {keyed_in(args, partitions)} " if partitions is not None else "")
             + f"ORDER BY r.not_before, r.id LIMIT {args(limit, 'int8')}"
         )
 

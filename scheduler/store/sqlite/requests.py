@@ -87,6 +87,8 @@ class SQLiteRequests(SQLiteTables):
         exclude_domains: Sequence[str] = (),
         exclude_keys: Sequence[str] = (),
         instance: str | None = None,
+        # Unused: a SQLite file is one process's, which owns every partition.
+        partitions: Sequence[int] | None = None,
     ) -> list[tuple[RunRequest, Job]]:
         excluded = ",".join("?" * len(exclude_handlers))
         capped = ",".join("?" * len(exclude_domains))
