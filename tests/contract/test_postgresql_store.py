@@ -38,7 +38,7 @@ from tickd.scheduler.ports.backends import (
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.postgresql import PostgresStore
 from tickd.scheduler.store.postgresql import base as postgresql_base
-from tickd.scheduler.store.postgresql.dispatch import claim_due_sql, due_sql
+from tickd.scheduler.store.postgresql.due import claim_due_sql, due_sql
 from tickd.scheduler.store.postgresql.schema import VERSION
 
 

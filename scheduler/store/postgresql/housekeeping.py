@@ -11,7 +11,7 @@ from tickd.scheduler.codec import exact_micros, micros
 from tickd.scheduler.model import DeadLetter
 from tickd.scheduler.ports.backends import Backlog, Retention
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
-from tickd.scheduler.store.postgresql.dispatch import due_where
+from tickd.scheduler.store.postgresql.due import due_where
 from tickd.scheduler.store.sqlite.rows import from_micros
 
 # Dead letters that pruning must keep (DeadLetter.unhandled).
