@@ -232,8 +232,7 @@ class Job:
     managed_by: str | None = None
     # The team or tenant the job belongs to (scheduler/domains.py).
     domain: str = DEFAULT_DOMAIN
-    # At most `concurrency_limit` runs of the jobs naming this key in flight at once, across
-    # all instances (scheduler/keys.py); None: no key.
+    # At most the limit's runs of the jobs naming the key in flight at once (scheduler/keys.py).
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     created_at: datetime = field(default_factory=utcnow)

@@ -1,6 +1,8 @@
 """The fetch stage: what the dispatcher claims next, and how much. Run requests first, then the
 jobs falling due before the lookahead horizon, most urgent first, as many as the workers and
-the timers have room for (counted in the ledger), each handler within its concurrency limit.
+the timers have room for (counted in the ledger), each handler within its concurrency limit,
+each domain within its cap and each concurrency key within its limit
+(scheduler/key_limits.py).
 Behind the clock (more due now than the workers could take), it fetches only what is due until
 it has caught up; under a backlog, the jobs waiting longest go first, the run requests are
 read every REQUESTS_EVERY, not at each fetch, and the domains share the fetch by weight
@@ -15,6 +17,7 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.fair_share import DomainCaps, DomainWeights, LaneRead, Lanes
+from tickd.scheduler.key_limits import KeyLimits
 from tickd.scheduler.partitions import Partitions, PartitionTurns
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LeaseTerms
@@ -26,6 +29,16 @@ from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
 # often, not at each fetch: each read is a round trip that almost always finds none. A request
 # waits this much longer at most behind a burst; otherwise every fetch reads them.
 REQUESTS_EVERY = timedelta(seconds=0.25)
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """What a fetch's reads leave out: the handlers at their concurrency limit, the keys at
+    theirs, the domains at their cap of runs in flight."""
+
+    handlers: list[str]
+    keys: list[str]
+    domains: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,9 @@ class Fetcher:
         weights = DomainWeights(domains)
         self._lanes = Lanes(weights)
         self._caps = DomainCaps(weights, partitions)
+        # Each concurrency key's runs within its limit, admitted by the key's partition owner.
+        self._keys = KeyLimits(store)
+        self._partitions = partitions
         # Each handler's concurrency limit, as the handler declares it or the settings override.
         self._limits = HandlerLimits(settings, registry)
         # What the workers hold: each worker's run, and the queue before them.
@@ -94,6 +110,7 @@ class Fetcher:
         runs = self._within_start_room(one_per_job(fetched), now, start_room, full=full)
         runs = self._limits.within(runs, self._ledger.busy())
         runs = self._caps.within(runs, self._ledger.busy_domains())
+        runs = await self._keys.within(runs)
         self._backlogged = full
         taken = {id(run) for run in runs}
         left = [run for run in fetched if run.claimed and id(run) not in taken]
@@ -153,10 +170,13 @@ class Fetcher:
         Then the jobs falling due before the lookahead horizon (or due now, when behind), most
         urgent first; under a backlog, each busy domain's for its share. Also whether more may
         be due than was read."""
-        saturated = self._limits.saturated(self._ledger.busy())
         await self._lanes.weights.refresh_if_due(now)
-        capped = self._caps.capped(self._ledger.busy_domains())
-        runs = await self._requested(now, limit, saturated, capped)
+        skip = Skipped(
+            handlers=self._limits.saturated(self._ledger.busy()),
+            keys=await self._keys.still_full(),
+            domains=self._caps.capped(self._ledger.busy_domains()),
+        )
+        runs = await self._requested(now, limit, skip)
         if len(runs) == limit:
             return runs, True
         ahead = self._settings.lookahead_seconds if looking_ahead else 0.0
@@ -167,10 +187,10 @@ class Fetcher:
         # request's claim.
         claim = not runs
         if self._backlogged and not first:
-            jobs, full = await self._due_in_lanes(now, horizon, room, saturated, capped, claim)
+            jobs, full = await self._due_in_lanes(now, horizon, room, skip, claim)
         else:
-            everyone = LaneRead(None, room, None, capped)
-            jobs = await self._due_jobs(now, horizon, saturated, first, everyone, claim=claim)
+            everyone = LaneRead(None, room, None, skip.domains)
+            jobs = await self._due_jobs(now, horizon, skip, first, everyone, claim=claim)
             full = len(jobs) == room
             self._lanes.seen(run.job for run in jobs)
         if not full:
@@ -185,15 +205,14 @@ class Fetcher:
         now: datetime,
         horizon: datetime,
         limit: int,
-        saturated: list[str],
-        capped: list[str],
+        skip: Skipped,
         claim: bool,
     ) -> tuple[list[DueRun], bool]:
         """The busy domains' heads, each read apart for its share of `limit`; more may be due
         when any read found all it asked for."""
         taken: list[tuple[LaneRead, list[DueRun]]] = []
-        for read in self._lanes.reads(limit, now, capped=capped):
-            runs = await self._due_jobs(now, horizon, saturated, [], read, claim=claim)
+        for read in self._lanes.reads(limit, now, capped=skip.domains):
+            runs = await self._due_jobs(now, horizon, skip, [], read, claim=claim)
             self._lanes.took(read, [run.job for run in runs], now)
             taken.append((read, runs))
         by_job = {run.job.id: run for _, runs in taken for run in runs}
@@ -201,19 +220,20 @@ class Fetcher:
         full = any(len(runs) == read.limit for read, runs in taken)
         return [by_job[job.id] for job in merged], full
 
-    async def _requested(
-        self, now: datetime, limit: int, saturated: list[str], capped: list[str]
-    ) -> list[DueRun]:
+    async def _requested(self, now: datetime, limit: int, skip: Skipped) -> list[DueRun]:
         """The run requests due, read at each fetch but under a backlog: then every
-        REQUESTS_EVERY, or at once while the last read found some."""
+        REQUESTS_EVERY, or at once while the last read found some. A keyed job's only in the
+        partitions this instance holds: its key's owner admits them."""
         last = self._requests_read_at
         if self._backlogged and last is not None and last <= now < last + REQUESTS_EVERY:
             return []
         requested = await self._store.due_run_requests(
             now,
             limit,
-            exclude_handlers=saturated,
-            exclude_domains=capped,
+            exclude_handlers=skip.handlers,
+            exclude_domains=skip.domains,
+            exclude_keys=skip.keys,
+            partitions=self._partitions.readable() if self._partitions else None,
             instance=self._settings.instance_id,
         )
         self._requests_read_at = None if requested else now
@@ -223,7 +243,7 @@ class Fetcher:
         self,
         now: datetime,
         horizon: datetime,
-        saturated: list[str],
+        skip: Skipped,
         first: list[str],
         read: LaneRead,
         *,
@@ -241,7 +261,8 @@ class Fetcher:
                 horizon,
                 limit,
                 lease=self._lease,
-                exclude_handlers=saturated,
+                exclude_handlers=skip.handlers,
+                exclude_keys=skip.keys,
                 starved_before=starved_before,
                 first=first,
                 partitions=order,
@@ -254,7 +275,8 @@ class Fetcher:
         jobs = await store.due_jobs(
             horizon,
             limit,
-            exclude_handlers=saturated,
+            exclude_handlers=skip.handlers,
+            exclude_keys=skip.keys,
             starved_before=starved_before,
             first=first,
             partitions=order,
