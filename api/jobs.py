@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, Field
 from pydantic import ValidationError as ModelError
@@ -55,7 +55,7 @@ M = TypeVar("M", bound=BaseModel)
 TRACKED = [
     "name", "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries",
     "priority", "misfire", "jitter_seconds", "paused_reason", "redrive", "shards", "managed_by",
-    "domain",
+    "domain", "concurrency_key", "concurrency_limit",
 ]  # fmt: skip
 
 
@@ -137,6 +137,8 @@ class JobBuilder:
             shards=body.shards,
             managed_by=body.managed_by,
             domain=body.domain,
+            concurrency_key=body.concurrency_key,
+            concurrency_limit=body.concurrency_limit,
         )
         with validation_problems():
             return self.rules.build(spec, now)
@@ -153,7 +155,25 @@ class JobBuilder:
             params = keep_masked_secrets(
                 body.params, job.params, secret_names(self.registry, handler)
             )
-        changed = replace(
+        with validation_problems():  # the model checks a key and its limit together
+            changed = self._changed(job, body, fields, params, now)
+        with validation_problems():
+            self.rules.check(changed, now, new_schedule="schedule" in fields)
+            _check_not_spent(job, changed)
+            _check_system_unowned(job, changed)
+            # Resumed, a schedule checked when it was stored may fire no more (NoFireTime).
+            return self._rescheduled(job, changed, now)
+
+    def _changed(
+        self,
+        job: Job,
+        body: JobPatch,
+        fields: dict[str, Any],
+        params: dict[str, Any],
+        now: datetime,
+    ) -> Job:
+        handler = body.handler or job.handler
+        return replace(
             job,
             name=body.name or job.name,
             handler=handler,
@@ -169,14 +189,11 @@ class JobBuilder:
             shards=_given(body.shards, job.shards),
             managed_by=_given(body.managed_by, job.managed_by),
             domain=_given(body.domain, job.domain),
+            # null removes the key (and its limit with it, or the model refuses the pair).
+            concurrency_key=_set(fields, "concurrency_key", job.concurrency_key),
+            concurrency_limit=_set(fields, "concurrency_limit", job.concurrency_limit),
             updated_at=now,
         )
-        with validation_problems():
-            self.rules.check(changed, now, new_schedule="schedule" in fields)
-            _check_not_spent(job, changed)
-            _check_system_unowned(job, changed)
-            # Resumed, a schedule checked when it was stored may fire no more (NoFireTime).
-            return self._rescheduled(job, changed, now)
 
     def _rescheduled(self, before: Job, after: Job, now: datetime) -> Job:
         """A new schedule, or a job coming back to life, fires from now on; otherwise the next
@@ -280,6 +297,11 @@ def _check_system_unowned(before: Job, after: Job) -> None:
 
 def _given(value: T | None, current: T) -> T:
     return current if value is None else value
+
+
+def _set(fields: dict[str, Any], name: str, current: T | None) -> T | None:
+    """A field the body sets, null included; `current` when it leaves it out."""
+    return cast(T | None, fields[name]) if name in fields else current
 
 
 def _misfire(body: MisfireIn) -> Misfire:

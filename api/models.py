@@ -23,6 +23,7 @@ from tickd.scheduler.jobspec import (
     MIN_TIMEOUT_SECONDS,
     NAME_PATTERN,
 )
+from tickd.scheduler.keys import KEY_PATTERN, KEY_RULE, MAX_CONCURRENCY_LIMIT
 from tickd.scheduler.model import (
     MAX_REDRIVE_ATTEMPTS,
     MAX_REDRIVE_BACKOFF_SECONDS,
@@ -108,6 +109,22 @@ DOMAIN_DESCRIPTION = f"The team or tenant the job belongs to, a label: {DOMAIN_R
 Domain = Annotated[
     str, Field(pattern=DOMAIN_PATTERN, description=DOMAIN_DESCRIPTION, examples=["payments"])
 ]
+KEY_DESCRIPTION = (
+    "A concurrency key: at most concurrency_limit runs of the jobs naming it in flight at once, "
+    f"across all instances; the others wait, holding no worker. {KEY_RULE}; with a "
+    "concurrency_limit, and not on a sharded job"
+)
+LIMIT_DESCRIPTION = (
+    "The most runs of the jobs naming concurrency_key in flight at once, each job's own: a run "
+    f"starts while fewer than its job's limit are running; 1 to {MAX_CONCURRENCY_LIMIT}"
+)
+ConcurrencyKey = Annotated[
+    str,
+    Field(pattern=KEY_PATTERN, description=KEY_DESCRIPTION, examples=["endpoint:api.vendor.com"]),
+]
+ConcurrencyLimit = Annotated[
+    int, Field(ge=1, le=MAX_CONCURRENCY_LIMIT, description=LIMIT_DESCRIPTION, examples=[5])
+]
 
 
 class Strict(BaseModel):
@@ -165,6 +182,8 @@ class JobCreate(Strict):
     shards: Shards = 1
     managed_by: ManagedBy | None = None
     domain: Domain = DEFAULT_DOMAIN
+    concurrency_key: ConcurrencyKey | None = None
+    concurrency_limit: ConcurrencyLimit | None = None
 
 
 class JobPatch(Strict):
@@ -184,6 +203,9 @@ class JobPatch(Strict):
     shards: Shards | None = None
     managed_by: ManagedBy | None = None
     domain: Domain | None = None
+    # null removes the key; the limit goes with it.
+    concurrency_key: ConcurrencyKey | None = None
+    concurrency_limit: ConcurrencyLimit | None = None
 
 
 class LeaseOut(BaseModel):
@@ -223,6 +245,8 @@ class JobOut(BaseModel):
     managed_by: str | None = None
     # A default, so that this client reads the jobs of a daemon from before domains.
     domain: str = Field(default=DEFAULT_DOMAIN, description=DOMAIN_DESCRIPTION)
+    concurrency_key: str | None = Field(default=None, description=KEY_DESCRIPTION)
+    concurrency_limit: int | None = Field(default=None, description=LIMIT_DESCRIPTION)
     created_at: datetime
     updated_at: datetime
 

@@ -23,6 +23,8 @@ FLAG_FIELDS = (
     ("jitter", "jitter_seconds"),
     ("shards", "shards"),
     ("domain", "domain"),
+    ("concurrency_key", "concurrency_key"),
+    ("concurrency_limit", "concurrency_limit"),
 )
 
 

@@ -201,8 +201,11 @@ def job_fields(job: Json) -> list[tuple[str, str]]:
         ("handler", str(job.get("handler"))),
         ("domain", str(job.get("domain"))),
         ("schedule", schedule_text(job.get("schedule") or {})),
-        ("enabled", "yes" if job.get("enabled") else "no"),
     ]
+    if job.get("concurrency_key"):
+        limit = job.get("concurrency_limit")
+        fields.append(("concurrency", f"{job['concurrency_key']}, at most {limit} at once"))
+    fields.append(("enabled", "yes" if job.get("enabled") else "no"))
     if job.get("paused_reason"):
         fields.append(("paused", str(job["paused_reason"])))
     fields += [

@@ -45,7 +45,8 @@ MAX_OWNER = 100  # the longest mark the API takes (MANAGED_BY_PATTERN)
 # The fields of a definition, as JobCreate has them; `managed_by` is the owner mark.
 COMPARED = (
     "handler", "schedule", "params", "enabled", "timeout_seconds", "max_retries", "priority",
-    "misfire", "jitter_seconds", "redrive", "shards", "domain",
+    "misfire", "jitter_seconds", "redrive", "shards", "domain", "concurrency_key",
+    "concurrency_limit",
 )  # fmt: skip
 
 

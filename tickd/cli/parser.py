@@ -479,6 +479,15 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the team or tenant the job belongs to (default: default)",
     )
+    parser.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="at most --concurrency-limit runs of the jobs naming KEY at once, across all "
+        "instances (e.g. endpoint:api.vendor.com)",
+    )
+    parser.add_argument(
+        "--concurrency-limit", type=int, metavar="N", help="the limit of --concurrency-key"
+    )
 
 
 def add_completion_command(commands: Subparsers) -> None:

@@ -1,0 +1,103 @@
+"""A job's concurrency key and limit through the API: set on a create, a replace or a patch,
+removed by null, shown on every job, stated in the OpenAPI document; a key without a limit, a
+limit without a key, or either out of its rule is a 422 naming the field, and changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import READ, Api
+from tickd.scheduler.keys import KEY_PATTERN, MAX_CONCURRENCY_LIMIT
+
+JOB: dict[str, Any] = {
+    "name": "vendor-sync",
+    "handler": "ping",
+    "schedule": {"kind": "interval", "every_seconds": 60},
+    "params": {"url": "https://example.com/sync"},
+}
+KEYED = {"concurrency_key": "endpoint:api.vendor.com", "concurrency_limit": 5}
+
+
+async def create(api: Api, **fields: Any) -> dict[str, Any]:
+    status, job, _ = await api.call("POST", "/v1/jobs", json={**JOB, **fields})
+    assert status == 201, job
+    assert isinstance(job, dict)
+    return job
+
+
+async def test_a_job_names_its_key_and_limit_and_every_answer_shows_them(api: Api) -> None:
+    keyed, plain = await create(api, **KEYED), await create(api, name="plain")
+    assert (keyed["concurrency_key"], keyed["concurrency_limit"]) == ("endpoint:api.vendor.com", 5)
+    assert (plain["concurrency_key"], plain["concurrency_limit"]) == (None, None)
+    status, read, _ = await api.call("GET", f"/v1/jobs/{keyed['id']}", token=READ)
+    assert (status, read["concurrency_limit"]) == (200, 5)
+    stored = await api.store.get_job(keyed["id"])
+    assert stored is not None and stored.concurrency_key == "endpoint:api.vendor.com"
+
+
+async def test_a_patch_changes_the_limit_and_null_removes_the_key(api: Api) -> None:
+    job = await create(api, **KEYED)
+    status, patched, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"concurrency_limit": 2}
+    )
+    assert (status, patched["concurrency_key"], patched["concurrency_limit"]) == (
+        200,
+        "endpoint:api.vendor.com",
+        2,
+    )
+    status, patched, _ = await api.call(
+        "PATCH",
+        f"/v1/jobs/{job['id']}",
+        json={"concurrency_key": None, "concurrency_limit": None},
+    )
+    assert (status, patched["concurrency_key"], patched["concurrency_limit"]) == (200, None, None)
+    status, replaced, _ = await api.call("PUT", f"/v1/jobs/{job['id']}", json={**JOB, **KEYED})
+    assert (status, replaced["concurrency_limit"]) == (200, 5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"concurrency_key": "endpoint:x"}, "concurrency_limit"),
+        ({"concurrency_limit": 3}, "concurrency_key"),
+        ({"concurrency_key": "has space", "concurrency_limit": 3}, "concurrency_key"),
+        ({"concurrency_key": "", "concurrency_limit": 3}, "concurrency_key"),
+        ({"concurrency_key": "k", "concurrency_limit": 0}, "concurrency_limit"),
+        (
+            {"concurrency_key": "k", "concurrency_limit": MAX_CONCURRENCY_LIMIT + 1},
+            "concurrency_limit",
+        ),
+        ({"concurrency_key": "k", "concurrency_limit": 3, "shards": 2}, "concurrency_key"),
+    ],
+)
+async def test_a_bad_key_or_limit_is_refused_naming_the_field(
+    api: Api, fields: dict[str, Any], field: str
+) -> None:
+    status, problem, _ = await api.call("POST", "/v1/jobs", json={**JOB, **fields})
+    assert status == 422, problem
+    assert field in {error["field"] for error in problem["errors"]}, problem
+    assert await api.store.get_job_by_name(JOB["name"]) is None
+
+
+async def test_a_patch_that_leaves_a_limit_without_its_key_is_refused_and_changes_nothing(
+    api: Api,
+) -> None:
+    job = await create(api, **KEYED)
+    status, problem, _ = await api.call(
+        "PATCH", f"/v1/jobs/{job['id']}", json={"concurrency_key": None}
+    )
+    assert status == 422, problem
+    assert "concurrency_key" in {error["field"] for error in problem["errors"]}
+    stored = await api.store.get_job(job["id"])
+    assert stored is not None and stored.concurrency_key == "endpoint:api.vendor.com"
+
+
+async def test_the_openapi_document_states_the_key_and_limit_rules(api: Api) -> None:
+    _, doc, _ = await api.call("GET", "/openapi.json", token=None)
+    create = doc["components"]["schemas"]["JobCreate"]["properties"]
+    key = next(s for s in create["concurrency_key"]["anyOf"] if s.get("type") == "string")
+    limit = next(s for s in create["concurrency_limit"]["anyOf"] if s.get("type") == "integer")
+    assert key["pattern"] == KEY_PATTERN
+    assert (limit["minimum"], limit["maximum"]) == (1, MAX_CONCURRENCY_LIMIT)
