@@ -4,7 +4,8 @@ with the jobs each domain holds.
 The domains listed are those jobs are in and those with a record. Any valid name is a domain: one
 without a record has the defaults (weight 1, no caps, no objective), so reading it answers them,
 and a PUT is the whole record (a field it leaves out takes its default). The dispatcher applies
-`weight` and `max_running` (scheduler/fair_share.py), reading them again every few seconds.
+`weight` and `max_running` (scheduler/admission/fair_share.py), reading them again every few
+seconds.
 
 `max_jobs` is checked by the job writes (check_room, api/jobs_routes.py): a create, or a move into
 the domain, that would put it over its cap is a 409 naming `domain`, and nothing is written.

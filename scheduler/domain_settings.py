@@ -4,7 +4,7 @@ the command line.
 
 A domain without a record has the defaults, `DomainSettings(name=...)`: weight 1, no caps, no
 objective. The API checks `max_jobs` when a job is written into a domain. `weight` and
-`max_running` are applied by the dispatcher's fetch (scheduler/fair_share.py).
+`max_running` are applied by the dispatcher's fetch (scheduler/admission/fair_share.py).
 """
 
 from __future__ import annotations

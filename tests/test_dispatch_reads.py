@@ -124,7 +124,7 @@ async def test_with_more_due_than_room_the_dispatcher_waits_for_room_for_a_worth
         release(started[1])
         await asyncio.wait_for(_until(lambda: len(limits) >= 2), WAIT)
         # A batch of two; under a backlog, a read of one may follow it, for the domains not
-        # read apart (scheduler/fair_share.py).
+        # read apart (scheduler/admission/fair_share.py).
         assert limits[:2] == [4, 2] and limits[2:] in ([], [1])
     finally:
         for i in range(12):

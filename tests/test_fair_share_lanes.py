@@ -1,5 +1,5 @@
-"""The domains' fair share of a fetch under saturation (scheduler/fair_share.py), on a queue kept
-here: each read takes the head of the domains it names, as a store's due read would."""
+"""The domains' fair share of a fetch under saturation (scheduler/admission/fair_share.py), on a
+queue kept here: each read takes the head of the domains it names, as a store's due read would."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from datetime import timedelta
 import pytest
 
 from tests.conftest import T0, make_job
-from tickd.scheduler.domain_settings import DomainSettings
-from tickd.scheduler.fair_share import (
+from tickd.scheduler.admission.fair_share import (
     OTHERS_EVERY,
     WEIGHTS_EVERY,
     DomainCaps,
     DomainWeights,
     Lanes,
 )
+from tickd.scheduler.domain_settings import DomainSettings
 from tickd.scheduler.model import Job, Priority
 from tickd.scheduler.ports.backends import StoreError
 from tickd.scheduler.run.ledger import DueRun

@@ -1,5 +1,5 @@
 """A concurrency key's runs within its limit, on every store: the engine end to end (fake clock,
-drain mode), and the admission's count (scheduler/key_limits.py)."""
+drain mode), and the admission's count (scheduler/admission/key_limits.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from tests.conftest import T0, EngineFactory, make_job
-from tickd.scheduler.key_limits import KeyLimits
+from tickd.scheduler.admission.key_limits import KeyLimits
 from tickd.scheduler.model import Job, Priority
 from tickd.scheduler.plugin.api import HandlerContext, Result
 

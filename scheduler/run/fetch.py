@@ -2,11 +2,11 @@
 jobs falling due before the lookahead horizon, most urgent first, as many as the workers and
 the timers have room for (counted in the ledger), each handler within its concurrency limit,
 each domain within its cap and each concurrency key within its limit
-(scheduler/key_limits.py).
+(scheduler/admission/key_limits.py).
 Behind the clock (more due now than the workers could take), it fetches only what is due until
 it has caught up; under a backlog, the jobs waiting longest go first, the run requests are
 read every REQUESTS_EVERY, not at each fetch, and the domains share the fetch by weight
-(scheduler/fair_share.py)."""
+(scheduler/admission/fair_share.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tickd.scheduler.admission.fair_share import DomainCaps, DomainWeights, LaneRead, Lanes
+from tickd.scheduler.admission.key_limits import KeyLimits
 from tickd.scheduler.config.settings import Settings
-from tickd.scheduler.fair_share import DomainCaps, DomainWeights, LaneRead, Lanes
-from tickd.scheduler.key_limits import KeyLimits
 from tickd.scheduler.partitions import Partitions, PartitionTurns
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LeaseTerms
