@@ -274,9 +274,11 @@ class InstanceStore(Protocol):
 
     async def beat(
         self, instance: str, now: datetime, status: InstanceStatus | None = None
-    ) -> None:
+    ) -> dict[str, datetime]:
         """Say that `instance` is alive at `now` (its heartbeat), and how it is (`status`;
-        without, the last one stands)."""
+        without, the last one stands). Answers every instance's last beat, this one's included,
+        as `instances` would: each beat of the heartbeat reads them, so a store answers them in
+        the same round trip where it can."""
 
     async def instance_views(self) -> list[InstanceView]:
         """Every instance that beat and was not forgotten, by id, as ops see it."""

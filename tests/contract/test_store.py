@@ -31,6 +31,7 @@ from tickd.scheduler.ports.backends import (
     Claim,
     DuplicateJobName,
     ExecutionQuery,
+    InstanceStatus,
     JobChange,
     JobQuery,
     OutboxBacklog,
@@ -1030,6 +1031,17 @@ async def test_the_instances_beats_are_read_as_written(store: Store) -> None:
         "a": T0 + timedelta(seconds=3, microseconds=7),
         "b": T0 - timedelta(hours=1, microseconds=1),
     }
+
+
+async def test_a_beat_answers_every_instances_beat_its_own_at_now(store: Store) -> None:
+    """What the heartbeat reads after each beat, with the beat itself (one round trip where
+    the store can): its own beat as just written, the others' as stored."""
+    assert await store.beat("a", T0) == {"a": T0}
+    await store.beat("b", T0 - timedelta(hours=1, microseconds=1))
+    later = T0 + timedelta(seconds=3, microseconds=7)
+    expected = {"a": later, "b": T0 - timedelta(hours=1, microseconds=1)}
+    assert await store.beat("a", later, InstanceStatus("1.4.0", T0, 2)) == expected
+    assert await store.instances() == expected
 
 
 async def test_instances_are_forgotten_only_while_their_beat_is_the_one_found_dead(

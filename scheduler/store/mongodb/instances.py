@@ -40,11 +40,14 @@ class MongoInstances(MongoCollections):
     @translating_errors
     async def beat(
         self, instance: str, now: datetime, status: InstanceStatus | None = None
-    ) -> None:
+    ) -> dict[str, datetime]:
+        """Two commands, the write and the read: no one command both upserts a document and
+        reads the others (find_one_and_update answers only the one it wrote)."""
         beat: Doc = {"beat_at": now, "beat_at_us": exact_micros(now)}
         if status is not None:
             beat["status"] = status_json(status)
         await self.beats.update_one({"_id": instance}, {"$set": beat}, upsert=True)
+        return await self._instances()  # not `instances`: one pass of the gate
 
     @translating_errors
     async def instance_views(self) -> list[InstanceView]:
@@ -63,6 +66,9 @@ class MongoInstances(MongoCollections):
 
     @translating_errors
     async def instances(self) -> dict[str, datetime]:
+        return await self._instances()
+
+    async def _instances(self) -> dict[str, datetime]:
         cursor = self.beats.find({}, {"beat_at_us": 1})
         return {doc["_id"]: from_micros(doc["beat_at_us"]) async for doc in cursor}
 

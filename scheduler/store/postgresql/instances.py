@@ -9,7 +9,7 @@ from datetime import datetime
 from tickd.scheduler.codec import exact_micros, micros, status_json
 from tickd.scheduler.ports.backends import ENDED_LEASE_UNTIL, InstanceStatus, InstanceView
 from tickd.scheduler.store.postgresql.base import PostgresTables, Tx
-from tickd.scheduler.store.sqlite.rows import from_micros, instance_view
+from tickd.scheduler.store.sqlite.rows import Row, from_micros, instance_view
 from tickd.scheduler.store.sqlite.statements import INSTANCE_VIEWS
 
 END_LEASES = (
@@ -17,27 +17,35 @@ END_LEASES = (
     "AND lease_owner = ANY ($2::text[]) RETURNING {1}"
 )
 
+BEAT = (
+    "WITH beat AS (INSERT INTO instances AS i (id, beat_at, status) VALUES ($1, $2, $3) "
+    "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at, "
+    "status = coalesce(EXCLUDED.status, i.status) RETURNING id, beat_at) "
+    "SELECT id, beat_at FROM beat UNION ALL SELECT id, beat_at FROM instances WHERE id <> $1"
+)
+
+
+def beats_from(rows: list[Row]) -> dict[str, datetime]:
+    return {str(row[0]): from_micros(row[1]) for row in rows}  # type: ignore[misc]
+
 
 class PostgresInstances(PostgresTables):
     """The instances of PostgresStore."""
 
     async def beat(
         self, instance: str, now: datetime, status: InstanceStatus | None = None
-    ) -> None:
-        sql = (
-            "INSERT INTO instances AS i (id, beat_at, status) VALUES ($1, $2, $3) "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at, "
-            "status = coalesce(EXCLUDED.status, i.status)"
-        )
+    ) -> dict[str, datetime]:
+        """One statement. Its read sees the table as it was before the write (a statement's
+        parts share one snapshot), so this instance's row comes from the write's RETURNING and
+        the others' from the read."""
         text = None if status is None else status_json(status)
-        await self._execute(sql, instance, micros(now), text)
+        return beats_from(await self._fetch(BEAT, instance, micros(now), text))
 
     async def instance_views(self) -> list[InstanceView]:
         return [instance_view(row) for row in await self._fetch(INSTANCE_VIEWS)]
 
     async def instances(self) -> dict[str, datetime]:
-        rows = await self._fetch("SELECT id, beat_at FROM instances")
-        return {str(row[0]): from_micros(row[1]) for row in rows}  # type: ignore[misc]
+        return beats_from(await self._fetch("SELECT id, beat_at FROM instances"))
 
     async def forget_instances(self, beats: Mapping[str, datetime]) -> None:
         if beats:

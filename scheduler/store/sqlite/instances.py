@@ -22,29 +22,39 @@ from tickd.scheduler.store.sqlite.base import SQLiteTables
 from tickd.scheduler.store.sqlite.rows import instance_view
 from tickd.scheduler.store.sqlite.statements import INSTANCE_VIEWS
 
+INSTANCES = "SELECT id, beat_at FROM instances"
+
+
+def beats_from(rows: list[tuple[str, int]]) -> dict[str, datetime]:
+    return {str(row[0]): EPOCH + timedelta(microseconds=row[1]) for row in rows}
+
 
 class SQLiteInstances(SQLiteTables):
     """The instances of SQLiteStore."""
 
     async def beat(
         self, instance: str, now: datetime, status: InstanceStatus | None = None
-    ) -> None:
+    ) -> dict[str, datetime]:
+        """The write and the read in one transaction."""
         sql = (
             "INSERT INTO instances (id, beat_at, status) VALUES (?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at, "
             "status = coalesce(excluded.status, status)"
         )
         args = (instance, micros(now), None if status is None else status_json(status))
-        await self._run(lambda db: db.execute(sql, args))
+
+        def beat(db: sqlite3.Connection) -> list[tuple[str, int]]:
+            db.execute(sql, args)
+            return db.execute(INSTANCES).fetchall()
+
+        return beats_from(await self._run(beat))
 
     async def instance_views(self) -> list[InstanceView]:
         rows = await self._read(lambda db: db.execute(INSTANCE_VIEWS).fetchall())
         return [instance_view(row) for row in rows]
 
     async def instances(self) -> dict[str, datetime]:
-        sql = "SELECT id, beat_at FROM instances"
-        rows = await self._run(lambda db: db.execute(sql).fetchall())
-        return {str(row[0]): EPOCH + timedelta(microseconds=row[1]) for row in rows}
+        return beats_from(await self._run(lambda db: db.execute(INSTANCES).fetchall()))
 
     async def forget_instances(self, beats: Mapping[str, datetime]) -> None:
         sql = "DELETE FROM instances WHERE id = ? AND beat_at = ?"
