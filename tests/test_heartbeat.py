@@ -6,7 +6,7 @@ times: each was written by another clock, which may be hours apart."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -113,6 +113,26 @@ async def test_an_instance_found_dead_is_forgotten_once_its_leases_are_ended(sto
         clock.advance(EVERY)
         assert await heartbeat.beat_if_due() == 0
     assert set(await store.instances()) == {"me", "other"}
+
+
+async def test_a_beat_judges_by_the_beats_its_own_write_answered(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each beat of each instance is one round trip where the store can: no read apart."""
+    await held_by_other(store)
+    await store.beat("other", T0)
+
+    async def read_apart() -> dict[str, datetime]:
+        raise AssertionError("the beat's answer has every instance's beat")
+
+    monkeypatch.setattr(store, "instances", read_apart)
+    clock = FakeClock(T0)
+    heartbeat = observer(store, clock)
+    ended = 0
+    for _ in range(5):  # 15 s: past the lapse
+        ended += await heartbeat.beat_if_due()
+        clock.advance(EVERY)
+    assert ended == 1, "other, silent all along, found dead"
 
 
 async def test_its_beating_task_says_when_it_ended_a_dead_instances_leases(store: Store) -> None:

@@ -139,14 +139,13 @@ class Heartbeat:
     async def beat(self, now: datetime) -> int:
         real = self._clock.monotonic()
         try:
-            await self._store.beat(self._instance, now, self._status())
+            beats = await self._store.beat(self._instance, now, self._status())
         except StoreError:
             self._beating_since = None
             raise
         if self._beating_since is None or self._last is None or real - self._last > self._lapse:
             self._beating_since = real
         self._last = real
-        beats = await self._store.instances()
         self._watch(beats, real)
         ended = 0 if real - self._beating_since < self._lapse else await self._end_dead(real)
         # The living: those read, less those just forgotten.
