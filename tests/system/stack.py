@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+from aiohttp import web
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,6 +38,8 @@ from redis.exceptions import RedisError
 
 from tests.fixtures.services import KAFKA_URL, REDIS_URL, service_missing
 from tests.system.databases import Database, StoreKind, database, with_path
+from tickd.scheduler.domain_settings import DomainSettings
+from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.events.kafka_settings import KafkaSettings
 from tickd.scheduler.model import (
     CronSchedule,
@@ -210,6 +213,12 @@ class Sandbox:
         assert len(inserted) == len(jobs)
         self.job_ids += [job.id for job in jobs]
 
+    async def put_domains(self, *settings: DomainSettings) -> None:
+        """Domains' settings stored, as `tickd domains set` stores them."""
+        async with self.store() as store:
+            for one in settings:
+                await store.put_domain(one)
+
     async def clean(self) -> None:
         """Best effort, each part on its own: a service a test left down must not hide the rest."""
         if self._store is not None:
@@ -264,8 +273,10 @@ def sleeping_jobs(
     cron: str = EVERY_SECOND,
     first: datetime | None = None,
     timeout_seconds: float = 600.0,
+    domain: str = DEFAULT_DOMAIN,
 ) -> list[Job]:
-    """`count` jobs of the `sleep` handler: one-shot at `once_at`, or else on `cron` from `first`.
+    """`count` jobs of the `sleep` handler in `domain`: one-shot at `once_at`, or else on `cron`
+    from `first`.
     The long timeout keeps their leases for ten minutes: a run a crash left behind and run again
     within seconds was given back by the heartbeat, not by its lease running out. One retry: a
     run a crash abandons runs again, rather than end as a dead letter."""
@@ -281,9 +292,91 @@ def sleeping_jobs(
             next_run_at=when,
             timeout_seconds=timeout_seconds,
             max_retries=1,
+            domain=domain,
         )
         for i in range(count)
     ]
+
+
+def webhook_jobs(
+    count: int,
+    first: datetime,
+    *,
+    prefix: str,
+    url: str,
+    domain: str,
+    timeout_seconds: float,
+    misfire: Misfire | None = None,
+) -> list[Job]:
+    """`count` jobs of the `webhook` handler on `* * * * * *` in `domain`, each calling `url`
+    (a GET) and waiting at most `timeout_seconds` for its answer, first due at `first`. No
+    retry: an endpoint that does not answer costs each run one wait."""
+    return [
+        Job(
+            name=f"{prefix}-{i:04}",
+            handler="webhook",
+            params={"url": url, "method": "GET", "timeout_seconds": timeout_seconds},
+            schedule=CronSchedule(expr=EVERY_SECOND),
+            next_run_at=first,
+            # Room past the webhook's own wait: the run ends by the webhook's timeout, not the
+            # job's.
+            timeout_seconds=timeout_seconds + 5,
+            misfire=misfire or Misfire(),
+            domain=domain,
+        )
+        for i in range(count)
+    ]
+
+
+# -- endpoints the daemons' handlers call --------------------------------------------------------
+
+
+class Endpoints:
+    """An HTTP server in the test's process on loopback, one path per name (`url(name)`), each
+    answering 200 at once unless told to hang: then a request gets no answer until its caller
+    gives up, the endpoint answers again or the server closes. Daemons reach it with
+    `http_allow = ["127.0.0.1"]`, as ops allow an internal address."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.calls: Counter[str] = Counter()
+        self._hanging: dict[str, asyncio.Event] = {}  # set: released
+        self._runner: web.AppRunner | None = None
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def hang(self, name: str) -> None:
+        self._hanging.setdefault(name, asyncio.Event())
+
+    def answer(self, name: str) -> None:
+        """Answer at once again, the requests left hanging too."""
+        released = self._hanging.pop(name, None)
+        if released is not None:
+            released.set()
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self.calls[name] += 1
+        released = self._hanging.get(name)
+        if released is not None:
+            await released.wait()
+        return web.Response(text="ok")
+
+    async def __aenter__(self) -> Endpoints:
+        app = web.Application()
+        app.router.add_get("/{name}", self._answer)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for name in list(self._hanging):
+            self.answer(name)
+        if self._runner is not None:
+            await self._runner.cleanup()
 
 
 # -- daemons -------------------------------------------------------------------------------------
