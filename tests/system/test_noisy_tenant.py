@@ -1,10 +1,11 @@
 """Domains on a real daemon (PostgreSQL store, Redis, Kafka): one domain's endpoint hangs and
-the other domains' runs keep their time.
+the other domains' runs keep their time; under saturation the domains share the workers by
+weight, and a domain with nothing due leaves its share to the others.
 
 Per-endpoint concurrency keys are not built: the isolation here is what an operator configures
 today, `max_running` on the noisy domain (`tickd domains set a --max-running 10`), so that its
-hanging runs hold at most that many of the workers. TICKD_NOISY_CAP=0 runs the test without
-the cap: it then fails (docs/reliability.md has the figures).
+hanging runs hold at most that many of the workers. TICKD_NOISY_CAP=0 runs the first test
+without the cap: it then fails (docs/reliability.md has the figures).
 
 PostgreSQL only, to keep within a few minutes: the noisy tenant asks 60 runs a second in its
 quiet phases, more than the soak's 50 a second on FerretDB (docs/reliability.md).
@@ -28,9 +29,12 @@ from tests.system.stack import (
     Sandbox,
     alive_until,
     daemons,
+    eventually,
     executions,
     next_whole_second,
     percentile,
+    sleeping_jobs,
+    statuses,
     webhook_jobs,
 )
 from tickd.scheduler.domain_settings import DomainSettings
@@ -253,3 +257,115 @@ async def test_a_hanging_endpoint_of_one_domain_leaves_the_others_runs_on_time(
         before, during = lags[domain, "quiet"], lags[domain, "noisy"]
         bound = max(1.2 * before.p99, before.p99 + LAG_FLOOR_SECONDS)
         assert during.p99 < bound, f"{domain}: quiet {before}, noisy {during}"
+
+
+# -- weights under saturation -------------------------------------------------------------------
+
+# One-shot jobs by domain, all due at one instant: far more than the workers, who are the
+# bottleneck (30 runs of 50 ms at a time: 600 a second at most; one daemon on PostgreSQL
+# claims over 1,600 a second, docs/performance.md).
+BACKLOG = 2_000
+RUN_SECONDS = 0.05
+WEIGHTS = {"light": 1, "heavy": 3, "idle": 6}  # idle: nothing due
+BATCH = 100  # the daemon's batch_size, its default
+
+
+@dataclass(frozen=True, order=True)
+class Start:
+    at: float  # seconds after the first start
+    ended: float
+    domain: str
+
+
+def occupancy(starts: Sequence[Start], lo: float, hi: float) -> float:
+    """The mean runs in flight from `lo` to `hi` (seconds after the first start)."""
+    busy = sum(max(0.0, min(s.ended, hi) - max(s.at, lo)) for s in starts)
+    return busy / (hi - lo)
+
+
+def shares_by_second(starts: Sequence[Start], lo: float, hi: float) -> list[str]:
+    """Heavy runs started for each light one, second by second from `lo` to `hi`: where the
+    share broke, if it did."""
+    seconds: dict[int, Counter[str]] = defaultdict(Counter)
+    for s in starts:
+        if lo <= s.at < hi:
+            seconds[int(s.at)][s.domain] += 1
+    return [f"{n['heavy'] / max(1, n['light']):.2f}" for _, n in sorted(seconds.items())]
+
+
+async def add_backlog(sandbox: Sandbox, at: datetime) -> dict[str, str]:
+    """BACKLOG one-shot jobs of the light and of the heavy domain due at `at`, and a few of the
+    idle one an hour later; returns the busy domains' jobs' domains by their ids."""
+    domain_of: dict[str, str] = {}
+    for domain in ("light", "heavy"):
+        prefix = f"{domain}-{sandbox.tag}"
+        jobs = sleeping_jobs(BACKLOG, prefix=prefix, seconds=RUN_SECONDS, once_at=at, domain=domain)
+        await sandbox.add_jobs(jobs)
+        domain_of |= {job.id: domain for job in jobs}
+    later = at + timedelta(hours=1)
+    prefix = f"idle-{sandbox.tag}"
+    await sandbox.add_jobs(
+        sleeping_jobs(10, prefix=prefix, seconds=RUN_SECONDS, once_at=later, domain="idle")
+    )
+    return domain_of
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("store", ["postgresql"])
+async def test_under_saturation_domains_share_the_workers_by_weight(
+    sandbox: Sandbox, tmp_path: Path, report: Report
+) -> None:
+    """Weights 1 and 3, 2,000 runs due at once each: while both have runs due, 3 runs of the
+    heavy domain start for each of the light one's (within 10 %). The idle domain, weight 6 and
+    nothing due, takes no share: the workers stay busy while both domains have work, and once
+    the heavy one is done the light one alone keeps them busy.
+
+    Counted from the third fetch of 100: the first reads everything due, most urgent first (the
+    domain whose jobs sort first), and only then are the domains seen busy; the second finds the
+    other domain in the lane of the others; the third reads each for its share. Counted until
+    the heavy domain has a fetch's worth left, so that its last few runs, however late, do not
+    stretch the count into the light domain's time alone."""
+    await sandbox.put_domains(*(DomainSettings(name=n, weight=w) for n, w in WEIGHTS.items()))
+    async with daemons(sandbox, tmp_path, ["d"], workers=WORKERS, batch_size=BATCH) as running:
+        domain_of = await add_backlog(sandbox, next_whole_second(datetime.now(UTC), 2))
+
+        async def drained() -> bool:
+            return (await statuses(sandbox, "sleep"))["success"] >= 2 * BACKLOG
+
+        took = await eventually("the backlog drained", drained, within=120)
+        assert await running[0].stop() == 0
+
+    runs = [run for run in await executions(sandbox) if run.job_id in domain_of]
+    starts = starts_of(runs, domain_of)
+    by_domain = {d: [s.at for s in starts if s.domain == d] for d in ("light", "heavy")}
+    lo, hi = starts[2 * BATCH].at, min(at[BACKLOG - BATCH] for at in by_domain.values())
+    shared = Counter(s.domain for s in starts if lo <= s.at < hi)
+    ratio = shared["heavy"] / shared["light"]
+    heavy_done, last = by_domain["heavy"][-1], starts[-1].at
+    alone = [s for s in starts if s.at > heavy_done]
+    busy_both, busy_alone = occupancy(starts, lo, hi), occupancy(starts, heavy_done, last)
+    report(
+        f"weights 1:3, {BACKLOG} runs of {RUN_SECONDS * 1000:.0f} ms each: drained in "
+        f"{took:.1f} s; from {lo:.2f} s to {hi:.2f} s: {dict(shared)}, {ratio:.2f} to 1 (by "
+        f"second: {', '.join(shares_by_second(starts, lo, hi))}); {len(alone)} light runs alone"
+    )
+    report(
+        f"runs in flight (of {WORKERS}): {busy_both:.1f} while both had work "
+        f"({sum(shared.values()) / (hi - lo):.0f} starts/s), {busy_alone:.1f} "
+        f"with the light one alone ({len(alone) / (last - heavy_done):.0f} starts/s)"
+    )
+
+    assert Counter(str(run.status) for run in runs) == {"success": 2 * BACKLOG}
+    assert 2.7 <= ratio <= 3.3, shared
+    assert busy_both >= 0.8 * WORKERS and busy_alone >= 0.8 * WORKERS
+
+
+def starts_of(runs: Sequence[Execution], domain_of: dict[str, str]) -> list[Start]:
+    """Each run's start and end in seconds after the first start, in the order they started."""
+    timed = [(r.started_at, r.finished_at, domain_of[r.job_id]) for r in runs]
+    first = min(started for started, _, _ in timed if started is not None)
+    return sorted(
+        Start((s - first).total_seconds(), (e - first).total_seconds(), d)
+        for s, e, d in timed
+        if s is not None and e is not None
+    )
