@@ -4,7 +4,7 @@ weight, and a domain with nothing due leaves its share to the others.
 
 Per-endpoint concurrency keys are not built: the isolation here is what an operator configures
 today, `max_running` on the noisy domain (`tickd domains set a --max-running 10`), so that its
-hanging runs hold at most that many of the workers. TICKD_NOISY_CAP=0 runs the first test
+hanging runs hold at most that many of the workers. NOISY_TENANT_CAP=0 runs the first test
 without the cap: it then fails (docs/reliability.md has the figures).
 
 PostgreSQL only, to keep within a few minutes: the noisy tenant asks 60 runs a second in its
@@ -50,7 +50,9 @@ WORKERS = 30
 # without its cap its hanging runs would hold every worker.
 JOBS = {"a": 40, "b": 10, "c": 10}
 NOISY = "a"
-CAP = int(os.environ.get("TICKD_NOISY_CAP", "10"))  # 0: no cap
+# 0: no cap. Not a TICKD_ variable: the daemons, which inherit the test's environment, refuse
+# those they do not know.
+CAP = int(os.environ.get("NOISY_TENANT_CAP", "10"))
 # How long a run waits for the hanging endpoint (the webhook's timeout).
 HANG_SECONDS = 3.0
 # Quiet and noisy in turn, so that the machine's load, which other suites change by the minute,
