@@ -213,7 +213,7 @@ async def test_a_hanging_endpoint_of_one_domain_leaves_the_others_runs_on_time(
     domain's p99 was 3-27 ms in a phase, once 47 ms in one phase where the others of its kind
     were 10-12 ms. Against the quiet phases', the noisy phases' p99 was up to 8 ms lower in
     three runs, 1-11 ms higher in five, and 32 ms higher in the run of that stall. 50 ms is above
-    any of those, and a hundred times below what the other domains wait without the cap (5.8 s)."""
+    any of those, and two hundred times below what the other domains wait without the cap (10 s)."""
     if CAP:
         await sandbox.put_domains(DomainSettings(name=NOISY, max_running=CAP))
     settings = {"http_allow": ["127.0.0.1"], "workers": WORKERS}
