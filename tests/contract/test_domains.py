@@ -217,6 +217,10 @@ async def as_before_domains(url: str) -> None:
         try:
             await connection.execute("DROP TABLE domains")
             await connection.execute("ALTER TABLE jobs DROP COLUMN domain")  # and its indexes
+            # Nor concurrency keys, which came after (their index goes with them).
+            await connection.execute(
+                "ALTER TABLE jobs DROP COLUMN concurrency_key, DROP COLUMN concurrency_limit"
+            )
             await connection.execute(
                 "DELETE FROM schema_version WHERE version >= $1", JOB_DOMAINS_VERSION
             )
