@@ -2,13 +2,15 @@
 
 Started with a TOML file the benchmark writes (and no TICKD_* variables of the caller's, so the
 file is all it reads); stopped with SIGTERM, then SIGKILL if it has not ended in time, always (a
-`with` block). Its log goes to a file beside the config.
+`with` block). Its log goes to a file beside the config. With `timed`, it runs as
+`python -m bench.timed_daemon`, which times each fetch and claim into a file beside the log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bench.stack import Stack, free_port
+from bench.timed_daemon import FETCH_LOG
 
 STOP_SECONDS = 60.0
 PR_SET_PDEATHSIG = 1
@@ -27,12 +30,20 @@ PR_SET_PDEATHSIG = 1
 
 class Daemon:
     def __init__(
-        self, stack: Stack, name: str, *, log_level: str = "INFO", instance: str = "bench"
+        self,
+        stack: Stack,
+        name: str,
+        *,
+        log_level: str = "INFO",
+        instance: str = "bench",
+        timed: bool = False,
     ) -> None:
         self.stack = stack
         self.port = free_port()
         self.config = stack.folder / f"{name}-{instance}.toml"
         self.log = stack.folder / f"{name}-{instance}.log"
+        # Where bench.timed_daemon writes its fetches, when timed.
+        self.fetch_log = stack.folder / f"{name}-{instance}.fetches.jsonl" if timed else None
         self.config.write_text(
             "\n".join(
                 [
@@ -60,9 +71,12 @@ class Daemon:
 
     def __enter__(self) -> Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKD_")}
+        module = "tickd"
+        if self.fetch_log is not None:
+            module, env[FETCH_LOG] = "bench.timed_daemon", str(self.fetch_log)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tickd", "--config", str(self.config), "run"],
+                [sys.executable, "-m", module, "--config", str(self.config), "run"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -126,6 +140,16 @@ class Daemon:
             process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
+
+    def fetches(self) -> list[list[float]]:
+        """The fetches bench.timed_daemon logged (once stopped; none if not timed)."""
+        if self.fetch_log is None:
+            return []
+        try:
+            text = self.fetch_log.read_text()
+        except OSError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line]
 
     def log_tail(self, lines: int = 5) -> list[str]:
         try:

@@ -70,6 +70,7 @@ class Observed:
     peak_rss_mb: float | None = None
     log_tail: list[str] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
+    fetches: list[list[float]] = field(default_factory=list)  # if timed (bench/timed_daemon.py)
 
 
 Done = Callable[[float, float], bool]  # (executions counted so far, seconds since due) -> done?
@@ -86,15 +87,17 @@ def watch(
     log_level: str,
     profile: Path | None = None,
     daemons: int = 1,
+    timed: bool = False,
 ) -> Observed:
     """Start the daemons (`daemons` instances on the one store), wait until `done` (or the
     timeout, or no progress for `stall_seconds`), stop them, read the records of the jobs named
-    `name`-... The metrics are summed over the daemons."""
+    `name`-... The metrics are summed over the daemons; with `timed`, each fetch and claim is
+    timed too (bench/timed_daemon.py)."""
     seen = Observed()
     with contextlib.ExitStack() as started:
         fleet = [
             started.enter_context(
-                Daemon(stack, name, log_level=log_level, instance=f"bench-{number}")
+                Daemon(stack, name, log_level=log_level, instance=f"bench-{number}", timed=timed)
             )
             for number in range(1, daemons + 1)
         ]
@@ -119,6 +122,7 @@ def watch(
             for daemon in fleet:
                 daemon.stop()
         seen.log_tail = [line for daemon in fleet for line in daemon.log_tail()]
+        seen.fetches = [fetch for daemon in fleet for fetch in daemon.fetches()]
     seen.records = read_records(stack, name + "-")
     return seen
 
