@@ -66,9 +66,9 @@ unit: install
 	$(BIN)/pytest -m system
 	cd examples/tickd-example-plugin && ../../$(BIN)/pytest
 
-## Every performance figure and target in one run, side by side (about 20 minutes): bursts and steady load
+## Every performance figure and target in one run, side by side (about 23 minutes): bursts and steady load
 ## through the real daemon on the embedded and the real stack, APScheduler on the same bursts,
-## the bare floor of each store, a py-spy profile. Tables on stdout, var/bench/results.json and
+## the bare floor of each store, a burst over 1 domain and over 100, a py-spy profile. Tables on stdout, var/bench/results.json and
 ## .md. Not part of `make test`. BENCH_ARGS passes options (python -m bench.run --help), e.g.
 ## BENCH_ARGS="--steady-seconds 60 --no-real".
 BENCH_STAMP := $(VENV)/.bench-stamp

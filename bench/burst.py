@@ -89,22 +89,22 @@ def run_burst(
         )
     finally:
         stack.cleanup()
-    result = _summary(stack.kind, count, due, insert_s, seen.records)
+    result = burst_summary(stack.kind, count, due, insert_s, seen.records)
     if seen.timed_out:
         # Not drained: the rate is that of the runs seen before the watch gave up.
         result["drain_s"] = None
-    return result | observed_fields(seen, _executed(seen.records))
+    return result | observed_fields(seen, executed_jobs(seen.records))
 
 
-def _executed(records: list[Any]) -> int:
+def executed_jobs(records: list[Any]) -> int:
     return len({r.job_id for r in records if r.status in RAN})
 
 
-def _summary(
+def burst_summary(
     kind: str, count: int, due: float, insert_s: float, records: list[Any]
 ) -> dict[str, Any]:
     ran = [r for r in records if r.status in RAN]
-    executed = _executed(records)
+    executed = executed_jobs(records)
     last_end = max((r.finished_at for r in ran if r.finished_at is not None), default=None)
     drain = None if last_end is None else last_end - due
     critical = [r for r in ran if r.job_name.startswith("burst-c-")]

@@ -3,6 +3,7 @@ beside what was measured."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -106,10 +107,91 @@ def render(results: Row) -> str:
         table(floors, FLOOR_COLUMNS),
         "### Steady (cron jobs on `* * * * * *`)",
         table(steady, STEADY_COLUMNS),
+        "### Fair share's cost: one burst over 1 domain and over many (each run, in order)",
+        domains_tables(results.get("domains", [])),
         "### Targets",
         table(targets(results), [("target", "target"), ("measured", "measured"), ("met", "met")]),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+DOMAIN_FIGURES = [
+    ("runs/s", "executions_per_s"),
+    ("store ops a run", "store_ops_per_execution"),
+    ("due reads a fetch", "due_reads_per_fetch"),
+    ("fetch p50 ms", "fetch_p50_ms"),
+    ("fetch p90 ms", "fetch_p90_ms"),
+    ("fetch us a run", "fetch_us_per_run"),
+    ("claim us a run", "claim_us_per_run"),
+    ("last domain's first start ms", "first_start_max_ms"),
+    ("missed", "missed"),
+    ("run twice", "run_twice"),
+]
+
+
+def domains_tables(rows: Sequence[Row]) -> str:
+    """Per stack, each figure with one domain and with many side by side, and many over one
+    (of the medians); then the weighted runs' shares."""
+    parts = []
+    for stack in dict.fromkeys(r.get("stack") for r in rows if "error" not in r):
+        even = [r for r in rows if r.get("stack") == stack and not r.get("weights")]
+        counts = sorted({r["domains"] for r in even})
+        if len(counts) < 2:
+            continue
+        one, many = counts[0], counts[-1]
+        by = {n: [r for r in even if r["domains"] == n] for n in (one, many)}
+        figures = [
+            {
+                "figure": title,
+                "one": ", ".join(_cell(r.get(key)) for r in by[one]),
+                "many": ", ".join(_cell(r.get(key)) for r in by[many]),
+                "ratio": _median_ratio(by[many], by[one], key),
+            }
+            for title, key in DOMAIN_FIGURES
+        ]
+        jobs = _cell(even[0].get("jobs"))
+        columns = [
+            (f"{stack}, burst of {jobs}", "figure"),
+            (f"{one} domain" + ("s" if one > 1 else ""), "one"),
+            (f"{many} domains", "many"),
+            (f"{many} / {one}", "ratio"),
+        ]
+        parts.append(table(figures, columns))
+    weighted = [
+        {**r, "weights": ":".join(map(str, r["weights"])), "shares": _shares(r)}
+        for r in rows
+        if r.get("weights") and "error" not in r
+    ]
+    if weighted:
+        columns = [
+            ("stack", "stack"),
+            ("jobs", "jobs"),
+            ("weights", "weights"),
+            ("share while both had work", "shares"),
+            ("runs/s", "executions_per_s"),
+            ("store ops a run", "store_ops_per_execution"),
+            ("fetch us a run", "fetch_us_per_run"),
+        ]
+        parts.append(table(weighted, columns))
+    failed = [r for r in rows if "error" in r]
+    parts += [f"- {r['stack']}, {r['domains']} domains: {r['error']}" for r in failed]
+    return "\n\n".join(parts) if parts else "(not run)"
+
+
+def _median_ratio(many: Sequence[Row], one: Sequence[Row], key: str) -> str:
+    a = [r[key] for r in many if isinstance(r.get(key), int | float)]
+    b = [r[key] for r in one if isinstance(r.get(key), int | float)]
+    if not a or not b or not statistics.median(b):
+        return "-"
+    return f"{statistics.median(a) / statistics.median(b):.2f} x"
+
+
+def _shares(row: Row) -> str:
+    share = row.get("share") or {}
+    weights: list[int] = row["weights"]
+    got = " / ".join(f"{share[d]:.3f}" for d in sorted(share))
+    wanted = " / ".join(f"{w / sum(weights):.3f}" for w in weights)
+    return f"{got} (weights: {wanted})"
 
 
 FLOOR_LABELS = {

@@ -9,7 +9,9 @@
 3. the peer: APScheduler 3.x on the same bursts, on SQLite (SQLAlchemy) and in memory;
 4. steady load: cron jobs on `* * * * * *` at 1,000 and 2,000 a second (embedded), at half
    the FerretDB floor (real stack) and at 1,000 a second on PostgreSQL;
-5. a profile of the largest embedded burst under py-spy (a run of its own, not counted above).
+5. fair share's cost: one burst over 1 domain and over 100, alternating, embedded and on
+   PostgreSQL, each fetch and claim timed; and (embedded) over 2 domains of weights 1 and 3;
+6. a profile of the largest embedded burst under py-spy (a run of its own, not counted above).
 
 Prints Markdown tables and writes var/bench/results.json (after every step, so an interrupted
 run keeps what it measured) and var/bench/results.md. Measures; asserts nothing. Every wait is
@@ -18,6 +20,7 @@ bounded: a run that does not finish in time is stopped and reported as it was.
     python -m bench.run [--sizes 3000,10000,30000] [--real-sizes 3000] [--steady-seconds 120]
                         [--postgresql-sizes 3000,30000] [--no-real] [--no-postgresql]
                         [--no-embedded] [--no-profile] [--repeats 2]
+                        [--no-domains | --domains-only] [--domains-repeats 1]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.burst import LONG_RUNS_JOBS, run_burst
+from bench.domains import run_domains
 from bench.floor import run_floor
 from bench.peer_apscheduler import run_peer
 from bench.profile import top_costs
@@ -97,6 +101,7 @@ class Bench:
             "floor": [],
             "burst": [],
             "steady": [],
+            "domains": [],
         }
 
     def save(self) -> None:
@@ -135,6 +140,10 @@ class Bench:
         postgresql = not a.no_postgresql and missing is None
         if missing:
             self.results["postgresql_skipped"] = f"{missing} (scripts/services.sh start)"
+        if a.domains_only:
+            self.domains(postgresql)
+            self.finish()
+            return
         self.floors(real)
         self.bursts(real)
         if postgresql:
@@ -142,8 +151,13 @@ class Bench:
         if not a.no_embedded:
             self.peers()
         self.steady(real)
+        if not a.no_domains:
+            self.domains(postgresql)
         if not a.no_profile and not a.no_embedded:
             self.profile()
+        self.finish()
+
+    def finish(self) -> None:
         self.results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         self.save()
         print(render(self.results))
@@ -297,6 +311,47 @@ class Bench:
         floor = floors[0].get("executions_per_s") if floors else None
         return max(1, min(200, int(floor) // 2)) if floor else 50
 
+    def domains(self, postgresql: bool) -> None:
+        """One burst over 1 domain and over `--many-domains`, alternating, on each stack; then,
+        embedded, over two domains of weights 1 and 3."""
+        a = self.args
+        plans: list[tuple[str, Callable[[], Stack], int]] = []
+        if not a.no_embedded:
+            plans.append(("embedded", embedded_stack, a.domains_jobs))
+        if postgresql:
+            plans.append(("postgresql", postgresql_stack, a.domains_postgresql_jobs))
+        for kind, stack, jobs in plans:
+            for repeat in range(1, a.domains_repeats + 1):
+                for domains in (1, a.many_domains):
+                    self._domains_step(kind, stack, jobs, repeat, domains=domains)
+            if kind == "embedded":
+                self._domains_step(kind, stack, jobs, 1, weights=(1, 3))
+
+    def _domains_step(
+        self,
+        kind: str,
+        stack: Callable[[], Stack],
+        jobs: int,
+        repeat: int,
+        *,
+        domains: int = 1,
+        weights: tuple[int, ...] = (),
+    ) -> None:
+        over = f"{domains} domain" + ("s" if domains > 1 else "")
+        over = f"weights {':'.join(map(str, weights))}" if weights else over
+        self.step(
+            "domains",
+            f"{kind} burst {jobs} over {over} #{repeat}",
+            run_domains,
+            stack(),
+            jobs,
+            domains=domains,
+            weights=weights,
+            timeout_seconds=self.args.burst_timeout,
+            log_level=self.args.log_level,
+            labels={"stack": kind, "domains": len(weights) or domains, "repeat": repeat},
+        )
+
     def profile(self) -> None:
         jobs = max(self.args.sizes)
         raw = self.out.parent / "profile.txt"
@@ -346,6 +401,12 @@ def main() -> None:
         "--no-embedded", action="store_true", help="the real stack only (no SQLite, no peers)"
     )
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--no-domains", action="store_true", help="no fair share bursts")
+    parser.add_argument("--domains-only", action="store_true", help="the fair share bursts only")
+    parser.add_argument("--domains-jobs", type=int, default=10000, help="embedded")
+    parser.add_argument("--domains-postgresql-jobs", type=int, default=3000)
+    parser.add_argument("--many-domains", type=int, default=100)
+    parser.add_argument("--domains-repeats", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "var" / "bench" / "results.json"))
     # SIGTERM unwinds like Ctrl-C, so every daemon and profiler started is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
