@@ -1,7 +1,11 @@
-"""Prometheus metrics: per handler (executions, duration, fire lag, retries), for the engine, and
-the process's own (build, CPU, memory, file descriptors).
+"""Prometheus metrics: per handler (executions, duration, fire lag, retries), per domain (the same
+runs' ends, fire lag and dead letters), for the engine, and the process's own (build, CPU,
+memory, file descriptors).
 
 Each engine gets its own registry, so tests and two engines in one process never share counts.
+
+A `domain` label takes as many values as there are domains: their names follow a strict rule
+(scheduler/domains.py), and a domain is a team or tenant, not a job, so the series stay few.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
+
+# The help text of every metric with a domain label says how far it spreads.
+BY_DOMAIN = "; by domain, whose names follow a strict rule: as many values as domains, not jobs"
 
 # Fire lag is what users feel: most runs should start within milliseconds of their time.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -61,7 +68,10 @@ class Metrics:
         self.build = Info("tickd_build", "The running tickd: its version and Python's", registry=r)
         self.build.info({"version": tickd_version(), "python_version": platform.python_version()})
         self.executions = Counter(
-            "tickd_executions", "Finished executions", ["handler", "status"], registry=r
+            "tickd_executions",
+            "Finished executions" + BY_DOMAIN,
+            ["handler", "status", "domain"],
+            registry=r,
         )
         self.duration = Histogram(
             "tickd_execution_duration_seconds",
@@ -73,8 +83,8 @@ class Metrics:
         self.fire_lag = Histogram(
             "tickd_fire_lag_seconds",
             "Handler start minus the time the occurrence was due, for the first start of a "
-            "scheduled occurrence only",
-            ["handler", "priority"],
+            "scheduled occurrence only" + BY_DOMAIN,
+            ["handler", "priority", "domain"],
             buckets=LAG_BUCKETS,
             registry=r,
         )
@@ -213,5 +223,12 @@ class Metrics:
             "tickd_dead_letters",
             "Open dead letters (runs that failed for good, not yet re-driven or discarded)",
             ["handler"],
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "tickd_runs_dead_lettered",
+            "Runs that failed for good and became dead letters, open or re-driven by their job's "
+            "policy (those the reaper ends for good are in tickd_dead_letters only)" + BY_DOMAIN,
+            ["handler", "domain"],
             registry=r,
         )

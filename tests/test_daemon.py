@@ -98,7 +98,9 @@ async def test_make_run_shows_executions_then_stops_cleanly_on_sigterm(
             assert (await response.json())["ready"] is True
         async with http.get("/metrics") as response:
             text = await response.text()
-            assert 'tickd_executions_total{handler="noop",status="success"}' in text
+            assert (
+                'tickd_executions_total{domain="default",handler="noop",status="success"}' in text
+            )
             assert "tickd_fire_lag_seconds_bucket" in text
 
     process.send_signal(signal.SIGTERM)

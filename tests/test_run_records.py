@@ -135,7 +135,7 @@ async def test_a_redrive_is_measured_apart_and_adds_nothing_to_the_fire_lag(
 
     [run] = await executions(h.store)
     assert (run.status, run.requested) == (Status.SUCCESS, "redrive")
-    fire_lag = {"handler": "fine", "priority": "normal"}
+    fire_lag = {"handler": "fine", "priority": "normal", "domain": "default"}
     assert samples(h, "tickd_fire_lag_seconds", fire_lag) == 0
     wait = {"handler": "fine", "kind": "redrive"}
     assert samples(h, "tickd_request_wait_seconds", wait) == 1
@@ -152,4 +152,5 @@ async def test_a_scheduled_occurrence_counts_as_fire_lag(make_engine: EngineFact
     await h.engine.drain()
     [run] = await executions(h.store)
     assert run.requested is None
-    assert samples(h, "tickd_fire_lag_seconds", {"handler": "fine", "priority": "normal"}) == 1
+    lag = {"handler": "fine", "priority": "normal", "domain": "default"}
+    assert samples(h, "tickd_fire_lag_seconds", lag) == 1

@@ -13,9 +13,9 @@ class MetricsObserver(RunObserver):
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         # The series every run touches, by their labels, looked up once each.
-        self._lags: dict[tuple[str, Priority], Histogram] = {}
+        self._lags: dict[tuple[str, Priority, str], Histogram] = {}
         self._waits: dict[tuple[str, str], Histogram] = {}
-        self._ends: dict[tuple[str, Status], tuple[Counter, Histogram]] = {}
+        self._ends: dict[tuple[str, Status, str], tuple[Counter, Histogram]] = {}
 
     def misfired(self, job: Job, count: int) -> None:
         self.metrics.misfires.labels(job.handler, str(job.misfire.policy)).inc(count)
@@ -30,11 +30,11 @@ class MetricsObserver(RunObserver):
             self._request_wait(job, execution.requested).observe(max(0.0, lag_seconds))
 
     def _fire_lag(self, job: Job) -> Histogram:
-        key = (job.handler, job.priority)
+        key = (job.handler, job.priority, job.domain)
         lag = self._lags.get(key)
         if lag is None:
             lag = self._lags[key] = self.metrics.fire_lag.labels(
-                job.handler, job.priority.name.lower()
+                job.handler, job.priority.name.lower(), job.domain
             )
         return lag
 
@@ -57,17 +57,19 @@ class MetricsObserver(RunObserver):
         self.metrics.fenced.inc()
 
     def finished(self, job: Job, execution: Execution) -> None:
-        key = (job.handler, execution.status)
+        key = (job.handler, execution.status, job.domain)
         series = self._ends.get(key)
         if series is None:
             series = self._ends[key] = (
-                self.metrics.executions.labels(job.handler, str(execution.status)),
+                self.metrics.executions.labels(job.handler, str(execution.status), job.domain),
                 self.metrics.duration.labels(job.handler),
             )
         executions, duration = series
         executions.inc()
         if execution.duration_ms is not None:
             duration.observe(execution.duration_ms / 1000)
+        if execution.dead_letter is not None:  # rare: looked up each time
+            self.metrics.dead_lettered.labels(job.handler, job.domain).inc()
 
     def not_recorded(self, job: Job, execution: Execution, error: str) -> None:
         self.metrics.store_errors.labels("finish_execution").inc()
