@@ -79,6 +79,8 @@ class Engine:
         self.observer = Observers([MetricsObserver(self.metrics), LogObserver(), *observers])
         # The runs this instance holds, from their claim until their end is written.
         self.ledger = Ledger()
+        # Read when scraped, as the ledger counts them for the domains' caps.
+        self.metrics.runs_in_flight.read_from(self.ledger.busy_domains)
         source = event_source(settings, ports)
         store, clock, lock = ports.store, ports.clock, run_path_lock(ports.store, ports.lock)
         # The run path, built from its last stage to its first: each takes the next.

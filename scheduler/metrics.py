@@ -1,6 +1,6 @@
 """Prometheus metrics: per handler (executions, duration, fire lag, retries), per domain (the same
-runs' ends, fire lag and dead letters), for the engine, and the process's own (build, CPU,
-memory, file descriptors).
+runs' ends, fire lag and dead letters; the runs in flight), for the engine, and the process's
+own (build, CPU, memory, file descriptors).
 
 Each engine gets its own registry, so tests and two engines in one process never share counts.
 
@@ -11,7 +11,7 @@ A `domain` label takes as many values as there are domains: their names follow a
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import (
@@ -23,7 +23,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
@@ -48,6 +48,28 @@ class StoreOperationsCollector(Collector):
         )
         for (backend, operation), count in sorted(STORE_OPERATIONS.snapshot().items()):
             family.add_metric([backend, operation], count)
+        yield family
+
+
+class RunsInFlightCollector(Collector):
+    """Each domain's runs in flight on this instance, read at each scrape from the engine's
+    ledger (armed, recorded, queued or running: what a domain's max_running counts); none
+    until an engine tells it where to read."""
+
+    def __init__(self) -> None:
+        self._read: Callable[[], Mapping[str, int]] = dict
+
+    def read_from(self, read: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "tickd_runs_in_flight",
+            "Runs this instance holds armed, recorded, queued or running" + BY_DOMAIN,
+            labels=["domain"],
+        )
+        for domain, count in sorted(self._read().items()):
+            family.add_metric([domain], count)
         yield family
 
 
@@ -116,6 +138,8 @@ class Metrics:
             registry=r,
         )
         self.busy_workers = Gauge("tickd_busy_workers", "Workers running a task", registry=r)
+        self.runs_in_flight = RunsInFlightCollector()
+        r.register(self.runs_in_flight)
         self.lock_contention = Counter(
             "tickd_lock_contention",
             "Due jobs skipped because another runner held the lock",

@@ -1,13 +1,17 @@
 """Metrics by domain: a run's fire lag, its end and its dead letter are counted under its job's
-domain, beside the labels they had before."""
+domain, beside the labels they had before; each domain's runs in flight are read off the
+ledger."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from tests.conftest import EngineFactory, make_job
 from tests.test_dead_letters import broken
 from tests.test_engine import noop
+from tickd.scheduler.plugin.api import HandlerContext, Result
 
 pytestmark = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
 
@@ -43,3 +47,30 @@ async def test_a_run_that_failed_for_good_is_a_dead_letter_of_its_jobs_domain(
     assert sample("tickd_runs_dead_lettered_total", {**dead, "handler": "noop"}) is None
     failed = {"handler": "broken", "status": "failed", "domain": "payments"}
     assert sample("tickd_executions_total", failed) == 1
+
+
+async def test_a_domains_runs_in_flight_count_until_their_ends_are_written(
+    make_engine: EngineFactory,
+) -> None:
+    release = asyncio.Event()
+
+    async def held(ctx: HandlerContext) -> Result:
+        await release.wait()
+        return None
+
+    h = make_engine({"held": held}, workers=4)
+    for i in range(3):
+        await h.add(make_job(f"pay-{i}", "held", domain="payments"))
+    await h.add(make_job("find", "held", domain="search"))
+    in_flight = h.engine.metrics.registry.get_sample_value
+    assert in_flight("tickd_runs_in_flight", {"domain": "payments"}) is None
+
+    h.engine.start()
+    await h.engine.tick()
+    assert in_flight("tickd_runs_in_flight", {"domain": "payments"}) == 3
+    assert in_flight("tickd_runs_in_flight", {"domain": "search"}) == 1
+
+    release.set()
+    await h.engine.settled()
+    assert in_flight("tickd_runs_in_flight", {"domain": "payments"}) == 0
+    assert in_flight("tickd_runs_in_flight", {"domain": "search"}) == 0
