@@ -1,6 +1,6 @@
 """Prometheus metrics: per handler (executions, duration, fire lag, retries), per domain (the same
-runs' ends, fire lag and dead letters; the runs in flight), for the engine, and the process's
-own (build, CPU, memory, file descriptors).
+runs' ends, fire lag and dead letters; the runs in flight; the fire-lag objective), for the
+engine, and the process's own (build, CPU, memory, file descriptors).
 
 Each engine gets its own registry, so tests and two engines in one process never share counts.
 
@@ -254,5 +254,12 @@ class Metrics:
             "Runs that failed for good and became dead letters, open or re-driven by their job's "
             "policy (those the reaper ends for good are in tickd_dead_letters only)" + BY_DOMAIN,
             ["handler", "domain"],
+            registry=r,
+        )
+        self.lag_objective = Gauge(
+            "tickd_domain_lag_objective_seconds",
+            "A domain's p99 fire-lag objective (lag_objective_seconds of its stored settings), "
+            "for the domains that set one" + BY_DOMAIN,
+            ["domain"],
             registry=r,
         )

@@ -1,6 +1,6 @@
 """Metrics by domain: a run's fire lag, its end and its dead letter are counted under its job's
 domain, beside the labels they had before; each domain's runs in flight are read off the
-ledger."""
+ledger; each domain's lag objective follows its stored settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ import pytest
 from tests.conftest import EngineFactory, make_job
 from tests.test_dead_letters import broken
 from tests.test_engine import noop
+from tickd.scheduler.domain_settings import DomainSettings
+from tickd.scheduler.maintenance.objectives import LagObjectives
+from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.plugin.api import HandlerContext, Result
+from tickd.scheduler.ports.backends import Store
 
 pytestmark = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
 
@@ -74,3 +78,36 @@ async def test_a_domains_runs_in_flight_count_until_their_ends_are_written(
     await h.engine.settled()
     assert in_flight("tickd_runs_in_flight", {"domain": "payments"}) == 0
     assert in_flight("tickd_runs_in_flight", {"domain": "search"}) == 0
+
+
+async def test_each_domains_lag_objective_follows_its_stored_settings(store: Store) -> None:
+    metrics = Metrics()
+    objectives = LagObjectives(store, metrics)
+    objective = metrics.registry.get_sample_value
+    name = "tickd_domain_lag_objective_seconds"
+    await store.put_domain(DomainSettings(name="payments", lag_objective_seconds=2.5))
+    await store.put_domain(DomainSettings(name="search", lag_objective_seconds=30))
+    await store.put_domain(DomainSettings(name="batch", weight=2))  # sets no objective
+
+    await objectives.refresh()
+    assert objective(name, {"domain": "payments"}) == 2.5
+    assert objective(name, {"domain": "search"}) == 30
+    assert objective(name, {"domain": "batch"}) is None
+
+    await store.put_domain(DomainSettings(name="payments", lag_objective_seconds=1))
+    await store.put_domain(DomainSettings(name="search"))  # its objective cleared
+    await objectives.refresh()
+    assert objective(name, {"domain": "payments"}) == 1
+    assert objective(name, {"domain": "search"}) is None
+
+
+async def test_a_deleted_domain_loses_its_objective(store: Store) -> None:
+    metrics = Metrics()
+    objectives = LagObjectives(store, metrics)
+    await store.put_domain(DomainSettings(name="payments", lag_objective_seconds=2.5))
+    await objectives.refresh()
+
+    assert await store.delete_domain("payments")
+    await objectives.refresh()
+    exported = metrics.registry.get_sample_value
+    assert exported("tickd_domain_lag_objective_seconds", {"domain": "payments"}) is None

@@ -31,6 +31,7 @@ from tickd.scheduler.jobspec import JobRules
 from tickd.scheduler.lock import open_lock
 from tickd.scheduler.logs import log_event
 from tickd.scheduler.mail import open_mailer
+from tickd.scheduler.maintenance.objectives import LagObjectives
 from tickd.scheduler.maintenance.retention import Housekeeper
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.observers import RunObserver
@@ -324,6 +325,9 @@ def build_api(
         # Retention and the dead-letter gauge, on their own slow timer beside the dispatcher.
         housekeeper = Housekeeper(settings, ports.store, ports.clock, metrics)
         app.cleanup_ctx.append(running_beside("housekeeper", housekeeper.run))
+        # Each domain's fire-lag objective, for the alert on a domain's lag.
+        objectives = LagObjectives(ports.store, metrics)
+        app.cleanup_ctx.append(running_beside("lag-objectives", objectives.run))
     return app
 
 
