@@ -1,6 +1,7 @@
 """deploy/ charts and alerts on what /metrics exports: every expression of the Grafana dashboard
-and the Prometheus rules names only series a running tickd shows, and every tickd metric family
-has a panel. docs/operations.md names only metrics that exist, and every rule."""
+and the Prometheus rules names only series a running tickd shows, groups and matches them only by
+labels they carry, and every tickd metric family has a panel. docs/operations.md names only
+metrics that exist, and every rule."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import serving
-from tests.conftest import EngineFactory
+from tests.conftest import EngineFactory, make_job
+from tests.test_dead_letters import broken
+from tests.test_engine import noop
+from tickd.scheduler.domain_settings import DomainSettings
+from tickd.scheduler.maintenance.objectives import LagObjectives
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -38,6 +44,9 @@ SERIES_SUFFIXES = {
     "stateset": ("",),
     "unknown": ("",),
 }
+
+# Labels Prometheus itself gives every series of a target.
+TARGET_LABELS = {"job", "instance"}
 
 # PromQL words that look like metric names but are not.
 KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left"}
@@ -66,6 +75,17 @@ def test_metric_names_reads_selectors_past_functions_labels_and_durations() -> N
         " unless sum(b) without (le) / ignoring(kind) group_left c"
     )
     assert metric_names(expr) == {"a_bucket", "up", "b", "c"}
+
+
+def grouping_labels(expr: str) -> set[str]:
+    """The labels an expression aggregates by or matches on (`by (...)`, `on (...)`)."""
+    lists = re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr)
+    return {label.strip() for found in lists for label in found.split(",") if label.strip()}
+
+
+def test_grouping_labels_reads_by_and_on_lists() -> None:
+    expr = "sum by (domain, le) (a) > on (domain) group_left max by(job) (b) and sum(c) without (x)"
+    assert grouping_labels(expr) == {"domain", "le", "job"}
 
 
 def dashboards() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -125,6 +145,42 @@ async def exposition(make_engine: EngineFactory) -> str:
 @pytest.fixture
 def exported(exposition: str) -> dict[str, set[str]]:
     return families(exposition)
+
+
+@pytest.fixture
+async def labelled(make_engine: EngineFactory) -> dict[str, set[str]]:
+    """Each series name of /metrics with the labels its samples carry, after runs that touch the
+    metrics by domain: one in a domain with a lag objective, one that ends as a dead letter."""
+    h = make_engine({"noop": noop, "broken": broken})
+    await h.add(make_job("pay", domain="payments"))
+    await h.add(make_job("charge", "broken", domain="payments"))
+    await h.engine.drain()
+    await h.store.put_domain(DomainSettings(name="payments", lag_objective_seconds=2.5))
+    await LagObjectives(h.store, h.engine.metrics).refresh()
+    labels: dict[str, set[str]] = {}
+    exposition = generate_latest(h.engine.metrics.registry).decode()
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels)
+    return labels
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+def test_every_label_deploy_groups_or_matches_by_is_one_its_series_carry(
+    labelled: dict[str, set[str]],
+) -> None:
+    """Only where every series an expression reads has samples here: a family nothing touched
+    shows no labels."""
+    for name in ("tickd_fire_lag_seconds_bucket", "tickd_domain_lag_objective_seconds"):
+        assert "domain" in labelled.get(name, set()), name
+    wrong = []
+    for where, expr in every_expression():
+        names = metric_names(expr)
+        if not names or not names <= set(labelled):
+            continue
+        carried = set().union(*(labelled[name] for name in names)) | TARGET_LABELS
+        wrong += [f"{where}: {label}" for label in sorted(grouping_labels(expr) - carried)]
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)
