@@ -62,7 +62,7 @@ OUTAGE_JOBS = 10
 # minutes: far past the producer's delivery timeout (3 s here) and its reconnect backoff (10 s).
 OUTAGE_SECONDS = 30
 KAFKA_OUTAGE_SECONDS = 120
-SUCCESS = 'tickd_executions_total{handler="noop",status="success"}'
+SUCCESS = 'tickd_executions_total{domain="default",handler="noop",status="success"}'
 
 
 def whole_second(when: datetime) -> datetime:
