@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import T0, make_job
 from tickd.scheduler.admission.fair_share import (
+    MAX_LANES,
     OTHERS_EVERY,
     WEIGHTS_EVERY,
     DomainCaps,
@@ -266,3 +267,21 @@ async def test_a_sharded_occurrence_takes_no_room_but_each_shard_does() -> None:
     occurrence = DueRun(make_job("a-wide", domain="a", shards=4))
     assert caps.within([occurrence], Counter(a=2)) == [occurrence]
     assert caps.within([DueRun(make_job("a-1", domain="a"))], Counter(a=2)) == []
+
+
+async def test_a_fetch_reads_ten_busy_domains_at_most_and_each_gets_its_share_over_fetches() -> (
+    None
+):
+    lanes = await lanes_for()
+    queue = Queue(**{f"d{n:03}": 250 for n in range(100)})
+    lanes.seen(queue.take(1_000, None, []))  # every domain busy
+    runs: Counter[str] = Counter()
+    for n in range(120):  # 12,000 runs: none of the domains runs out
+        now = T0 + timedelta(milliseconds=10 * (n + 1))
+        reads = lanes.reads(100, now)
+        assert len([read for read in reads if read.domain is not None]) <= MAX_LANES
+        for read in reads:
+            jobs = queue.take(read.limit, read.domains, read.exclude_domains)
+            lanes.took(read, jobs, now)
+            runs.update(job.domain for job in jobs)
+    assert min(runs.values()) >= 0.9 * max(runs.values()), runs.most_common(3)

@@ -7,10 +7,11 @@ due, leaves the lanes and loses its credit, so its share goes to the others at t
 Under saturation the domains then get runs in proportion to their weights, whatever the fetch's
 size.
 
-Every domain not read apart shares one more lane, "the others", read for one run beside the
-fetch's share: that is where a domain's work first shows up behind another's burst; a domain
-seen there has a lane of its own from the next fetch. While the others' lane finds nothing, it
-is read every OTHERS_EVERY, not at each fetch.
+A fetch reads MAX_LANES busy domains at most, those owed most. Every domain not busy shares
+one more lane, "the others", read for a tenth of the fetch beside its share: that is where a
+domain's work first shows up behind another's burst; a domain seen there has a lane of its own
+from the next fetch. While the others' lane finds nothing, it is read every OTHERS_EVERY, not
+at each fetch.
 
 Within a lane the store's order holds (critical first); the lanes' runs are then merged by
 priority, then by turn (a run's place in its lane over its domain's weight).
@@ -55,6 +56,10 @@ R = TypeVar("R", bound=Run)
 # While the others' lane finds nothing, it is read this often: each read is a round trip that,
 # in a burst of one domain, almost always finds none. A new domain waits this much at most.
 OTHERS_EVERY = timedelta(seconds=0.25)
+# At most this many busy domains are read apart in one fetch, those owed most: each read is a
+# statement, and with a hundred busy domains a fetch of 100 would make a hundred reads of one.
+# The others wait for a later fetch with their credit kept, so the shares hold over fetches.
+MAX_LANES = 10
 # The domains' weights are read again this often while the lanes are in use.
 WEIGHTS_EVERY = timedelta(seconds=10)
 
@@ -156,20 +161,22 @@ class Lanes:
         total = sum(self.weights.of(domain) for domain in busy)
         for domain in busy:
             self._credit[domain] += limit * self.weights.of(domain) / total
-        asked = {domain: int(self._credit[domain]) for domain in busy}
-        if busy and not any(asked.values()):
+        owed = sorted(busy, key=self._credit.__getitem__, reverse=True)[:MAX_LANES]
+        asked = {domain: int(self._credit[domain]) for domain in owed}
+        if owed and not any(asked.values()):
             # Shares of less than a run each (a small fetch, many lanes): the lane owed most
             # goes, and owes the difference.
-            asked[max(busy, key=self._credit.__getitem__)] = 1
+            asked[owed[0]] = 1
         reads, left = [], limit
-        for domain in busy:
+        for domain in owed:
             if (n := min(asked[domain], left)) > 0:
                 reads.append(LaneRead(domain, n, [domain], []))
                 left -= n
         if self._others_due(now):
-            # One run beyond the fetch's limit (a run beyond the room goes back): enough to
-            # find a domain with work due, which has a lane of its own from the next fetch.
-            reads.append(LaneRead(None, 1, None, [*busy, *capped]))
+            # Beyond the fetch's limit (the runs beyond the room go back): enough to find a
+            # few domains with work due, each with a lane of its own from the next fetch.
+            probe = max(1, limit // MAX_LANES)
+            reads.append(LaneRead(None, probe, None, [*busy, *capped]))
         return reads
 
     def took(self, read: LaneRead, jobs: Sequence[Job], now: datetime) -> None:
