@@ -4,6 +4,7 @@ cannot be taken, a dead owner's that can, and the due read and backlog of a few 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -103,6 +104,20 @@ async def test_the_due_read_of_some_partitions_has_every_due_job_of_them(
         few = await a.due_jobs(T0, 3, partitions=some, in_turn=in_turn)
         assert len(few) == 3
         assert {part[job.id] for job in few} <= set(some)
+
+
+async def test_a_take_answers_with_a_single_operation_let_through_at_once(
+    two: tuple[Store, Store],
+) -> None:
+    """On FerretDB the store lets only a few operations through at once (its gate): a take that
+    waited for a second place while holding one would wait for ever once every place was held
+    that way, and with it every other call of the instance."""
+    a, _ = two
+    if not isinstance(a, MongoStore):
+        pytest.skip("only the MongoDB store gates its operations")
+    a.gate = asyncio.Semaphore(1)
+    await a.beat("a", T0)
+    assert await asyncio.wait_for(a.take_partitions("a", [0, 1]), timeout=10) == {0: 1, 1: 1}
 
 
 async def test_the_backlog_of_each_instances_partitions_adds_up_to_the_stores(

@@ -20,6 +20,11 @@ class MongoPartitions(MongoCollections):
 
     @translating_errors
     async def partition_owners(self) -> list[PartitionOwner]:
+        return await self._owners()
+
+    async def _owners(self) -> list[PartitionOwner]:
+        """Not through the gate: take_partitions holds it already, and a second wait for it
+        from there could wait for ever, each holder waiting on the others."""
         cursor = self.partitions.find({}).sort("_id", 1)
         return [
             PartitionOwner(int(d["_id"]), d.get("owner"), int(d["epoch"])) async for d in cursor
@@ -30,7 +35,7 @@ class MongoPartitions(MongoCollections):
         if not parts:
             return {}
         wanted = set(parts)
-        owners = [owner for owner in await self.partition_owners() if owner.part in wanted]
+        owners = [owner for owner in await self._owners() if owner.part in wanted]
         alive = {doc["_id"] async for doc in self.beats.find({}, {"_id": 1})}
         takes: list[Update] = [
             UpdateOne(
@@ -42,7 +47,7 @@ class MongoPartitions(MongoCollections):
         ]
         if takes:
             await self._update_each(self.partitions, takes)
-            owners = [owner for owner in await self.partition_owners() if owner.part in wanted]
+            owners = [owner for owner in await self._owners() if owner.part in wanted]
         return {owner.part: owner.epoch for owner in owners if owner.owner == instance}
 
     @translating_errors
