@@ -1,8 +1,10 @@
-"""The signals that stop `tickd run`: each a graceful stop, never a death mid-run."""
+"""The signals that stop `tickd run`: each a graceful stop, never a death mid-run; and SIGUSR1,
+which stops nothing and logs where each task waits."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -110,3 +112,21 @@ async def test_a_stop_signal_lets_the_running_execution_finish_then_exits_cleanl
     assert "daemon.stopped" in text
     assert Status.SUCCESS in await statuses(tmp_path / "tickd.db", job_id)
     assert Status.RUNNING not in await statuses(tmp_path / "tickd.db", job_id)
+
+
+async def test_sigusr1_logs_where_each_task_waits_and_stops_nothing(
+    daemon: tuple[asyncio.subprocess.Process, Log, int],
+) -> None:
+    process, log, port = daemon
+    await log.line_with("api.listening")
+    job_id = await start_long_run(port)
+    await log.line_with('"type":"job.execution.started"', job_id)
+
+    process.send_signal(signal.SIGUSR1)
+    # The run's task, down the awaits to the handler and the sleep it waits in.
+    line = await log.line_with("daemon.task", "handlers/sleep.py")
+    assert re.search(
+        r"handlers/sleep\.py:\d+ in sleep > \S+asyncio/tasks\.py:\d+ in sleep", line
+    ), line
+    await log.line_with(f'"type":"job.execution.{Status.SUCCESS}"', job_id)
+    assert process.returncode is None

@@ -43,6 +43,8 @@ from tickd.scheduler.urls import is_loopback
 log = logging.getLogger("tickd.daemon")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# A chain of awaits longer than this is cut (a recursion would never end).
+MAX_AWAITS_SHOWN = 50
 # After the daemon stopped, how long the threads it leaves get to end (its handler threads, idle
 # by then, take milliseconds) before those still running are left behind.
 THREADS_END_WITHIN_SECONDS = 1.0
@@ -167,10 +169,32 @@ async def serve(
 
 def stop_on_signals(stop: asyncio.Event) -> None:
     """SIGHUP too: a closed terminal or a supervisor's reload sends it, and its default action
-    kills the process mid-run, leaving its executions `running` until their leases lapse."""
+    kills the process mid-run, leaving its executions `running` until their leases lapse.
+    SIGUSR1 stops nothing: it logs where each task waits, for a daemon that seems stuck."""
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
+    loop.add_signal_handler(signal.SIGUSR1, log_waiting_tasks)
+
+
+def log_waiting_tasks() -> None:
+    """One line a task: its name and the chain of awaits it is suspended in, outermost first
+    (a task's own get_stack shows only its outermost frame)."""
+    for task in asyncio.all_tasks():
+        log_event(log, "daemon.task", task=task.get_name(), waits_at=" > ".join(awaits(task)))
+
+
+def awaits(task: asyncio.Task[Any]) -> list[str]:
+    """`file:line in function` for each coroutine in the task's chain of awaits."""
+    chain: list[str] = []
+    step: Any = task.get_coro()
+    while step is not None and len(chain) < MAX_AWAITS_SHOWN:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is None:
+            break
+        chain.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    return chain
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:

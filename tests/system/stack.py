@@ -439,6 +439,12 @@ class Daemon:
                 raise AssertionError(f"{self.name} not ready after {within} s:\n{self.log_tail()}")
             await asyncio.sleep(0.2)
 
+    async def log_tasks(self) -> None:
+        """SIGUSR1: the daemon logs where each of its tasks waits."""
+        if self.alive:
+            self.process.send_signal(signal.SIGUSR1)
+            await asyncio.sleep(0.5)  # it logs at its loop's next turn
+
     async def stop(self, within: float = DAEMON_STOP_WITHIN) -> int:
         """SIGTERM, then the exit status; killed (and failing) if it does not stop in time."""
         if self.alive:
@@ -530,6 +536,11 @@ async def daemons(
         for daemon in started:
             await daemon.wait_ready()
         yield started
+    except BaseException:
+        # A failed test leaves each live daemon's tasks in its log: where a stuck one waits.
+        for daemon in started:
+            await daemon.log_tasks()
+        raise
     finally:
         for daemon in started:
             await daemon.kill()
