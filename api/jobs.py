@@ -157,6 +157,9 @@ class JobBuilder:
             )
         with validation_problems():  # the model checks a key and its limit together
             changed = self._changed(job, body, fields, params, now)
+        # A key or limit given by hand is kept as given (null: the handler's default again).
+        by_hand = fields.keys() & {"concurrency_key", "concurrency_limit"}
+        changed = self.rules.with_default_key(changed, before=None if by_hand else job)
         with validation_problems():
             self.rules.check(changed, now, new_schedule="schedule" in fields)
             _check_not_spent(job, changed)

@@ -21,6 +21,7 @@ from tickd.scheduler.plugin.api import (
     HandlerContext,
     InvalidParams,
     Result,
+    endpoint_key,
     failure_reason,
     handler,
     read_prefix,
@@ -115,7 +116,7 @@ def check_params(params: Mapping[str, Any], destinations: DestinationPolicy) -> 
     CheckParams.parse(params, destinations)
 
 
-@handler(params_schema=PARAMS, check_params=check_params)
+@handler(params_schema=PARAMS, check_params=check_params, default_key=endpoint_key)
 async def http_check(ctx: HandlerContext) -> Result:
     params = CheckParams.parse(ctx.params)
     return await check(ctx.http, params, time_left=ctx.remaining_seconds())

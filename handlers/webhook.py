@@ -33,6 +33,7 @@ from tickd.scheduler.plugin.api import (
     HandlerContext,
     InvalidParams,
     Result,
+    endpoint_key,
     failure_reason,
     handler,
     read_prefix,
@@ -161,7 +162,12 @@ def check_params(params: Mapping[str, Any], destinations: DestinationPolicy) -> 
     WebhookParams.parse(params, destinations)
 
 
-@handler(params_schema=PARAMS, secret_params=SECRET_PARAMS, check_params=check_params)
+@handler(
+    params_schema=PARAMS,
+    secret_params=SECRET_PARAMS,
+    check_params=check_params,
+    default_key=endpoint_key,
+)
 async def webhook(ctx: HandlerContext) -> Result:
     params = WebhookParams.parse(ctx.params)
     occurrence = Occurrence(

@@ -152,6 +152,7 @@ class JobRules:
             created_at=now,
             updated_at=now,
         )
+        job = self.with_default_key(job)
         found = Findings()
         with found.check():
             check_bounds(job)
@@ -159,6 +160,34 @@ class JobRules:
             self.check(job, now, new_schedule=True)
         found.raise_any()
         return replace(job, next_run_at=first_fire(job.schedule, now, job_name=job.name))
+
+    def with_default_key(self, job: Job, before: Job | None = None) -> Job:
+        """A job that names no concurrency key gets its handler's default (webhook, http_check:
+        the host they call) with the default_concurrency_limit. A key so given follows the
+        params when they change (`before`: the job as stored); one named by hand, or whose
+        limit was changed by hand, stays."""
+        kept = before is not None and job.concurrency_key == before.concurrency_key
+        if kept and self._has_default_key(before):
+            job = replace(job, concurrency_key=None, concurrency_limit=None)
+        limit = self.settings.default_concurrency_limit
+        if job.concurrency_key is not None or job.shards != 1 or not limit:
+            return job
+        key = self._default_key(job.handler, job.params)
+        return job if key is None else replace(job, concurrency_key=key, concurrency_limit=limit)
+
+    def _default_key(self, handler: str, params: Mapping[str, Any]) -> str | None:
+        registered = self.registry.get(handler)
+        if registered is None or registered.handler.default_key is None:
+            return None
+        return registered.handler.default_key(params)
+
+    def _has_default_key(self, job: Job | None) -> bool:
+        return (
+            job is not None
+            and job.concurrency_key is not None
+            and job.concurrency_key == self._default_key(job.handler, job.params)
+            and job.concurrency_limit == self.settings.default_concurrency_limit
+        )
 
     def check(self, job: Job, now: datetime, *, new_schedule: bool) -> None:
         """A new or changed definition; `new_schedule`: a once schedule must lie ahead. Every

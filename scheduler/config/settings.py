@@ -52,6 +52,7 @@ from tickd.scheduler.config.sources import (
     read_file,
     resource_urls_from_env,
 )
+from tickd.scheduler.keys import MAX_CONCURRENCY_LIMIT
 from tickd.scheduler.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS
 
 __all__ = ["ConfigError", "Settings", "load_settings"]
@@ -121,6 +122,9 @@ class Settings:
     max_timeout_seconds: float = setting(86400.0, Limits(above=0, high=MAX_TIMEOUT))
     # Most runs of one handler at once, by handler name (overrides the handler's own limit).
     handler_concurrency: Mapping[str, int] = setting(factory=dict, limits=HANDLER_LIMIT)
+    # The limit of the concurrency key a handler gives a job that names none (webhook and
+    # http_check: the host of their URL); 0 gives none.
+    default_concurrency_limit: int = setting(10, Limits(low=0, high=MAX_CONCURRENCY_LIMIT))
     # The REST API, /metrics, /healthz and /readyz; port 0 turns the listener off. Without
     # tokens the API refuses to listen anywhere but on loopback.
     api_host: str = setting("127.0.0.1", HOST)

@@ -41,6 +41,7 @@ from tickd.scheduler.model import (
 from tickd.scheduler.plugin.http import (
     AddressNotAllowed,
     DestinationPolicy,
+    endpoint_key,
     failure_reason,
     read_prefix,
     request_refusal,
@@ -57,6 +58,7 @@ __all__ = [
     "AddressNotAllowed",
     "Clock",
     "CronSchedule",
+    "DefaultKey",
     "DestinationPolicy",
     "Handler",
     "HandlerContext",
@@ -72,6 +74,7 @@ __all__ = [
     "ResourceEnv",
     "Result",
     "SystemJob",
+    "endpoint_key",
     "failure_reason",
     "handler",
     "is_loopback",
@@ -122,6 +125,8 @@ class Resource(Generic[T]):
 
 # Params checks beyond the schema, with the daemon's HTTP policy for handlers that take URLs.
 ParamsCheck = Callable[[Mapping[str, Any], DestinationPolicy], None]
+# A job's default concurrency key from its params (endpoint_key, for handlers that call a URL).
+DefaultKey = Callable[[Mapping[str, Any]], str | None]
 
 
 class InvalidParams(ValidationError):
@@ -224,6 +229,10 @@ class Handler:
     # Run when a job is created or changed, after the schema: raise InvalidParams for params
     # that pass the schema but could never work (a destination the HTTP policy refuses...).
     check_params: ParamsCheck | None = None
+    # The concurrency key of a job that names none, from its params (None: no key), with the
+    # default_concurrency_limit setting as its limit: webhook and http_check give the host they
+    # call (endpoint_key), so one slow host cannot hold every worker.
+    default_key: DefaultKey | None = None
 
     def __call__(self, ctx: HandlerContext) -> Awaitable[Result] | Result:
         return self.func(ctx)
@@ -238,10 +247,12 @@ def handler(
     system_job_needs: frozenset[str] | set[str] = frozenset(),
     resources: tuple[Resource[Any], ...] = (),
     check_params: ParamsCheck | None = None,
+    default_key: DefaultKey | None = None,
 ) -> Callable[[HandlerFunc], Handler]:
     """Declare a handler's params schema and checks, secret params, concurrency limit, system
-    job and the resources it uses. A system job given as a dict (the form before SystemJob) is
-    read into one here, so a malformed one fails where it is declared."""
+    job, the resources it uses and its jobs' default concurrency key. A system job given as a
+    dict (the form before SystemJob) is read into one here, so a malformed one fails where it
+    is declared."""
     declared_job = (
         SystemJob.from_dict(system_job) if isinstance(system_job, Mapping) else system_job
     )
@@ -256,6 +267,7 @@ def handler(
             system_job_needs=frozenset(system_job_needs),
             resources=tuple(resources),
             check_params=check_params,
+            default_key=default_key,
         )
 
     return wrap

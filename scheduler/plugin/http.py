@@ -50,6 +50,8 @@ import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client_middlewares import ClientHandlerType
 
+from tickd.scheduler.keys import is_key
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -279,6 +281,25 @@ def failure_reason(exc: BaseException, limit: TimeLimit | float) -> str:
 
 
 # -- what a request can be known to fail on before it is made ------------------------------------
+
+
+def endpoint_key(params: Mapping[str, object]) -> str | None:
+    """`endpoint:<host>` of the URL in `params["url"]` (`:<port>` added for a port other than
+    its scheme's): the concurrency key that bounds the runs calling one host at once. The host
+    as dialled: lower case, an international name in its ASCII form. None without a usable
+    URL."""
+    url = params.get("url")
+    if not isinstance(url, str):
+        return None
+    try:
+        parsed = yarl.URL(url)
+        host, port, usual = parsed.raw_host, parsed.port, parsed.is_default_port()
+    except ValueError:
+        return None
+    if not host:
+        return None
+    key = f"endpoint:{host.lower()}" + ("" if usual else f":{port}")
+    return key if is_key(key) else None
 
 
 def request_refusal(

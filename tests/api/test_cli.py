@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from aiohttp import web
 from tests.api.conftest import ADMIN, READ, api_app
 from tests.conftest import EngineFactory, Harness
 from tickd import cli
+from tickd.scheduler.plugin.api import Handler, HandlerFunc
 from tickd.scheduler.ports.backends import ExecutionQuery, JobQuery, Store
 from tickd.scheduler.ports.clock import FakeClock
 
@@ -96,7 +98,16 @@ class Live:
 
 @pytest.fixture
 async def live(make_engine: EngineFactory) -> AsyncIterator[Live]:
-    harness, app = api_app(make_engine)
+    async with serving_live(make_engine) as server:
+        yield server
+
+
+@asynccontextmanager
+async def serving_live(
+    make_engine: EngineFactory, handlers: dict[str, Handler | HandlerFunc] | None = None
+) -> AsyncIterator[Live]:
+    """The API (with the test handlers, or `handlers`) on a real port of loopback."""
+    harness, app = api_app(make_engine, handlers)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -1,15 +1,21 @@
 """A job's concurrency key and limit through the API: set on a create, a replace or a patch,
 removed by null, shown on every job, stated in the OpenAPI document; a key without a limit, a
-limit without a key, or either out of its rule is a 422 naming the field, and changes nothing."""
+limit without a key, or either out of its rule is a 422 naming the field, and changes nothing.
+A job that calls a URL (webhook, http_check) and names no key gets its host's."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from tests.api.conftest import READ, Api
+from tests.api.conftest import READ, Api, ping, serving
+from tests.conftest import EngineFactory
+from tickd.handlers.http_check import http_check
+from tickd.handlers.webhook import webhook
 from tickd.scheduler.keys import KEY_PATTERN, MAX_CONCURRENCY_LIMIT
+from tickd.scheduler.plugin.api import Handler, HandlerFunc
 
 JOB: dict[str, Any] = {
     "name": "vendor-sync",
@@ -101,3 +107,80 @@ async def test_the_openapi_document_states_the_key_and_limit_rules(api: Api) -> 
     limit = next(s for s in create["concurrency_limit"]["anyOf"] if s.get("type") == "integer")
     assert key["pattern"] == KEY_PATTERN
     assert (limit["minimum"], limit["maximum"]) == (1, MAX_CONCURRENCY_LIMIT)
+
+
+# -- the endpoint's key a webhook and an http_check get by default ---------------------------------
+
+CALLS: dict[str, Handler | HandlerFunc] = {
+    "webhook": webhook,
+    "http_check": http_check,
+    "ping": ping,
+}
+
+
+def hook(url: str, **fields: Any) -> dict[str, Any]:
+    return {**JOB, "handler": "webhook", "params": {"url": url}, **fields}
+
+
+@pytest.fixture
+async def calls(make_engine: EngineFactory) -> AsyncIterator[Api]:
+    """The API with the handlers that call a URL."""
+    async with serving(make_engine, CALLS) as served:
+        yield served
+
+
+async def test_a_job_calling_a_url_without_a_key_gets_its_hosts_with_the_default_limit(
+    calls: Api,
+) -> None:
+    made = {}
+    for name, body in {
+        "host": hook("https://API.Vendor.com/sync?x=1", name="host"),
+        "port": hook("http://api.vendor.com:443/", name="port"),
+        "usual": hook("https://api.vendor.com:443/", name="usual"),
+        "check": {**hook("https://status.example.org/"), "name": "check", "handler": "http_check"},
+        "own": hook("https://api.vendor.com/", name="own", **KEYED),
+        "sharded": hook("https://api.vendor.com/", name="sharded", shards=2),
+        "plain": {**JOB, "name": "plain"},
+    }.items():
+        status, job, _ = await calls.call("POST", "/v1/jobs", json=body)
+        assert status == 201, job
+        made[name] = (job["concurrency_key"], job["concurrency_limit"])
+    assert made == {
+        "host": ("endpoint:api.vendor.com", 10),
+        "port": ("endpoint:api.vendor.com:443", 10),
+        "usual": ("endpoint:api.vendor.com", 10),
+        "check": ("endpoint:status.example.org", 10),
+        "own": ("endpoint:api.vendor.com", 5),
+        "sharded": (None, None),  # a sharded job cannot name a key
+        "plain": (None, None),  # its handler gives none
+    }
+
+
+async def test_a_default_key_follows_the_url_and_a_key_set_by_hand_stays(calls: Api) -> None:
+    status, job, _ = await calls.call("POST", "/v1/jobs", json=hook("https://a.example.com/"))
+    assert status == 201, job
+    path = f"/v1/jobs/{job['id']}"
+
+    async def patched(**fields: Any) -> tuple[str | None, int | None]:
+        status, changed, _ = await calls.call("PATCH", path, json=fields)
+        assert status == 200, changed
+        return changed["concurrency_key"], changed["concurrency_limit"]
+
+    assert await patched(params={"url": "https://b.example.com/"}) == ("endpoint:b.example.com", 10)
+    assert await patched(concurrency_key="team:b", concurrency_limit=2) == ("team:b", 2)
+    assert await patched(params={"url": "https://c.example.com/"}) == ("team:b", 2)
+    # null gives the job its handler's key again.
+    assert await patched(concurrency_key=None, concurrency_limit=None) == (
+        "endpoint:c.example.com",
+        10,
+    )
+    stored = await calls.store.get_job(job["id"])
+    assert stored is not None and stored.concurrency_key == "endpoint:c.example.com"
+
+
+async def test_no_default_key_when_ops_set_the_default_limit_to_zero(
+    make_engine: EngineFactory,
+) -> None:
+    async with serving(make_engine, CALLS, default_concurrency_limit=0) as api:
+        status, job, _ = await api.call("POST", "/v1/jobs", json=hook("https://a.example.com/"))
+    assert (status, job["concurrency_key"], job["concurrency_limit"]) == (201, None, None)

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.test_cli import Live
+from tests.api.conftest import ping
+from tests.api.test_cli import Live, serving_live
+from tests.conftest import EngineFactory
 from tickd.api.models import JobPatch
 from tickd.cli import jobs_as_code
 from tickd.client import Client
+from tickd.handlers.webhook import webhook
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports.backends import JobQuery
 
@@ -317,3 +320,33 @@ def live_token() -> str:
     from tests.api.conftest import ADMIN
 
     return ADMIN
+
+
+WEBHOOK_TOML = """
+[[jobs]]
+name = "vendor-hook"
+handler = "webhook"
+schedule = { kind = "interval", every_seconds = 300 }
+params = { url = "https://api.vendor.com/hook" }
+"""
+
+
+async def test_a_job_the_file_gives_no_key_keeps_the_one_its_handler_gives_it(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    jobs_file = write(tmp_path, "jobs.toml", WEBHOOK_TOML)
+    async with serving_live(make_engine, {"webhook": webhook, "ping": ping}) as live:
+        assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
+        made = (await jobs_by_name(live))["vendor-hook"]
+        assert (made.concurrency_key, made.concurrency_limit) == ("endpoint:api.vendor.com", 10)
+        assert (await live.tickd("diff", "-f", str(jobs_file))).code == 0
+        # Named in the file, the key is compared and applied like any other field.
+        write(
+            tmp_path,
+            "jobs.toml",
+            WEBHOOK_TOML + 'concurrency_key = "team:hooks"\n' + "concurrency_limit = 3\n",
+        )
+        assert (await live.tickd("apply", "-f", str(jobs_file))).code == 0
+        changed = (await jobs_by_name(live))["vendor-hook"]
+        assert (changed.concurrency_key, changed.concurrency_limit) == ("team:hooks", 3)
+        assert (await live.tickd("diff", "-f", str(jobs_file))).code == 0

@@ -14,7 +14,9 @@ Two rules keep a second apply of the same file a no-op:
 - secrets: the API shows them as ***, so a file's params compare equal to the API's when they
   are equal once masked as the API masks them; a new secret alone is no change (it is sent with
   the next change of the job, or set by hand with `tickd jobs patch`);
-- `enabled` is compared only when the file sets it: a job paused by hand stays paused.
+- `enabled` is compared only when the file sets it: a job paused by hand stays paused;
+- so are `concurrency_key` and `concurrency_limit`: a job the file gives no key keeps the one
+  its handler gives it (webhook and http_check: the host they call).
 
 A plan shown (`diff`, `apply --dry-run`) is checked by the server first: each create and update
 is sent as a dry run (`?dry_run=true`), so a handler or a zone it does not know is refused
@@ -48,6 +50,8 @@ COMPARED = (
     "misfire", "jitter_seconds", "redrive", "shards", "domain", "concurrency_key",
     "concurrency_limit",
 )  # fmt: skip
+# Compared only when the file sets them (see the top).
+COMPARED_WHEN_GIVEN = frozenset({"enabled", "concurrency_key", "concurrency_limit"})
 
 
 @dataclass(frozen=True)
@@ -280,7 +284,7 @@ def _change(
     fields = {
         key: (job.get(key), _shown(key, definition.job[key], declared))
         for key in COMPARED
-        if (key != "enabled" or key in definition.given)
+        if (key not in COMPARED_WHEN_GIVEN or key in definition.given)
         and not _same(key, definition.job[key], job.get(key), declared)
     }
     if job.get("managed_by") != mine:
