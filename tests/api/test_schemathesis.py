@@ -395,6 +395,8 @@ SEMANTIC_REFUSALS = {
     "end": 422,  # backfill: after start, not in the future
     "name": 409,  # unique among jobs
     "managed_by": 422,  # a system job is tickd's own: it takes no owner
+    "concurrency_key": 422,  # needs a limit (and a limit a key); none on a sharded job
+    "concurrency_limit": 422,
 }
 
 
