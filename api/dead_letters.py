@@ -32,6 +32,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from tickd.api.executions import load_execution, page_of
 from tickd.api.jobs import change_entry, guard_system, is_system_handler
 from tickd.api.models import (
+    OF_DOMAIN,
     ExecutionOut,
     ExecutionPage,
     PageQuery,
@@ -43,9 +44,10 @@ from tickd.api.models import (
 from tickd.api.problems import ApiError
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.runs import run_request_out
-from tickd.api.scoping import executions_seen
+from tickd.api.scoping import executions_seen, within
 from tickd.api.v1 import execution_out, state, time_cursor
 from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
+from tickd.scheduler.domains import DOMAIN_PATTERN
 from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
 from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, RunRequest
 from tickd.scheduler.ports.store_api import ExecutionStore
@@ -67,6 +69,7 @@ class GroupQuery(Strict):
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
     until: Rfc3339 | None = Field(default=None, description="Occurrences scheduled before then")
+    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
 
 
 class DeadLetterQuery(PageQuery, GroupQuery):
@@ -92,6 +95,7 @@ class DeadLetterFilter(Strict):
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
     until: Rfc3339 | None = Field(default=None, description="Occurrences scheduled before then")
+    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
     error_type: str | None = Field(
         default=None,
         min_length=1,
@@ -162,7 +166,7 @@ async def list_dead_letters(call: Call[DeadLetterQuery, None]) -> Reply:
         dead_letter=q.state,
         before=time_cursor(q.cursor),
         limit=q.limit,
-        domains=call.domains,
+        domains=within(call, q.domain),
     )
     return await page_of(call, query)
 
@@ -236,8 +240,10 @@ async def matching(
     if body.ids is not None:
         read = [await s.executions.get_execution(i) for i in dict.fromkeys(body.ids)]
         found = [e for e in read if e is not None and chosen_by(body, e, unhandled)]
-        return await executions_seen(call, s.jobs, found), False
-    found, cut = await newest_matching(s.executions, body, call.domains, want=body.limit + 1)
+        narrowed = None if body.domain is None else frozenset({body.domain})
+        return await executions_seen(call, s.jobs, found, narrowed), False
+    domains = within(call, body.domain)
+    found, cut = await newest_matching(s.executions, body, domains, want=body.limit + 1)
     return found[: body.limit], cut or len(found) > body.limit
 
 
@@ -500,7 +506,8 @@ async def error_groups(call: Call[GroupQuery, None]) -> Reply:
     """Identical errors of the newest MAX_SCAN dead letters the query matches: one group per
     job, error type and first line of the message, the largest first."""
     store = state(call).executions
-    query = store_query(call.query, call.query.state, call.domains, limit=SCAN_PAGE)
+    domains = within(call, call.query.domain)
+    query = store_query(call.query, call.query.state, domains, limit=SCAN_PAGE)
     read: list[Execution] = []
     complete = False
     while len(read) < MAX_SCAN:

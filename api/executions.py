@@ -17,7 +17,7 @@ from tickd.api.models import (
 )
 from tickd.api.problems import field_error
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
-from tickd.api.scoping import execution_not_found, executions_seen
+from tickd.api.scoping import execution_not_found, executions_seen, within
 from tickd.api.v1 import JOB, encode_cursor, execution_out, load_job, state, time_cursor
 from tickd.scheduler.codec import execution_to_doc, to_json_ready
 from tickd.scheduler.model import Execution
@@ -74,14 +74,18 @@ class RunOut(ExecutionOut):
 async def list_executions(call: Call[ExecutionListQuery, None]) -> Reply:
     q = call.query
     refuse_empty_range(q)
-    return await execution_page(call, q, job_id=q.job_id, handler=q.handler)
+    return await execution_page(
+        call, q, job_id=q.job_id, handler=q.handler, domains=within(call, q.domain)
+    )
 
 
 async def list_job_executions(call: Call[JobExecutionQuery, None]) -> Reply:
     q = call.query
     refuse_empty_range(q)
     await load_job(call)
-    return await execution_page(call, q, job_id=call.path("job_id"), handler=None)
+    return await execution_page(
+        call, q, job_id=call.path("job_id"), handler=None, domains=call.domains
+    )
 
 
 def refuse_empty_range(q: JobExecutionQuery | ExecutionListQuery) -> None:
@@ -98,6 +102,7 @@ async def execution_page(
     *,
     job_id: str | None,
     handler: str | None,
+    domains: frozenset[str] | None,
 ) -> Reply:
     query = ExecutionQuery(
         job_id=job_id,
@@ -107,7 +112,7 @@ async def execution_page(
         until=q.until,
         before=time_cursor(q.cursor),
         limit=q.limit,
-        domains=call.domains,
+        domains=domains,
     )
     return await page_of(call, query)
 

@@ -450,9 +450,14 @@ SINCE = "Runs scheduled at or after this time"
 UNTIL = "Runs scheduled before this time; must be after since"
 
 
+# A list's `domain`: only what belongs to it (an execution: its job's domain).
+OF_DOMAIN = "Only those of the jobs of this domain"
+
+
 class ExecutionListQuery(PageQuery):
     status: Status | None = None
     handler: str | None = Field(default=None, max_length=200)
+    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description=SINCE)
     until: Rfc3339 | None = Field(default=None, description=UNTIL)
@@ -462,6 +467,10 @@ class JobExecutionQuery(PageQuery):
     status: Status | None = None
     since: Rfc3339 | None = Field(default=None, description=SINCE)
     until: Rfc3339 | None = Field(default=None, description=UNTIL)
+
+
+class RunningQuery(Strict):
+    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
 
 
 class JobPreviewQuery(Strict):

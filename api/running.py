@@ -17,9 +17,11 @@ from tickd.api.models import (
     InstancePage,
     RunningOut,
     RunningPage,
+    RunningQuery,
 )
 from tickd.api.problems import ApiError
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes, parse_body
+from tickd.api.scoping import within
 from tickd.api.v1 import state
 from tickd.scheduler.model import CancelRequest, Execution, Status
 from tickd.scheduler.ports.backends import ExecutionQuery, InstanceView
@@ -32,15 +34,15 @@ INTERRUPTS = (
 )
 
 
-async def running_executions(call: Call[Q, B]) -> list[Execution]:
-    query = ExecutionQuery(status=Status.RUNNING, limit=MAX_RUNNING, domains=call.domains)
+async def running_executions(call: Call[Q, B], domain: str | None = None) -> list[Execution]:
+    query = ExecutionQuery(status=Status.RUNNING, limit=MAX_RUNNING, domains=within(call, domain))
     runs = await state(call).executions.list_executions(query)
     return sorted(runs, key=lambda e: (e.started_at or e.scheduled_at, e.id))
 
 
-async def list_running(call: Call[None, None]) -> Reply:
+async def list_running(call: Call[RunningQuery, None]) -> Reply:
     s = state(call)
-    runs = await running_executions(call)
+    runs = await running_executions(call, call.query.domain)
     asked = {r.execution_id: r for r in await s.cancels.cancel_requests([e.id for e in runs])}
     now = s.clock.now()
     items = []
@@ -149,6 +151,7 @@ RUNNING_ROUTES: Routes = [
         "instance, attempts, age (by the server's clock) and shard, and any cancel asked for",
         "read",
         RunningPage,
+        query=RunningQuery,
         tag="executions",
     ),
     Route(

@@ -23,6 +23,15 @@ def sees(call: Call[Q, B], domain: str) -> bool:
     return call.domains is None or domain in call.domains
 
 
+def within(call: Call[Q, B], domain: str | None) -> frozenset[str] | None:
+    """The domains a list reads: the token's (None: every one), narrowed to `domain` when the
+    query names one; none at all when the token does not hold it, as for a domain without
+    jobs."""
+    if domain is None:
+        return call.domains
+    return frozenset({domain}) & call.domains if call.domains is not None else frozenset({domain})
+
+
 def job_not_found(job_id: str) -> ApiError:
     return ApiError(404, "Not Found", f"no job with id {job_id!r}")
 
@@ -52,14 +61,18 @@ def refuse_foreign_domain(call: Call[Q, B], domain: str) -> None:
 
 
 async def executions_seen(
-    call: Call[Q, B], jobs: JobStore, executions: list[Execution]
+    call: Call[Q, B],
+    jobs: JobStore,
+    executions: list[Execution],
+    domains: frozenset[str] | None = None,
 ) -> list[Execution]:
     """Those of `executions` the caller may see (their job is in one of its domains), each job
-    read once; an unlimited token sees every one without a read."""
-    if call.domains is None:
+    read once; an unlimited token sees every one without a read. `domains` narrows them to
+    those domains besides (a list's `domain`)."""
+    if call.domains is None and domains is None:
         return executions
-    seen = {
-        job_id: visible(call, await jobs.get_job(job_id)) is not None
-        for job_id in dict.fromkeys(e.job_id for e in executions)
-    }
+    seen = {}
+    for job_id in dict.fromkeys(e.job_id for e in executions):
+        job = visible(call, await jobs.get_job(job_id))
+        seen[job_id] = job is not None and (domains is None or job.domain in domains)
     return [e for e in executions if seen[e.job_id]]

@@ -17,7 +17,9 @@ from pydantic import BaseModel, Field
 
 from tickd.api.models import ErrorOut, Strict
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
+from tickd.api.scoping import within
 from tickd.api.v1 import state
+from tickd.scheduler.domains import DOMAIN_PATTERN
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports.backends import Attention, ExecutionStats, JobTrouble, LagPercentiles
 
@@ -33,6 +35,11 @@ LATE_AFTER_SECONDS = 60
 
 class StatsQuery(Strict):
     window: int = Field(default=3600, ge=60, le=7 * 86400, description="Seconds back from now")
+    domain: str | None = Field(
+        default=None,
+        pattern=DOMAIN_PATTERN,
+        description="Only the figures of the jobs of this domain (the busy workers are null)",
+    )
 
 
 class Bucket(BaseModel):
@@ -97,8 +104,8 @@ class StatsOut(BaseModel):
     bucket_seconds: int
     due_backlog: int = Field(description="Enabled jobs due now and not running")
     busy_workers: int | None = Field(
-        description="Null when no dispatcher runs in this process, and for a token limited to "
-        "domains (the workers are shared by every domain)"
+        description="Null when no dispatcher runs in this process, for a token limited to "
+        "domains and for the figures of one domain (the workers are shared by every domain)"
     )
     workers: int
     totals: dict[str, int] = Field(description="Every execution of the window, by status")
@@ -130,7 +137,7 @@ async def stats(call: Call[StatsQuery, None]) -> Reply:
     since = now - timedelta(seconds=call.query.window)
     until = now + timedelta(microseconds=1)
     bucket_seconds = max(MIN_BUCKET_SECONDS, math.ceil(call.query.window / BUCKETS))
-    domains = call.domains
+    domains = within(call, call.query.domain)
     figures = await s.views.execution_stats(since, until, bucket_seconds, domains=domains)
     late_before = now - timedelta(seconds=LATE_AFTER_SECONDS)
     attention = await s.views.attention(
@@ -142,7 +149,7 @@ async def stats(call: Call[StatsQuery, None]) -> Reply:
             window_seconds=call.query.window,
             bucket_seconds=bucket_seconds,
             due_backlog=(await s.housekeeping.due_backlog(now, domains=domains)).due,
-            busy_workers=busy_workers(call),
+            busy_workers=None if call.query.domain else busy_workers(call),
             workers=s.settings.workers,
             totals=totals(figures),
             by_handler=by_handler(figures),

@@ -87,6 +87,7 @@ from tickd.api.models import (
     Problem,
     Readiness,
     RunningPage,
+    RunningQuery,
     RunRequestOut,
 )
 from tickd.api.stats import SessionOut, StatsOut, StatsQuery
@@ -884,6 +885,12 @@ class _Operations:
         return Request("GET", "/v1/dead-letters/groups", _model(ErrorGroups), _params(q))
 
     @staticmethod
+    def running(domain: str | None) -> Request[RunningPage]:
+        return Request(
+            "GET", "/v1/running", _model(RunningPage), _params(RunningQuery(domain=domain))
+        )
+
+    @staticmethod
     def stats(query: StatsQuery | None, fields: Fields) -> Request[StatsOut]:
         q = _query(StatsQuery, query, fields)
         return Request("GET", "/v1/stats", _model(StatsOut), _params(q))
@@ -1172,9 +1179,10 @@ class Client(_Base):
     def retry_execution(self, execution_id: str) -> RunRequestOut:
         return self.send(_ops.retry_execution(execution_id))
 
-    def running(self) -> RunningPage:
-        """The executions running now, the longest running first, with their age."""
-        return self.send(_ops.read("/v1/running", _model(RunningPage), None))
+    def running(self, *, domain: str | None = None) -> RunningPage:
+        """The executions running now (of the jobs of `domain`, if given), the longest running
+        first, with their age."""
+        return self.send(_ops.running(domain))
 
     def cancel_execution(self, execution_id: str, *, reason: str = "") -> CancelOut:
         """Ask for a running (or queued) execution to stop; 409 (Conflict) once it ended."""
@@ -1468,8 +1476,8 @@ class AsyncClient(_Base):
     async def retry_execution(self, execution_id: str) -> RunRequestOut:
         return await self.send(_ops.retry_execution(execution_id))
 
-    async def running(self) -> RunningPage:
-        return await self.send(_ops.read("/v1/running", _model(RunningPage), None))
+    async def running(self, *, domain: str | None = None) -> RunningPage:
+        return await self.send(_ops.running(domain))
 
     async def cancel_execution(self, execution_id: str, *, reason: str = "") -> CancelOut:
         return await self.send(_ops.cancel_execution(execution_id, reason))

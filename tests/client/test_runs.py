@@ -112,3 +112,17 @@ async def test_a_missing_token_and_a_low_scope_raise_their_own_errors(api: Api) 
             with pytest.raises(Forbidden) as too_low:
                 await reader.pause_job("any")
             assert "write" in str(too_low.value.detail)
+
+
+async def test_the_lists_of_runs_take_a_domain(tickd: Calls, api: Api) -> None:
+    for name, domain in (("alpha", "team-a"), ("bravo", "team-b")):
+        job = JobCreate(name=name, handler="boom", schedule=EVERY_MINUTE, domain=domain)
+        await tickd.create_job(job)
+    api.clock.advance(60)
+    await api.harness.engine.drain()
+    runs = await tickd.list_executions(domain="team-b")
+    assert [e.job_name for e in runs.items] == ["bravo"]
+    dead = await tickd.list_dead_letters(domain="team-a")
+    assert [e.job_name for e in dead.items] == ["alpha"]
+    assert (await tickd.get_stats(domain="team-a")).totals == {"failed": 1}
+    assert (await tickd.running(domain="team-a")).items == []
