@@ -13,6 +13,38 @@ export function setToken(value) {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 
+// The domain the dashboard shows (domain.js, the switch), "" for every domain; kept for the tab.
+const DOMAIN_KEY = "tickd.domain";
+// The reads it narrows: every list and figure of jobs and their runs.
+const READS_BY_DOMAIN = new Set([
+  "/v1/jobs", "/v1/executions", "/v1/dead-letters", "/v1/dead-letters/groups", "/v1/running", "/v1/stats",
+]);
+// The bulk actions that act on what a filter matches: the filter names the domain too.
+const ACTIONS_BY_DOMAIN = new Set(["/v1/dead-letters/redrive", "/v1/dead-letters/discard"]);
+
+export function chosenDomain() {
+  return sessionStorage.getItem(DOMAIN_KEY) || "";
+}
+
+export function chooseDomain(name) {
+  if (name) sessionStorage.setItem(DOMAIN_KEY, name);
+  else sessionStorage.removeItem(DOMAIN_KEY);
+}
+
+/** The path and body as sent: those READS_BY_DOMAIN and ACTIONS_BY_DOMAIN name the chosen
+ * domain, unless they name one already. */
+function inDomain(method, path, body) {
+  const domain = chosenDomain();
+  const url = new URL(path, location.origin);
+  if (!domain || url.searchParams.has("domain")) return [path, body];
+  if (method === "GET" && READS_BY_DOMAIN.has(url.pathname)) {
+    url.searchParams.set("domain", domain);
+    return [url.pathname + url.search, body];
+  }
+  if (method === "POST" && ACTIONS_BY_DOMAIN.has(url.pathname)) return [path, { domain, ...(body || {}) }];
+  return [path, body];
+}
+
 export class ApiError extends Error {
   constructor(status, problem) {
     super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
@@ -21,7 +53,8 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(method, path, body, extraHeaders) {
+export async function api(method, asked, given, extraHeaders) {
+  const [path, body] = inDomain(method, asked, given);
   const headers = { Accept: "application/json", ...(extraHeaders || {}) };
   const bearer = token();
   if (bearer) headers.Authorization = `Bearer ${bearer}`;

@@ -7,6 +7,7 @@
 import { ApiError, get, setToken, token } from "./api.js";
 import { connected, reconnectLater, unreachable } from "./connection.js";
 import { deadLetterFilters, deadLettersView } from "./dead_letters.js";
+import { drawDomainSwitch } from "./domain.js";
 import { h, replace } from "./dom.js";
 import { formView } from "./form.js";
 import { instancesView } from "./instances.js";
@@ -74,7 +75,10 @@ async function show() {
   try {
     const [tab, view] = route();
     for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === tab);
-    if (session.actor === null) await loadSession();
+    if (session.actor === null) {
+      await loadSession();
+      await drawDomainSwitch();
+    }
     drawSession();
     const again = await view();
     connected();
