@@ -245,8 +245,10 @@ class Metrics:
         )
         self.dead_letters = Gauge(
             "tickd_dead_letters",
-            "Open dead letters (runs that failed for good, not yet re-driven or discarded)",
-            ["handler"],
+            "Open dead letters (runs that failed for good, not yet re-driven or discarded)"
+            + BY_DOMAIN
+            + " (empty for a deleted job's)",
+            ["handler", "domain"],
             registry=r,
         )
         self.dead_lettered = Counter(

@@ -41,7 +41,7 @@ async def test_a_run_that_failed_for_good_is_an_open_dead_letter(
     await h.engine.drain()
     [run] = await runs(h.store, job.id)
     assert (run.status, run.attempts, run.dead_letter) == (Status.FAILED, 2, DeadLetter.OPEN)
-    assert await h.store.count_dead_letters() == {"broken": 1}
+    assert await h.store.count_dead_letters() == {("broken", "default"): 1}
     assert await h.store.due_run_requests(T0 + timedelta(days=1), 10) == []
 
 
@@ -59,7 +59,7 @@ async def test_the_policy_redrives_with_a_doubling_backoff_up_to_its_bound(
     started = [(r.started_at - T0).total_seconds() for r in occurrence if r.started_at]
     assert started == [0, 10, 30, 70], "the first run, then re-drives 10 s, 20 s and 40 s apart"
     assert [r.dead_letter for r in occurrence] == [DeadLetter.REDRIVEN] * 3 + [DeadLetter.OPEN]
-    assert await h.store.count_dead_letters() == {"broken": 1}, "one per occurrence"
+    assert await h.store.count_dead_letters() == {("broken", "default"): 1}, "one per occurrence"
     history = await h.store.list_changes(job.id)
     assert [(c.action, c.actor, c.changes["redrive"]) for c in reversed(history)] == [
         ("redrive", "tickd", 1),
@@ -116,7 +116,7 @@ async def test_housekeeping_prunes_around_dead_letters_and_reports_them(
     kept = {e.scheduled_at for e in await runs(h.store, job.id)}
     assert kept == {T0, T0 + timedelta(minutes=3)}
     assert metrics.registry.get_sample_value("tickd_pruned_total", {"kind": "executions"}) == 2
-    gauge = {"handler": "broken"}
+    gauge = {"handler": "broken", "domain": "default"}
     assert metrics.registry.get_sample_value("tickd_dead_letters", gauge) == 1
     [dead] = await h.store.list_executions(ExecutionQuery(dead_letter=DeadLetter.OPEN))
     await h.store.mark_dead_letters([dead.id], states=[DeadLetter.OPEN], to=DeadLetter.DISCARDED)

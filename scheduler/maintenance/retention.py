@@ -63,7 +63,7 @@ class Housekeeper:
         self.store = store
         self.clock = clock
         self.metrics = metrics
-        self._gauged: set[str] = set()
+        self._gauged: set[tuple[str, str]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """A pass, then one every PASS_EVERY_SECONDS, until `stop`; a failed pass is logged and
@@ -114,8 +114,8 @@ class Housekeeper:
 
     async def refresh_gauge(self) -> None:
         counts = await self.store.count_dead_letters()
-        for handler in self._gauged - set(counts):
-            self.metrics.dead_letters.labels(handler).set(0)
-        for handler, count in counts.items():
-            self.metrics.dead_letters.labels(handler).set(count)
+        for handler, domain in self._gauged - set(counts):
+            self.metrics.dead_letters.labels(handler, domain).set(0)
+        for (handler, domain), count in counts.items():
+            self.metrics.dead_letters.labels(handler, domain).set(count)
         self._gauged |= set(counts)

@@ -360,8 +360,9 @@ class HousekeepingStore(Protocol):
         next_run_at among them, in `partitions` as `due_jobs` reads them (None: in all) and in
         `domains` (None: in all): read every few seconds for the gauges, never per tick."""
 
-    async def count_dead_letters(self) -> dict[str, int]:
-        """Open (unhandled) dead letters by handler; handlers with none are left out."""
+    async def count_dead_letters(self) -> dict[tuple[str, str], int]:
+        """Open (unhandled) dead letters by handler and their job's domain ("" for a deleted
+        job's); pairs with none are left out."""
 
     async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
         """Delete at most `limit` executions that `retention` no longer keeps; returns how many.

@@ -86,7 +86,7 @@ async def test_a_run_with_no_retries_whose_worker_dies_is_a_dead_letter_at_the_f
     assert given_up.dead_letter is DeadLetter.OPEN
     assert given_up.error is not None and given_up.error.type == "Abandoned"
     assert "abandoned 1 times" in given_up.error.message
-    assert await store.count_dead_letters() == {"noop": 1}
+    assert await store.count_dead_letters() == {("noop", "default"): 1}
     after = await store.get_job(job.id)
     assert after is not None and after.lease is None
     assert after.next_run_at is not None and after.next_run_at > T0, "the schedule moved on"
@@ -106,7 +106,7 @@ async def test_a_run_with_two_retries_whose_worker_dies_runs_at_most_three_times
     assert len(runs) == 3
     assert [e.dead_letter for e in runs] == [None, None, DeadLetter.OPEN]
     assert runs[-1].error is not None and "abandoned 3 times" in runs[-1].error.message
-    assert await store.count_dead_letters() == {"noop": 1}
+    assert await store.count_dead_letters() == {("noop", "default"): 1}
 
 
 async def test_a_once_job_whose_run_dies_past_its_retries_is_done(store: Store) -> None:

@@ -37,7 +37,7 @@ async def test_deleting_a_job_discards_its_unhandled_dead_letters_and_retention_
         redriving.id: DeadLetter.DISCARDED,
         redriven.id: DeadLetter.REDRIVEN,
     }
-    assert await store.count_dead_letters() == {kept.handler: 1}
+    assert await store.count_dead_letters() == {(kept.handler, kept.domain): 1}
 
     later = T0 + timedelta(days=31)
     assert await store.prune_executions(Retention(days=30, max_per_job=0), later, limit=100) == 2

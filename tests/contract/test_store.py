@@ -811,7 +811,7 @@ async def test_a_rerun_settles_the_earlier_dead_letters_of_its_occurrence(store:
         again.id: DeadLetter.OPEN,
         other.id: DeadLetter.OPEN,
     }
-    assert await store.count_dead_letters() == {"noop": 2}
+    assert await store.count_dead_letters() == {("noop", "default"): 2}
 
 
 async def test_an_automatic_redrive_is_queued_once_with_its_history(store: Store) -> None:
@@ -856,14 +856,15 @@ async def test_marking_dead_letters_is_a_compare_and_set(store: Store) -> None:
     assert await store.mark_dead_letters([], states=[DeadLetter.OPEN], to=redriving) == set()
 
 
-async def test_dead_letters_are_counted_open_only_by_handler(store: Store) -> None:
-    web, mail = make_job("w", "webhook"), make_job("m", "mail")
+async def test_dead_letters_are_counted_open_only_by_handler_and_domain(store: Store) -> None:
+    web, mail = replace(make_job("w", "webhook"), domain="team-a"), make_job("m", "mail")
+    await store.insert_job(web)  # mail's job is gone: its dead letters are of no domain
     states = [DeadLetter.OPEN, DeadLetter.OPEN, DeadLetter.DISCARDED, DeadLetter.REDRIVEN]
     runs = [ended(web, T0 + timedelta(minutes=i), Status.FAILED, dead_letter=s) for i, s in
             enumerate(states)]  # fmt: skip
     runs.append(ended(mail, T0, Status.TIMEOUT, dead_letter=DeadLetter.OPEN))
     await store.insert_executions(runs)
-    assert await store.count_dead_letters() == {"webhook": 2, "mail": 1}
+    assert await store.count_dead_letters() == {("webhook", "team-a"): 2, ("mail", ""): 1}
 
 
 async def test_pruning_by_age_spares_running_unhandled_and_each_jobs_newest(store: Store) -> None:

@@ -17,6 +17,7 @@ from tickd.scheduler.codec import (
     exact_micros,
 )
 from tickd.scheduler.dead_letters import abandoned_for_good
+from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.model import DeadLetter, Execution, Status
 from tickd.scheduler.ports.backends import (
     Backlog,
@@ -61,14 +62,24 @@ class MongoHousekeeping(MongoRetention):
         return Backlog(due=len(due), oldest_due_at=from_micros(min(due)) if due else None)
 
     @translating_errors
-    async def count_dead_letters(self) -> dict[str, int]:
+    async def count_dead_letters(self) -> dict[tuple[str, str], int]:
+        """Counted by handler and job in the store, then the jobs' domains read in one query:
+        as many as the jobs with open dead letters, not one a dead letter."""
         pipeline: list[Doc] = [
             {"$match": {"dead_letter": DeadLetter.OPEN.value}},
-            {"$group": {"_id": "$handler", "n": {"$sum": 1}}},
+            {"$group": {"_id": {"handler": "$handler", "job": "$job_id"}, "n": {"$sum": 1}}},
         ]
-        return {
-            doc["_id"]: int(doc["n"]) async for doc in await self.executions.aggregate(pipeline)
+        by_job = [doc async for doc in await self.executions.aggregate(pipeline)]
+        jobs = list({doc["_id"]["job"] for doc in by_job})
+        domain_of = {
+            doc["_id"]: doc.get("domain", DEFAULT_DOMAIN)
+            async for doc in self.jobs.find({"_id": {"$in": jobs}}, {"domain": 1})
         }
+        counts: dict[tuple[str, str], int] = {}
+        for doc in by_job:
+            pair = (doc["_id"]["handler"], domain_of.get(doc["_id"]["job"], ""))
+            counts[pair] = counts.get(pair, 0) + int(doc["n"])
+        return counts
 
     @translating_errors
     async def prune_changes(self, before: datetime, *, limit: int) -> int:

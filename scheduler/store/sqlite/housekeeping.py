@@ -46,10 +46,14 @@ class SQLiteHousekeeping(SQLiteTables):
         row = await self._run(lambda db: db.execute(sql, args).fetchone())
         return Backlog(due=int(row[0]), oldest_due_at=from_micros(row[1]))
 
-    async def count_dead_letters(self) -> dict[str, int]:
-        sql = "SELECT handler, count(*) FROM executions WHERE dead_letter = ? GROUP BY handler"
+    async def count_dead_letters(self) -> dict[tuple[str, str], int]:
+        sql = (
+            "SELECT e.handler, coalesce(j.domain, ''), count(*) FROM executions e "
+            "LEFT JOIN jobs j ON j.id = e.job_id WHERE e.dead_letter = ? "
+            "GROUP BY e.handler, j.domain"
+        )
         rows = await self._run(lambda db: db.execute(sql, (DeadLetter.OPEN,)).fetchall())
-        return {row[0]: int(row[1]) for row in rows}
+        return {(row[0], row[1]): int(row[2]) for row in rows}
 
     async def prune_executions(self, retention: Retention, now: datetime, *, limit: int) -> int:
         """The age bound walks executions_by_finish; the count bound ranks each job's
