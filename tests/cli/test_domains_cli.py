@@ -117,3 +117,30 @@ async def test_apply_refuses_a_file_with_a_bad_domain_naming_the_field(
     assert run.code == 2 and run.out == ""
     assert "jobs[0] (payments-sync): domain: " in run.err
     assert await live.store.list_jobs(JobQuery()) == []
+
+
+async def test_the_lists_of_runs_keep_the_domain_named(live: Live) -> None:
+    for name, domain in (("alpha", "team-a"), ("bravo", "team-b")):
+        await live.post(
+            "/v1/jobs",
+            {
+                "name": name,
+                "handler": "boom",
+                "schedule": {"kind": "interval", "every_seconds": 60},
+                "domain": domain,
+            },
+        )
+    live.clock.advance(60)
+    await live.harness.engine.drain()
+
+    async def names(*args: str) -> list[str]:
+        run = await live.tickd(*args, "--json")
+        assert run.code == 0, run.err
+        return sorted(item["job_name"] for item in json.loads(run.out)["items"])
+
+    assert await names("executions", "list") == ["alpha", "bravo"]
+    assert await names("executions", "list", "--domain", "team-b") == ["bravo"]
+    assert await names("dead-letters", "list", "--domain", "team-a") == ["alpha"]
+    assert await names("runs", "running", "--domain", "team-a") == []
+    refused = await live.tickd("executions", "list", "--domain", "Team A")
+    assert refused.code == 2 and "--domain" in refused.err

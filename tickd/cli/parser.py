@@ -15,6 +15,9 @@ from typing import Any, TypeAlias
 from tickd.cli.domains import add_domain_commands, domain_name
 from tickd.cli.running import add_running_commands
 
+# --domain of the lists of runs.
+OF_DOMAIN = "only those of the jobs of this domain"
+
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -257,6 +260,7 @@ def add_run_commands(commands: Subparsers, common: argparse.ArgumentParser) -> N
     listing.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
     listing.add_argument("--status", choices=STATUSES)
     listing.add_argument("--handler", help="only the executions of this handler")
+    listing.add_argument("--domain", type=domain_name, metavar="NAME", help=OF_DOMAIN)
     listing.add_argument("--limit", type=int, help="how many (API default 50, at most 500)")
     listing.set_defaults(act="runs:executions_list")
 
@@ -274,6 +278,7 @@ def add_run_commands(commands: Subparsers, common: argparse.ArgumentParser) -> N
     follow.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
     follow.add_argument("--status", choices=STATUSES)
     follow.add_argument("--handler", help="only the executions of this handler")
+    follow.add_argument("--domain", type=domain_name, metavar="NAME", help=OF_DOMAIN)
     follow.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
     follow.add_argument("--recent", action="store_true", help="print those that ended lately first")
     follow.set_defaults(act="runs:executions_follow")
@@ -295,6 +300,7 @@ def add_dead_letter_commands(commands: Subparsers, common: argparse.ArgumentPars
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--job", metavar="JOB", help="only this job's (id or name)")
     filters.add_argument("--handler", help="only those of this handler")
+    filters.add_argument("--domain", type=domain_name, metavar="NAME", help=OF_DOMAIN)
     filters.add_argument("--since", metavar="ISO", help="occurrences scheduled from then on")
     filters.add_argument("--until", metavar="ISO", help="occurrences scheduled before then")
     acting = argparse.ArgumentParser(add_help=False)

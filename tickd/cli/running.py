@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from tickd.cli.domains import domain_name
+
 if TYPE_CHECKING:
     from tickd.client import Client
 
@@ -35,6 +37,9 @@ def add_running_commands(commands: Any, common: argparse.ArgumentParser) -> None
     running = actions.add_parser(
         "running", parents=[common], help="the executions running now, the longest first"
     )
+    running.add_argument(
+        "--domain", type=domain_name, metavar="NAME", help="only those of the jobs of this domain"
+    )
     running.set_defaults(act="running:runs_running")
 
     instances = actions.add_parser("instances", parents=[common], help=INSTANCES_HELP)
@@ -59,7 +64,7 @@ def add_running_commands(commands: Any, common: argparse.ArgumentParser) -> None
 def runs_running(client: Client, args: argparse.Namespace) -> None:
     from tickd.cli.output import dumped, print_json, print_table, seconds_text, when
 
-    page = dumped(client.running())
+    page = dumped(client.running(domain=args.domain))
     if args.json:
         print_json(page)
         return

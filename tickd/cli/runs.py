@@ -45,7 +45,11 @@ def job_id_of(client: Client, args: argparse.Namespace) -> str | None:
 
 def executions_list(client: Client, args: argparse.Namespace) -> None:
     query = given(
-        job_id=job_id_of(client, args), status=args.status, handler=args.handler, limit=args.limit
+        job_id=job_id_of(client, args),
+        status=args.status,
+        handler=args.handler,
+        domain=args.domain,
+        limit=args.limit,
     )
     page = dumped(client.list_executions(**query))
     if args.json:
@@ -82,7 +86,11 @@ def attempt_text(attempt: Json) -> str:
 def executions_follow(client: Client, args: argparse.Namespace) -> None:
     """Print executions as they end, oldest first, until Ctrl-C; each once."""
     query = given(
-        job_id=job_id_of(client, args), status=args.status, handler=args.handler, limit=FOLLOW_PAGE
+        job_id=job_id_of(client, args),
+        status=args.status,
+        handler=args.handler,
+        domain=args.domain,
+        limit=FOLLOW_PAGE,
     )
     seen: set[str] = set()
     first = True
@@ -128,6 +136,7 @@ def dead_letters_list(client: Client, args: argparse.Namespace) -> None:
         state=args.state,
         job_id=job_id_of(client, args),
         handler=args.handler,
+        domain=args.domain,
         since=args.since,
         until=args.until,
         limit=args.limit,
@@ -147,6 +156,7 @@ def dead_letter_groups(client: Client, args: argparse.Namespace) -> None:
         state=args.state,
         job_id=job_id_of(client, args),
         handler=args.handler,
+        domain=args.domain,
         since=args.since,
         until=args.until,
     )
@@ -171,7 +181,7 @@ def dead_letter_groups(client: Client, args: argparse.Namespace) -> None:
 def filtered(args: argparse.Namespace) -> bool:
     return any(
         getattr(args, name, None) is not None
-        for name in ("job", "handler", "since", "until", "error_type", "limit")
+        for name in ("job", "handler", "domain", "since", "until", "error_type", "limit")
     )
 
 
@@ -199,6 +209,7 @@ def filters_of(client: Client, args: argparse.Namespace) -> Json:
     return given(
         job_id=job_id_of(client, args),
         handler=args.handler,
+        domain=args.domain,
         since=args.since,
         until=args.until,
         error_type=args.error_type,
