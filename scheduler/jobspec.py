@@ -21,6 +21,7 @@ import jsonschema
 
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.domains import DEFAULT_DOMAIN
+from tickd.scheduler.keys import is_key
 from tickd.scheduler.model import (
     CronSchedule,
     IntervalSchedule,
@@ -176,10 +177,16 @@ class JobRules:
         return job if key is None else replace(job, concurrency_key=key, concurrency_limit=limit)
 
     def _default_key(self, handler: str, params: Mapping[str, Any]) -> str | None:
+        """The handler's key for `params`, read before their checks: a plug-in's function that
+        fails on them, or gives what is no key, gives none (the params' checks report them)."""
         registered = self.registry.get(handler)
         if registered is None or registered.handler.default_key is None:
             return None
-        return registered.handler.default_key(params)
+        try:
+            key = registered.handler.default_key(params)
+        except Exception:
+            return None
+        return key if is_key(key) else None
 
     def _has_default_key(self, job: Job | None) -> bool:
         return (

@@ -15,7 +15,7 @@ from tests.conftest import EngineFactory
 from tickd.handlers.http_check import http_check
 from tickd.handlers.webhook import webhook
 from tickd.scheduler.keys import KEY_PATTERN, MAX_CONCURRENCY_LIMIT
-from tickd.scheduler.plugin.api import Handler, HandlerFunc
+from tickd.scheduler.plugin.api import Handler, HandlerContext, HandlerFunc, Result, handler
 
 JOB: dict[str, Any] = {
     "name": "vendor-sync",
@@ -184,3 +184,18 @@ async def test_no_default_key_when_ops_set_the_default_limit_to_zero(
     async with serving(make_engine, CALLS, default_concurrency_limit=0) as api:
         status, job, _ = await api.call("POST", "/v1/jobs", json=hook("https://a.example.com/"))
     assert (status, job["concurrency_key"], job["concurrency_limit"]) == (201, None, None)
+
+
+@handler(default_key=lambda params: params["host"].upper() + " key")
+async def picky(ctx: HandlerContext) -> Result:
+    return None
+
+
+async def test_a_plug_ins_default_key_that_fails_or_is_no_key_gives_none(
+    make_engine: EngineFactory,
+) -> None:
+    async with serving(make_engine, {"picky": picky}) as api:
+        for name, params in (("no-host", {}), ("spaced", {"host": "a"})):
+            body = {**JOB, "name": name, "handler": "picky", "params": params}
+            status, job, _ = await api.call("POST", "/v1/jobs", json=body)
+            assert (status, job["concurrency_key"]) == (201, None), job
