@@ -32,7 +32,6 @@ from pydantic import BaseModel, BeforeValidator, Field
 from tickd.api.executions import load_execution, page_of
 from tickd.api.jobs import change_entry, guard_system, is_system_handler
 from tickd.api.models import (
-    OF_DOMAIN,
     ExecutionOut,
     ExecutionPage,
     PageQuery,
@@ -40,6 +39,7 @@ from tickd.api.models import (
     RunRequestOut,
     Strict,
     integral,
+    of_domain,
 )
 from tickd.api.problems import ApiError
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
@@ -47,7 +47,6 @@ from tickd.api.runs import run_request_out
 from tickd.api.scoping import executions_seen, within
 from tickd.api.v1 import execution_out, state, time_cursor
 from tickd.scheduler.dead_letters import REDRIVE, redrive_entry, rerun_of
-from tickd.scheduler.domains import DOMAIN_PATTERN
 from tickd.scheduler.model import DeadLetter, Execution, Job, new_id
 from tickd.scheduler.ports.backends import ExecutionQuery, JobChange, RunRequest
 from tickd.scheduler.ports.store_api import ExecutionStore
@@ -69,7 +68,7 @@ class GroupQuery(Strict):
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
     until: Rfc3339 | None = Field(default=None, description="Occurrences scheduled before then")
-    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
+    domain: str | None = of_domain()
 
 
 class DeadLetterQuery(PageQuery, GroupQuery):
@@ -95,7 +94,7 @@ class DeadLetterFilter(Strict):
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description="Occurrences scheduled from then on")
     until: Rfc3339 | None = Field(default=None, description="Occurrences scheduled before then")
-    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
+    domain: str | None = of_domain()
     error_type: str | None = Field(
         default=None,
         min_length=1,

@@ -422,6 +422,11 @@ class Readiness(BaseModel):
     )
 
 
+def of_domain(description: str = "Only those of the jobs of this domain") -> Any:
+    """A list's `domain` filter: what belongs to that domain only (a run: its job's domain)."""
+    return Field(default=None, pattern=DOMAIN_PATTERN, description=description)
+
+
 class PageQuery(Strict):
     limit: int = Field(default=50, ge=1, le=500)
     cursor: str | None = Field(default=None, max_length=500)
@@ -437,9 +442,7 @@ class WriteQuery(Strict):
 
 class JobListQuery(PageQuery):
     handler: str | None = Field(default=None, max_length=200)
-    domain: str | None = Field(
-        default=None, pattern=DOMAIN_PATTERN, description="Only the jobs of this domain"
-    )
+    domain: str | None = of_domain("Only the jobs of this domain")
     enabled: bool | None = None
     name_prefix: str | None = Field(default=None, max_length=200)
     next_run_from: Rfc3339 | None = None
@@ -450,14 +453,10 @@ SINCE = "Runs scheduled at or after this time"
 UNTIL = "Runs scheduled before this time; must be after since"
 
 
-# A list's `domain`: only what belongs to it (an execution: its job's domain).
-OF_DOMAIN = "Only those of the jobs of this domain"
-
-
 class ExecutionListQuery(PageQuery):
     status: Status | None = None
     handler: str | None = Field(default=None, max_length=200)
-    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
+    domain: str | None = of_domain()
     job_id: str | None = Field(default=None, max_length=64)
     since: Rfc3339 | None = Field(default=None, description=SINCE)
     until: Rfc3339 | None = Field(default=None, description=UNTIL)
@@ -470,7 +469,7 @@ class JobExecutionQuery(PageQuery):
 
 
 class RunningQuery(Strict):
-    domain: str | None = Field(default=None, pattern=DOMAIN_PATTERN, description=OF_DOMAIN)
+    domain: str | None = of_domain()
 
 
 class JobPreviewQuery(Strict):

@@ -15,11 +15,10 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from tickd.api.models import ErrorOut, Strict
+from tickd.api.models import ErrorOut, Strict, of_domain
 from tickd.api.routing import B, Call, Q, Reply, Route, Routes
 from tickd.api.scoping import within
 from tickd.api.v1 import state
-from tickd.scheduler.domains import DOMAIN_PATTERN
 from tickd.scheduler.model import Job
 from tickd.scheduler.ports.backends import Attention, ExecutionStats, JobTrouble, LagPercentiles
 
@@ -35,10 +34,8 @@ LATE_AFTER_SECONDS = 60
 
 class StatsQuery(Strict):
     window: int = Field(default=3600, ge=60, le=7 * 86400, description="Seconds back from now")
-    domain: str | None = Field(
-        default=None,
-        pattern=DOMAIN_PATTERN,
-        description="Only the figures of the jobs of this domain (the busy workers are null)",
+    domain: str | None = of_domain(
+        "Only the figures of the jobs of this domain (the busy workers are null)"
     )
 
 

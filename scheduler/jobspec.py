@@ -165,11 +165,10 @@ class JobRules:
     def with_default_key(self, job: Job, before: Job | None = None) -> Job:
         """A job that names no concurrency key gets its handler's default (webhook, http_check:
         the host they call) with the default_concurrency_limit. A key so given follows the
-        params when they change (`before`: the job as stored); one named by hand, or whose
-        limit was changed by hand, stays."""
-        kept = before is not None and job.concurrency_key == before.concurrency_key
-        if kept and self._has_default_key(before):
-            job = replace(job, concurrency_key=None, concurrency_limit=None)
+        params when they change (`before`: the job as stored, for a change that sets no key or
+        limit); one named by hand, or whose limit was changed by hand, stays."""
+        if before is not None and self._has_default_key(before):
+            job = replace(job, concurrency_key=None, concurrency_limit=None)  # derived again
         limit = self.settings.default_concurrency_limit
         if job.concurrency_key is not None or job.shards != 1 or not limit:
             return job
@@ -188,10 +187,10 @@ class JobRules:
             return None
         return key if is_key(key) else None
 
-    def _has_default_key(self, job: Job | None) -> bool:
+    def _has_default_key(self, job: Job) -> bool:
+        """Whether the job's key and limit are those its handler gives it, not set by hand."""
         return (
-            job is not None
-            and job.concurrency_key is not None
+            job.concurrency_key is not None
             and job.concurrency_key == self._default_key(job.handler, job.params)
             and job.concurrency_limit == self.settings.default_concurrency_limit
         )
