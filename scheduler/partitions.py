@@ -13,6 +13,7 @@ time (FerretDB, see DispatchStore.due_jobs): so under a backlog, each fetch star
 partition the last one stopped in, passing over for a tick the partitions a full fetch found
 drained. A burst drains some partitions before others; without that, every fetch would read each
 drained partition again (a store command each) before reaching those that still have due jobs.
+Each lane of the fetch (a busy domain's head, scheduler/admission/fair_share.py) walks apart.
 Otherwise it reads them all at once: one command, as one instance's read of the whole queue."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -96,43 +98,65 @@ class Partitions(Protocol):
         """Those to read due jobs in now; None for all."""
 
 
+@dataclass
+class Walk:
+    """Where one lane's reads in turn stand."""
+
+    resume: int | None = None  # the partition its last full read stopped in
+    quiet: dict[int, datetime] = field(default_factory=dict)  # drained: passed over until then
+
+
 class PartitionTurns:
     def __init__(self, partitions: Partitions, *, in_turn: bool, quiet: timedelta) -> None:
         self._partitions = partitions
         self._in_turn = in_turn  # the store reads them one at a time, in the order given
         self._quiet_for = quiet
-        self._resume: int | None = None  # where the last full fetch stopped
-        self._quiet: dict[int, datetime] = {}  # drained partitions, passed over until then
+        # A walk per lane: a domain read apart, or None for a read of every domain. A partition
+        # drained of one domain's jobs may still hold another's.
+        self._walks: dict[str | None, Walk] = {}
 
     def in_turn(self, *, backlogged: bool) -> bool:
         """Whether to read the partitions one at a time now: under a backlog, where the store
         can. Otherwise one read of them all costs one command, as it does one instance."""
         return self._in_turn and backlogged
 
-    def order(self, now: datetime, *, backlogged: bool) -> list[int] | None:
-        """The partitions to read now, in order; None for all of them."""
+    def order(
+        self, now: datetime, *, backlogged: bool, lane: str | None = None
+    ) -> list[int] | None:
+        """The partitions for `lane` to read now, in order; None for all of them."""
         held = self._partitions.readable()
         if held is None:
             return None
         if not self.in_turn(backlogged=backlogged):
-            self._quiet.clear()
+            for walk in self._walks.values():  # caught up; the next backlog starts where it was
+                walk.quiet.clear()
             return list(held)
-        start = held.index(self._resume) if self._resume in held else 0
+        walk = self._walks.get(lane, Walk())
+        start = held.index(walk.resume) if walk.resume in held else 0
         turn = [*held[start:], *held[:start]]
-        return [part for part in turn if self._quiet.get(part, now) <= now]
+        return [part for part in turn if walk.quiet.get(part, now) <= now]
 
-    def read(self, order: Sequence[int] | None, jobs: Sequence[Job], now: datetime) -> None:
-        """Note what a full fetch read in `order`: the store stopped in the last partition it
-        took jobs from, and every partition before that which gave none had no more due."""
+    def read(
+        self,
+        order: Sequence[int] | None,
+        jobs: Sequence[Job],
+        now: datetime,
+        *,
+        lane: str | None = None,
+    ) -> None:
+        """Note what a full read of `lane` found in `order`: the store stopped in the last
+        partition it took jobs from, and every partition before that which gave none had no
+        more of the lane's due."""
         if not order:
             return
         count = self._partitions.count
-        gave = {partition_of(job.id, count) for job in jobs}
+        gave = {job_partition(job, count) for job in jobs}
         stops = [i for i, part in enumerate(order) if part in gave]
         if not stops:
             return
-        self._resume = order[stops[-1]]
+        walk = self._walks.setdefault(lane, Walk())
+        walk.resume = order[stops[-1]]
         until = now + self._quiet_for
         for part in order[: stops[-1]]:
             if part not in gave:
-                self._quiet[part] = until
+                walk.quiet[part] = until

@@ -255,6 +255,28 @@ def test_a_backlog_reads_in_turn_from_where_it_stopped_passing_over_drained_part
     assert turns.order(later, backlogged=True) == [3, 4, 5, 0, 1, 2]
 
 
+def test_each_lane_walks_its_partitions_apart() -> None:
+    """A partition drained of one domain's jobs may still hold another's: a lane's read passes
+    over only the partitions it found drained of its own domain."""
+    turns = PartitionTurns(Held(), in_turn=True, quiet=timedelta(seconds=1))
+    order = turns.order(T0, backlogged=True, lane="a")
+    assert order == [0, 1, 2, 3, 4, 5]
+    # Lane a's full read stopped in 4, having found none of a's in 0 to 3.
+    turns.read(order, [job_in(4)], T0, lane="a")
+    assert turns.order(T0, backlogged=True, lane="a") == [4, 5]
+    assert turns.order(T0, backlogged=True, lane="b") == [0, 1, 2, 3, 4, 5]
+    assert turns.order(T0, backlogged=True) == [0, 1, 2, 3, 4, 5]  # every domain's read
+    # A keyed job lives in its key's partition, not its id's.
+    key = next(f"k{i}" for i in range(1000) if partition_of(f"k{i}", 8) == 2)
+    keyed_jobs = (make_job(f"k-{i}", concurrency_key=key, concurrency_limit=1) for i in range(99))
+    keyed = next(job for job in keyed_jobs if partition_of(job.id, 8) not in (2, 3))
+    turns.read([0, 1, 2, 3, 4, 5], [keyed], T0, lane="b")
+    assert turns.order(T0, backlogged=True, lane="b") == [2, 3, 4, 5]
+    # Caught up: every lane's drained partitions are forgotten.
+    assert turns.order(T0, backlogged=False) == [0, 1, 2, 3, 4, 5]
+    assert turns.order(T0, backlogged=True, lane="a") == [4, 5, 0, 1, 2, 3]
+
+
 class CountingBacklog:
     """The store's backlog count, answering which partitions it was asked for."""
 

@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import T0, RecordingObserver, make_job
 from tests.test_engine import executions
 from tickd.scheduler.config.settings import Settings
@@ -22,6 +24,7 @@ from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job, Misfire, MisfirePolicy, Status, new_id
+from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.plugin.api import HandlerContext, HandlerFunc, Result
 from tickd.scheduler.plugin.contexts import HandlerContexts
 from tickd.scheduler.plugin.outcomes import Outcome
@@ -38,6 +41,7 @@ from tickd.scheduler.run.pool import WorkerPool
 from tickd.scheduler.run.record import Recorder
 from tickd.scheduler.run.states import RunState
 from tickd.scheduler.run.write import Ended, Writer
+from tickd.scheduler.store.sqlite import SQLiteStore
 
 # Bounds every wait on a real event in these tests.
 WAIT = 5.0
@@ -297,6 +301,59 @@ async def test_runs_someone_asked_for_are_fetched_before_the_scheduled_ones(stor
         ("asked-for", request),
         ("scheduled", None),
     ]
+
+
+class SixOfEight:
+    """Partitions 0-5 of 8, as a keeper would hold them."""
+
+    count = 8
+
+    def readable(self) -> list[int]:
+        return [0, 1, 2, 3, 4, 5]
+
+
+async def test_under_a_backlog_each_lane_walks_the_partitions_and_the_others_lane_reads_once(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the store reads partitions one at a time (FerretDB: a command each), a busy
+    domain's lane goes on from where its last read stopped, and the others' lane, which mostly
+    finds none, is one read: a walk would read every partition to find that out."""
+    store = sqlite_store
+    monkeypatch.setattr(store, "reads_partitions_in_turn", True)
+
+    async def read_then_claimed(*args: Any, **kwargs: Any) -> None:
+        return None  # as on FerretDB: the jobs are read, then claimed apart
+
+    reads: list[tuple[list[str] | None, bool, list[int] | None]] = []
+    due_jobs = store.due_jobs
+
+    async def recorded(now: datetime, limit: int, **kwargs: Any) -> list[Job]:
+        reads.append((kwargs["domains"], kwargs["in_turn"], kwargs["partitions"]))
+        return await due_jobs(now, limit, **kwargs)
+
+    monkeypatch.setattr(store, "claim_due_jobs", read_then_claimed)
+    monkeypatch.setattr(store, "due_jobs", recorded)
+    in_3 = (make_job(f"a-{n}", domain="a") for n in range(10_000))
+    for job in [job for job in in_3 if partition_of(job.id, 8) == 3][:30]:
+        await store.insert_job(job)
+    fetch = Fetcher(
+        settings=settings(batch_size=10),
+        store=store,
+        domains=store,
+        ledger=Ledger(),
+        registry=HandlerRegistry(),
+        partitions=SixOfEight(),
+    )
+    first = await fetch.fetch(T0, armed_due=False)  # every domain at once: a backlog found
+    assert first is not None and first.full
+
+    reads.clear()
+    await fetch.fetch(T0, armed_due=False)
+    assert reads == [(["a"], True, [0, 1, 2, 3, 4, 5]), (None, False, [0, 1, 2, 3, 4, 5])]
+
+    reads.clear()
+    await fetch.fetch(T0, armed_due=False)  # the others' lane found none a moment ago
+    assert reads == [(["a"], True, [3, 4, 5])], "0 to 2 gave none of a's: passed over"
 
 
 async def test_a_fetch_with_no_room_left_on_the_workers_takes_nothing(store: Store) -> None:

@@ -73,6 +73,9 @@ class LaneRead:
     limit: int
     domains: list[str] | None  # the store's filters
     exclude_domains: list[str]
+    # The others' lane, which mostly finds none: read in one statement, never partition by
+    # partition (in turn), which would read every partition held to find that out.
+    probe: bool = False
 
 
 class DomainWeights:
@@ -176,7 +179,7 @@ class Lanes:
             # Beyond the fetch's limit (the runs beyond the room go back): enough to find a
             # few domains with work due, each with a lane of its own from the next fetch.
             probe = max(1, limit // MAX_LANES)
-            reads.append(LaneRead(None, probe, None, [*busy, *capped]))
+            reads.append(LaneRead(None, probe, None, [*busy, *capped], probe=True))
         return reads
 
     def took(self, read: LaneRead, jobs: Sequence[Job], now: datetime) -> None:

@@ -253,7 +253,8 @@ class Fetcher:
         where the store can."""
         store, starved_before, limit = self._store, self._starved_before(now), read.limit
         turns, backlogged = self._turns, self._backlogged
-        order = turns.order(now, backlogged=backlogged) if turns else None
+        lane = read.domain
+        order = turns.order(now, backlogged=backlogged, lane=lane) if turns else None
         domains, exclude_domains = read.domains, read.exclude_domains
         if claim:
             claimed = await store.claim_due_jobs(
@@ -271,7 +272,7 @@ class Fetcher:
             )
             if claimed is not None:
                 return [DueRun(job, claimed=True) for job in claimed]
-        in_turn = turns is not None and turns.in_turn(backlogged=backlogged)
+        in_turn = turns is not None and turns.in_turn(backlogged=backlogged) and not read.probe
         jobs = await store.due_jobs(
             horizon,
             limit,
@@ -284,10 +285,11 @@ class Fetcher:
             domains=domains,
             exclude_domains=exclude_domains,
         )
-        # A read of some domains says nothing of the others' jobs in the partitions it passed.
-        every_domain = domains is None and not exclude_domains
-        if turns and in_turn and len(jobs) == limit and every_domain:
-            turns.read(order, jobs, now)
+        # A lane's read tells which partitions it passed hold no more of its domain's jobs; a
+        # read of every domain but the capped ones tells nothing of theirs.
+        whole_lane = lane is not None or not exclude_domains
+        if turns and in_turn and len(jobs) == limit and whole_lane:
+            turns.read(order, jobs, now, lane=lane)
         return [DueRun(job) for job in jobs]
 
 
