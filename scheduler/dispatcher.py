@@ -77,9 +77,8 @@ class Engine:
         self.rng = rng or random.Random()
         # A run's life becomes metrics and logs; its events go through the outbox and the relay.
         self.observer = Observers([MetricsObserver(self.metrics), LogObserver(), *observers])
-        # The runs this instance holds, from their claim until their end is written.
+        # The runs this instance holds, from claim to written end; the in-flight gauge reads it.
         self.ledger = Ledger()
-        # Read when scraped, as the ledger counts them for the domains' caps.
         self.metrics.runs_in_flight.read_from(self.ledger.busy_domains)
         source = event_source(settings, ports)
         store, clock, lock = ports.store, ports.clock, run_path_lock(ports.store, ports.lock)
@@ -160,6 +159,7 @@ class Engine:
             domains=store,
             ledger=self.ledger,
             registry=registry,
+            clock=clock,
             partitions=self.heartbeat.partitions,
         )
         self.relay = Relay(store, ports.events, clock=clock, metrics=self.metrics, lock=ports.lock)

@@ -148,6 +148,20 @@ async def test_the_others_lane_is_read_once_every_while_it_finds_none() -> None:
     assert len(reads_at(lanes, queue, 10 + int(OTHERS_EVERY / timedelta(milliseconds=1)))) == 2
 
 
+async def test_a_slow_others_lane_is_read_for_a_tenth_of_the_time_at_most() -> None:
+    """On FerretDB a read of the others' lane decodes every free job: about a second in a
+    burst of 3,000. Read every OTHERS_EVERY, it would leave the store little time for runs."""
+    lanes = await lanes_for()
+    queue = Queue(burst=20_000)
+    lanes.seen(queue.take(100, None, []))
+    now = T0 + timedelta(milliseconds=10)
+    for read in lanes.reads(100, now):
+        jobs = queue.take(read.limit, read.domains, read.exclude_domains)
+        lanes.took(read, jobs, now, seconds=1.0 if read.domain is None else 0.05)
+    assert [read.domain for read in lanes.reads(100, now + timedelta(seconds=9.9))] == ["burst"]
+    assert None in [read.domain for read in lanes.reads(100, now + timedelta(seconds=10))]
+
+
 def reads_at(lanes: Lanes, queue: Queue, at_ms: int) -> list[str | None]:
     now = T0 + timedelta(milliseconds=at_ms)
     reads = lanes.reads(100, now)

@@ -77,6 +77,7 @@ def fetcher(parts: Parts, **overrides: Any) -> Fetcher:
         domains=parts.store,
         ledger=parts.ledger,
         registry=HandlerRegistry(),
+        clock=parts.clock,
     )
 
 
@@ -342,6 +343,7 @@ async def test_under_a_backlog_each_lane_walks_the_partitions_and_the_others_lan
         domains=store,
         ledger=Ledger(),
         registry=HandlerRegistry(),
+        clock=FakeClock(T0),
         partitions=SixOfEight(),
     )
     first = await fetch.fetch(T0, armed_due=False)  # every domain at once: a backlog found

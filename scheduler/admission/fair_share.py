@@ -11,7 +11,8 @@ A fetch reads MAX_LANES busy domains at most, those owed most. Every domain not 
 one more lane, "the others", read for a tenth of the fetch beside its share: that is where a
 domain's work first shows up behind another's burst; a domain seen there has a lane of its own
 from the next fetch. While the others' lane finds nothing, it is read every OTHERS_EVERY, not
-at each fetch.
+at each fetch, or less often where a read of it is slow: it takes at most OTHERS_TIME_SHARE of
+the fetcher's time.
 
 Within a lane the store's order holds (critical first); the lanes' runs are then merged by
 priority, then by turn (a run's place in its lane over its domain's weight).
@@ -54,8 +55,12 @@ class Run(Protocol):
 R = TypeVar("R", bound=Run)
 
 # While the others' lane finds nothing, it is read this often: each read is a round trip that,
-# in a burst of one domain, almost always finds none. A new domain waits this much at most.
+# in a burst of one domain, almost always finds none. A new domain waits this much at most...
 OTHERS_EVERY = timedelta(seconds=0.25)
+# ...where a read takes less than this share of the wait. FerretDB decodes every free job for it
+# (no index serves "not these domains"): about a second in a burst of 3,000, which read every
+# 0.25 s would leave the store little time for the runs.
+OTHERS_TIME_SHARE = 0.1
 # At most this many busy domains are read apart in one fetch, those owed most: each read is a
 # statement, and with a hundred busy domains a fetch of 100 would make a hundred reads of one.
 # The others wait for a later fetch with their credit kept, so the shares hold over fetches.
@@ -146,6 +151,7 @@ class Lanes:
         self.weights = weights
         self._credit: dict[str, float] = {}  # the busy domains, each read apart
         self._others_empty_at: datetime | None = None  # when the others' lane last found none
+        self._others_every = OTHERS_EVERY  # how often it is read while it finds none
 
     def seen(self, jobs: Iterable[Job]) -> None:
         """Domains with work due: each gets a lane of its own."""
@@ -182,11 +188,15 @@ class Lanes:
             reads.append(LaneRead(None, probe, None, [*busy, *capped], probe=True))
         return reads
 
-    def took(self, read: LaneRead, jobs: Sequence[Job], now: datetime) -> None:
-        """What a read found: its runs are spent from its lane's credit; a lane that found less
-        than it asked for has nothing more due now."""
+    def took(
+        self, read: LaneRead, jobs: Sequence[Job], now: datetime, *, seconds: float = 0.0
+    ) -> None:
+        """What a read found, in `seconds`: its runs are spent from its lane's credit; a lane
+        that found less than it asked for has nothing more due now."""
         if read.domain is None:
             self._others_empty_at = None if jobs else now
+            slow = timedelta(seconds=seconds / OTHERS_TIME_SHARE)
+            self._others_every = max(OTHERS_EVERY, slow)
             self.seen(jobs)
         elif len(jobs) < read.limit:
             self._credit.pop(read.domain, None)
@@ -206,4 +216,4 @@ class Lanes:
 
     def _others_due(self, now: datetime) -> bool:
         empty_at = self._others_empty_at
-        return empty_at is None or not empty_at <= now < empty_at + OTHERS_EVERY
+        return empty_at is None or not empty_at <= now < empty_at + self._others_every

@@ -21,6 +21,7 @@ from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.partitions import Partitions, PartitionTurns
 from tickd.scheduler.plugin.registry import HandlerRegistry
 from tickd.scheduler.ports.backends import LeaseTerms
+from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.ports.store_api import DomainStore
 from tickd.scheduler.ports.store_engine import DispatchStore
 from tickd.scheduler.run.ledger import DueRun, Ledger, one_per_job
@@ -58,9 +59,11 @@ class Fetcher:
         domains: DomainStore,
         ledger: Ledger,
         registry: HandlerRegistry,
+        clock: Clock,
         partitions: Partitions | None = None,
     ) -> None:
         self._settings = settings
+        self._clock = clock  # times the reads of the others' lane
         # The partitions this instance reads due jobs in (without: all), in their turn.
         quiet = timedelta(seconds=settings.tick_seconds)
         in_turn = store.reads_partitions_in_turn
@@ -212,8 +215,10 @@ class Fetcher:
         when any read found all it asked for."""
         taken: list[tuple[LaneRead, list[DueRun]]] = []
         for read in self._lanes.reads(limit, now, capped=skip.domains):
+            started = self._clock.monotonic()
             runs = await self._due_jobs(now, horizon, skip, [], read, claim=claim)
-            self._lanes.took(read, [run.job for run in runs], now)
+            seconds = self._clock.monotonic() - started
+            self._lanes.took(read, [run.job for run in runs], now, seconds=seconds)
             taken.append((read, runs))
         by_job = {run.job.id: run for _, runs in taken for run in runs}
         merged = self._lanes.merged([(read, [run.job for run in runs]) for read, runs in taken])
