@@ -162,6 +162,18 @@ async def test_a_slow_others_lane_is_read_for_a_tenth_of_the_time_at_most() -> N
     assert None in [read.domain for read in lanes.reads(100, now + timedelta(seconds=10))]
 
 
+async def test_after_a_slow_read_of_every_domain_the_others_lane_waits_its_turn() -> None:
+    """That read looked at every domain's head: a slow store is not asked again at once."""
+    lanes = await lanes_for()
+    queue = Queue(burst=20_000)
+    lanes.read_all(queue.take(100, None, []), T0, seconds=0.5)
+    assert [read.domain for read in lanes.reads(100, T0 + timedelta(seconds=4.9))] == ["burst"]
+    assert None in [read.domain for read in lanes.reads(100, T0 + timedelta(seconds=5))]
+    fast = await lanes_for()  # PostgreSQL's read of 100 domains' heads: 10-20 ms
+    fast.read_all(queue.take(100, None, []), T0, seconds=0.02)
+    assert None in [read.domain for read in fast.reads(100, T0)]
+
+
 def reads_at(lanes: Lanes, queue: Queue, at_ms: int) -> list[str | None]:
     now = T0 + timedelta(milliseconds=at_ms)
     reads = lanes.reads(100, now)

@@ -158,6 +158,16 @@ class Lanes:
         for job in jobs:
             self._credit.setdefault(job.domain, 0.0)
 
+    def read_all(self, jobs: Sequence[Job], now: datetime, *, seconds: float = 0.0) -> None:
+        """What a read of every domain at once found, in `seconds`: the domains with work due
+        get lanes. That read looked at every domain's head, as the others' lane would: where
+        it was slow (ten times its time is longer than OTHERS_EVERY), the others' lane waits as
+        if it had just been read; otherwise it is read at the next fetch, as it would be."""
+        self.seen(jobs)
+        slow = timedelta(seconds=seconds / OTHERS_TIME_SHARE)
+        if slow > OTHERS_EVERY:
+            self._others_empty_at, self._others_every = now, slow
+
     def clear(self) -> None:
         """Everything due was taken: no domain is busy."""
         self._credit.clear()

@@ -63,7 +63,7 @@ class Fetcher:
         partitions: Partitions | None = None,
     ) -> None:
         self._settings = settings
-        self._clock = clock  # times the reads of the others' lane
+        self._clock = clock  # times the reads that look at every domain
         # The partitions this instance reads due jobs in (without: all), in their turn.
         quiet = timedelta(seconds=settings.tick_seconds)
         in_turn = store.reads_partitions_in_turn
@@ -193,9 +193,11 @@ class Fetcher:
             jobs, full = await self._due_in_lanes(now, horizon, room, skip, claim)
         else:
             everyone = LaneRead(None, room, None, skip.domains)
+            started = self._clock.monotonic()
             jobs = await self._due_jobs(now, horizon, skip, first, everyone, claim=claim)
+            seconds = self._clock.monotonic() - started
             full = len(jobs) == room
-            self._lanes.seen(run.job for run in jobs)
+            self._lanes.read_all([run.job for run in jobs], now, seconds=seconds)
         if not full:
             self._lanes.clear()
         # Those due are fetched (the fetch has room for every one asked); the others are not
