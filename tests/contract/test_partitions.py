@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
-from tickd.scheduler.model import Priority
+from tickd.scheduler.model import Job, Priority
 from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.ports.backends import Backlog, Store
 from tickd.scheduler.store import open_store
@@ -151,11 +151,14 @@ async def test_one_partition_at_a_time_reads_critical_and_high_jobs_first(
     partition still comes before the normal ones of the first; so does a high one an older
     tickd wrote without a partition."""
     a, _ = two
-    jobs = [make_job(f"job-{i}") for i in range(60)]
     count = a.partition_count
-    by_part = {
-        part: [j for j in jobs if partition_of(j.id, count) == part] for part in range(count)
-    }
+    # Ids are random: jobs are made until the first partition has 3 and the last 4.
+    by_part: dict[int, list[Job]] = {0: [], count - 1: []}
+    for i in range(100_000):
+        job = make_job(f"job-{i}")
+        by_part.get(partition_of(job.id, count), []).append(job)
+        if len(by_part[0]) >= 3 and len(by_part[count - 1]) >= 4:
+            break
     first, last = by_part[0][:3], by_part[count - 1]
     urgent = [
         replace(last[0], priority=Priority.CRITICAL),
