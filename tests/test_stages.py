@@ -358,6 +358,48 @@ async def test_under_a_backlog_each_lane_walks_the_partitions_and_the_others_lan
     assert reads == [(["a"], True, [3, 4, 5])], "0 to 2 gave none of a's: passed over"
 
 
+async def test_after_a_slow_read_of_every_domain_the_others_lane_waits_ten_times_as_long(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fetcher times its reads on its clock: where a look at every domain's head is slow
+    (FerretDB decodes every free job for it), it takes a tenth of the fetches' time at most."""
+    store, clock = sqlite_store, FakeClock(T0)
+    reads: list[list[str] | None] = []
+    claim_due_jobs = store.claim_due_jobs
+
+    async def slow_for_every_domain(
+        now: datetime, horizon: datetime, limit: int, **kwargs: Any
+    ) -> list[Job] | None:
+        reads.append(kwargs["domains"])
+        if kwargs["domains"] is None:
+            clock.advance(1.0)
+        return await claim_due_jobs(now, horizon, limit, **kwargs)
+
+    monkeypatch.setattr(store, "claim_due_jobs", slow_for_every_domain)
+    for n in range(40):
+        await store.insert_job(make_job(f"a-{n}", domain="a"))
+    fetch = Fetcher(
+        settings=settings(batch_size=10),
+        store=store,
+        domains=store,
+        ledger=Ledger(),
+        registry=HandlerRegistry(),
+        clock=clock,
+    )
+    first = await fetch.fetch(T0, armed_due=False)  # every domain at once, for a second
+    assert first is not None and first.full
+
+    reads.clear()
+    await fetch.fetch(T0 + timedelta(seconds=9.9), armed_due=False)
+    assert reads == [["a"]]
+    reads.clear()
+    await fetch.fetch(T0 + timedelta(seconds=10), armed_due=False)
+    assert reads == [["a"], None]  # the others' lane, for a second: found none
+    reads.clear()
+    await fetch.fetch(T0 + timedelta(seconds=19.9), armed_due=False)
+    assert reads == [["a"]]
+
+
 async def test_a_fetch_with_no_room_left_on_the_workers_takes_nothing(store: Store) -> None:
     parts = Parts(store)
     await store.insert_job(make_job("waiting"))
