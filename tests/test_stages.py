@@ -24,7 +24,7 @@ from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.mail.outbox import OutboxMailer
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job, Misfire, MisfirePolicy, Status, new_id
-from tickd.scheduler.partitions import partition_of
+from tickd.scheduler.partitions import Partitions, partition_of
 from tickd.scheduler.plugin.api import HandlerContext, HandlerFunc, Result
 from tickd.scheduler.plugin.contexts import HandlerContexts
 from tickd.scheduler.plugin.outcomes import Outcome
@@ -70,7 +70,7 @@ def settings(instance_id: str = INSTANCE, **overrides: Any) -> Settings:
     return Settings(instance_id=instance_id, api_port=0, **overrides)
 
 
-def fetcher(parts: Parts, **overrides: Any) -> Fetcher:
+def fetcher(parts: Parts, *, partitions: Partitions | None = None, **overrides: Any) -> Fetcher:
     return Fetcher(
         settings=settings(**overrides),
         store=parts.store,
@@ -78,6 +78,7 @@ def fetcher(parts: Parts, **overrides: Any) -> Fetcher:
         ledger=parts.ledger,
         registry=HandlerRegistry(),
         clock=parts.clock,
+        partitions=partitions,
     )
 
 
@@ -337,15 +338,7 @@ async def test_under_a_backlog_each_lane_walks_the_partitions_and_the_others_lan
     in_3 = (make_job(f"a-{n}", domain="a") for n in range(10_000))
     for job in [job for job in in_3 if partition_of(job.id, 8) == 3][:30]:
         await store.insert_job(job)
-    fetch = Fetcher(
-        settings=settings(batch_size=10),
-        store=store,
-        domains=store,
-        ledger=Ledger(),
-        registry=HandlerRegistry(),
-        clock=FakeClock(T0),
-        partitions=SixOfEight(),
-    )
+    fetch = fetcher(Parts(store), partitions=SixOfEight(), batch_size=10)
     first = await fetch.fetch(T0, armed_due=False)  # every domain at once: a backlog found
     assert first is not None and first.full
 
@@ -363,7 +356,7 @@ async def test_after_a_slow_read_of_every_domain_the_others_lane_waits_ten_times
 ) -> None:
     """The fetcher times its reads on its clock: where a look at every domain's head is slow
     (FerretDB decodes every free job for it), it takes a tenth of the fetches' time at most."""
-    store, clock = sqlite_store, FakeClock(T0)
+    store, parts = sqlite_store, Parts(sqlite_store)
     reads: list[list[str] | None] = []
     claim_due_jobs = store.claim_due_jobs
 
@@ -372,20 +365,13 @@ async def test_after_a_slow_read_of_every_domain_the_others_lane_waits_ten_times
     ) -> list[Job] | None:
         reads.append(kwargs["domains"])
         if kwargs["domains"] is None:
-            clock.advance(1.0)
+            parts.clock.advance(1.0)
         return await claim_due_jobs(now, horizon, limit, **kwargs)
 
     monkeypatch.setattr(store, "claim_due_jobs", slow_for_every_domain)
     for n in range(40):
         await store.insert_job(make_job(f"a-{n}", domain="a"))
-    fetch = Fetcher(
-        settings=settings(batch_size=10),
-        store=store,
-        domains=store,
-        ledger=Ledger(),
-        registry=HandlerRegistry(),
-        clock=clock,
-    )
+    fetch = fetcher(parts, batch_size=10)
     first = await fetch.fetch(T0, armed_due=False)  # every domain at once, for a second
     assert first is not None and first.full
 
