@@ -9,7 +9,10 @@ the daemon is up. Drain time is T to the end of the last run; executions/s is th
 that; missed is the jobs with no run; run twice counts extra runs of one occurrence.
 
     python -m bench.burst --stack embedded|real|postgresql --jobs 3000 [--hourly] [--daemons 2]
-        [--handler-seconds 1]
+        [--handler-seconds 1] [--timed]
+
+With `--timed`, the daemons run as bench/timed_daemon.py and the result lists each one's store
+calls by method (`store_calls`), over the same window as its store operations.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def run_burst(
     hourly: bool = False,
     daemons: int = 1,
     handler_seconds: float = 0.0,
+    timed: bool = False,
 ) -> dict[str, Any]:
     """One burst on a fresh stack (cleaned up afterwards); of hourly cron jobs if `hourly`; with
     `daemons` instances of the daemon on the one store."""
@@ -86,6 +90,7 @@ def run_burst(
             log_level=log_level,
             profile=profile,
             daemons=daemons,
+            timed=timed,
         )
     finally:
         stack.cleanup()
@@ -134,6 +139,7 @@ def main() -> None:
     parser.add_argument("--hourly", action="store_true", help="hourly cron jobs, not one-shot")
     parser.add_argument("--daemons", type=int, default=1, help="instances on the one store")
     parser.add_argument("--handler-seconds", type=float, default=0.0, help="each run sleeps")
+    parser.add_argument("--timed", action="store_true", help="count each daemon's store calls")
     args = parser.parse_args()
     stack = STACKS[args.stack]()
     result = run_burst(
@@ -145,6 +151,7 @@ def main() -> None:
         hourly=args.hourly,
         daemons=args.daemons,
         handler_seconds=args.handler_seconds,
+        timed=args.timed,
     )
     print(json.dumps(result))
 

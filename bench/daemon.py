@@ -3,7 +3,8 @@
 Started with a TOML file the benchmark writes (and no TICKD_* variables of the caller's, so the
 file is all it reads); stopped with SIGTERM, then SIGKILL if it has not ended in time, always (a
 `with` block). Its log goes to a file beside the config. With `timed`, it runs as
-`python -m bench.timed_daemon`, which times each fetch and claim into a file beside the log.
+`python -m bench.timed_daemon`, which times each fetch and claim and logs each store call into
+files beside the log.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from bench.stack import Stack, free_port
-from bench.timed_daemon import FETCH_LOG
+from bench.timed_daemon import CALL_LOG, FETCH_LOG
 
 STOP_SECONDS = 60.0
 PR_SET_PDEATHSIG = 1
@@ -44,6 +46,7 @@ class Daemon:
         self.log = stack.folder / f"{name}-{instance}.log"
         # Where bench.timed_daemon writes its fetches, when timed.
         self.fetch_log = stack.folder / f"{name}-{instance}.fetches.jsonl" if timed else None
+        self.call_log = stack.folder / f"{name}-{instance}.calls.jsonl" if timed else None
         self.config.write_text(
             "\n".join(
                 [
@@ -72,8 +75,9 @@ class Daemon:
     def __enter__(self) -> Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKD_")}
         module = "tickd"
-        if self.fetch_log is not None:
+        if self.fetch_log is not None and self.call_log is not None:
             module, env[FETCH_LOG] = "bench.timed_daemon", str(self.fetch_log)
+            env[CALL_LOG] = str(self.call_log)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, "--config", str(self.config), "run"],
@@ -143,19 +147,29 @@ class Daemon:
 
     def fetches(self) -> list[list[float]]:
         """The fetches bench.timed_daemon logged (once stopped; none if not timed)."""
-        if self.fetch_log is None:
-            return []
-        try:
-            text = self.fetch_log.read_text()
-        except OSError:
-            return []
-        return [json.loads(line) for line in text.splitlines() if line]
+        return _lines(self.fetch_log)
+
+    def store_calls(self) -> list[tuple[float, str]]:
+        """Its store calls as bench.timed_daemon logged them: (began, method); once stopped,
+        none if not timed."""
+        return [(began, name) for began, name in _lines(self.call_log)]
 
     def log_tail(self, lines: int = 5) -> list[str]:
         try:
             return self.log.read_text(errors="replace").splitlines()[-lines:]
         except OSError:
             return []
+
+
+def _lines(path: Path | None) -> list[list[Any]]:
+    """A JSON-lines file the timed daemon wrote; none if there is none."""
+    if path is None:
+        return []
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line]
 
 
 def _die_with_parent() -> None:

@@ -6,11 +6,19 @@ Claimer.claim are wrapped here, before it starts.
 Each fetch that read any job is one line of the file named by BENCH_FETCH_LOG, written when the
 daemon has stopped: `[began (epoch s), fetch s, claim s, jobs read, runs kept, due reads]`.
 
-    BENCH_FETCH_LOG=fetches.jsonl python -m bench.timed_daemon --config tickd.toml run
+Every call of the job store's public methods is counted too, by name, so a trial can say which
+part of the daemon makes its store operations (the relay's polls, an idle tick's reads). A call
+made inside another is not counted again. With BENCH_CALL_LOG, each call is one line of that
+file, written when the daemon has stopped: `[began (epoch s), method]`.
+
+    BENCH_FETCH_LOG=fetches.jsonl BENCH_CALL_LOG=calls.jsonl \
+        python -m bench.timed_daemon --config tickd.toml run
 """
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import json
 import os
 import sys
@@ -25,6 +33,9 @@ from tickd.scheduler.run.claim import Claimer
 from tickd.scheduler.run.fetch import Fetcher
 
 FETCH_LOG = "BENCH_FETCH_LOG"
+CALL_LOG = "BENCH_CALL_LOG"
+# True inside a counted store call: the calls it makes are part of it.
+_IN_STORE_CALL = contextvars.ContextVar("in_store_call", default=False)
 
 
 @dataclass
@@ -68,6 +79,35 @@ def timing(log: FetchLog) -> None:
     _replace(Claimer, "claim", timed_claim)
 
 
+def counting_store_calls(calls: list[list[Any]]) -> None:
+    """Wrap every public coroutine method of the three job stores: each outermost call appends
+    [began, name] to `calls`."""
+    from tickd.scheduler.store.mongodb import MongoStore
+    from tickd.scheduler.store.postgresql import PostgresStore
+    from tickd.scheduler.store.sqlite import SQLiteStore
+
+    for cls in (MongoStore, PostgresStore, SQLiteStore):
+        for name, method in inspect.getmembers(cls, inspect.iscoroutinefunction):
+            if not name.startswith("_"):
+                setattr(cls, name, _counted(method, name, calls))
+
+
+def _counted(
+    method: Callable[..., Awaitable[Any]], name: str, calls: list[list[Any]]
+) -> Callable[..., Awaitable[Any]]:
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        if _IN_STORE_CALL.get():
+            return await method(*args, **kwargs)
+        calls.append([time.time(), name])
+        inside = _IN_STORE_CALL.set(True)
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            _IN_STORE_CALL.reset(inside)
+
+    return call
+
+
 def _replace(cls: type, name: str, wrapper: Callable[..., Awaitable[Any]]) -> None:
     if not callable(getattr(cls, name, None)):  # renamed in the daemon: fail loudly, not silently
         raise AttributeError(f"{cls.__name__}.{name} is gone: bench/timed_daemon.py needs it")
@@ -75,13 +115,16 @@ def _replace(cls: type, name: str, wrapper: Callable[..., Awaitable[Any]]) -> No
 
 
 def main() -> int:
-    log = FetchLog()
+    log, calls = FetchLog(), list[list[Any]]()
     timing(log)
+    counting_store_calls(calls)
     try:
         return tickd_main(sys.argv[1:])
     finally:
         if path := os.environ.get(FETCH_LOG):
             log.write(Path(path))
+        if path := os.environ.get(CALL_LOG):
+            Path(path).write_text("".join(json.dumps(call) + "\n" for call in calls))
 
 
 if __name__ == "__main__":

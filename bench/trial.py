@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -71,6 +72,8 @@ class Observed:
     log_tail: list[str] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
     fetches: list[list[float]] = field(default_factory=list)  # if timed (bench/timed_daemon.py)
+    # If timed: each daemon's store calls by method, while its store operations were counted.
+    store_calls: list[dict[str, int]] = field(default_factory=list)
 
 
 Done = Callable[[float, float], bool]  # (executions counted so far, seconds since due) -> done?
@@ -94,6 +97,7 @@ def watch(
     `name`-... The metrics are summed over the daemons; with `timed`, each fetch and claim is
     timed too (bench/timed_daemon.py)."""
     seen = Observed()
+    counted_from = counted_until = 0.0
     with contextlib.ExitStack() as started:
         fleet = [
             started.enter_context(
@@ -107,9 +111,11 @@ def watch(
         try:
             if seen.ready:
                 seen.idle_store_ops_per_s = _idle_until(fleet, due - FIRST_READ_SECONDS)
+                counted_from = time.time()
                 before = _summed(fleet, STORE_OPERATIONS), _summed(fleet, LOCK_CONTENTION)
                 _wait(fleet, seen, due, done, timeout_seconds, stall_seconds)
                 after = _summed(fleet, STORE_OPERATIONS), _summed(fleet, LOCK_CONTENTION)
+                counted_until = time.time()
                 if after[0] is not None:
                     seen.store_operations = after[0] - (before[0] or 0.0)
                 if after[1] is not None:
@@ -123,6 +129,11 @@ def watch(
                 daemon.stop()
         seen.log_tail = [line for daemon in fleet for line in daemon.log_tail()]
         seen.fetches = [fetch for daemon in fleet for fetch in daemon.fetches()]
+        if seen.store_operations is not None:
+            seen.store_calls = [
+                _calls_between(daemon.store_calls(), counted_from, counted_until)
+                for daemon in fleet
+            ]
     seen.records = read_records(stack, name + "-")
     return seen
 
@@ -138,6 +149,12 @@ def _idle_until(fleet: Sequence[Daemon], until: float) -> float | None:
     if ops is None or after is None:
         return None
     return round((after - ops) / (time.time() - started), 1)
+
+
+def _calls_between(calls: Sequence[tuple[float, str]], start: float, end: float) -> dict[str, int]:
+    """The calls begun between `start` and `end`, by method, the most made first."""
+    counted = Counter(name for began, name in calls if start <= began <= end)
+    return dict(counted.most_common())
 
 
 def _summed(fleet: Sequence[Daemon], metric: str) -> float | None:
@@ -217,5 +234,6 @@ def observed_fields(seen: Observed, executed: int) -> dict[str, Any]:
         "idle_store_ops_per_s": seen.idle_store_ops_per_s,
         "lock_contention": seen.lock_contention,
         "peak_rss_mb": seen.peak_rss_mb,
+        **({"store_calls": seen.store_calls} if any(seen.store_calls) else {}),
         **({} if seen.ready and not seen.timed_out else {"daemon_log_tail": seen.log_tail}),
     }
