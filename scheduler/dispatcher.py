@@ -209,11 +209,14 @@ class Engine:
         await self.ender.keep_leases(now)  # before the reaper takes them for expired
         self.fetcher.give_back(await self.leases.reap_if_due(now, busy=fired.released > 0))
         self.ender.raise_if_ends_refused()  # a run claimed now would join the wait
-        fetched = await self.fetcher.fetch(now, armed_due=self.arming.armed_due())
-        if fetched is None:  # no room
-            return Tick(fetched=0, claimed=0, full=True, fired=fired.released)
-        await self.claimer.let_go(fetched.left)
-        claimed = await self._dispatch(fetched.runs, now) if fetched.runs else 0
+        token = new_id()
+        async with self.heartbeat.partitions.claiming:  # none freed before these claims land
+            fetched = await self.fetcher.fetch(now, armed_due=self.arming.armed_due())
+            if fetched is None:  # no room
+                return Tick(fetched=0, claimed=0, full=True, fired=fired.released)
+            await self.claimer.let_go(fetched.left)
+            won = await self.claimer.claim(fetched.runs, now, token) if fetched.runs else []
+        claimed = await self._dispatch(won, token, now) if won else 0
         full = fetched.full or self._handed_to_shards > 0  # their shards are due at once
         # A full fetch of which nothing could be taken (every run held elsewhere, or over its
         # handler's limit) is no reason to look again at once: that would spin on the store.
@@ -221,12 +224,9 @@ class Engine:
             fetched=fetched.read, claimed=claimed, full=full and claimed > 0, fired=fired.released
         )
 
-    async def _dispatch(self, runs: list[DueRun], now: datetime) -> int:
-        """The one path of every run, scheduled or requested: lock, claim (fenced), release what
-        was lost, record, submit. A requested run goes through the same lock and claim as a
-        scheduled one, so the two never overlap; it leaves the schedule as it is."""
-        token = new_id()
-        won = await self.claimer.claim(runs, now, token)
+    async def _dispatch(self, won: list[DueRun], token: str, now: datetime) -> int:
+        """Every run locked and claimed (fenced), scheduled or requested (the two never overlap;
+        a requested one leaves the schedule as it is), armed or recorded and submitted."""
         for run in won:
             if run.starts_at(now) > now:
                 self.arming.arm(run, token, now)

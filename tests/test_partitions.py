@@ -1,11 +1,13 @@
 """Partitions: the assignment every instance computes from the live instances (balanced within
 one partition, few moves when one comes or goes), and each instance's keeper taking and freeing
 its share in the store as instances join, leave and die, holding nothing once it cannot beat for
-half the heartbeat timeout, and taking what it waits for as soon as its holder frees it; the
-backlog gauges counting only the partitions held."""
+half the heartbeat timeout, and taking what it waits for as soon as its holder frees it, but
+freeing none while a fetch that may have read it claims; the backlog gauges counting only the
+partitions held."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import T0, make_job
+from tests.conftest import T0, EngineFactory, make_job
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.maintenance.backlog import BacklogGauges
 from tickd.scheduler.maintenance.heartbeat import Heartbeat
@@ -22,6 +24,7 @@ from tickd.scheduler.maintenance.partitions import PartitionKeeper
 from tickd.scheduler.metrics import Metrics
 from tickd.scheduler.model import Job
 from tickd.scheduler.partitions import PartitionTurns, assignment, owned_by, partition_of
+from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import Backlog
 from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.store.sqlite import SQLiteStore
@@ -165,6 +168,43 @@ async def test_a_keep_with_nothing_to_move_asks_the_store_only_after_a_gap_or_a_
     await a.keep(["a"])  # b left: its share is to be taken
     assert asked == ["a", "a"]
     assert a.readable() is None
+
+
+async def test_a_partition_is_freed_only_once_the_claims_of_a_fetch_that_read_it_are_stored(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its next owner counts the runs in flight of the keys that live in it from the leases in
+    the store: a claim landing after the move would take a key over its limit."""
+
+    async def call(ctx: HandlerContext) -> Result:
+        return None
+
+    h = make_engine({"call": call})
+    await h.add(make_job("job", "call", next_run_at=T0))
+    engine = h.engine
+    keeper = engine.heartbeat.partitions
+    await h.store.beat("test-instance", T0)
+    await keeper.keep(["test-instance"])  # alone: it holds every partition
+    claim, claiming, landed = engine.claimer.claim, asyncio.Event(), asyncio.Event()
+
+    async def slow_claim(*args: object, **kwargs: object) -> object:
+        claiming.set()
+        await landed.wait()
+        return await claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.claimer, "claim", slow_claim)
+    ticking = asyncio.create_task(engine.tick())
+    await asyncio.wait_for(claiming.wait(), 5)
+    keeping = asyncio.create_task(keeper.keep(["test-instance", "b"]))  # b joined
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert all(o.owner == "test-instance" for o in await h.store.partition_owners())
+    landed.set()
+    tick = await asyncio.wait_for(ticking, 5)
+    await asyncio.wait_for(keeping, 5)
+    assert tick.claimed == 1
+    freed = {o.part for o in await h.store.partition_owners() if o.owner is None}
+    assert freed == owned_by("b", keeper.count, ["test-instance", "b"])
 
 
 def heartbeat(store: SQLiteStore, clock: FakeClock, instance: str) -> Heartbeat:

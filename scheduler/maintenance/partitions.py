@@ -3,6 +3,11 @@ each heartbeat: from the live instances it computes the partitions it should own
 should not (it stops reading them first), and takes the others once their owner has let them go
 or been forgotten as dead. The fetcher reads only the partitions held.
 
+A partition is freed only between the dispatcher's fetches: one that read it may still claim
+there, and its claims must be in the store before the next owner takes the partition and counts
+the runs in flight of the keys that live in it (admission/key_limits.py). The dispatcher holds
+`claiming` from a fetch's read to its claim; `keep` frees under it.
+
 An instance that cannot beat must stop reading before anyone can take its partitions: the others
 take them only once its heartbeat record is forgotten, a whole heartbeat timeout after its last
 beat changed, so what it holds is read for half that timeout after its last successful keep, and
@@ -12,6 +17,7 @@ it lost can at worst claim a free job there, and never finish or advance a run i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -44,6 +50,8 @@ class PartitionKeeper:
         self._held: dict[int, int] | None = None
         self._kept_at: float | None = None  # monotonic time of the last successful keep
         self._waiting = False  # some partition it should hold is still another's
+        # Held by the dispatcher from a fetch's read to its claim: partitions are freed outside.
+        self.claiming = asyncio.Lock()
 
     @property
     def count(self) -> int:
@@ -80,8 +88,9 @@ class PartitionKeeper:
         held = self._held or {}
         freed = sorted(held.keys() - wanted)
         if freed:
-            self._held = {part: epoch for part, epoch in held.items() if part in wanted}
-            await self._store.release_partitions(self._instance, freed)
+            async with self.claiming:
+                self._held = {part: epoch for part, epoch in held.items() if part in wanted}
+                await self._store.release_partitions(self._instance, freed)
         taken = await self._store.take_partitions(self._instance, sorted(wanted))
         gained = sorted(taken.keys() - held.keys())
         lost = sorted(held.keys() - taken.keys() - set(freed))  # taken by another meanwhile
