@@ -2,7 +2,9 @@
 of 5 all due at one instant, and the daemon that owns the key's partition SIGKILLed mid-burst.
 At no instant are more than 5 of the key's runs in flight, measured from the runs' real starts
 and ends (the handler notes them: tests/system/timed_sleep.py); every job of the burst runs;
-the jobs of another key and those of none are not held back behind it. Prints its figures.
+the jobs of another key and those of none are not held back behind it. And the same limit while
+the key's partition moves to a daemon that joins mid-burst, its old owner alive with the key's
+runs in flight: the new owner counts them. Prints its figures.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from tests.system.stack import (
     executions,
     next_whole_second,
     partition_shares,
+    start_daemon,
 )
 from tickd.scheduler.model import Job, OnceSchedule
-from tickd.scheduler.partitions import partition_of
+from tickd.scheduler.partitions import assignment, partition_of
 
 pytestmark = [pytest.mark.system]
 
@@ -76,16 +79,24 @@ def install_timed_sleep(site: Path) -> None:
 
 
 def burst_jobs(
-    count: int, *, prefix: str, at: datetime, record: Path, key: str | None, limit: int | None
+    count: int,
+    *,
+    prefix: str,
+    at: datetime,
+    record: Path,
+    key: str | None,
+    limit: int | None,
+    seconds: Sequence[float] = (RUN_SECONDS,),
 ) -> list[Job]:
-    """One-shot runs of `timed_sleep`, all due at `at`. The ten-minute timeout keeps a killed
-    run's lease for longer than the test: it is given back by the heartbeat takeover. One
-    retry: a run the kill cuts off runs again rather than end as a dead letter."""
+    """One-shot runs of `timed_sleep` (each the next of `seconds` long), all due at `at`. The
+    ten-minute timeout keeps a killed run's lease for longer than the test: it is given back by
+    the heartbeat takeover. One retry: a run the kill cuts off runs again rather than end as a
+    dead letter."""
     return [
         Job(
             name=f"{prefix}-{i:03}",
             handler=HANDLER,
-            params={"seconds": RUN_SECONDS, "record": str(record)},
+            params={"seconds": seconds[i % len(seconds)], "record": str(record)},
             schedule=OnceSchedule(at=at),
             next_run_at=at,
             timeout_seconds=600.0,
@@ -281,6 +292,105 @@ async def test_a_key_limit_holds_across_three_daemons_while_its_owner_is_killed_
     # Every job ran to its end at least once (a run the kill cut off runs again).
     assert {s.job_id for s in noted if s.end is not None} == burst.everyone
     assert others_started < half_done, "another key's or an unkeyed job waited behind the key"
+
+
+# The join: runs of 2 to 4 s, so that the old owner's runs in flight end at different times and
+# the new owner admits runs beside the last of them.
+JOIN_JOBS = 30
+JOIN_RUN_SECONDS = (2.0, 2.5, 3.0, 3.5, 4.0)
+# The newcomer starts once this many of the key's runs ended: the old owner's second wave runs.
+JOIN_AFTER_ENDED = LIMIT
+# The old owner frees the partition at its next beat, and the newcomer takes it within a pause.
+MOVED_WITHIN = HEARTBEAT + 5
+
+
+def key_moving_to(newcomer: str, before: Sequence[str], partitions: int) -> str:
+    """A key whose partition one of `before` owns, and `newcomer` once it joins them."""
+    now, then = assignment(partitions, before), assignment(partitions, [*before, newcomer])
+    for n in range(10_000):
+        key = f"endpoint:join{n}.vendor.test"
+        part = partition_of(key, partitions)
+        if now[part] != newcomer and then[part] == newcomer:
+            return key
+    raise AssertionError("no key moves to the newcomer")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("store", ["postgresql", "ferretdb"])
+async def test_a_key_limit_holds_while_its_partition_moves_to_a_newcomer_beside_the_old_runs(
+    sandbox: Sandbox, tmp_path: Path, report: Report, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_timed_sleep(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}:{ROOT}")
+    record = tmp_path / "runs"
+    record.mkdir()
+    instances = {name: f"{name}-{sandbox.tag}" for name in "abc"}
+    key = key_moving_to(instances["c"], [instances["a"], instances["b"]], 64)
+    async with daemons(sandbox, tmp_path, ["a", "b"]) as pair:
+
+        async def spread() -> bool:
+            return sorted((await partition_shares(sandbox)).values()) == [32, 32]
+
+        await eventually("the partitions are spread over two", spread, within=3 * HEARTBEAT + 5)
+        at = next_whole_second(datetime.now(UTC), 2)
+        jobs = burst_jobs(
+            JOIN_JOBS,
+            prefix="join",
+            at=at,
+            record=record,
+            key=key,
+            limit=LIMIT,
+            seconds=JOIN_RUN_SECONDS,
+        )
+        await sandbox.add_jobs(jobs)
+        keyed = {job.id for job in jobs}
+        old_owner = await key_owner(sandbox, key)
+        (old,) = [d for d in pair if d.name == old_owner]
+
+        async def second_wave() -> bool:
+            return sum(1 for s in spans_in(record) if s.end is not None) >= JOIN_AFTER_ENDED
+
+        await eventually("the key's first runs ended", second_wave, within=30)
+        newcomer = await start_daemon("c", sandbox, tmp_path)
+        pair.append(newcomer)  # killed on the way out with the others, should the test fail
+        await newcomer.wait_ready()
+        joined = time.time()
+
+        async def moved() -> bool:
+            return await key_owner(sandbox, key) == "c"
+
+        moved_s = await eventually(
+            "the key's partition moves to c", moved, within=TAKEN_OVER_WITHIN
+        )
+
+        async def every_job_ran() -> bool:
+            alive_or_fail(pair)
+            return {s.job_id for s in spans_in(record) if s.end is not None} >= keyed
+
+        await eventually("every job of the key ran", every_job_ran, within=90)
+        for daemon in pair:
+            assert await daemon.stop() == 0, daemon.log_tail()
+
+    spans = of(spans_in(record), keyed)
+    by = {d.name: d.process.pid for d in pair}
+    first_new = min(s.start for s in spans if s.pid == by["c"])
+    beside = [s for s in spans if s.pid == by[old.name] and s.start < first_new < (s.end or 0)]
+    report(
+        f"{sandbox.kind}: {JOIN_JOBS} jobs of key limit {LIMIT}, runs of "
+        f"{JOIN_RUN_SECONDS[0]:g}-{JOIN_RUN_SECONDS[-1]:g} s; c joined "
+        f"{joined - at.timestamp():.1f} s after due, the key's partition moved from "
+        f"{old.name} to c {moved_s:.1f} s after it; c's first run of the key started beside "
+        f"{len(beside)} of {old.name}'s; peak in flight {peak(spans)}; "
+        f"runs by daemon {dict(Counter(s.pid for s in spans))}"
+    )
+    assert peak(spans) <= LIMIT
+    assert peak(spans) == LIMIT, "the key never used its whole limit"
+    assert beside, "c's first run of the key started with none of the old owner's in flight"
+    # One instance admits the key's runs at a time: the old owner until the move, then c.
+    assert {s.pid for s in spans if s.start < first_new} == {by[old.name]}
+    assert {s.pid for s in spans if s.start > first_new} <= {by[old.name], by["c"]}
+    assert all(s.end is not None for s in spans)
+    assert {s.job_id for s in spans} == keyed
 
 
 def cut_off(spans: Iterable[Span], jobs: set[str]) -> list[Span]:
