@@ -29,7 +29,7 @@ from tickd.scheduler.plugin.api import HandlerContext, HandlerFunc, Result
 from tickd.scheduler.plugin.contexts import HandlerContexts
 from tickd.scheduler.plugin.outcomes import Outcome
 from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.ports.backends import RunRequest, Store
+from tickd.scheduler.ports.backends import EVERY_DUE, DueFilter, RunRequest, Store
 from tickd.scheduler.ports.clock import FakeClock
 from tickd.scheduler.run.arm import Arming
 from tickd.scheduler.run.claim import Claimer
@@ -137,7 +137,7 @@ async def due(parts: Parts, *jobs: Job) -> list[DueRun]:
     for job in jobs:
         await parts.store.insert_job(job)
     horizon = parts.clock.now() + timedelta(seconds=10)
-    read = await parts.store.due_jobs(horizon, 100, exclude_handlers=[])
+    read = await parts.store.due_jobs(horizon, 100, DueFilter(exclude_handlers=[]))
     return [DueRun(job) for job in read]
 
 
@@ -329,9 +329,11 @@ async def test_under_a_backlog_each_lane_walks_the_partitions_and_the_others_lan
     reads: list[tuple[list[str] | None, bool, list[int] | None]] = []
     due_jobs = store.due_jobs
 
-    async def recorded(now: datetime, limit: int, **kwargs: Any) -> list[Job]:
-        reads.append((kwargs["domains"], kwargs["in_turn"], kwargs["partitions"]))
-        return await due_jobs(now, limit, **kwargs)
+    async def recorded(now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
+        partitions = None if where.partitions is None else list(where.partitions)
+        domains = None if where.domains is None else list(where.domains)
+        reads.append((domains, where.in_turn, partitions))
+        return await due_jobs(now, limit, where)
 
     monkeypatch.setattr(store, "claim_due_jobs", read_then_claimed)
     monkeypatch.setattr(store, "due_jobs", recorded)
@@ -363,8 +365,9 @@ async def test_after_a_slow_read_of_every_domain_the_others_lane_waits_ten_times
     async def slow_for_every_domain(
         now: datetime, horizon: datetime, limit: int, **kwargs: Any
     ) -> list[Job] | None:
-        reads.append(kwargs["domains"])
-        if kwargs["domains"] is None:
+        domains = kwargs["where"].domains
+        reads.append(None if domains is None else list(domains))
+        if domains is None:
             parts.clock.advance(1.0)
         return await claim_due_jobs(now, horizon, limit, **kwargs)
 

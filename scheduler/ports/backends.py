@@ -17,6 +17,7 @@ from email.message import EmailMessage
 from typing import Protocol
 
 from tickd.scheduler.ports.clock import Clock
+from tickd.scheduler.ports.due_filter import EVERY_DUE, DueFilter
 from tickd.scheduler.ports.store import Store
 from tickd.scheduler.ports.store_values import (
     ENDED_LEASE_UNTIL,
@@ -52,12 +53,14 @@ from tickd.scheduler.ports.store_values import (
 
 __all__ = [
     "ENDED_LEASE_UNTIL",
+    "EVERY_DUE",
     "OCCURRENCE_OWNER",
     "Advance",
     "Attention",
     "Backlog",
     "Claim",
     "CloudEvent",
+    "DueFilter",
     "DuplicateJobName",
     "EventPublisher",
     "ExecutionQuery",

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Protocol
 
 from tickd.scheduler.model import Execution, Job
+from tickd.scheduler.ports.due_filter import EVERY_DUE, DueFilter
 from tickd.scheduler.ports.store_values import (
     Advance,
     Backlog,
@@ -37,50 +38,15 @@ class DispatchStore(Protocol):
 
     @property
     def reads_partitions_in_turn(self) -> bool:
-        """True where `due_jobs(in_turn=True)` reads the partitions given one at a time, in
-        their order, and stops once it has its limit (FerretDB): every partition before the
-        last it took a job from then had no more due."""
+        """True where `due_jobs` with `in_turn` (DueFilter) reads the partitions given one at a
+        time, in their order, and stops once it has its limit (FerretDB): every partition
+        before the last it took a job from then had no more due."""
 
-    async def due_jobs(
-        self,
-        now: datetime,
-        limit: int,
-        *,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        in_turn: bool = False,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
-    ) -> list[Job]:
-        """Enabled jobs with next_run_at <= now and no lease, most urgent first.
-
-        Most urgent: priority, then next_run_at; but with `starved_before`, the jobs due since
-        before then come first, oldest first, whatever their priority (so that under a
-        sustained backlog every priority is taken within a bound). Before all of them, those
-        of the jobs named in `first` that are due (the jobs whose runs a crash stranded: they
-        have waited longest of all). Each job at most once. A job whose lease is held (live or
-        expired) is not due: an expired lease is first reaped by `reap_expired_leases`.
-
-        With `partitions` (None: all), only jobs of those partitions (and those an older tickd
-        wrote without one, which every instance reads until an open gives them one), so that
-        instances read and claim disjoint shares of the queue; SQLite, one process's, reads
-        them all. With `in_turn`, a store
-        that reads one partition at a time (`reads_partitions_in_turn`: FerretDB, which decodes
-        whatever its filter's equalities select) reads them in the order given and stops once
-        it has `limit`: urgency then holds within a partition (FerretDB reads the critical and
-        high jobs of them all first).
-
-        With `domains` (None: any), only jobs of those domains; with `exclude_domains`, none of
-        those: the due queue can then be shared between domains, each busy domain's head read
-        on its own and the others' together. Both hold in every read the call makes (of the
-        jobs in `first` too). A job stored without a domain (by a tickd from before domains) is
-        in the default one (DEFAULT_DOMAIN, scheduler/domains.py).
-
-        With `exclude_keys`, no job naming one of those concurrency keys (those at their limit,
-        scheduler/keys.py), in every read as well; the jobs naming no key are kept."""
+    async def due_jobs(self, now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
+        """Enabled jobs with next_run_at <= now and no lease, most urgent (priority, then
+        next_run_at) first, as `where` selects and orders them (DueFilter). Each job at most
+        once. A job whose lease is held (live or expired) is not due: an expired lease is
+        first reaped by `reap_expired_leases`."""
 
     async def claim_due_jobs(
         self,
@@ -89,20 +55,14 @@ class DispatchStore(Protocol):
         limit: int,
         *,
         lease: LeaseTerms,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
+        where: DueFilter = EVERY_DUE,
     ) -> list[Job] | None:
-        """`due_jobs(horizon, ...)` and their claims at once, where the store can read and
-        claim in one step: the jobs as claimed, in due_jobs' order. A job another claimer holds
-        at that moment is passed over and does not count against `limit`, so two instances
-        take two heads of the queue, not one. Offered only where the claim is the lock
-        (`claim_is_the_lock`): no lock is taken between a read and its claim. None where the
-        store does not offer it: it reads with due_jobs, then claims with claim_jobs."""
+        """`due_jobs(horizon, limit, where)` and their claims at once, where the store can read
+        and claim in one step: the jobs as claimed, in due_jobs' order. A job another claimer
+        holds at that moment is passed over and does not count against `limit`, so two
+        instances take two heads of the queue, not one. Offered only where the claim is the
+        lock (`claim_is_the_lock`): no lock is taken between a read and its claim. None where
+        the store does not offer it: it reads with due_jobs, then claims with claim_jobs."""
 
     async def due_run_requests(
         self,

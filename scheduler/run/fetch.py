@@ -20,7 +20,7 @@ from tickd.scheduler.admission.key_limits import KeyLimits
 from tickd.scheduler.config.settings import Settings
 from tickd.scheduler.partitions import Partitions, PartitionTurns
 from tickd.scheduler.plugin.registry import HandlerRegistry
-from tickd.scheduler.ports.backends import LeaseTerms
+from tickd.scheduler.ports.backends import DueFilter, LeaseTerms
 from tickd.scheduler.ports.clock import Clock
 from tickd.scheduler.ports.store_api import DomainStore
 from tickd.scheduler.ports.store_engine import DispatchStore
@@ -258,43 +258,30 @@ class Fetcher:
     ) -> list[DueRun]:
         """Up to `read.limit` jobs due by `horizon` in `read`'s domains, claimed as they are read
         where the store can."""
-        store, starved_before, limit = self._store, self._starved_before(now), read.limit
-        turns, backlogged = self._turns, self._backlogged
+        store, limit, turns, backlogged = self._store, read.limit, self._turns, self._backlogged
         lane = read.domain
         order = turns.order(now, backlogged=backlogged, lane=lane) if turns else None
-        domains, exclude_domains = read.domains, read.exclude_domains
-        if claim:
-            claimed = await store.claim_due_jobs(
-                now,
-                horizon,
-                limit,
-                lease=self._lease,
-                exclude_handlers=skip.handlers,
-                exclude_keys=skip.keys,
-                starved_before=starved_before,
-                first=first,
-                partitions=order,
-                domains=domains,
-                exclude_domains=exclude_domains,
-            )
-            if claimed is not None:
-                return [DueRun(job, claimed=True) for job in claimed]
         in_turn = turns is not None and turns.in_turn(backlogged=backlogged) and not read.probe
-        jobs = await store.due_jobs(
-            horizon,
-            limit,
+        where = DueFilter(
             exclude_handlers=skip.handlers,
             exclude_keys=skip.keys,
-            starved_before=starved_before,
+            starved_before=self._starved_before(now),
             first=first,
             partitions=order,
             in_turn=in_turn,
-            domains=domains,
-            exclude_domains=exclude_domains,
+            domains=read.domains,
+            exclude_domains=read.exclude_domains,
         )
+        if claim:
+            claimed = await store.claim_due_jobs(
+                now, horizon, limit, lease=self._lease, where=where
+            )
+            if claimed is not None:
+                return [DueRun(job, claimed=True) for job in claimed]
+        jobs = await store.due_jobs(horizon, limit, where)
         # A lane's read tells which partitions it passed hold no more of its domain's jobs; a
         # read of every domain but the capped ones tells nothing of theirs.
-        whole_lane = lane is not None or not exclude_domains
+        whole_lane = lane is not None or not read.exclude_domains
         if turns and in_turn and len(jobs) == limit and whole_lane:
             turns.read(order, jobs, now, lane=lane)
         return [DueRun(job) for job in jobs]

@@ -21,7 +21,14 @@ from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.model import Job, Priority, new_id
 from tickd.scheduler.partitions import job_partition, partition_of
-from tickd.scheduler.ports.backends import Claim, JobChange, LeaseTerms, RunRequest, Store
+from tickd.scheduler.ports.backends import (
+    Claim,
+    DueFilter,
+    JobChange,
+    LeaseTerms,
+    RunRequest,
+    Store,
+)
 from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.store.sqlite import SQLiteStore
 from tickd.scheduler.urls import local_path
@@ -240,7 +247,7 @@ async def test_a_due_read_leaves_out_the_jobs_of_the_keys_excluded(store: Store)
     by_name = {job.name: job for job in jobs}
 
     async def due(limit: int = 10, **filters: Any) -> list[str]:
-        return names(await store.due_jobs(T0, limit, **filters))
+        return names(await store.due_jobs(T0, limit, DueFilter(**filters)))
 
     every = [
         "vendor-critical", "maps-high", "vendor-starved", "plain-normal", "maps-old", "plain-old",
@@ -271,11 +278,15 @@ async def test_a_due_read_leaves_out_the_jobs_of_the_keys_excluded(store: Store)
     assert sorted(await due(exclude_keys=[VENDOR], **reads, **in_turn)) == sorted(kept)
 
     # Where the store claims as it reads, the claim leaves them out as the read does.
-    claimed = await store.claim_due_jobs(T0, T0, 2, lease=LEASE, exclude_keys=[VENDOR])
+    claimed = await store.claim_due_jobs(
+        T0, T0, 2, lease=LEASE, where=DueFilter(exclude_keys=[VENDOR])
+    )
     if claimed is None:  # the store reads with due_jobs, then claims
         return
     assert names(claimed) == ["maps-high", "plain-normal"]
-    rest = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, exclude_keys=[MAPS], **reads)
+    rest = await store.claim_due_jobs(
+        T0, T0, 10, lease=LEASE, where=DueFilter(**reads, exclude_keys=[MAPS])
+    )
     assert rest is not None
     assert names(rest) == ["vendor-low", "plain-old", "vendor-starved", "vendor-critical"]
     assert await due() == ["maps-old"]

@@ -18,7 +18,14 @@ from tests.fixtures.stores import opened
 from tickd.scheduler.codec import Doc
 from tickd.scheduler.model import Job, Priority, new_id
 from tickd.scheduler.partitions import partition_of
-from tickd.scheduler.ports.backends import JobChange, JobQuery, JobSearch, LeaseTerms, Store
+from tickd.scheduler.ports.backends import (
+    DueFilter,
+    JobChange,
+    JobQuery,
+    JobSearch,
+    LeaseTerms,
+    Store,
+)
 from tickd.scheduler.urls import local_path
 
 # PostgreSQL's schema version that added jobs.domain: a database from before domains is at the
@@ -111,7 +118,7 @@ async def test_a_due_read_keeps_the_jobs_of_the_domains_asked_for_most_urgent_fi
     await store.insert_missing_jobs(due_in_three_domains())
 
     async def due(limit: int = 10, **filters: Any) -> list[str]:
-        return names(await store.due_jobs(T0, limit, **filters))
+        return names(await store.due_jobs(T0, limit, DueFilter(**filters)))
 
     every = ["pay-critical", "search-high", "plain", "search-normal", "pay-normal", "search-old"]
     assert await due() == [*every, "pay-low"]
@@ -128,13 +135,19 @@ async def test_a_due_read_keeps_the_jobs_of_the_domains_asked_for_most_urgent_fi
 
     # Where the store claims as it reads, the claim takes what the read would, and only that.
     search = await store.claim_due_jobs(
-        T0, T0, 10, lease=LEASE, domains=["search", "default"], exclude_domains=["default"]
+        T0,
+        T0,
+        10,
+        lease=LEASE,
+        where=DueFilter(domains=["search", "default"], exclude_domains=["default"]),
     )
     if search is None:  # the store reads with due_jobs, then claims
         return
     assert names(search) == ["search-high", "search-normal", "search-old"]
     assert all(job.lease is not None and job.lease.owner == LEASE.owner for job in search)
-    rest = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, exclude_domains=["payments"])
+    rest = await store.claim_due_jobs(
+        T0, T0, 10, lease=LEASE, where=DueFilter(exclude_domains=["payments"])
+    )
     assert rest is not None and names(rest) == ["plain"]
     assert await due() == payments
 
@@ -152,7 +165,7 @@ async def test_the_domains_asked_for_hold_in_every_read_of_a_due_read(store: Sto
     }
 
     async def due(**filters: Any) -> list[str]:
-        return names(await store.due_jobs(T0, 10, **reads, **filters))
+        return names(await store.due_jobs(T0, 10, DueFilter(**reads, **filters)))
 
     search = ["search-normal", "search-old", "search-high"]
     not_search = ["pay-low", "plain", "pay-normal", "pay-critical"]
@@ -164,11 +177,13 @@ async def test_the_domains_asked_for_hold_in_every_read_of_a_due_read(store: Sto
     assert sorted(await due(exclude_domains=["search"], **in_turn)) == sorted(not_search)
 
     claimed = await store.claim_due_jobs(
-        T0, T0, 10, lease=LEASE, domains=["search"], partitions=parts, **reads
+        T0, T0, 10, lease=LEASE, where=DueFilter(**reads, domains=["search"], partitions=parts)
     )
     if claimed is not None:  # the store claims as it reads
         assert names(claimed) == search
-        rest = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, exclude_domains=["payments"])
+        rest = await store.claim_due_jobs(
+            T0, T0, 10, lease=LEASE, where=DueFilter(exclude_domains=["payments"])
+        )
         assert rest is not None and names(rest) == ["plain"]
 
 
@@ -192,10 +207,16 @@ async def test_a_job_stored_before_domains_reads_as_default(store_url: str) -> N
             "newer"
         ]
         # So it is to the due reads, and to a claim at the read.
-        assert names(await store.due_jobs(T0, 10, domains=["default"])) == ["older"]
-        assert names(await store.due_jobs(T0, 10, exclude_domains=["default"])) == ["newer"]
-        assert names(await store.due_jobs(T0, 10, exclude_domains=["payments"])) == ["older"]
-        claimed = await store.claim_due_jobs(T0, T0, 10, lease=LEASE, domains=["default"])
+        assert names(await store.due_jobs(T0, 10, DueFilter(domains=["default"]))) == ["older"]
+        assert names(await store.due_jobs(T0, 10, DueFilter(exclude_domains=["default"]))) == [
+            "newer"
+        ]
+        assert names(await store.due_jobs(T0, 10, DueFilter(exclude_domains=["payments"]))) == [
+            "older"
+        ]
+        claimed = await store.claim_due_jobs(
+            T0, T0, 10, lease=LEASE, where=DueFilter(domains=["default"])
+        )
         assert claimed is None or names(claimed) == ["older"]
 
 

@@ -39,7 +39,14 @@ from tickd.handlers.product_store.mongodb_queries import ALERT_INDEXES
 from tickd.scheduler.codec import Doc, exact_micros
 from tickd.scheduler.model import Job, Status
 from tickd.scheduler.partitions import partition_of
-from tickd.scheduler.ports.backends import Claim, Retention, RunEnd, RunRequest, StoreError
+from tickd.scheduler.ports.backends import (
+    Claim,
+    DueFilter,
+    Retention,
+    RunEnd,
+    RunRequest,
+    StoreError,
+)
 from tickd.scheduler.store.kit.mongodb import FERRETDB_STATEMENTS_PER_UPDATE, chunks
 from tickd.scheduler.store.mongodb import MongoStore
 
@@ -387,7 +394,7 @@ async def test_the_ticks_periodic_reads_filter_on_a_field_ferretdb_pushes_down(
         recorder.commands.clear()
 
         now = T0 + timedelta(minutes=1)
-        await store.due_jobs(now, 10, starved_before=T0)
+        await store.due_jobs(now, 10, DueFilter(starved_before=T0))
         assert [r.id for r, _ in await store.due_run_requests(now, 10)] == [triggered.id]
         await store.due_backlog(now)
         assert await store.instances() == {"gone": T0 - timedelta(minutes=10)}
@@ -573,7 +580,7 @@ async def test_jobs_written_before_partitions_get_theirs_at_open_and_are_read_by
     async with opened(mongodb_url(server.database)) as store:
         count = store.partition_count
         for part in {partition_of(job.id, count) for job in jobs}:
-            read = await store.due_jobs(T0, 100, partitions=[part])
+            read = await store.due_jobs(T0, 100, DueFilter(partitions=[part]))
             assert {job.id for job in read} == {
                 job.id for job in jobs if partition_of(job.id, count) == part
             }
@@ -583,7 +590,7 @@ async def test_jobs_written_before_partitions_get_theirs_at_open_and_are_read_by
     async with opened(mongodb_url(server.database)) as store:
         await db["jobs"].update_one({"_id": jobs[0].id}, {"$unset": {"part": ""}})
         elsewhere = (partition_of(jobs[0].id, store.partition_count) + 1) % store.partition_count
-        read = await store.due_jobs(T0, 100, partitions=[elsewhere])
+        read = await store.due_jobs(T0, 100, DueFilter(partitions=[elsewhere]))
         assert jobs[0].id in {job.id for job in read}
 
 

@@ -16,7 +16,7 @@ from tests.conftest import T0, make_job
 from tests.fixtures.stores import opened
 from tickd.scheduler.model import Job, Priority
 from tickd.scheduler.partitions import partition_of
-from tickd.scheduler.ports.backends import Backlog, Store
+from tickd.scheduler.ports.backends import Backlog, DueFilter, Store
 from tickd.scheduler.store import open_store
 from tickd.scheduler.store.mongodb import MongoStore
 from tickd.scheduler.store.sqlite import SQLiteStore
@@ -91,7 +91,7 @@ async def test_the_due_read_of_some_partitions_has_every_due_job_of_them(
     await a.insert_missing_jobs(jobs)
     part = {job.id: partition_of(job.id, a.partition_count) for job in jobs}
     some = [1, 4, 6]
-    read = await a.due_jobs(T0, 100, partitions=some)
+    read = await a.due_jobs(T0, 100, DueFilter(partitions=some))
     ids = {job.id for job in read}
     assert len(ids) == len(read)
     assert {job.id for job in jobs if part[job.id] in some} <= ids
@@ -99,9 +99,9 @@ async def test_the_due_read_of_some_partitions_has_every_due_job_of_them(
         return
     # Its instances' reads would collide: it reads only those, at once or one at a time.
     for in_turn in (False, True):
-        read = await a.due_jobs(T0, 100, partitions=some, in_turn=in_turn)
+        read = await a.due_jobs(T0, 100, DueFilter(partitions=some, in_turn=in_turn))
         assert {job.id for job in read} == {job.id for job in jobs if part[job.id] in some}
-        few = await a.due_jobs(T0, 3, partitions=some, in_turn=in_turn)
+        few = await a.due_jobs(T0, 3, DueFilter(partitions=some, in_turn=in_turn))
         assert len(few) == 3
         assert {part[job.id] for job in few} <= set(some)
 
@@ -168,7 +168,7 @@ async def test_one_partition_at_a_time_reads_critical_and_high_jobs_first(
     if isinstance(a, MongoStore):
         await a.jobs.update_one({"_id": urgent[1].id}, {"$unset": {"part": ""}})
     order = list(range(count))
-    read = await a.due_jobs(T0, 4, partitions=order, in_turn=True)
+    read = await a.due_jobs(T0, 4, DueFilter(partitions=order, in_turn=True))
     assert [job.id for job in read[:2]] == [job.id for job in urgent]
     assert len(read) == 4
     if a.reads_partitions_in_turn:  # then the first partition's, in order

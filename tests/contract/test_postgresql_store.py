@@ -30,6 +30,7 @@ from tickd.scheduler.partitions import partition_of
 from tickd.scheduler.plugin.api import HandlerContext, Result
 from tickd.scheduler.ports.backends import (
     Claim,
+    DueFilter,
     ExecutionQuery,
     LeaseTerms,
     RunRequest,
@@ -143,10 +144,12 @@ async def test_a_claim_at_the_read_takes_what_the_read_would_in_its_order_leased
     await postgresql_store.insert_missing_jobs([*jobs, ahead])
     starved, first = T0 - timedelta(seconds=50), [jobs[3].id, jobs[20].id]
     horizon = T0 + timedelta(seconds=5)
-    read = await postgresql_store.due_jobs(horizon, 40, starved_before=starved, first=first)
+    read = await postgresql_store.due_jobs(
+        horizon, 40, DueFilter(starved_before=starved, first=first)
+    )
     before = STORE_OPERATIONS.snapshot()
     claimed = await postgresql_store.claim_due_jobs(
-        T0, horizon, 40, lease=LEASE, starved_before=starved, first=first
+        T0, horizon, 40, lease=LEASE, where=DueFilter(starved_before=starved, first=first)
     )
     spent = Counter(STORE_OPERATIONS.snapshot()) - Counter(before)
     assert spent == Counter({("postgresql", "statement"): 1}), spent
@@ -225,11 +228,13 @@ async def test_a_claim_in_some_partitions_takes_only_their_jobs_and_those_withou
     db = await asyncpg.connect(postgresql_database)
     try:
         await db.execute("UPDATE jobs SET part = NULL WHERE id = $1", older.id)
-        claimed = await store.claim_due_jobs(T0, T0, 500, lease=LEASE, partitions=mine)
+        claimed = await store.claim_due_jobs(
+            T0, T0, 500, lease=LEASE, where=DueFilter(partitions=mine)
+        )
         assert claimed is not None
         expected = {j.id for j in jobs if partition_of(j.id, count) in mine} | {older.id}
         assert {job.id for job in claimed} == expected
-        read = await store.due_jobs(T0, 500, partitions=[p + 1 for p in mine])
+        read = await store.due_jobs(T0, 500, DueFilter(partitions=[p + 1 for p in mine]))
         assert {job.id for job in read} == {j.id for j in jobs} - expected
         # The next open gives it its partition.
         await db.execute("UPDATE jobs SET part = NULL")
@@ -355,7 +360,7 @@ async def test_the_due_read_and_the_claim_at_the_read_seek_the_due_index(
     ]
     await postgresql_store.insert_missing_jobs(later)
     await postgresql_store.insert_missing_jobs(due_jobs(50))
-    reads = [due_sql(T0, 100, (), None, ()), claim_due_sql(T0, T0, 100, LEASE, (), None, ())]
+    reads = [due_sql(T0, 100), claim_due_sql(T0, T0, 100, LEASE)]
     db = await asyncpg.connect(postgresql_database)
     try:
         await db.execute("ANALYZE jobs")
@@ -399,8 +404,8 @@ async def test_a_due_read_of_one_domain_seeks_its_jobs_alone_however_many_others
     await postgresql_store.insert_missing_jobs([*quiet, *later])
     only = ["quiet"]
     reads = [
-        due_sql(T0, 100, (), None, (), domains=only),
-        claim_due_sql(T0, T0, 100, LEASE, (), None, (), domains=only),
+        due_sql(T0, 100, DueFilter(domains=only)),
+        claim_due_sql(T0, T0, 100, LEASE, DueFilter(domains=only)),
     ]
     db = await asyncpg.connect(postgresql_database)
     try:
@@ -415,7 +420,7 @@ async def test_a_due_read_of_one_domain_seeks_its_jobs_alone_however_many_others
         assert "jobs_due_by_domain" in plan, plan
         assert "jobs_next" not in plan and "jobs_due " not in plan, plan
     assert "Seq Scan" not in plans[0], plans[0]
-    read = await postgresql_store.due_jobs(T0, 100, domains=only)
+    read = await postgresql_store.due_jobs(T0, 100, DueFilter(domains=only))
     assert [job.name for job in read] == [job.name for job in reversed(quiet)]  # oldest first
 
 

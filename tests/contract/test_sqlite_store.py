@@ -20,7 +20,7 @@ import tickd.scheduler.store.sqlite.dispatch as dispatch_module
 from tests.conftest import T0, make_job
 from tests.fixtures.stores import on_each_connection
 from tickd.scheduler.model import Execution, Job, Priority, Status
-from tickd.scheduler.ports.backends import Claim, ExecutionQuery, RunEnd, StoreError
+from tickd.scheduler.ports.backends import Claim, DueFilter, ExecutionQuery, RunEnd, StoreError
 from tickd.scheduler.store.sqlite import SQLiteStore
 from tickd.scheduler.store.sqlite.rows import job_from_row
 
@@ -59,7 +59,7 @@ async def test_a_backlog_query_reads_the_jobs_it_returns_not_the_whole_backlog(
     await sqlite_store.insert_missing_jobs(waiting(100, "small", **due))
 
     async def batch() -> None:
-        assert len(await sqlite_store.due_jobs(T0, 10, starved_before=bound)) == 10
+        assert len(await sqlite_store.due_jobs(T0, 10, DueFilter(starved_before=bound))) == 10
 
     small = await steps_of(sqlite_store, batch)
     await sqlite_store.insert_missing_jobs(waiting(2_900, "large", **due))

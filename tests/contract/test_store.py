@@ -29,6 +29,7 @@ from tickd.scheduler.ports.backends import (
     Advance,
     Backlog,
     Claim,
+    DueFilter,
     DuplicateJobName,
     ExecutionQuery,
     InstanceStatus,
@@ -167,7 +168,7 @@ async def test_due_jobs_are_enabled_due_free_and_most_urgent_first(store: Store)
 async def test_due_jobs_can_leave_out_saturated_handlers(store: Store) -> None:
     await store.insert_job(make_job("a", handler="busy"))
     await store.insert_job(make_job("b", handler="free"))
-    due = await store.due_jobs(T0, 10, exclude_handlers=["busy"])
+    due = await store.due_jobs(T0, 10, DueFilter(exclude_handlers=["busy"]))
     assert [j.name for j in due] == ["b"]
 
 
@@ -1108,9 +1109,11 @@ async def test_starved_jobs_come_first_oldest_first_whatever_their_priority(stor
     plain = [j.name for j in await store.due_jobs(T0, 10)]
     assert plain == ["critical-new", "normal-starved", "low-starved", "low-new"]
     bound = T0 - timedelta(minutes=1)
-    aged = [j.name for j in await store.due_jobs(T0, 10, starved_before=bound)]
+    aged = [j.name for j in await store.due_jobs(T0, 10, DueFilter(starved_before=bound))]
     assert aged == ["low-starved", "normal-starved", "critical-new", "low-new"]
-    assert [j.name for j in await store.due_jobs(T0, 3, starved_before=bound)] == aged[:3]
+    assert [j.name for j in await store.due_jobs(T0, 3, DueFilter(starved_before=bound))] == aged[
+        :3
+    ]
 
 
 async def test_jobs_named_first_come_before_all_else_due_each_once(store: Store) -> None:
@@ -1131,12 +1134,14 @@ async def test_jobs_named_first_come_before_all_else_due_each_once(store: Store)
     named = [job.id for job in jobs[2:6]]
     bound = T0 - timedelta(minutes=1)
 
-    plain = [j.name for j in await store.due_jobs(T0, 10, first=named)]
+    plain = [j.name for j in await store.due_jobs(T0, 10, DueFilter(first=named))]
     assert plain == ["stranded-b", "stranded-a", "critical", "normal", "starved"]
-    aged = [j.name for j in await store.due_jobs(T0, 10, starved_before=bound, first=named)]
+    aged = [
+        j.name for j in await store.due_jobs(T0, 10, DueFilter(starved_before=bound, first=named))
+    ]
     assert aged == ["stranded-b", "stranded-a", "starved", "critical", "normal"]
-    assert [j.name for j in await store.due_jobs(T0, 3, first=named)] == plain[:3]
-    assert [j.name for j in await store.due_jobs(T0, 1, first=named)] == ["stranded-b"]
+    assert [j.name for j in await store.due_jobs(T0, 3, DueFilter(first=named))] == plain[:3]
+    assert [j.name for j in await store.due_jobs(T0, 1, DueFilter(first=named))] == ["stranded-b"]
 
 
 # -- the outbox: execution events written with the executions -----------------------------------

@@ -18,8 +18,10 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.model import Execution, Job, Priority, Status, new_id
 from tickd.scheduler.ports.backends import (
+    EVERY_DUE,
     OCCURRENCE_OWNER,
     Claim,
+    DueFilter,
     LeaseTerms,
 )
 from tickd.scheduler.ports.store_engine import CompletionStore
@@ -81,43 +83,19 @@ class MongoDispatch(MongoRequests):
         limit: int,
         *,
         lease: LeaseTerms,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
+        where: DueFilter = EVERY_DUE,
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
     @translating_errors
-    async def due_jobs(
-        self,
-        now: datetime,
-        limit: int,
-        *,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        in_turn: bool = False,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
-    ) -> list[Job]:
+    async def due_jobs(self, now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
         """With `first`, a read of those by `_id` first; with `starved_before`, a read of the
         starved, oldest first (the jobs_next index); then the rest by urgency. Each read stops
         where the ones before it left off. On FerretDB, with `partitions` `in_turn`, a read a
         partition instead (see `_due_by_partition`)."""
-        due = due_filter(
-            now,
-            exclude_handlers,
-            domains=domains,
-            exclude_domains=exclude_domains,
-            exclude_keys=exclude_keys,
-        )
-        if partitions is not None and in_turn and self.on_ferretdb:
+        due = due_filter(now, where)
+        first, starved_before, partitions = where.first, where.starved_before, where.partitions
+        if partitions is not None and where.in_turn and self.on_ferretdb:
             return await self._due_by_partition(due, limit, starved_before, first, partitions)
         if partitions is not None:  # and the jobs an older tickd wrote, without one
             due["part"] = {"$in": [*partitions, None]}

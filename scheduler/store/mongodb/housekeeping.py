@@ -21,6 +21,7 @@ from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.model import DeadLetter, Execution, Status
 from tickd.scheduler.ports.backends import (
     Backlog,
+    DueFilter,
     RunEnd,
 )
 from tickd.scheduler.store.kit.mongodb import (
@@ -54,7 +55,7 @@ class MongoHousekeeping(MongoRetention):
     ) -> Backlog:
         """One read of the due jobs' times (the jobs_next index), counted here: a count and a
         sorted find would each make FerretDB decode every due job, and its $group has no $min."""
-        query = due_filter(now, domains=None if domains is None else sorted(domains))
+        query = due_filter(now, DueFilter(domains=None if domains is None else sorted(domains)))
         if partitions is not None:  # and the jobs an older tickd wrote, without one
             query["part"] = {"$in": [*partitions, None]}
         cursor = self.jobs.find(query, {"_id": 0, "next_run_at_us": 1})

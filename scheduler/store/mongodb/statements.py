@@ -22,8 +22,10 @@ from tickd.scheduler.codec import (
 from tickd.scheduler.domains import DEFAULT_DOMAIN
 from tickd.scheduler.model import DeadLetter, Execution, Status
 from tickd.scheduler.ports.backends import (
+    EVERY_DUE,
     Advance,
     Claim,
+    DueFilter,
     ExecutionQuery,
     JobQuery,
     Retention,
@@ -49,20 +51,15 @@ def held_by(job_id: str, token: int) -> Doc:
     return {"_id": job_id, "fence": token, "lease": {"$ne": None}}
 
 
-def due_filter(
-    now: datetime,
-    exclude_handlers: Sequence[str] = (),
-    *,
-    domains: Sequence[str] | None = None,
-    exclude_domains: Sequence[str] = (),
-    exclude_keys: Sequence[str] = (),
-) -> Doc:
+def due_filter(now: datetime, where: DueFilter = EVERY_DUE) -> Doc:
+    """The free jobs due by `now` of `where`'s handlers, keys and domains (its partitions,
+    first jobs and order are the reads')."""
     due: Doc = {**FREE, "next_run_at_us": {"$lte": exact_micros(now)}}
-    if exclude_handlers:
-        due["handler"] = {"$nin": list(exclude_handlers)}
-    if exclude_keys:  # $nin keeps the jobs without a key (null or missing)
-        due["concurrency_key"] = {"$nin": list(exclude_keys)}
-    return due | in_domains(domains, exclude_domains)
+    if where.exclude_handlers:
+        due["handler"] = {"$nin": list(where.exclude_handlers)}
+    if where.exclude_keys:  # $nin keeps the jobs without a key (null or missing)
+        due["concurrency_key"] = {"$nin": list(where.exclude_keys)}
+    return due | in_domains(where.domains, where.exclude_domains)
 
 
 def take_lease(claim: Claim, batch: str) -> Doc:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from tickd.scheduler.codec import micros, to_json_ready
 from tickd.scheduler.model import Execution, Job, Status
-from tickd.scheduler.ports.backends import Claim, LeaseTerms, RunEnd
+from tickd.scheduler.ports.backends import EVERY_DUE, Claim, DueFilter, LeaseTerms, RunEnd
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.completion import write_ends_in
 from tickd.scheduler.store.postgresql.due import FREE, claim_due_sql, due_sql
@@ -84,31 +84,9 @@ class PostgresDispatch(PostgresTables):
     claim_is_the_lock = True
     reads_partitions_in_turn = False
 
-    async def due_jobs(
-        self,
-        now: datetime,
-        limit: int,
-        *,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        in_turn: bool = False,  # one statement reads every partition given
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
-    ) -> list[Job]:
-        sql, args = due_sql(
-            now,
-            limit,
-            exclude_handlers,
-            starved_before,
-            first,
-            partitions,
-            domains=domains,
-            exclude_domains=exclude_domains,
-            exclude_keys=exclude_keys,
-        )
+    async def due_jobs(self, now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
+        # One statement reads every partition given, `in_turn` or not.
+        sql, args = due_sql(now, limit, where)
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
     async def claim_due_jobs(
@@ -118,27 +96,9 @@ class PostgresDispatch(PostgresTables):
         limit: int,
         *,
         lease: LeaseTerms,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
+        where: DueFilter = EVERY_DUE,
     ) -> list[Job] | None:
-        sql, args = claim_due_sql(
-            now,
-            horizon,
-            limit,
-            lease,
-            exclude_handlers,
-            starved_before,
-            first,
-            partitions,
-            domains=domains,
-            exclude_domains=exclude_domains,
-            exclude_keys=exclude_keys,
-        )
+        sql, args = claim_due_sql(now, horizon, limit, lease, where)
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
 
     async def running_by_key(self, keys: Sequence[str]) -> dict[str, int]:

@@ -3,13 +3,12 @@ seeks an index in its order and stops at the limit."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from tickd.scheduler.codec import exact_micros
 from tickd.scheduler.model import Priority
-from tickd.scheduler.ports.backends import LeaseTerms
+from tickd.scheduler.ports.backends import EVERY_DUE, DueFilter, LeaseTerms
 from tickd.scheduler.store.postgresql.base import Args
 from tickd.scheduler.store.postgresql.statements import without_keys
 
@@ -17,40 +16,28 @@ PRIORITIES = [int(p) for p in Priority]
 FREE = "enabled = 1 AND lease_token IS NULL"
 
 
-def due_where(
-    args: Args,
-    before: int,
-    excluded: Sequence[str],
-    first: Sequence[str],
-    parts: Sequence[int] | None,
-    *,
-    among_first: bool = False,
-    domains: Sequence[str] | None = None,
-    exclude_domains: Sequence[str] = (),
-    exclude_keys: Sequence[str] = (),
-) -> str:
-    """Free jobs due by `before` whose handlers are not `excluded`, in `parts` (None: in any
-    partition; a job an older tickd wrote, without one, is in every), in `domains` (None: in
-    any) and not in `exclude_domains`, naming no key or one not in `exclude_keys`; with
-    `first`, those named there (`among_first`) or the others."""
+def due_where(args: Args, before: int, where: DueFilter, *, among_first: bool = False) -> str:
+    """Free jobs due by `before` of `where`'s handlers, partitions (a job an older tickd wrote,
+    without one, is in every), domains and keys; with `where.first`, those named there
+    (`among_first`) or the others."""
     due = (
         f"{FREE} AND next_run_at <= {args(before, 'int8')} "
-        f"AND handler <> ALL ({args(list(excluded), 'text[]')})"
+        f"AND handler <> ALL ({args(list(where.exclude_handlers), 'text[]')})"
     )
-    if parts is not None:
+    if (parts := where.partitions) is not None:
         due += f" AND (part = ANY ({args(list(parts), 'int4[]')}) OR part IS NULL)"
-    if domains is not None and len(domains) == 1:
+    if (domains := where.domains) is not None and len(domains) == 1:
         # An equality: the seek of a priority into jobs_due_by_domain comes in the order asked
         # for, and stops at the limit, so the planner takes it however many jobs are due.
         due += f" AND domain = {args(domains[0], 'text')}"
     elif domains is not None:
         due += f" AND domain = ANY ({args(list(domains), 'text[]')})"
-    if exclude_domains:
-        due += f" AND domain <> ALL ({args(list(exclude_domains), 'text[]')})"
-    if exclude_keys:
-        due += f" AND {without_keys(args, exclude_keys)}"
-    if first:
-        named = f"id = ANY ({args(list(first), 'text[]')})"
+    if where.exclude_domains:
+        due += f" AND domain <> ALL ({args(list(where.exclude_domains), 'text[]')})"
+    if where.exclude_keys:
+        due += f" AND {without_keys(args, where.exclude_keys)}"
+    if where.first:
+        named = f"id = ANY ({args(list(where.first), 'text[]')})"
         due += f" AND {named}" if among_first else f" AND NOT {named}"
     return due
 
@@ -69,47 +56,22 @@ def _by_urgency(args: Args, due: str, lock: str) -> str:
     )
 
 
-def _reads(
-    args: Args,
-    now: datetime,
-    excluded: Sequence[str],
-    starved_before: datetime | None,
-    first: Sequence[str],
-    parts: Sequence[int] | None,
-    lock: str,
-    domains: Sequence[str] | None,
-    exclude_domains: Sequence[str],
-    exclude_keys: Sequence[str] = (),
-) -> list[str]:
+def _reads(args: Args, now: datetime, where: DueFilter, lock: str) -> list[str]:
     """The due reads in turn (the jobs named `first`; the starved, oldest first; the others by
     urgency), each walking an index and stopping at the limit, no job in two of them. The last
     is by urgency."""
-
-    def where(before: int, *, among_first: bool = False) -> str:
-        return due_where(
-            args,
-            before,
-            excluded,
-            first,
-            parts,
-            among_first=among_first,
-            domains=domains,
-            exclude_domains=exclude_domains,
-            exclude_keys=exclude_keys,
-        )
-
     at = exact_micros(now)
     reads = []
-    if first:
-        reads.append(_oldest_first(where(at, among_first=True), lock))
-    if starved_before is None:
-        reads.append(_by_urgency(args, where(at), lock))
+    if where.first:
+        reads.append(_oldest_first(due_where(args, at, where, among_first=True), lock))
+    if where.starved_before is None:
+        reads.append(_by_urgency(args, due_where(args, at, where), lock))
     else:
         # The starved first, as if more urgent than critical, oldest first; then the others by
         # urgency.
-        bound = exact_micros(starved_before)
-        reads.append(_oldest_first(where(bound), lock))
-        newer = f"{where(at)} AND next_run_at > {args(bound, 'int8')}"
+        bound = exact_micros(where.starved_before)
+        reads.append(_oldest_first(due_where(args, bound, where), lock))
+        newer = f"{due_where(args, at, where)} AND next_run_at > {args(bound, 'int8')}"
         reads.append(_by_urgency(args, newer, lock))
     return reads
 
@@ -132,32 +94,10 @@ def _order_in_turn(table: str, reads: int) -> str:
     )
 
 
-def due_sql(
-    now: datetime,
-    limit: int,
-    excluded: Sequence[str],
-    starved_before: datetime | None,
-    first: Sequence[str],
-    parts: Sequence[int] | None = None,
-    *,
-    domains: Sequence[str] | None = None,
-    exclude_domains: Sequence[str] = (),
-    exclude_keys: Sequence[str] = (),
-) -> tuple[str, list[Any]]:
+def due_sql(now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> tuple[str, list[Any]]:
     """DispatchStore.due_jobs in one statement, and its arguments."""
     args = Args(limit)
-    reads = _reads(
-        args,
-        now,
-        excluded,
-        starved_before,
-        first,
-        parts,
-        "",
-        domains,
-        exclude_domains,
-        exclude_keys,
-    )
+    reads = _reads(args, now, where, "")
     return (reads[0] if len(reads) == 1 else _in_turn(reads)), args.values
 
 
@@ -166,14 +106,7 @@ def claim_due_sql(
     horizon: datetime,
     limit: int,
     lease: LeaseTerms,
-    excluded: Sequence[str],
-    starved_before: datetime | None,
-    first: Sequence[str],
-    parts: Sequence[int] | None = None,
-    *,
-    domains: Sequence[str] | None = None,
-    exclude_domains: Sequence[str] = (),
-    exclude_keys: Sequence[str] = (),
+    where: DueFilter = EVERY_DUE,
 ) -> tuple[str, list[Any]]:
     """DispatchStore.claim_due_jobs in one statement, and its arguments: the due reads, each
     locking the rows it takes and passing over those another claimer holds, so that two
@@ -182,19 +115,7 @@ def claim_due_sql(
     its timeout and the margin, as Claimer's do. A seek locks up to the limit of its own (one
     per priority); the rows the union's limit then leaves are unlocked as the statement ends."""
     args = Args(limit)
-    lock = " FOR UPDATE SKIP LOCKED"
-    reads = _reads(
-        args,
-        horizon,
-        excluded,
-        starved_before,
-        first,
-        parts,
-        lock,
-        domains,
-        exclude_domains,
-        exclude_keys,
-    )
+    reads = _reads(args, horizon, where, " FOR UPDATE SKIP LOCKED")
     start = args(exact_micros(now), "int8")
     until = (
         f"GREATEST({start}, jobs.next_run_at) + "

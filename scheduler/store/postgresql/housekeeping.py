@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from tickd.scheduler.codec import exact_micros, micros
 from tickd.scheduler.model import DeadLetter
-from tickd.scheduler.ports.backends import Backlog, Retention
+from tickd.scheduler.ports.backends import Backlog, DueFilter, Retention
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.due import due_where
 from tickd.scheduler.store.sqlite.rows import from_micros
@@ -31,7 +31,7 @@ class PostgresHousekeeping(PostgresTables):
     ) -> Backlog:
         args = Args()
         named = None if domains is None else sorted(domains)
-        due = due_where(args, exact_micros(now), (), (), partitions, domains=named)
+        due = due_where(args, exact_micros(now), DueFilter(partitions=partitions, domains=named))
         row = await self._fetchrow(
             f"SELECT count(*), min(next_run_at) FROM jobs WHERE {due}", *args.values
         )

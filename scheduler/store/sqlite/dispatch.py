@@ -16,7 +16,9 @@ from tickd.scheduler.codec import (
 )
 from tickd.scheduler.model import Execution, ExecutionError, Job, Priority, Status
 from tickd.scheduler.ports.backends import (
+    EVERY_DUE,
     Claim,
+    DueFilter,
     LeaseTerms,
     RunEnd,
 )
@@ -67,60 +69,41 @@ class SQLiteDispatch(SQLiteTables):
         limit: int,
         *,
         lease: LeaseTerms,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        partitions: Sequence[int] | None = None,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
+        where: DueFilter = EVERY_DUE,
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
-    async def due_jobs(
-        self,
-        now: datetime,
-        limit: int,
-        *,
-        exclude_handlers: Sequence[str] = (),
-        starved_before: datetime | None = None,
-        first: Sequence[str] = (),
-        # `partitions`, `in_turn` unused: a SQLite file is one process's, which owns them all.
-        partitions: Sequence[int] | None = None,
-        in_turn: bool = False,
-        domains: Sequence[str] | None = None,
-        exclude_domains: Sequence[str] = (),
-        exclude_keys: Sequence[str] = (),
-    ) -> list[Job]:
+    async def due_jobs(self, now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
+        # `where.partitions` and `in_turn` unused: a SQLite file is one process's, which owns
+        # them all.
         due = f"SELECT * FROM jobs WHERE {FREE} AND next_run_at <= ?"
-        others: tuple[object, ...] = tuple(exclude_handlers)  # the arguments after the time
-        if exclude_handlers:
-            due += f" AND handler NOT IN ({','.join('?' * len(exclude_handlers))})"
-        if domains is not None:  # one domain: a seek into jobs_due_by_domain
-            due += f" AND domain IN ({','.join('?' * len(domains))})"
-            others += tuple(domains)
-        if exclude_domains:
-            due += f" AND domain NOT IN ({','.join('?' * len(exclude_domains))})"
-            others += tuple(exclude_domains)
-        if exclude_keys:
-            due += f" AND {without_keys(len(exclude_keys))}"
-            others += tuple(exclude_keys)
+        others: tuple[object, ...] = tuple(where.exclude_handlers)  # the arguments after the time
+        if where.exclude_handlers:
+            due += f" AND handler NOT IN ({','.join('?' * len(where.exclude_handlers))})"
+        if where.domains is not None:  # one domain: a seek into jobs_due_by_domain
+            due += f" AND domain IN ({','.join('?' * len(where.domains))})"
+            others += tuple(where.domains)
+        if where.exclude_domains:
+            due += f" AND domain NOT IN ({','.join('?' * len(where.exclude_domains))})"
+            others += tuple(where.exclude_domains)
+        if where.exclude_keys:
+            due += f" AND {without_keys(len(where.exclude_keys))}"
+            others += tuple(where.exclude_keys)
         # One seek per priority into the due index, in its order: no sort, and jobs not due yet
         # are never read (without the IN, SQLite walks them or sorts every due job).
         by_urgency = f" AND priority IN {PRIORITIES} ORDER BY priority, next_run_at LIMIT ?"
         reads: list[tuple[str, tuple[object, ...]]] = []
-        if first:
-            ids = ",".join("?" * len(first))
-            named = f" AND id IN ({ids}) ORDER BY next_run_at LIMIT ?"
+        if first := where.first:
+            named = f" AND id IN ({','.join('?' * len(first))}) ORDER BY next_run_at LIMIT ?"
             reads.append((due + named, (micros(now), *others, *first)))
-            due, others = due + f" AND id NOT IN ({ids})", (*others, *first)
-        if starved_before is None:
+            due, others = due + f" AND id NOT IN ({','.join('?' * len(first))})", (*others, *first)
+        if where.starved_before is None:
             reads.append((due + by_urgency, (micros(now), *others)))
         else:
             # The starved first, as if more urgent than critical, oldest first; then the others
             # by urgency. Two queries, each walking an index and stopping at its limit: one
             # ORDER BY over both would sort every due job (a burst of 30,000, every tick).
-            bound = micros(starved_before)
+            bound = micros(where.starved_before)
             reads.append((due + " ORDER BY next_run_at LIMIT ?", (bound, *others)))
             newer = due + " AND next_run_at > ?" + by_urgency
             reads.append((newer, (micros(now), *others, bound)))
