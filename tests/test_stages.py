@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -351,6 +352,38 @@ async def test_under_a_backlog_each_lane_walks_the_partitions_and_the_others_lan
     reads.clear()
     await fetch.fetch(T0, armed_due=False)  # the others' lane found none a moment ago
     assert reads == [(["a"], True, [3, 4, 5])], "0 to 2 gave none of a's: passed over"
+
+
+async def test_under_a_backlog_a_store_that_claims_as_it_reads_claims_every_lane_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL claims the busy domains' heads and the others' lane in one statement, where
+    each lane would be a statement of its own; every domain gets its share either way."""
+    calls: Counter[str] = Counter()
+    for name in ("claim_due_lanes", "claim_due_jobs", "due_jobs"):
+        method = getattr(store, name)
+
+        async def counted(*args: Any, _method: Any = method, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return await _method(*args, **kw)
+
+        monkeypatch.setattr(store, name, counted)
+    for n in range(10):
+        for domain in "abc":
+            due = T0 - timedelta(seconds=30 - n)
+            await store.insert_job(make_job(f"{domain}-{n}", domain=domain, next_run_at=due))
+    fetch = fetcher(Parts(store), batch_size=6)
+    first = await fetch.fetch(T0, armed_due=False)  # every domain at once: a backlog found
+    assert first is not None and first.full
+    calls.clear()
+    second = await fetch.fetch(T0, armed_due=False)
+    assert second is not None
+    assert Counter(run.job.domain for run in second.runs) == {"a": 2, "b": 2, "c": 2}
+    if store.claim_is_the_lock:
+        assert calls == {"claim_due_lanes": 1}
+        assert all(run.claimed for run in second.runs)
+    else:  # a lane a read, and the others' lane (which finds none) one more
+        assert calls["due_jobs"] == 4
 
 
 async def test_after_a_slow_read_of_every_domain_the_others_lane_waits_ten_times_as_long(

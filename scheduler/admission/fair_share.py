@@ -1,9 +1,10 @@
 """Fair share and caps between domains, in the fetch. While everything due fits in a fetch, one
 read takes it all, whatever the domains. Once a fetch comes back full (more is due than it took),
-the next ones read each busy domain's head apart, a lane each, as much as its turn allows:
-deficit round robin. Each fetch adds to a busy domain's credit its weight's share of the fetch;
-what its read takes is spent; a domain whose read finds less than it asked for has nothing more
-due, leaves the lanes and loses its credit, so its share goes to the others at the next fetch.
+the next ones read each busy domain's head apart, a lane each, as much as its turn allows
+(all in one statement where the store claims them at once: PostgreSQL): deficit round robin.
+Each fetch adds to a busy domain's credit its weight's share of the fetch; what its read takes
+is spent; a domain whose read finds less than it asked for has nothing more due, leaves the
+lanes and loses its credit, so its share goes to the others at the next fetch.
 Under saturation the domains then get runs in proportion to their weights, whatever the fetch's
 size.
 
@@ -61,9 +62,10 @@ OTHERS_EVERY = timedelta(seconds=0.25)
 # (no index serves "not these domains"): about a second in a burst of 3,000, which read every
 # 0.25 s would leave the store little time for the runs.
 OTHERS_TIME_SHARE = 0.1
-# At most this many busy domains are read apart in one fetch, those owed most: each read is a
-# statement, and with a hundred busy domains a fetch of 100 would make a hundred reads of one.
-# The others wait for a later fetch with their credit kept, so the shares hold over fetches.
+# At most this many busy domains are read apart in one fetch, those owed most: where each read
+# is a statement (SQLite, MongoDB; PostgreSQL claims every lane in one), a hundred busy domains
+# would make a fetch of 100 a hundred reads of one. The others wait for a later fetch with their
+# credit kept, so the shares hold over fetches.
 MAX_LANES = 10
 # The domains' weights are read again this often while the lanes are in use.
 WEIGHTS_EVERY = timedelta(seconds=10)

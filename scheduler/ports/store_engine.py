@@ -64,6 +64,20 @@ class DispatchStore(Protocol):
         lock (`claim_is_the_lock`): no lock is taken between a read and its claim. None where
         the store does not offer it: it reads with due_jobs, then claims with claim_jobs."""
 
+    async def claim_due_lanes(
+        self,
+        now: datetime,
+        horizon: datetime,
+        lanes: Sequence[tuple[int, DueFilter]],
+        *,
+        lease: LeaseTerms,
+    ) -> list[list[Job]] | None:
+        """Several `claim_due_jobs` in one round trip, where the store can: for each lane (its
+        limit and its filter), its jobs as claimed, in its order. The lanes' filters select
+        disjoint jobs (each busy domain's head, and the others'). Offered where
+        `claim_due_jobs` is; None where the store does not offer it: the caller then reads
+        each lane on its own."""
+
     async def due_run_requests(
         self,
         now: datetime,

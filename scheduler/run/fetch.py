@@ -213,19 +213,41 @@ class Fetcher:
         skip: Skipped,
         claim: bool,
     ) -> tuple[list[DueRun], bool]:
-        """The busy domains' heads, each read apart for its share of `limit`; more may be due
-        when any read found all it asked for."""
-        taken: list[tuple[LaneRead, list[DueRun]]] = []
-        for read in self._lanes.reads(limit, now, capped=skip.domains):
-            started = self._clock.monotonic()
-            runs = await self._due_jobs(now, horizon, skip, [], read, claim=claim)
-            seconds = self._clock.monotonic() - started
-            self._lanes.took(read, [run.job for run in runs], now, seconds=seconds)
-            taken.append((read, runs))
+        """The busy domains' heads, each read apart for its share of `limit` (all in one round
+        trip where the store claims them at once); more may be due when any read found all it
+        asked for."""
+        reads = self._lanes.reads(limit, now, capped=skip.domains)
+        taken = await self._claimed_in_lanes(now, horizon, skip, reads) if claim else None
+        if taken is None:
+            taken = []
+            for read in reads:
+                started = self._clock.monotonic()
+                runs = await self._due_jobs(now, horizon, skip, [], read, claim=claim)
+                seconds = self._clock.monotonic() - started
+                self._lanes.took(read, [run.job for run in runs], now, seconds=seconds)
+                taken.append((read, runs))
         by_job = {run.job.id: run for _, runs in taken for run in runs}
         merged = self._lanes.merged([(read, [run.job for run in runs]) for read, runs in taken])
         full = any(len(runs) == read.limit for read, runs in taken)
         return [by_job[job.id] for job in merged], full
+
+    async def _claimed_in_lanes(
+        self, now: datetime, horizon: datetime, skip: Skipped, reads: list[LaneRead]
+    ) -> list[tuple[LaneRead, list[DueRun]]] | None:
+        """Every lane read and claimed in one round trip, where the store can (None where it
+        cannot); each lane is taken to have spent the round trip's time."""
+        lanes = [(read.limit, self._where(now, skip, [], read)) for read in reads]
+        started = self._clock.monotonic()
+        claimed = await self._store.claim_due_lanes(now, horizon, lanes, lease=self._lease)
+        if claimed is None:
+            return None
+        seconds = self._clock.monotonic() - started
+        for read, jobs in zip(reads, claimed, strict=True):
+            self._lanes.took(read, jobs, now, seconds=seconds)
+        return [
+            (read, [DueRun(job, claimed=True) for job in jobs])
+            for read, jobs in zip(reads, claimed, strict=True)
+        ]
 
     async def _requested(self, now: datetime, limit: int, skip: Skipped) -> list[DueRun]:
         """The run requests due, read at each fetch but under a backlog: then every
@@ -258,20 +280,8 @@ class Fetcher:
     ) -> list[DueRun]:
         """Up to `read.limit` jobs due by `horizon` in `read`'s domains, claimed as they are read
         where the store can."""
-        store, limit, turns, backlogged = self._store, read.limit, self._turns, self._backlogged
-        lane = read.domain
-        order = turns.order(now, backlogged=backlogged, lane=lane) if turns else None
-        in_turn = turns is not None and turns.in_turn(backlogged=backlogged) and not read.probe
-        where = DueFilter(
-            exclude_handlers=skip.handlers,
-            exclude_keys=skip.keys,
-            starved_before=self._starved_before(now),
-            first=first,
-            partitions=order,
-            in_turn=in_turn,
-            domains=read.domains,
-            exclude_domains=read.exclude_domains,
-        )
+        store, limit, turns, lane = self._store, read.limit, self._turns, read.domain
+        where = self._where(now, skip, first, read)
         if claim:
             claimed = await store.claim_due_jobs(
                 now, horizon, limit, lease=self._lease, where=where
@@ -282,9 +292,25 @@ class Fetcher:
         # A lane's read tells which partitions it passed hold no more of its domain's jobs; a
         # read of every domain but the capped ones tells nothing of theirs.
         whole_lane = lane is not None or not read.exclude_domains
-        if turns and in_turn and len(jobs) == limit and whole_lane:
-            turns.read(order, jobs, now, lane=lane)
+        if turns and where.in_turn and len(jobs) == limit and whole_lane:
+            turns.read(where.partitions, jobs, now, lane=lane)
         return [DueRun(job) for job in jobs]
+
+    def _where(self, now: datetime, skip: Skipped, first: list[str], read: LaneRead) -> DueFilter:
+        """The filter of `read`: its partitions in the order to read them (None: all)."""
+        turns, backlogged, lane = self._turns, self._backlogged, read.domain
+        order = turns.order(now, backlogged=backlogged, lane=lane) if turns else None
+        in_turn = turns is not None and turns.in_turn(backlogged=backlogged) and not read.probe
+        return DueFilter(
+            exclude_handlers=skip.handlers,
+            exclude_keys=skip.keys,
+            starved_before=self._starved_before(now),
+            first=first,
+            partitions=order,
+            in_turn=in_turn,
+            domains=read.domains,
+            exclude_domains=read.exclude_domains,
+        )
 
 
 class HandlerLimits:

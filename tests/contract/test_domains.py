@@ -5,6 +5,7 @@ due reads keep exactly the jobs of the domains asked for."""
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from tickd.scheduler.ports.backends import (
     LeaseTerms,
     Store,
 )
+from tickd.scheduler.ports.store_operations import STORE_OPERATIONS
 from tickd.scheduler.urls import local_path
 
 # PostgreSQL's schema version that added jobs.domain: a database from before domains is at the
@@ -185,6 +187,43 @@ async def test_the_domains_asked_for_hold_in_every_read_of_a_due_read(store: Sto
             T0, T0, 10, lease=LEASE, where=DueFilter(exclude_domains=["payments"])
         )
         assert rest is not None and names(rest) == ["plain"]
+
+
+async def test_lanes_claimed_at_once_each_take_what_their_own_claims_would(store: Store) -> None:
+    """Where a store claims every lane of a fetch in one round trip (PostgreSQL), each lane
+    takes the head its own read would, cut at its own limit, in that order, and claims it; the
+    next such claim takes what is left. The others answer None: each lane is read apart."""
+    jobs = due_in_three_domains()
+    await store.insert_missing_jobs(jobs)
+    by_name = {job.name: job for job in jobs}
+    reads: dict[str, Any] = {  # each read of a lane holds its domains and its limit
+        "first": [by_name["pay-low"].id],
+        "starved_before": T0 - timedelta(seconds=4.5),
+    }
+    lanes = [
+        (2, DueFilter(domains=["payments"], **reads)),
+        (2, DueFilter(domains=["search"], **reads)),
+        (10, DueFilter(exclude_domains=["payments", "search"], **reads)),
+    ]
+
+    async def heads() -> list[list[str]]:
+        return [names(await store.due_jobs(T0, limit, where)) for limit, where in lanes]
+
+    expected = await heads()
+    assert expected == [["pay-low", "pay-critical"], ["search-old", "search-high"], ["plain"]]
+    before = STORE_OPERATIONS.snapshot()
+    claimed = await store.claim_due_lanes(T0, T0, lanes, lease=LEASE)
+    if claimed is None:
+        assert not store.claim_is_the_lock, "a store that claims as it reads claims lanes too"
+        return
+    spent = Counter(STORE_OPERATIONS.snapshot()) - Counter(before)
+    assert spent == Counter({("postgresql", "statement"): 1})
+    assert [names(lane) for lane in claimed] == expected
+    assert all(job.lease and job.lease.owner == LEASE.owner for lane in claimed for job in lane)
+    left = await heads()
+    assert left == [["pay-normal"], ["search-normal"], []]
+    again = await store.claim_due_lanes(T0, T0, lanes, lease=LEASE)
+    assert again is not None and [names(lane) for lane in again] == left
 
 
 async def test_a_job_stored_before_domains_reads_as_default(store_url: str) -> None:

@@ -87,6 +87,16 @@ class MongoDispatch(MongoRequests):
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
+    async def claim_due_lanes(
+        self,
+        now: datetime,
+        horizon: datetime,
+        lanes: Sequence[tuple[int, DueFilter]],
+        *,
+        lease: LeaseTerms,
+    ) -> list[list[Job]] | None:
+        return None  # each lane read on its own
+
     @translating_errors
     async def due_jobs(self, now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
         """With `first`, a read of those by `_id` first; with `starved_before`, a read of the

@@ -13,7 +13,7 @@ from tickd.scheduler.model import Execution, Job, Status
 from tickd.scheduler.ports.backends import EVERY_DUE, Claim, DueFilter, LeaseTerms, RunEnd
 from tickd.scheduler.store.postgresql.base import Args, PostgresTables, Tx
 from tickd.scheduler.store.postgresql.completion import write_ends_in
-from tickd.scheduler.store.postgresql.due import FREE, claim_due_sql, due_sql
+from tickd.scheduler.store.postgresql.due import FREE, claim_due_sql, claim_lanes_sql, due_sql
 from tickd.scheduler.store.postgresql.statements import (
     CLEAR_LEASE,
     IGNORE,
@@ -100,6 +100,20 @@ class PostgresDispatch(PostgresTables):
     ) -> list[Job] | None:
         sql, args = claim_due_sql(now, horizon, limit, lease, where)
         return [job_from_row(row) for row in await self._fetch(sql, *args)]
+
+    async def claim_due_lanes(
+        self,
+        now: datetime,
+        horizon: datetime,
+        lanes: Sequence[tuple[int, DueFilter]],
+        *,
+        lease: LeaseTerms,
+    ) -> list[list[Job]] | None:
+        sql, args = claim_lanes_sql(now, horizon, lanes, lease)
+        claimed: list[list[Job]] = [[] for _ in lanes]
+        for row in await self._fetch(sql, *args):
+            claimed[row["lane"]].append(job_from_row(row))
+        return claimed
 
     async def running_by_key(self, keys: Sequence[str]) -> dict[str, int]:
         if not keys:

@@ -73,6 +73,16 @@ class SQLiteDispatch(SQLiteTables):
     ) -> list[Job] | None:
         return None  # read with due_jobs, then claimed with claim_jobs
 
+    async def claim_due_lanes(
+        self,
+        now: datetime,
+        horizon: datetime,
+        lanes: Sequence[tuple[int, DueFilter]],
+        *,
+        lease: LeaseTerms,
+    ) -> list[list[Job]] | None:
+        return None  # each lane read on its own
+
     async def due_jobs(self, now: datetime, limit: int, where: DueFilter = EVERY_DUE) -> list[Job]:
         # `where.partitions` and `in_turn` unused: a SQLite file is one process's, which owns
         # them all.
