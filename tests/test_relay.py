@@ -14,6 +14,8 @@ from tests.conftest import T0, make_job
 from tickd.scheduler.lock.memory import MemoryLock
 from tickd.scheduler.maintenance.relay import (
     COUNT_UNSENT_EVERY,
+    IDLE_MAX_SECONDS,
+    IDLE_SECONDS,
     KEEP_SENT_SECONDS,
     PRUNE_BATCH,
     PRUNE_EVERY,
@@ -255,6 +257,31 @@ async def test_a_busy_relay_prunes_once_in_a_while_and_a_backlog_of_sent_events_
     clock.advance(1)
     await relay.flush_once()
     assert asked[2:] == [clock.now()]
+
+
+async def test_an_idle_relay_looks_less_often_down_to_once_a_second_and_soon_again_once_busy(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each empty look at the outbox doubles the pause before the next, to IDLE_MAX_SECONDS; a
+    pass that finds events brings it back to IDLE_SECONDS."""
+    clock = FakeClock(T0)
+    relay = Relay(store, FlakyPublisher(), clock=clock, metrics=Metrics())
+    stop = asyncio.Event()
+    pauses: list[float] = []
+
+    async def noted(seconds: float, _stop: asyncio.Event) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 4:  # events written while the relay waits
+            await run_twice(store, "a", clock)
+        if len(pauses) == 6:
+            stop.set()
+
+    monkeypatch.setattr(relay, "_pause", noted)
+    await asyncio.wait_for(relay.run(stop), 10)
+
+    idle, most = IDLE_SECONDS, IDLE_MAX_SECONDS
+    assert pauses == [2 * idle, 4 * idle, most, most, idle, 2 * idle]
+    assert (await store.outbox_backlog()).unsent == 0
 
 
 async def test_one_relay_at_a_time_and_another_takes_over_when_it_stops(store: Store) -> None:

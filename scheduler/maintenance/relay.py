@@ -42,8 +42,12 @@ log = logging.getLogger("tickd.relay")
 BATCH_SIZE = 500
 # How long a batch waits for the broker's acknowledgements before its rest is retried.
 CONFIRM_TIMEOUT_SECONDS = 30.0
-# How often an idle relay looks for new events.
+# How soon a relay that has sent what it read looks for new events: at once after a full batch;
+# IDLE_SECONDS after a pass that found some; twice as long as the last pause after one that
+# found none, up to IDLE_MAX_SECONDS. Busy, events go out within a fifth of a second; a quiet
+# outbox costs a read (and a renewal of the relay's turn) a second, not five.
 IDLE_SECONDS = 0.2
+IDLE_MAX_SECONDS = 1.0
 # The outbox's gauges are counted in the store at most this often (on FerretDB a count decodes
 # every unsent event). Between counts, a pass that read less than a batch and had each event
 # confirmed has sent all the store held when it read: the gauges say so without a read.
@@ -76,6 +80,12 @@ class RelayState:
     backlog: int
     oldest_unsent_age_seconds: float | None
     last_error: str | None
+
+
+def idle_pause(read: int, last_pause: float) -> float:
+    """The pause after a pass that read `read` events (less than a batch), the last pause
+    having been `last_pause`."""
+    return IDLE_SECONDS if read else min(IDLE_MAX_SECONDS, max(IDLE_SECONDS, 2 * last_pause))
 
 
 def sendable(events: Sequence[OutboxEvent], confirmed: Sequence[bool]) -> list[str]:
@@ -188,8 +198,9 @@ class Relay:
         self._prune_at = None if pruned >= PRUNE_BATCH else now + PRUNE_EVERY
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Relay until `stop` is set: at once again after a full batch, after a short pause when
-        idle, after a growing backoff while the publisher or the store fails. On the way out it
+        """Relay until `stop` is set: at once again after a full batch, after a short pause that
+        grows while the outbox stays empty (`idle_pause`), after a growing backoff while the
+        publisher or the store fails. On the way out it
         hands its turn back, so that another instance takes over at once."""
         try:
             await self._relay_until(stop)
@@ -203,6 +214,7 @@ class Relay:
                 await self._lock.release_many([RELAY_KEY], self._token)
 
     async def _relay_until(self, stop: asyncio.Event) -> None:
+        idle = IDLE_SECONDS
         while not stop.is_set():
             if not await self._my_turn():
                 await self._pause(RELAY_TURN_SECONDS / 3, stop)
@@ -224,7 +236,8 @@ class Relay:
             if done.retried:
                 await self._pause(self._backoff(), stop)
             elif done.read < self._batch_size:
-                await self._pause(IDLE_SECONDS, stop)
+                idle = idle_pause(done.read, idle)
+                await self._pause(idle, stop)
 
     async def _my_turn(self) -> bool:
         """Renew the turn we hold, or take it if nobody holds it. A lock service that cannot be
