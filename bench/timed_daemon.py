@@ -1,7 +1,8 @@
 """The daemon as `python -m tickd` runs it, with its dispatcher's fetches and claims timed: what
 a claim costs, which the store's operation counts alone do not say. The daemon's own code is
-unchanged; its Fetcher.fetch, Fetcher._due_jobs (one due read of the store each) and
-Claimer.claim are wrapped here, before it starts.
+unchanged; its Fetcher.fetch, Fetcher._due_jobs (one due read of the store each),
+Fetcher._claimed_in_lanes (one read of every lane, where the store offers it) and Claimer.claim
+are wrapped here, before it starts.
 
 Each fetch that read any job is one line of the file named by BENCH_FETCH_LOG, written when the
 daemon has stopped: `[began (epoch s), fetch s, claim s, jobs read, runs kept, due reads]`.
@@ -53,6 +54,7 @@ def timing(log: FetchLog) -> None:
     """Wrap the fetch, its due reads and the claim (one dispatcher a process: one fetch at a
     time)."""
     fetch, due_jobs, claim = Fetcher.fetch, Fetcher._due_jobs, Claimer.claim
+    claimed_in_lanes = Fetcher._claimed_in_lanes
 
     async def timed_fetch(self: Fetcher, *args: Any, **kwargs: Any) -> Any:
         log.due_reads = 0
@@ -67,6 +69,11 @@ def timing(log: FetchLog) -> None:
         log.due_reads += 1
         return await due_jobs(self, *args, **kwargs)
 
+    async def counted_lanes(self: Fetcher, *args: Any, **kwargs: Any) -> Any:
+        claimed = await claimed_in_lanes(self, *args, **kwargs)
+        log.due_reads += claimed is not None  # every lane in one read (PostgreSQL)
+        return claimed
+
     async def timed_claim(self: Claimer, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         won = await claim(self, *args, **kwargs)
@@ -76,6 +83,7 @@ def timing(log: FetchLog) -> None:
 
     _replace(Fetcher, "fetch", timed_fetch)
     _replace(Fetcher, "_due_jobs", counted)
+    _replace(Fetcher, "_claimed_in_lanes", counted_lanes)
     _replace(Claimer, "claim", timed_claim)
 
 

@@ -71,9 +71,13 @@ def test_the_report_puts_one_domain_and_many_side_by_side() -> None:
 
 
 def test_the_timed_daemon_wraps_the_dispatchers_fetch_and_claim() -> None:
-    wrapped = Fetcher.fetch, Fetcher._due_jobs, Claimer.claim
+    methods: list[tuple[type, str]] = [(Fetcher, "fetch"), (Fetcher, "_due_jobs")]
+    methods += [(Fetcher, "_claimed_in_lanes"), (Claimer, "claim")]
+    wrapped = [getattr(cls, name) for cls, name in methods]
     try:
         timing(FetchLog())
-        assert (Fetcher.fetch, Fetcher._due_jobs, Claimer.claim) != wrapped
+        now = [getattr(cls, name) for cls, name in methods]
+        assert all(new is not old for new, old in zip(now, wrapped, strict=True))
     finally:
-        Fetcher.fetch, Fetcher._due_jobs, Claimer.claim = wrapped  # type: ignore[method-assign]
+        for (cls, name), old in zip(methods, wrapped, strict=True):
+            setattr(cls, name, old)

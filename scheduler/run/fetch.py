@@ -235,7 +235,10 @@ class Fetcher:
         self, now: datetime, horizon: datetime, skip: Skipped, reads: list[LaneRead]
     ) -> list[tuple[LaneRead, list[DueRun]]] | None:
         """Every lane read and claimed in one round trip, where the store can (None where it
-        cannot); each lane is taken to have spent the round trip's time."""
+        cannot, or where there is one lane: its own claim is the simpler statement); each lane
+        is taken to have spent the round trip's time."""
+        if len(reads) < 2:
+            return None
         lanes = [(read.limit, self._where(now, skip, [], read)) for read in reads]
         started = self._clock.monotonic()
         claimed = await self._store.claim_due_lanes(now, horizon, lanes, lease=self._lease)
