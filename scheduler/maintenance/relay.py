@@ -200,8 +200,8 @@ class Relay:
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until `stop` is set: at once again after a full batch, after a short pause that
         grows while the outbox stays empty (`idle_pause`), after a growing backoff while the
-        publisher or the store fails. On the way out it
-        hands its turn back, so that another instance takes over at once."""
+        publisher or the store fails. On the way out it hands its turn back, so that another
+        instance takes over at once."""
         try:
             await self._relay_until(stop)
         finally:
