@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +84,11 @@ def run(command: Sequence[str | Path], cwd: Path) -> str:
 
 
 # One worker builds the wheel: pip builds it in the repository's own folder (build/), and two
-# builds there at once would trip over each other.
+# builds there at once would trip over each other. The group keeps this module's tests on one
+# worker; the lock (a file beside the system's temporary files, one per checkout) keeps any
+# other build of this checkout, on another worker or in another run, from overlapping it.
 pytestmark = pytest.mark.xdist_group("wheel_in_the_repository")
+BUILD_LOCK = Path(tempfile.gettempdir()) / f"tickd-wheel-{zlib.crc32(str(ROOT).encode()):08x}.lock"
 
 
 @dataclass
@@ -102,7 +108,9 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> PlainInstall:
     folder = tmp_path_factory.mktemp("plain")
     wheels, venv = folder / "wheels", folder / "venv"
     pip = [sys.executable, "-m", "pip"]
-    build_output = run([*pip, "wheel", "--no-deps", "--wheel-dir", wheels, ROOT], folder)
+    with BUILD_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build_output = run([*pip, "wheel", "--no-deps", "--wheel-dir", wheels, ROOT], folder)
     (wheel,) = wheels.glob("tickd-*.whl")
     run([sys.executable, "-m", "venv", venv], folder)
     run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], folder)
