@@ -84,9 +84,10 @@ def run(command: Sequence[str | Path], cwd: Path) -> str:
 
 
 # One worker builds the wheel: pip builds it in the repository's own folder (build/), and two
-# builds there at once would trip over each other. The group keeps this module's tests on one
-# worker; the lock (a file beside the system's temporary files, one per checkout) keeps any
-# other build of this checkout, on another worker or in another run, from overlapping it.
+# builds there at once would trip over each other. The group is meant to keep this module's
+# tests on one worker, but pytest-xdist 3.8 ignores it under pytest 9.2 (pytest-xdist#1386);
+# the lock (a file beside the system's temporary files, one per checkout) keeps any other build
+# of this checkout, on another worker or in another run, from overlapping it.
 pytestmark = pytest.mark.xdist_group("wheel_in_the_repository")
 BUILD_LOCK = Path(tempfile.gettempdir()) / f"tickd-wheel-{zlib.crc32(str(ROOT).encode()):08x}.lock"
 
