@@ -294,10 +294,11 @@ async def test_a_key_limit_holds_across_three_daemons_while_its_owner_is_killed_
     assert others_started < half_done, "another key's or an unkeyed job waited behind the key"
 
 
-# The join: runs of 2 to 4 s, so that the old owner's runs in flight end at different times and
-# the new owner admits runs beside the last of them.
-JOIN_JOBS = 30
-JOIN_RUN_SECONDS = (2.0, 2.5, 3.0, 3.5, 4.0)
+# The join: runs of 3 to 6 s, so that the old owner's runs in flight end at different times and
+# the new owner, which counts them at each fetch (a second apart), admits runs beside the last
+# of them.
+JOIN_JOBS = 25
+JOIN_RUN_SECONDS = (3.0, 3.75, 4.5, 5.25, 6.0)
 # The newcomer starts once this many of the key's runs ended: the old owner's second wave runs.
 JOIN_AFTER_ENDED = LIMIT
 # The old owner frees the partition at its next beat, and the newcomer takes it within a pause.
