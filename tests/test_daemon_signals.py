@@ -1,5 +1,5 @@
 """The signals that stop `tickd run`: each a graceful stop, never a death mid-run; and SIGUSR1,
-which stops nothing and logs where each task waits."""
+which stops nothing and logs where each task and each thread waits."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ async def test_a_stop_signal_lets_the_running_execution_finish_then_exits_cleanl
     assert Status.RUNNING not in await statuses(tmp_path / "tickd.db", job_id)
 
 
-async def test_sigusr1_logs_where_each_task_waits_and_stops_nothing(
+async def test_sigusr1_logs_where_each_task_and_thread_waits_and_stops_nothing(
     daemon: tuple[asyncio.subprocess.Process, Log, int],
 ) -> None:
     process, log, port = daemon
@@ -128,5 +128,8 @@ async def test_sigusr1_logs_where_each_task_waits_and_stops_nothing(
     assert re.search(
         r"handlers/sleep\.py:\d+ in sleep > \S+asyncio/tasks\.py:\d+ in sleep", line
     ), line
+    # The store's writer thread, idle in its executor's queue: each thread, where it waits.
+    line = await log.line_with("daemon.thread", "thread=tickd-sqlite_0")
+    assert re.search(r'at="\S+concurrent/futures/thread\.py:\d+ in _worker < ', line), line
     await log.line_with(f'"type":"job.execution.{Status.SUCCESS}"', job_id)
     assert process.returncode is None

@@ -11,6 +11,7 @@ import logging
 import os
 import selectors
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -45,6 +46,8 @@ log = logging.getLogger("tickd.daemon")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A chain of awaits longer than this is cut (a recursion would never end).
 MAX_AWAITS_SHOWN = 50
+# A thread's innermost frames shown: where it blocks, and what called that.
+THREAD_FRAMES_SHOWN = 8
 # After the daemon stopped, how long the threads it leaves get to end (its handler threads, idle
 # by then, take milliseconds) before those still running are left behind.
 THREADS_END_WITHIN_SECONDS = 1.0
@@ -170,11 +173,17 @@ async def serve(
 def stop_on_signals(stop: asyncio.Event) -> None:
     """SIGHUP too: a closed terminal or a supervisor's reload sends it, and its default action
     kills the process mid-run, leaving its executions `running` until their leases lapse.
-    SIGUSR1 stops nothing: it logs where each task waits, for a daemon that seems stuck."""
+    SIGUSR1 stops nothing: it logs where each task and each thread waits, for a daemon that
+    seems stuck."""
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
-    loop.add_signal_handler(signal.SIGUSR1, log_waiting_tasks)
+    loop.add_signal_handler(signal.SIGUSR1, log_where_everything_waits)
+
+
+def log_where_everything_waits() -> None:
+    log_waiting_tasks()
+    log_waiting_threads()
 
 
 def log_waiting_tasks() -> None:
@@ -195,6 +204,24 @@ def awaits(task: asyncio.Task[Any]) -> list[str]:
         chain.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
         step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
     return chain
+
+
+def log_waiting_threads() -> None:
+    """One line a thread: its name and its innermost frames, innermost first. A task can wait
+    on a thread (a name lookup, a store's own thread, a handler's) that never comes back."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        chain = " < ".join(frames(frame))
+        log_event(log, "daemon.thread", thread=names.get(ident, ident), at=chain)
+
+
+def frames(frame: Any) -> list[str]:
+    """`file:line in function` for a frame and its callers, at most THREAD_FRAMES_SHOWN."""
+    shown: list[str] = []
+    while frame is not None and len(shown) < THREAD_FRAMES_SHOWN:
+        shown.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        frame = frame.f_back
+    return shown
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -440,10 +441,22 @@ class Daemon:
             await asyncio.sleep(0.2)
 
     async def log_tasks(self) -> None:
-        """SIGUSR1: the daemon logs where each of its tasks waits."""
+        """SIGUSR1: the daemon logs where each of its tasks and threads waits."""
         if self.alive:
             self.process.send_signal(signal.SIGUSR1)
             await asyncio.sleep(0.5)  # it logs at its loop's next turn
+
+    def where_it_waits(self, lines: int = 15) -> str:
+        """Its last log lines before the SIGUSR1 dump, then the dump, each task's and thread's
+        innermost waits only: short enough for a CI log that keeps only its end."""
+        log = self.log().splitlines()
+        dump = [line for line in log if " daemon.task " in line or " daemon.thread " in line]
+        dumped = set(dump)
+        before = [line for line in log if line not in dumped][-lines:]
+        return "\n".join(
+            [f"-- {self.name}: its last log lines, then where it waits", *before]
+            + [_innermost(line) for line in dump]
+        )
 
     async def stop(self, within: float = DAEMON_STOP_WITHIN) -> int:
         """SIGTERM, then the exit status; killed (and failing) if it does not stop in time."""
@@ -521,6 +534,19 @@ async def start_daemon(
     return Daemon(name, port, log_path, process)
 
 
+def _innermost(dump_line: str, links: int = 3) -> str:
+    """A `daemon.task` or `daemon.thread` line cut to its name and its innermost `links` waits,
+    outermost first, each path from the package it is in."""
+    name = re.search(r" (?:task|thread)=(\S+)", dump_line)
+    chain = re.search(r' (?:waits_at|at)="?([^"]*)', dump_line)
+    if name is None or chain is None:
+        return f"  {dump_line}"
+    task = " daemon.task " in dump_line
+    parts = chain[1].split(" > ") if task else chain[1].split(" < ")[::-1]
+    short = [part.split("site-packages/")[-1].split(f"{ROOT}/")[-1] for part in parts[-links:]]
+    return f"  {'task' if task else 'thread'} {name[1]}: {' > '.join(short)}"
+
+
 @contextlib.asynccontextmanager
 async def daemons(
     sandbox: Sandbox, workdir: Path, names: Iterable[str], **settings: Any
@@ -536,10 +562,14 @@ async def daemons(
         for daemon in started:
             await daemon.wait_ready()
         yield started
-    except BaseException:
-        # A failed test leaves each live daemon's tasks in its log: where a stuck one waits.
+    except BaseException as failure:
+        # A failed test leaves each live daemon's tasks and threads in its log and its report:
+        # where a stuck one waits.
         for daemon in started:
             await daemon.log_tasks()
+        if isinstance(failure, Exception):
+            for daemon in started:
+                failure.add_note(daemon.where_it_waits())
         raise
     finally:
         for daemon in started:
