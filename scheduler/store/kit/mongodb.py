@@ -19,7 +19,8 @@ store's `gate`); and it drops the connection when asked again for several existi
 
 Errors. Every pymongo error becomes a StoreError: transient (retry later) for lost connections,
 timeouts, no primary, and errors labelled retryable; not transient otherwise. Timeouts are short
-by default (URL options win) so a dead server fails a tick in seconds instead of hanging it.
+by default (URL options win) so a dead server fails a tick in seconds instead of hanging it, and
+an operation with no answer within OPERATION_SECONDS fails as transient, whatever it waits on.
 
 Clients. Stores opened from the same URL (and client options) share one client (`CLIENTS`), which
 closes when the last of them does.
@@ -30,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Concatenate, ParamSpec, Protocol, TypeVar
@@ -68,6 +69,12 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 # Building an index over a large existing collection may take longer than one operation may.
 INDEX_BUILD_SECONDS = 300
+# An operation answered or not within this gives its place at the gate back (a transient
+# StoreError). Each round trip has its timeouts above, but a wait inside the driver that has none
+# (for a pooled connection, a name lookup) must not hold one of FerretDB's four places, and so
+# every store caller queued behind them, for ever. The slowest call measured takes about 10 s
+# (retention's first pass on FerretDB, docs/performance.md).
+OPERATION_SECONDS = 30.0
 # FerretDB 1.24's PostgreSQL handler takes one connection of its pool (pool_max_conns, 50 unless
 # its URL says otherwise) for each statement of an update command and gives them back when the
 # command ends; the statement that finds the pool spent waits for ever, and so does the whole
@@ -160,16 +167,32 @@ G = TypeVar("G", bound=Gated)
 def translating_errors(
     method: Callable[Concatenate[G, P], Coroutine[Any, Any, T]],
 ) -> Callable[Concatenate[G, P], Coroutine[Any, Any, T]]:
-    """Each operation through the store's gate, its pymongo errors as StoreError. Shared by the
-    job store and the product store."""
+    """Each operation through the store's gate and within OPERATION_SECONDS, its pymongo errors
+    as StoreError. Shared by the job store and the product store."""
 
     @functools.wraps(method)
     async def translated(store: G, /, *args: P.args, **kwargs: P.kwargs) -> T:
         async with store.gate:
             with store_errors(method.__name__):
-                return await method(store, *args, **kwargs)
+                return await answered_within(
+                    OPERATION_SECONDS, method.__name__, method(store, *args, **kwargs)
+                )
 
     return translated
+
+
+async def answered_within(seconds: float, operation: str, call: Awaitable[T]) -> T:
+    """The call's answer, or a transient StoreError once `seconds` have passed without one (the
+    call is cancelled: pymongo then closes the connection it was using)."""
+    try:
+        async with asyncio.timeout(seconds) as bound:
+            return await call
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        error = StoreError(f"mongodb {operation}: no answer within {seconds:g} s")
+        error.transient = True
+        raise error from None
 
 
 async def server_limits(
@@ -330,13 +353,14 @@ class MongoDatabase:
         """Set at open: the server is FerretDB (it has a statement limit; MongoDB none)."""
         return self._statements_per_update is not None
 
-    @translating_errors
     async def open(self) -> None:
+        """Not bounded by OPERATION_SECONDS: building the indexes may take minutes."""
         if self._client is None:
             assert self._url is not None
             self._client = CLIENTS.acquire(self._url, self.client_options(self._url))
         try:
-            await self._prepare(self._client)
+            with store_errors("open"):
+                await self._prepare(self._client)
         except BaseException:  # the caller only closes a store that opened
             await self.close()
             raise
