@@ -7,6 +7,7 @@ import concurrent.futures.thread
 import contextlib
 import errno
 import gc
+import itertools
 import logging
 import os
 import selectors
@@ -14,7 +15,9 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from aiohttp import web
@@ -201,7 +204,7 @@ def awaits(task: asyncio.Task[Any]) -> list[str]:
         frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
         if frame is None:
             break
-        chain.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        chain.append(place(frame))
         step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
     return chain
 
@@ -215,13 +218,14 @@ def log_waiting_threads() -> None:
         log_event(log, "daemon.thread", thread=names.get(ident, ident), at=chain)
 
 
-def frames(frame: Any) -> list[str]:
+def frames(frame: FrameType) -> list[str]:
     """`file:line in function` for a frame and its callers, at most THREAD_FRAMES_SHOWN."""
-    shown: list[str] = []
-    while frame is not None and len(shown) < THREAD_FRAMES_SHOWN:
-        shown.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        frame = frame.f_back
-    return shown
+    callers = itertools.islice(traceback.walk_stack(frame), THREAD_FRAMES_SHOWN)
+    return [place(caller) for caller, _ in callers]
+
+
+def place(frame: FrameType) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
